@@ -1,0 +1,1 @@
+"""Native (Cython) hot paths: bookkeeping and sampling kernels."""
