@@ -1,0 +1,161 @@
+# cython: language_level=3
+"""Per-step bookkeeping of the generation loop: attention mask and position ids for prefill and
+decode, greedy argmax, and committing chosen tokens (pad after EOS, done flags).
+
+Every kernel works on caller-owned buffers (the arrays bound to ORT through IOBinding), writes
+in place, and runs without the GIL. `genai._core.reference` holds the NumPy twin of each.
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.string cimport memmove
+
+
+def prefill_inputs(
+    const int32_t[:, ::1] tokens, int32_t pad_id, index_t[:, ::1] mask,
+    index_t[:, ::1] positions, int32_t[::1] last_index,
+):
+    """Mask and positions for a right-padded prompt batch, as the reference builds them.
+
+    Per row, trailing ``pad_id`` tokens get mask 0 and position 0; the others mask 1 and
+    positions 0..n-1. ``last_index[b]`` receives the index of row b's last real token (0 for a
+    row of padding only). ``mask``/``positions`` may be wider than ``tokens``: only the first
+    ``tokens.shape[1]`` columns are written. ``positions`` may have zero rows (no position input).
+    """
+    cdef Py_ssize_t b, i, n
+    cdef Py_ssize_t batch = tokens.shape[0], length = tokens.shape[1]
+    cdef bint with_positions = positions.shape[0] > 0
+    with nogil:
+        for b in range(batch):
+            n = length
+            while n > 0 and tokens[b, n - 1] == pad_id:
+                n -= 1
+            for i in range(length):
+                mask[b, i] = 1 if i < n else 0
+                if with_positions:
+                    positions[b, i] = i if i < n else 0
+            last_index[b] = n - 1 if n > 0 else 0
+
+
+def append_mask_column(index_t[::1] mask, Py_ssize_t batch, Py_ssize_t old_length):
+    """Grow a contiguous [batch, old_length] mask stored at the start of ``mask`` into
+    [batch, old_length + 1] in place, with a trailing 1 on every row."""
+    cdef Py_ssize_t b, new_length = old_length + 1
+    cdef size_t row_bytes = old_length * sizeof(mask[0])
+    if mask.shape[0] < batch * new_length:
+        raise ValueError(f"mask buffer of {mask.shape[0]} cannot hold {batch}x{new_length}")
+    with nogil:
+        b = batch - 1
+        while b >= 0:
+            if b > 0:
+                memmove(&mask[b * new_length], &mask[b * old_length], row_bytes)
+            mask[b * new_length + old_length] = 1
+            b -= 1
+
+
+def fill_mask_ones(index_t[::1] mask, Py_ssize_t start, Py_ssize_t stop):
+    """Set ``mask[start:stop]`` to 1 (batch 1: the mask is all ones of the total length)."""
+    cdef Py_ssize_t i
+    with nogil:
+        for i in range(start, stop):
+            mask[i] = 1
+
+
+def advance_positions(index_t[:, ::1] positions, index_t[::1] next_position, Py_ssize_t count):
+    """Write ``count`` consecutive positions per row starting at ``next_position[b]`` into
+    ``positions[b, :count]`` and advance ``next_position`` by ``count``."""
+    cdef Py_ssize_t b, i
+    with nogil:
+        for b in range(positions.shape[0]):
+            for i in range(count):
+                positions[b, i] = next_position[b] + i
+            next_position[b] += count
+
+
+cdef Py_ssize_t argmax_row(const float* row, Py_ssize_t n) noexcept nogil:
+    """Index of the largest value (ties: the lowest index); -1 when the row holds a NaN."""
+    cdef Py_ssize_t i, best = 0
+    cdef float value, best_value = row[0]
+    if best_value != best_value:
+        return -1
+    for i in range(1, n):
+        value = row[i]
+        if value > best_value:
+            best_value = value
+            best = i
+        elif value != value:
+            return -1
+    return best
+
+
+def argmax_rows(const float[:, ::1] logits, int32_t[::1] out):
+    """Greedy choice per row of ``logits`` [rows, vocab] into ``out``; raises on NaN logits."""
+    cdef Py_ssize_t r, best, bad = -1
+    cdef Py_ssize_t vocab = logits.shape[1]
+    if out.shape[0] < logits.shape[0]:
+        raise ValueError("output buffer is smaller than the number of rows")
+    if vocab == 0:
+        raise ValueError("logits have an empty vocabulary axis")
+    with nogil:
+        for r in range(logits.shape[0]):
+            best = argmax_row(&logits[r, 0], vocab)
+            if best < 0:
+                bad = r
+                break
+            out[r] = <int32_t>best
+    if bad >= 0:
+        raise ValueError(f"logits of row {bad} contain NaN")
+
+
+cdef bint commit_row_tokens(
+    int32_t[:, ::1] sequences, Py_ssize_t length, int32_t[::1] tokens,
+    const int32_t[::1] eos_ids, uint8_t[::1] done, int32_t pad_id,
+) noexcept nogil:
+    cdef Py_ssize_t b, e
+    cdef bint all_done = True
+    for b in range(tokens.shape[0]):
+        if done[b]:
+            tokens[b] = pad_id
+        else:
+            for e in range(eos_ids.shape[0]):
+                if tokens[b] == eos_ids[e]:
+                    done[b] = 1
+                    break
+        sequences[b, length] = tokens[b]
+        if not done[b]:
+            all_done = False
+    return all_done
+
+
+def commit_tokens(
+    int32_t[:, ::1] sequences, Py_ssize_t length, int32_t[::1] tokens,
+    const int32_t[::1] eos_ids, uint8_t[::1] done, int32_t pad_id,
+):
+    """Store each row's chosen token at ``sequences[b, length]``.
+
+    A row that already finished gets ``pad_id`` instead (its token in ``tokens`` is replaced
+    too); a token in ``eos_ids`` marks its row done. Returns True when every row is done.
+    """
+    if length >= sequences.shape[1]:
+        raise ValueError(f"sequence buffer of length {sequences.shape[1]} is full")
+    if tokens.shape[0] != sequences.shape[0] or done.shape[0] != sequences.shape[0]:
+        raise ValueError("tokens/done must have one entry per sequence row")
+    cdef bint all_done
+    with nogil:
+        all_done = commit_row_tokens(sequences, length, tokens, eos_ids, done, pad_id)
+    return all_done
+
+
+def gather_rows(
+    const float[:, :, ::1] logits, const int32_t[::1] index, float[:, ::1] out,
+):
+    """``out[b] = logits[b, index[b]]``: each row's logits at its last real token."""
+    cdef Py_ssize_t b, v, vocab = logits.shape[2]
+    if out.shape[0] < logits.shape[0] or out.shape[1] != vocab:
+        raise ValueError("output buffer shape does not match the logits")
+    for b in range(logits.shape[0]):
+        if index[b] < 0 or index[b] >= logits.shape[1]:
+            raise IndexError(f"row {b}: position {index[b]} outside the logits")
+    with nogil:
+        for b in range(logits.shape[0]):
+            for v in range(vocab):
+                out[b, v] = logits[b, index[b], v]

@@ -1,0 +1,265 @@
+# cython: language_level=3
+"""Minimal declarations of onnxruntime's C API, loaded at run time with dlopen.
+
+Written for this project from the documented layout of ``OrtApi``: a struct of function
+pointers to which onnxruntime only ever appends, so a function's position in it never changes.
+``ORT_SLOT_*`` below is the one place that names those positions (0-based); ``ort_api.pyx``
+copies each slot into a typed field of :c:type:`OrtFns` once, at load time.
+
+All ``OrtFns`` members are plain C function pointers: callable without the GIL.
+"""
+
+from libc.stdint cimport int64_t, uint32_t
+
+cdef extern from *:
+    """
+    #ifndef GENAI_ORT_OPAQUE_TYPES_H
+    #define GENAI_ORT_OPAQUE_TYPES_H
+    typedef struct OrtEnv OrtEnv;
+    typedef struct OrtStatus OrtStatus;
+    typedef struct OrtMemoryInfo OrtMemoryInfo;
+    typedef struct OrtIoBinding OrtIoBinding;
+    typedef struct OrtSession OrtSession;
+    typedef struct OrtValue OrtValue;
+    typedef struct OrtRunOptions OrtRunOptions;
+    typedef struct OrtTypeInfo OrtTypeInfo;
+    typedef struct OrtTensorTypeAndShapeInfo OrtTensorTypeAndShapeInfo;
+    typedef struct OrtSessionOptions OrtSessionOptions;
+    typedef struct OrtAllocator OrtAllocator;
+    typedef struct OrtCUDAProviderOptionsV2 OrtCUDAProviderOptionsV2;
+    #endif
+    """
+    ctypedef struct OrtEnv
+    ctypedef struct OrtStatus
+    ctypedef struct OrtMemoryInfo
+    ctypedef struct OrtIoBinding
+    ctypedef struct OrtSession
+    ctypedef struct OrtValue
+    ctypedef struct OrtRunOptions
+    ctypedef struct OrtTypeInfo
+    ctypedef struct OrtTensorTypeAndShapeInfo
+    ctypedef struct OrtSessionOptions
+    ctypedef struct OrtAllocator
+    ctypedef struct OrtCUDAProviderOptionsV2
+
+
+# The C API version we ask GetApi for: the lowest one that has every slot used below
+# (SessionOptionsAppendExecutionProvider arrived in 12; everything else is older).
+cdef enum:
+    ORT_API_VERSION_REQUIRED = 12
+
+# OrtErrorCode
+cdef enum OrtErrorCode:
+    ORT_OK = 0
+    ORT_FAIL = 1
+    ORT_INVALID_ARGUMENT = 2
+    ORT_NO_SUCHFILE = 3
+    ORT_NO_MODEL = 4
+    ORT_ENGINE_ERROR = 5
+    ORT_RUNTIME_EXCEPTION = 6
+    ORT_INVALID_PROTOBUF = 7
+    ORT_MODEL_LOADED = 8
+    ORT_NOT_IMPLEMENTED = 9
+    ORT_INVALID_GRAPH = 10
+    ORT_EP_FAIL = 11
+
+# ONNXTensorElementDataType (= onnx TensorProto.DataType)
+cdef enum OrtElemType:
+    ELEM_UNDEFINED = 0
+    ELEM_FLOAT = 1
+    ELEM_UINT8 = 2
+    ELEM_INT8 = 3
+    ELEM_UINT16 = 4
+    ELEM_INT16 = 5
+    ELEM_INT32 = 6
+    ELEM_INT64 = 7
+    ELEM_STRING = 8
+    ELEM_BOOL = 9
+    ELEM_FLOAT16 = 10
+    ELEM_DOUBLE = 11
+    ELEM_UINT32 = 12
+    ELEM_UINT64 = 13
+    ELEM_COMPLEX64 = 14
+    ELEM_COMPLEX128 = 15
+    ELEM_BFLOAT16 = 16
+
+# ONNXType
+cdef enum:
+    ONNX_TYPE_TENSOR = 1
+
+# OrtLoggingLevel
+cdef enum:
+    ORT_LOGGING_LEVEL_VERBOSE = 0
+    ORT_LOGGING_LEVEL_INFO = 1
+    ORT_LOGGING_LEVEL_WARNING = 2
+    ORT_LOGGING_LEVEL_ERROR = 3
+    ORT_LOGGING_LEVEL_FATAL = 4
+
+# OrtAllocatorType / OrtMemType
+cdef enum:
+    ORT_DEVICE_ALLOCATOR = 0
+    ORT_ARENA_ALLOCATOR = 1
+    ORT_MEM_TYPE_DEFAULT = 0
+
+# Positions of the functions we use in struct OrtApi (0-based; append-only, so fixed).
+cdef enum:
+    ORT_SLOT_CreateStatus = 0
+    ORT_SLOT_GetErrorCode = 1
+    ORT_SLOT_GetErrorMessage = 2
+    ORT_SLOT_CreateEnv = 3
+    ORT_SLOT_CreateSession = 7
+    ORT_SLOT_CreateSessionOptions = 10
+    ORT_SLOT_SetSessionLogId = 20
+    ORT_SLOT_SetSessionGraphOptimizationLevel = 23
+    ORT_SLOT_SetIntraOpNumThreads = 24
+    ORT_SLOT_SetInterOpNumThreads = 25
+    ORT_SLOT_SessionGetInputCount = 30
+    ORT_SLOT_SessionGetOutputCount = 31
+    ORT_SLOT_SessionGetInputTypeInfo = 33
+    ORT_SLOT_SessionGetOutputTypeInfo = 34
+    ORT_SLOT_SessionGetInputName = 36
+    ORT_SLOT_SessionGetOutputName = 37
+    ORT_SLOT_CreateTensorWithDataAsOrtValue = 49
+    ORT_SLOT_GetTensorMutableData = 51
+    ORT_SLOT_CastTypeInfoToTensorInfo = 55
+    ORT_SLOT_GetOnnxTypeFromTypeInfo = 56
+    ORT_SLOT_GetTensorElementType = 60
+    ORT_SLOT_GetDimensionsCount = 61
+    ORT_SLOT_GetDimensions = 62
+    ORT_SLOT_GetSymbolicDimensions = 63
+    ORT_SLOT_GetTensorTypeAndShape = 65
+    ORT_SLOT_CreateCpuMemoryInfo = 69
+    ORT_SLOT_AllocatorFree = 76
+    ORT_SLOT_GetAllocatorWithDefaultOptions = 78
+    ORT_SLOT_ReleaseEnv = 92
+    ORT_SLOT_ReleaseStatus = 93
+    ORT_SLOT_ReleaseMemoryInfo = 94
+    ORT_SLOT_ReleaseSession = 95
+    ORT_SLOT_ReleaseValue = 96
+    ORT_SLOT_ReleaseTypeInfo = 98
+    ORT_SLOT_ReleaseTensorTypeAndShapeInfo = 99
+    ORT_SLOT_ReleaseSessionOptions = 100
+    ORT_SLOT_AddSessionConfigEntry = 130
+    ORT_SLOT_RunWithBinding = 133
+    ORT_SLOT_CreateIoBinding = 134
+    ORT_SLOT_ReleaseIoBinding = 135
+    ORT_SLOT_BindInput = 136
+    ORT_SLOT_BindOutput = 137
+    ORT_SLOT_BindOutputToDevice = 138
+    ORT_SLOT_GetBoundOutputNames = 139
+    ORT_SLOT_GetBoundOutputValues = 140
+    ORT_SLOT_ClearBoundInputs = 141
+    ORT_SLOT_ClearBoundOutputs = 142
+    ORT_SLOT_SessionOptionsAppendExecutionProvider_CUDA_V2 = 204
+    ORT_SLOT_CreateCUDAProviderOptions = 205
+    ORT_SLOT_UpdateCUDAProviderOptions = 206
+    ORT_SLOT_ReleaseCUDAProviderOptions = 208
+    ORT_SLOT_SessionOptionsAppendExecutionProvider = 216
+
+
+# Typed copies of the OrtApi slots above. Enum-typed parameters are passed as int (same ABI).
+cdef struct OrtFns:
+    OrtStatus* (*CreateStatus)(int code, const char* msg) noexcept nogil
+    int (*GetErrorCode)(const OrtStatus* status) noexcept nogil
+    const char* (*GetErrorMessage)(const OrtStatus* status) noexcept nogil
+    OrtStatus* (*CreateEnv)(int log_level, const char* logid, OrtEnv** out) noexcept nogil
+    OrtStatus* (*CreateSession)(const OrtEnv* env, const char* model_path,
+                                const OrtSessionOptions* options,
+                                OrtSession** out) noexcept nogil
+    OrtStatus* (*CreateSessionOptions)(OrtSessionOptions** out) noexcept nogil
+    OrtStatus* (*SetSessionLogId)(OrtSessionOptions* options, const char* logid) noexcept nogil
+    OrtStatus* (*SetSessionGraphOptimizationLevel)(OrtSessionOptions* options,
+                                                   int level) noexcept nogil
+    OrtStatus* (*SetIntraOpNumThreads)(OrtSessionOptions* options, int n) noexcept nogil
+    OrtStatus* (*SetInterOpNumThreads)(OrtSessionOptions* options, int n) noexcept nogil
+    OrtStatus* (*SessionGetInputCount)(const OrtSession* session, size_t* out) noexcept nogil
+    OrtStatus* (*SessionGetOutputCount)(const OrtSession* session, size_t* out) noexcept nogil
+    OrtStatus* (*SessionGetInputTypeInfo)(const OrtSession* session, size_t index,
+                                          OrtTypeInfo** out) noexcept nogil
+    OrtStatus* (*SessionGetOutputTypeInfo)(const OrtSession* session, size_t index,
+                                           OrtTypeInfo** out) noexcept nogil
+    OrtStatus* (*SessionGetInputName)(const OrtSession* session, size_t index,
+                                      OrtAllocator* allocator, char** out) noexcept nogil
+    OrtStatus* (*SessionGetOutputName)(const OrtSession* session, size_t index,
+                                       OrtAllocator* allocator, char** out) noexcept nogil
+    OrtStatus* (*CreateTensorWithDataAsOrtValue)(const OrtMemoryInfo* info, void* data,
+                                                 size_t data_len, const int64_t* shape,
+                                                 size_t shape_len, int elem_type,
+                                                 OrtValue** out) noexcept nogil
+    OrtStatus* (*GetTensorMutableData)(OrtValue* value, void** out) noexcept nogil
+    OrtStatus* (*CastTypeInfoToTensorInfo)(const OrtTypeInfo* type_info,
+                                           const OrtTensorTypeAndShapeInfo** out) noexcept nogil
+    OrtStatus* (*GetOnnxTypeFromTypeInfo)(const OrtTypeInfo* type_info, int* out) noexcept nogil
+    OrtStatus* (*GetTensorElementType)(const OrtTensorTypeAndShapeInfo* info,
+                                       int* out) noexcept nogil
+    OrtStatus* (*GetDimensionsCount)(const OrtTensorTypeAndShapeInfo* info,
+                                     size_t* out) noexcept nogil
+    OrtStatus* (*GetDimensions)(const OrtTensorTypeAndShapeInfo* info, int64_t* dims,
+                                size_t dims_len) noexcept nogil
+    OrtStatus* (*GetSymbolicDimensions)(const OrtTensorTypeAndShapeInfo* info,
+                                        const char** dim_params, size_t n) noexcept nogil
+    OrtStatus* (*GetTensorTypeAndShape)(const OrtValue* value,
+                                        OrtTensorTypeAndShapeInfo** out) noexcept nogil
+    OrtStatus* (*CreateCpuMemoryInfo)(int allocator_type, int mem_type,
+                                      OrtMemoryInfo** out) noexcept nogil
+    OrtStatus* (*AllocatorFree)(OrtAllocator* allocator, void* p) noexcept nogil
+    OrtStatus* (*GetAllocatorWithDefaultOptions)(OrtAllocator** out) noexcept nogil
+    void (*ReleaseEnv)(OrtEnv* x) noexcept nogil
+    void (*ReleaseStatus)(OrtStatus* x) noexcept nogil
+    void (*ReleaseMemoryInfo)(OrtMemoryInfo* x) noexcept nogil
+    void (*ReleaseSession)(OrtSession* x) noexcept nogil
+    void (*ReleaseValue)(OrtValue* x) noexcept nogil
+    void (*ReleaseTypeInfo)(OrtTypeInfo* x) noexcept nogil
+    void (*ReleaseTensorTypeAndShapeInfo)(OrtTensorTypeAndShapeInfo* x) noexcept nogil
+    void (*ReleaseSessionOptions)(OrtSessionOptions* x) noexcept nogil
+    OrtStatus* (*AddSessionConfigEntry)(OrtSessionOptions* options, const char* key,
+                                        const char* value) noexcept nogil
+    OrtStatus* (*RunWithBinding)(OrtSession* session, const OrtRunOptions* run_options,
+                                 const OrtIoBinding* binding) noexcept nogil
+    OrtStatus* (*CreateIoBinding)(OrtSession* session, OrtIoBinding** out) noexcept nogil
+    void (*ReleaseIoBinding)(OrtIoBinding* x) noexcept nogil
+    OrtStatus* (*BindInput)(OrtIoBinding* binding, const char* name,
+                            const OrtValue* value) noexcept nogil
+    OrtStatus* (*BindOutput)(OrtIoBinding* binding, const char* name,
+                             const OrtValue* value) noexcept nogil
+    OrtStatus* (*BindOutputToDevice)(OrtIoBinding* binding, const char* name,
+                                     const OrtMemoryInfo* mem_info) noexcept nogil
+    OrtStatus* (*GetBoundOutputNames)(const OrtIoBinding* binding, OrtAllocator* allocator,
+                                      char** buffer, size_t** lengths,
+                                      size_t* count) noexcept nogil
+    OrtStatus* (*GetBoundOutputValues)(const OrtIoBinding* binding, OrtAllocator* allocator,
+                                       OrtValue*** values, size_t* count) noexcept nogil
+    void (*ClearBoundInputs)(OrtIoBinding* binding) noexcept nogil
+    void (*ClearBoundOutputs)(OrtIoBinding* binding) noexcept nogil
+    OrtStatus* (*SessionOptionsAppendExecutionProvider_CUDA_V2)(
+        OrtSessionOptions* options, const OrtCUDAProviderOptionsV2* cuda_options) noexcept nogil
+    OrtStatus* (*CreateCUDAProviderOptions)(OrtCUDAProviderOptionsV2** out) noexcept nogil
+    OrtStatus* (*UpdateCUDAProviderOptions)(OrtCUDAProviderOptionsV2* cuda_options,
+                                            const char* const* keys,
+                                            const char* const* values,
+                                            size_t n) noexcept nogil
+    void (*ReleaseCUDAProviderOptions)(OrtCUDAProviderOptionsV2* x) noexcept nogil
+    OrtStatus* (*SessionOptionsAppendExecutionProvider)(OrtSessionOptions* options,
+                                                        const char* provider_name,
+                                                        const char* const* keys,
+                                                        const char* const* values,
+                                                        size_t n) noexcept nogil
+
+
+# Loads libonnxruntime once (thread-safe under the GIL) and returns the typed table;
+# raises ImportError / RuntimeError naming the installed version when it cannot.
+cdef const OrtFns* ort_fns() except NULL
+
+# The process-wide OrtEnv (created on first use, never released).
+cdef OrtEnv* ort_env() except NULL
+
+# The default CPU allocator of the loaded library (for names/values ORT allocates).
+cdef OrtAllocator* ort_default_allocator() except NULL
+
+# Turn a non-NULL OrtStatus into a Python exception (OrtError or a subclass chosen by its code),
+# releasing the status. check_status(NULL) returns 0; otherwise it raises and returns -1.
+cdef object status_to_exception(OrtStatus* status, str context=*)
+cdef int check_status(OrtStatus* status, str context=*) except -1
+
+# Size in bytes of one element of a tensor element type; 0 for STRING / unsupported types.
+cdef size_t elem_size(int elem_type) noexcept nogil

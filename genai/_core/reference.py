@@ -1,0 +1,68 @@
+"""NumPy twins of the Cython kernels in `genai._core`, same interfaces, written for clarity.
+
+Tests run one body over both; the kernels must agree with these exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def prefill_inputs(tokens, pad_id, mask, positions, last_index):
+    """See `genai._core.bookkeeping.prefill_inputs`."""
+    batch, length = tokens.shape
+    for b in range(batch):
+        real = length
+        while real > 0 and tokens[b, real - 1] == pad_id:
+            real -= 1
+        mask[b, :length] = np.arange(length) < real
+        if positions.shape[0]:
+            positions[b, :length] = np.where(np.arange(length) < real, np.arange(length), 0)
+        last_index[b] = max(real - 1, 0)
+
+
+def append_mask_column(mask, batch, old_length):
+    """See `genai._core.bookkeeping.append_mask_column`."""
+    if mask.shape[0] < batch * (old_length + 1):
+        raise ValueError("mask buffer too small")
+    grown = np.concatenate(
+        [mask[: batch * old_length].reshape(batch, old_length), np.ones((batch, 1), mask.dtype)],
+        axis=1,
+    )
+    mask[: batch * (old_length + 1)] = grown.ravel()
+
+
+def fill_mask_ones(mask, start, stop):
+    """See `genai._core.bookkeeping.fill_mask_ones`."""
+    mask[start:stop] = 1
+
+
+def advance_positions(positions, next_position, count):
+    """See `genai._core.bookkeeping.advance_positions`."""
+    positions[:, :count] = next_position[:, None] + np.arange(count)
+    next_position += count
+
+
+def argmax_rows(logits, out):
+    """See `genai._core.bookkeeping.argmax_rows`."""
+    bad = np.isnan(logits).any(axis=1)
+    if bad.any():
+        raise ValueError(f"logits of row {int(np.argmax(bad))} contain NaN")
+    out[: logits.shape[0]] = np.argmax(logits, axis=1)
+
+
+def commit_tokens(sequences, length, tokens, eos_ids, done, pad_id):
+    """See `genai._core.bookkeeping.commit_tokens`."""
+    if length >= sequences.shape[1]:
+        raise ValueError("sequence buffer is full")
+    tokens[done.astype(bool)] = pad_id
+    done |= np.isin(tokens, eos_ids).astype(done.dtype)
+    sequences[:, length] = tokens
+    return bool(done.all())
+
+
+def gather_rows(logits, index, out):
+    """See `genai._core.bookkeeping.gather_rows`."""
+    if ((index < 0) | (index >= logits.shape[1])).any():
+        raise IndexError("position outside the logits")
+    out[: logits.shape[0]] = logits[np.arange(logits.shape[0]), index]

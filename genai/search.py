@@ -1,0 +1,129 @@
+"""Search options: the reference's names, defaults and types, validated once.
+
+``SearchOptions`` is a plain dataclass; `GeneratorParams` (in :mod:`genai.generator_params`)
+wraps it with the reference's ``set_search_options`` / ``get_search_options`` API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import SearchOptionError
+
+__all__ = ["MAX_BATCH_SIZE", "SearchOptions"]
+
+MAX_BATCH_SIZE = 32
+
+
+@dataclass
+class SearchOptions:
+    """Every search option with the reference's default.
+
+    ``max_length`` 0 means the model's context length. ``top_p`` is active only for
+    0 < p < 1. Greedy decoding is used when ``do_sample`` is false, ``top_k == 1`` or
+    ``temperature == 0``.
+    """
+
+    do_sample: bool = False
+    min_length: int = 0
+    max_length: int = 0
+    batch_size: int = 1
+    num_beams: int = 1
+    num_return_sequences: int = 1
+    top_k: int = 50
+    top_p: float = 0.0
+    temperature: float = 1.0
+    repetition_penalty: float = 1.0
+    length_penalty: float = 1.0
+    early_stopping: bool = True
+    no_repeat_ngram_size: int = 0
+    diversity_penalty: float = 0.0
+    past_present_share_buffer: bool = False
+    random_seed: int = -1
+    chunk_size: int = 0
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """All option names."""
+        return [f.name for f in fields(cls)]
+
+    def update(self, **options: Any) -> None:
+        """Set options by name, checking each name and type; ranges are checked by `validate`."""
+        types = {f.name: f.type for f in fields(self)}
+        for name, value in options.items():
+            if name not in types:
+                raise SearchOptionError(
+                    f"unknown search option {name!r}; known options: {', '.join(types)}"
+                )
+            setattr(self, name, _coerce(name, value, types[name]))
+
+    def as_reference_dict(self) -> dict[str, float | bool]:
+        """Options as the reference's ``get_search_options`` returns them: numbers as floats."""
+        return {
+            name: value if isinstance(value, bool) else float(value)
+            for name, value in sorted(dataclasses.asdict(self).items())
+        }
+
+    def validate(self, context_length: int) -> None:
+        """Check ranges against the model; raise `SearchOptionError` naming the option."""
+
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise SearchOptionError(message)
+
+        if self.max_length == 0:
+            self.max_length = context_length
+        need(self.max_length >= 1, f"max_length ({self.max_length}) must be >= 1")
+        need(
+            self.max_length <= context_length,
+            f"max_length ({self.max_length}) cannot be greater than model context_length "
+            f"({context_length})",
+        )
+        need(
+            1 <= self.batch_size <= MAX_BATCH_SIZE,
+            f"batch_size ({self.batch_size}) must be in [1, {MAX_BATCH_SIZE}]",
+        )
+        need(1 <= self.num_beams <= 32, f"num_beams ({self.num_beams}) must be in [1, 32]")
+        need(
+            1 <= self.num_return_sequences <= self.num_beams,
+            f"num_return_sequences ({self.num_return_sequences}) must be in [1, {self.num_beams}]",
+        )
+        need(self.min_length >= 0, f"min_length ({self.min_length}) must be >= 0")
+        need(self.top_k >= 0, f"top_k ({self.top_k}) must be >= 0")
+        need(0.0 <= self.top_p <= 1.0, f"top_p ({self.top_p}) must be in [0, 1]")
+        need(self.temperature >= 0.0, f"temperature ({self.temperature}) must be >= 0")
+        need(
+            self.repetition_penalty > 0.0,
+            f"repetition_penalty ({self.repetition_penalty}) must be > 0",
+        )
+        need(
+            self.no_repeat_ngram_size >= 0,
+            f"no_repeat_ngram_size ({self.no_repeat_ngram_size}) must be >= 0",
+        )
+        need(self.chunk_size >= 0, f"chunk_size ({self.chunk_size}) must be >= 0")
+        need(self.random_seed >= -1, f"random_seed ({self.random_seed}) must be >= -1")
+
+    @property
+    def is_greedy(self) -> bool:
+        """True when the next token is the argmax (the reference's rule)."""
+        return not self.do_sample or self.top_k == 1 or self.temperature == 0.0
+
+
+def _coerce(name: str, value: Any, kind: Any) -> Any:
+    kind = {"bool": bool, "int": int, "float": float}.get(kind, kind)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise SearchOptionError(f"{name} expects a bool, got {type(value).__name__} {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SearchOptionError(f"{name} expects a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise SearchOptionError(f"{name} must be finite, got {value!r}")
+    if kind is int:
+        if float(value) != int(value):
+            raise SearchOptionError(f"{name} must be an integer, got {value!r}")
+        return int(value)
+    return float(value)
