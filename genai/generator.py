@@ -90,12 +90,11 @@ class Generator:
         if array.dtype.kind not in "iu":
             raise TypeError(f"tokens must be integers, got dtype {array.dtype}")
         if array.ndim == 1:
-            if self.batch_size != 1:
-                if array.size % self.batch_size:
-                    raise ValueError(
-                        f"a 1-D token array of {array.size} ids cannot be split into "
-                        f"batch_size {self.batch_size} rows; pass [batch, length]"
-                    )
+            if array.size % self.batch_size:
+                raise ValueError(
+                    f"a 1-D token array of {array.size} ids cannot be split into "
+                    f"batch_size {self.batch_size} rows; pass [batch, length]"
+                )
             array = array.reshape(self.batch_size, -1)
         elif array.ndim != 2:
             raise ValueError(f"tokens must be 1-D or [batch, length], got shape {array.shape}")
@@ -108,7 +107,9 @@ class Generator:
             raise ValueError("append_tokens needs at least one token")
         if array.size and (array.min() < 0 or array.max() >= self.vocab_size):
             bad = array[(array < 0) | (array >= self.vocab_size)].flat[0]
-            raise ValueError(f"token id {int(bad)} is outside the vocabulary [0, {self.vocab_size})")
+            raise ValueError(
+                f"token id {int(bad)} is outside the vocabulary [0, {self.vocab_size})"
+            )
         if self._length + count > self.max_length:
             raise ValueError(
                 f"appending {count} tokens to {self._length} exceeds max_length {self.max_length}"

@@ -133,7 +133,9 @@ class GrowingKVCache(KVCache):
         axis = 3 if self.io.combined_kv else 2
         for name, value in self.past.items():
             array = value.numpy()
-            kept = np.ascontiguousarray(np.take(array, np.arange(min(length, array.shape[axis])), axis))
+            kept = np.ascontiguousarray(
+                np.take(array, np.arange(min(length, array.shape[axis])), axis)
+            )
             self.past[name] = ort.OrtValue.ortvalue_from_numpy(kept)
 
     @property

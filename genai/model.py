@@ -32,8 +32,27 @@ _OPT_LEVELS = {
 
 #: Model types whose decoder is a plain causal LM this engine runs.
 DECODER_ONLY_TYPES = frozenset(
-    "chatglm gemma gemma2 gemma3_text gpt2 gptoss granite llama mistral nemotron olmo phi "
-    "phi3 phi3small phimoe qwen2 qwen3 smollm3 ernie4_5".split()
+    [
+        "chatglm",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "gpt2",
+        "gptoss",
+        "granite",
+        "llama",
+        "mistral",
+        "nemotron",
+        "olmo",
+        "phi",
+        "phi3",
+        "phi3small",
+        "phimoe",
+        "qwen2",
+        "qwen3",
+        "smollm3",
+        "ernie4_5",
+    ]
 )
 
 
@@ -210,7 +229,9 @@ def _describe_io(config: Config, session: ort.InferenceSession) -> DecoderIO:
             raise ConfigError(f"KV input {name!r} (from the config's name template) not in {where}")
     for name in (*present_k, *present_v):
         if name not in outputs:
-            raise ConfigError(f"KV output {name!r} (from the config's name template) not in {where}")
+            raise ConfigError(
+                f"KV output {name!r} (from the config's name template) not in {where}"
+            )
     kv_dtype = dtype_of(inputs[past_k[0]], "KV input") if past_k else np.dtype(np.float32)
     kv_heads = int(
         config.decoder.get("num_key_value_heads") or config.decoder.get("num_attention_heads", 0)

@@ -6,7 +6,7 @@ Every kernel works on caller-owned buffers (the arrays bound to ORT through IOBi
 in place, and runs without the GIL. `genai._core.reference` holds the NumPy twin of each.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, uint8_t
 from libc.string cimport memmove
 
 

@@ -90,5 +90,7 @@ cdef class NativeSession:
     cdef int _bind_ptr(self, bint is_output, Py_ssize_t index, void* data,
                        const int64_t* shape, size_t ndim, int elem_type) noexcept nogil
 
+    cdef _bind_array(self, bint is_output, str name, object array, object shape)
+
     cpdef Py_ssize_t input_index(self, str name) except -1
     cpdef Py_ssize_t output_index(self, str name) except -1

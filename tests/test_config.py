@@ -1,0 +1,183 @@
+"""`genai.Config`: schema validation, clear errors, and the reference's editing API."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import genai
+from genai.config import normalize_provider_name
+
+BASE = {
+    "model": {
+        "type": "llama",
+        "context_length": 64,
+        "vocab_size": 10,
+        "eos_token_id": [2, 3],
+        "pad_token_id": 0,
+        "decoder": {
+            "filename": "model.onnx",
+            "num_hidden_layers": 1,
+            "session_options": {"log_id": "x", "provider_options": []},
+            "inputs": {"input_ids": "input_ids"},
+        },
+    },
+    "search": {"max_length": 32},
+}
+
+
+def write(folder: Path, doc: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "genai_config.json").write_text(json.dumps(doc))
+    (folder / "model.onnx").write_bytes(b"")
+    return folder
+
+
+def test_reads_values(tmp_path):
+    cfg = genai.Config(write(tmp_path, BASE))
+    assert cfg.get("model.decoder.filename") == "model.onnx"
+    assert cfg.get("model.missing", 5) == 5
+    assert cfg.context_length == 64
+    assert cfg.eos_token_ids == [2, 3]
+    assert cfg.path == tmp_path.resolve()
+    # the json file itself is accepted too
+    assert genai.Config(tmp_path / "genai_config.json").path == cfg.path
+
+
+def test_real_model_config_loads(smollm2_path):
+    cfg = genai.Config(smollm2_path)
+    assert cfg.get("model.decoder.num_hidden_layers") == 30
+    assert cfg.eos_token_ids == [2]
+
+
+def test_missing_folder_and_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        genai.Config(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="genai_config.json not found"):
+        genai.Config(tmp_path)
+
+
+def test_malformed_json(tmp_path):
+    (tmp_path / "genai_config.json").write_text("{not json")
+    with pytest.raises(genai.ConfigError, match="not valid JSON"):
+        genai.Config(tmp_path)
+
+
+def test_unknown_key_names_path_and_file(tmp_path):
+    doc = json.loads(json.dumps(BASE))
+    doc["model"]["decoder"]["inputs"]["bogus_input"] = "x"
+    write(tmp_path, doc)
+    with pytest.raises(genai.ConfigError) as info:
+        genai.Config(tmp_path)
+    assert "model.decoder.inputs.bogus_input" in str(info.value)
+    assert "genai_config.json" in str(info.value)
+    with pytest.warns(UserWarning, match="model.decoder.inputs.bogus_input"):
+        cfg = genai.Config(tmp_path, strict=False)
+    assert cfg.get("model.decoder.inputs.bogus_input") == "x"
+
+
+def test_wrong_type(tmp_path):
+    doc = json.loads(json.dumps(BASE))
+    doc["model"]["context_length"] = "64"
+    write(tmp_path, doc)
+    with pytest.raises(genai.ConfigError, match=r"model.context_length .* must be int"):
+        genai.Config(tmp_path)
+
+
+def test_session_options_free_string_entries(tmp_path):
+    doc = json.loads(json.dumps(BASE))
+    doc["model"]["decoder"]["session_options"]["session.disable_prepacking"] = "1"
+    cfg = genai.Config(write(tmp_path, doc))
+    assert cfg.get("model.decoder.session_options")["session.disable_prepacking"] == "1"
+    doc["model"]["decoder"]["session_options"]["other"] = 3
+    write(tmp_path, doc)
+    with pytest.raises(genai.ConfigError, match="session_options.other"):
+        genai.Config(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["../model.onnx", "/etc/passwd", "sub/../../x.onnx"])
+def test_filename_must_stay_inside_folder(tmp_path, name):
+    doc = json.loads(json.dumps(BASE))
+    doc["model"]["decoder"]["filename"] = name
+    write(tmp_path / "m", doc)
+    with pytest.raises(genai.ConfigError, match="inside the model folder|escapes"):
+        genai.Config(tmp_path / "m")
+
+
+def test_symlink_escaping_folder_is_refused(tmp_path):
+    outside = tmp_path / "outside.onnx"
+    outside.write_bytes(b"")
+    folder = write(tmp_path / "m", BASE)
+    (folder / "model.onnx").unlink()
+    (folder / "model.onnx").symlink_to(outside)
+    with pytest.raises(genai.ConfigError, match="escapes the model folder"):
+        genai.Config(folder)
+
+
+def test_max_length_over_context(tmp_path):
+    doc = json.loads(json.dumps(BASE))
+    doc["search"]["max_length"] = 65
+    write(tmp_path, doc)
+    with pytest.raises(genai.ConfigError, match="exceeds model.context_length"):
+        genai.Config(tmp_path)
+
+
+def test_overlay_merges_and_validates(tmp_path):
+    cfg = genai.Config(write(tmp_path, BASE))
+    cfg.overlay('{"search": {"max_length": 16, "top_k": 3}}')
+    assert cfg.get("search.max_length") == 16
+    assert cfg.get("search.top_k") == 3
+    assert cfg.get("model.vocab_size") == 10  # untouched
+    with pytest.raises(genai.ConfigError, match="search.nonsense"):
+        cfg.overlay({"search": {"nonsense": 1}})
+    with pytest.raises(genai.ConfigError, match="exceeds"):
+        cfg.overlay({"search": {"max_length": 100}})
+    assert cfg.get("search.max_length") == 16  # a rejected overlay changes nothing
+
+
+def test_provider_editing(tmp_path):
+    cfg = genai.Config(write(tmp_path, BASE))
+    cfg.append_provider("CUDAExecutionProvider")
+    cfg.set_provider_option("cuda", "device_id", "1")
+    cfg.set_provider_option("webgpu", "enableGraphCapture", "1")
+    assert cfg.providers == [("cuda", {"device_id": "1"}), ("WebGPU", {"enableGraphCapture": "1"})]
+    with pytest.raises(TypeError):
+        cfg.set_provider_option("cuda", "device_id", 1)
+    cfg.clear_providers()
+    assert cfg.providers == []
+
+
+@pytest.mark.parametrize(
+    ("given", "canonical"),
+    [
+        ("CUDAExecutionProvider", "cuda"),
+        ("cuda", "cuda"),
+        ("dml", "DML"),
+        ("qnn", "QNN"),
+        ("WEBGPU", "WebGPU"),
+        ("OpenVINOExecutionProvider", "OpenVINO"),
+        ("NvTensorRtRtx", "NvTensorRtRtx"),
+        ("my_vendor_ep", "my_vendor_ep"),
+    ],
+)
+def test_provider_names_normalised(given, canonical):
+    assert normalize_provider_name(given) == canonical
+
+
+def test_provider_options_validated(tmp_path):
+    doc = json.loads(json.dumps(BASE))
+    doc["model"]["decoder"]["session_options"]["provider_options"] = [{"cuda": {"x": 1}}]
+    write(tmp_path, doc)
+    with pytest.raises(genai.ConfigError, match=r"provider_options\[0\].cuda.x"):
+        genai.Config(tmp_path)
+
+
+def test_model_requires_existing_file(tmp_path, smollm2_path):
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    shutil.copy(smollm2_path / "genai_config.json", folder)
+    with pytest.raises(FileNotFoundError, match="model.onnx"):
+        genai.Model(folder)
