@@ -121,9 +121,8 @@ class Generator:
         first = self._length == 0
         self._sequences[:, self._length : self._length + count] = array
         self._length += count
-        if first:
-            self._done[:] = 0
-            self._all_done = False
+        self._done[:] = 0  # appending (also after EOS) continues every row
+        self._all_done = False
         self._run(prompt=first)
 
     # --- one step -------------------------------------------------------------------------------
@@ -150,8 +149,6 @@ class Generator:
     def is_done(self) -> bool:
         """True when every row emitted EOS or the sequence reached max_length (false while the
         logits of appended tokens are waiting to be used)."""
-        if self._logits_ready:
-            return False
         return self._all_done or self._length >= self.max_length
 
     # --- the model run --------------------------------------------------------------------------
@@ -248,8 +245,10 @@ class Generator:
 
     def get_logits(self) -> np.ndarray:
         """A copy of the logits the next token is chosen from, float32 [batch, 1, vocab]."""
-        if not self._ran_once and not self._logits_ready:
-            raise GenerationError("no logits yet: call append_tokens first")
+        if not self._logits_ready:
+            if self._length == 0:
+                raise GenerationError("no logits yet: call append_tokens first")
+            self._run(prompt=False)  # logits for the token chosen last, as the reference
         return self._logits_rows[:, None, :].copy()
 
     def set_logits(self, logits: np.ndarray) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from genai.testing.models import write_gpt2_decoder, write_gqa_decoder, write_optimum_decoder
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 SMOLLM2 = SHARED / "models" / "smollm2-135m-instruct-int4"
@@ -17,3 +20,27 @@ def smollm2_path() -> Path:
     if not (SMOLLM2 / "genai_config.json").is_file():
         pytest.skip(f"real model folder not found at {SMOLLM2} (../shared is beside the checkout)")
     return SMOLLM2
+
+
+#: Tiny random-weight fixture folders: name -> (writer, keyword arguments).
+FIXTURE_CASES: dict[str, tuple[Callable[..., Path], dict[str, object]]] = {
+    "gqa": (write_gqa_decoder, {}),
+    "gqa-noshare": (write_gqa_decoder, {"share_buffer": False}),
+    "gqa-int32": (write_gqa_decoder, {"id_dtype": "int32"}),
+    "gqa-wide": (
+        write_gqa_decoder,
+        {"vocab_size": 96, "num_layers": 3, "num_kv_heads": 1, "seed": 3},
+    ),
+    "optimum": (write_optimum_decoder, {}),
+    "optimum-int32": (write_optimum_decoder, {"id_dtype": "int32"}),
+    "optimum-mha": (write_optimum_decoder, {"num_kv_heads": 4, "seed": 5}),
+    "gpt2": (write_gpt2_decoder, {}),
+    "gpt2-int32": (write_gpt2_decoder, {"id_dtype": "int32", "seed": 1}),
+}
+
+
+@pytest.fixture(scope="session")
+def fixture_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every fixture folder of `FIXTURE_CASES`, written once per test session."""
+    root = tmp_path_factory.mktemp("fixture-models")
+    return {key: writer(root, name=key, **kw) for key, (writer, kw) in FIXTURE_CASES.items()}

@@ -11,7 +11,7 @@ from libc.string cimport memmove
 
 
 def prefill_inputs(
-    const int32_t[:, ::1] tokens, int32_t pad_id, index_t[:, ::1] mask,
+    const int32_t[:, :] tokens, int32_t pad_id, index_t[:, ::1] mask,
     index_t[:, ::1] positions, int32_t[::1] last_index,
 ):
     """Mask and positions for a right-padded prompt batch, as the reference builds them.

@@ -1,0 +1,1 @@
+"""Test helpers: tiny random-weight model folders in the onnxruntime-genai layout."""

@@ -1,0 +1,862 @@
+"""Tiny random-weight decoder model folders in the onnxruntime-genai layout.
+
+Every writer builds an fp32 ONNX graph with ``onnx.helper`` from weights drawn deterministically
+from ``seed`` and writes a complete folder (``model.onnx``, ``genai_config.json``,
+``tokenizer.json``, ``tokenizer_config.json``) that both the reference engine
+(``onnxruntime_genai``) and ours can load.
+
+Three layouts are covered:
+
+* :func:`write_gqa_decoder` -- what the reference's model builder emits for Llama-like models:
+  ``GroupQueryAttention`` (com.microsoft) with rotary embedding inside the op, no
+  ``position_ids`` input, ``seqlens_k = ReduceSum(attention_mask) - 1`` and
+  ``total_sequence_length = Shape(attention_mask)[1]`` computed in the graph,
+  ``SkipSimplifiedLayerNormalization`` between blocks.
+* :func:`write_optimum_decoder` -- an HF/optimum-style export: plain ONNX ops only, a
+  ``position_ids`` input, KV caches that grow by concatenation, causal mask combined with the
+  padding mask inside the graph.
+* :func:`write_gpt2_decoder` -- GPT-2 style: learned position embeddings, LayerNorm, GELU MLP,
+  biases, and combined ``past_%d`` / ``present_%d`` KV tensors of shape
+  ``[2, batch, heads, seq, head_size]``.
+
+The GQA and optimum writers draw identical weights for identical arguments, and compute the same
+function (up to float rounding), so their logits can be compared against each other.
+
+The lm_head columns of the pad/bos/eos ids are zero, so those ids (logit exactly 0) practically
+never win a greedy step: generation runs for the full ``max_length`` (to test EOS handling,
+overlay another ``eos_token_id`` or use ``set_logits``). The lm_head also carries a penalty on
+tokens already in context, so greedy sequences stay varied (typically 20-35 distinct tokens in 64
+steps) instead of looping on one token.
+
+Folders are written into ``out_dir / name``. The tokenizer is a SentencePiece-like BPE: ids 0, 1,
+2 are the special tokens ``<pad>``, ``<s>``, ``</s>``; id 3 is ``<unk>``; then ``▁`` (space),
+``a``-``z``, ``.,!?'`` and merges up to ``vocab_size``. Text made of those characters encodes and
+decodes identically in the reference and in ``tokenizers``; any other character encodes to id 3
+in ``tokenizers`` but to -1 in the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = ["write_gpt2_decoder", "write_gqa_decoder", "write_optimum_decoder"]
+
+IdDtype = Literal["int64", "int32"]
+
+_OPSET = 21
+_IR_VERSION = 10
+_MS_DOMAIN = "com.microsoft"
+_ROPE_THETA = 10000.0
+_EPS = 1e-5
+_MASKED = float(np.finfo(np.float32).min)
+_LM_HEAD_SCALE = 4.0
+_SELF_PENALTY = 4.0
+_CONTEXT_PENALTY = 4.0
+
+_ID_TYPES = {"int64": TensorProto.INT64, "int32": TensorProto.INT32}
+_NP_ID_TYPES = {"int64": np.int64, "int32": np.int32}
+
+# Tokenizer pieces: ids 0..2 special, 3 unknown, then a character alphabet, then merges.
+_SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+_SPACE = "\u2581"  # SentencePiece's word-boundary marker
+_ALPHABET = (_SPACE, *"abcdefghijklmnopqrstuvwxyz", *".,!?'")
+_MERGE_TARGETS = (
+    "▁t", "he", "in", "er", "an", "▁a", "on", "re", "▁the", "at", "en", "nd", "ou", "▁s",
+    "ed", "is", "or", "it", "▁w", "▁o", "ing", "es", "▁i", "ar", "▁b", "▁c", "ll", "▁h",
+    "le", "▁f", "▁m", "▁p", "▁d", "st", "ve", "▁and", "▁to", "▁of", "ion", "▁in", "th",
+)  # fmt: skip
+_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<s>' + message['role'] + '\n' + message['content'] + '</s>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<s>assistant\n' }}{% endif %}"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Shared pieces
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Dims:
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    context_length: int
+    gqa: bool = False
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < len(_SPECIAL_TOKENS) + len(_ALPHABET):
+            raise ValueError(
+                f"vocab_size must be >= {len(_SPECIAL_TOKENS) + len(_ALPHABET)} "
+                f"(special tokens + alphabet), got {self.vocab_size}"
+            )
+        if self.hidden_size % self.num_heads:
+            raise ValueError("hidden_size must be a multiple of num_heads")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        if self.head_size % 2:
+            raise ValueError("head_size (hidden_size / num_heads) must be even")
+        if self.gqa and self.head_size % 16:
+            # onnxruntime's CPU GroupQueryAttention kernel rejects other head sizes.
+            raise ValueError("GroupQueryAttention needs head_size (hidden / heads) % 16 == 0")
+        if self.num_layers < 1 or self.context_length < 2:
+            raise ValueError("need num_layers >= 1 and context_length >= 2")
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def intermediate_size(self) -> int:
+        return 2 * self.hidden_size
+
+
+class _Graph:
+    """Small helper around onnx.helper that names nodes and outputs automatically."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self._count = 0
+        self._consts: dict[tuple[str, tuple[int, ...], bytes], str] = {}
+
+    def input(self, name: str, elem_type: int, shape: Sequence[int | str]) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem_type, list(shape)))
+        return name
+
+    def output(self, name: str, elem_type: int, shape: Sequence[int | str]) -> None:
+        self.outputs.append(helper.make_tensor_value_info(name, elem_type, list(shape)))
+
+    def weight(self, name: str, array: np.ndarray) -> str:
+        self.initializers.append(numpy_helper.from_array(np.array(array, order="C"), name))
+        return name
+
+    def const(self, values: object, dtype: type = np.int64) -> str:
+        """An initializer holding ``values`` (deduplicated by value)."""
+        array = np.asarray(values, dtype=dtype)
+        key = (array.dtype.str, array.shape, array.tobytes())
+        if key not in self._consts:
+            self._consts[key] = self.weight(f"const_{len(self._consts)}", array)
+        return self._consts[key]
+
+    def ops(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        outputs: int | Sequence[str | None] = 1,
+        *,
+        domain: str = "",
+        **attrs: object,
+    ) -> list[str]:
+        self._count += 1
+        node_name = f"/{op_type}_{self._count}"
+        if isinstance(outputs, int):
+            outputs = [None] * outputs
+        names = [f"{node_name}/output_{i}" if out is None else out for i, out in enumerate(outputs)]
+        self.nodes.append(
+            helper.make_node(op_type, list(inputs), names, name=node_name, domain=domain, **attrs)
+        )
+        return names
+
+    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs: object) -> str:
+        return self.ops(op_type, inputs, [out] if out else 1, **attrs)[0]
+
+    def model(self) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes, self.name, self.inputs, self.outputs, self.initializers
+        )
+        opsets = [helper.make_opsetid("", _OPSET)]
+        if any(n.domain == _MS_DOMAIN for n in self.nodes):
+            opsets.append(helper.make_opsetid(_MS_DOMAIN, 1))
+        return helper.make_model(
+            graph, opset_imports=opsets, ir_version=_IR_VERSION, producer_name="genai.testing"
+        )
+
+
+def _normal(rng: np.random.Generator, shape: Sequence[int], std: float) -> np.ndarray:
+    return (rng.standard_normal(shape) * std).astype(np.float32)
+
+
+def _norm_weight(rng: np.random.Generator, size: int) -> np.ndarray:
+    return (1.0 + 0.1 * rng.standard_normal(size)).astype(np.float32)
+
+
+def _lm_head(
+    rng: np.random.Generator,
+    dims: _Dims,
+    embed: np.ndarray,
+    value_out_maps: Sequence[np.ndarray],
+    special_ids: Sequence[int],
+) -> np.ndarray:
+    """Random lm_head ``[hidden, vocab]`` plus a built-in dislike of recently seen tokens.
+
+    A purely random head lets greedy decoding fall into a short loop (often one token repeated)
+    after a few steps. Subtracting the token's own embedding (what the residual stream carries
+    for the current token) and its embedding pushed through each layer's value/output
+    projections (what attention copies from earlier tokens) lowers the logits of tokens already
+    in context, so greedy sequences stay varied over 64+ steps. Columns of special ids are zero.
+    """
+    scale = 1.0 / np.sqrt(dims.hidden_size)
+    weight = _normal(rng, (dims.hidden_size, dims.vocab_size), _LM_HEAD_SCALE * scale)
+    penalty = _SELF_PENALTY * embed.T
+    for value_out in value_out_maps:
+        penalty = penalty + _CONTEXT_PENALTY * (embed @ value_out).T
+    weight = (weight - scale * penalty).astype(np.float32)
+    weight[:, sorted(set(special_ids))] = 0.0
+    return weight
+
+
+def _llama_weights(dims: _Dims, seed: int, special_ids: Sequence[int]) -> dict[str, np.ndarray]:
+    """Llama-style weights, MatMul layout ``[in, out]``, shared by the GQA and optimum writers."""
+    rng = np.random.default_rng(seed)
+    d, hd = dims.hidden_size, dims.head_size
+    std = 1.0 / np.sqrt(d)
+    w: dict[str, np.ndarray] = {"embed": _normal(rng, (dims.vocab_size, d), 1.0)}
+    for i in range(dims.num_layers):
+        w[f"{i}.ln1"] = _norm_weight(rng, d)
+        w[f"{i}.q"] = _normal(rng, (d, dims.num_heads * hd), std)
+        w[f"{i}.k"] = _normal(rng, (d, dims.num_kv_heads * hd), std)
+        w[f"{i}.v"] = _normal(rng, (d, dims.num_kv_heads * hd), std)
+        w[f"{i}.o"] = _normal(rng, (dims.num_heads * hd, d), std)
+        w[f"{i}.ln2"] = _norm_weight(rng, d)
+        w[f"{i}.gate"] = _normal(rng, (d, dims.intermediate_size), std)
+        w[f"{i}.up"] = _normal(rng, (d, dims.intermediate_size), std)
+        w[f"{i}.down"] = _normal(rng, (dims.intermediate_size, d), 1.0 / np.sqrt(2 * d))
+    w["final_norm"] = _norm_weight(rng, d)
+    group = dims.num_heads // dims.num_kv_heads
+    value_out_maps = []
+    for i in range(dims.num_layers):
+        # Each query head reads the value head of its group: expand v to all heads.
+        v_all = np.repeat(w[f"{i}.v"].reshape(d, dims.num_kv_heads, 1, hd), group, axis=2)
+        value_out_maps.append(v_all.reshape(d, dims.num_heads * hd) @ w[f"{i}.o"])
+    w["lm_head"] = _lm_head(rng, dims, w["embed"], value_out_maps, special_ids)
+    return w
+
+
+def _gpt2_weights(dims: _Dims, seed: int, special_ids: Sequence[int]) -> dict[str, np.ndarray]:
+    """GPT-2 style weights (MatMul layout, biases, learned positions, untied lm_head)."""
+    rng = np.random.default_rng(seed)
+    d = dims.hidden_size
+    w: dict[str, np.ndarray] = {
+        "wte": _normal(rng, (dims.vocab_size, d), 1.0),
+        "wpe": _normal(rng, (dims.context_length, d), 0.5),
+    }
+
+    def layer_norm(prefix: str) -> None:
+        w[f"{prefix}.weight"] = _norm_weight(rng, d)
+        w[f"{prefix}.bias"] = _normal(rng, (d,), 0.05)
+
+    def linear(prefix: str, n_in: int, n_out: int) -> None:
+        w[f"{prefix}.weight"] = _normal(rng, (n_in, n_out), 1.0 / np.sqrt(n_in))
+        w[f"{prefix}.bias"] = _normal(rng, (n_out,), 0.05)
+
+    value_out_maps = []
+    for i in range(dims.num_layers):
+        layer_norm(f"h.{i}.ln_1")
+        linear(f"h.{i}.attn.c_attn", d, 3 * d)
+        linear(f"h.{i}.attn.c_proj", d, d)
+        layer_norm(f"h.{i}.ln_2")
+        linear(f"h.{i}.mlp.c_fc", d, 4 * d)
+        linear(f"h.{i}.mlp.c_proj", 4 * d, d)
+        value = w[f"h.{i}.attn.c_attn.weight"][:, 2 * d :]
+        value_out_maps.append(value @ w[f"h.{i}.attn.c_proj.weight"])
+    layer_norm("ln_f")
+    w["lm_head"] = _lm_head(rng, dims, w["wte"], value_out_maps, special_ids)
+    return w
+
+
+def _rotary_tables(dims: _Dims) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin caches ``[context_length, head_size / 2]`` (non-interleaved rotary)."""
+    inv_freq = _ROPE_THETA ** (-np.arange(0, dims.head_size, 2, dtype=np.float64) / dims.head_size)
+    angles = np.outer(np.arange(dims.context_length, dtype=np.float64), inv_freq)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def _rms_norm(g: _Graph, x: str, weight: str) -> str:
+    """RMSNorm written with standard ops (x / sqrt(mean(x^2) + eps) * weight)."""
+    mean_sq = g.op("ReduceMean", g.op("Mul", x, x), g.const([-1]), keepdims=1)
+    rms = g.op("Sqrt", g.op("Add", mean_sq, g.const(_EPS, np.float32)))
+    return g.op("Mul", g.op("Div", x, rms), weight)
+
+
+def _skip_rms_norm(g: _Graph, residual: str, skip: str, weight: str) -> tuple[str, str]:
+    """Builder-style fused residual add + RMSNorm; returns (normed, residual + skip)."""
+    normed, _, _, total = g.ops(
+        "SkipSimplifiedLayerNormalization",
+        [residual, skip, weight],
+        [None, "", "", None],
+        domain=_MS_DOMAIN,
+        epsilon=_EPS,
+    )
+    return normed, total
+
+
+def _swiglu_mlp(g: _Graph, x: str, gate: str, up: str, down: str) -> str:
+    gate_out = g.op("MatMul", x, gate)
+    act = g.op("Mul", gate_out, g.op("Sigmoid", gate_out))
+    return g.op("MatMul", g.op("Mul", act, g.op("MatMul", x, up)), down)
+
+
+def _dim(g: _Graph, tensor: str, axis: int) -> str:
+    """``Shape(tensor)[axis]`` as an int64 scalar."""
+    return g.op("Squeeze", g.op("Shape", tensor, start=axis, end=axis + 1), g.const([0]))
+
+
+def _attention_allowed(g: _Graph, input_ids: str, attention_mask: str) -> str:
+    """Bool ``[batch, 1, 1, seq, total]``: key j is visible to query i (causal AND not padding).
+
+    Query i of the new tokens sits at cache index ``total - seq + i``.
+    """
+    seq = _dim(g, input_ids, 1)
+    total = _dim(g, attention_mask, 1)
+    key_pos = g.op("Range", g.const(0), total, g.const(1))
+    query_pos = g.op("Range", g.op("Sub", total, seq), total, g.const(1))
+    causal = g.op("LessOrEqual", key_pos, g.op("Unsqueeze", query_pos, g.const([1])))
+    not_pad = g.op("Cast", attention_mask, to=TensorProto.BOOL)
+    not_pad = g.op("Unsqueeze", not_pad, g.const([1, 2, 3]))  # [batch, 1, 1, 1, total]
+    return g.op("And", causal, not_pad)
+
+
+def _split_heads(g: _Graph, x: str, heads: int, head_size: int) -> str:
+    """``[batch, seq, heads * head_size]`` -> ``[batch, heads, seq, head_size]``."""
+    x = g.op("Reshape", x, g.const([0, 0, heads, head_size]))
+    return g.op("Transpose", x, perm=[0, 2, 1, 3])
+
+
+def _rotary(g: _Graph, x: str, cos: str, sin: str) -> str:
+    """Non-interleaved rotary on ``[batch, heads, seq, head_size]``; cos/sin ``[b, 1, s, hd/2]``."""
+    x1, x2 = g.ops("Split", [x], 2, axis=-1, num_outputs=2)
+    first = g.op("Sub", g.op("Mul", x1, cos), g.op("Mul", x2, sin))
+    second = g.op("Add", g.op("Mul", x2, cos), g.op("Mul", x1, sin))
+    return g.op("Concat", first, second, axis=-1)
+
+
+def _attention(g: _Graph, q: str, k: str, v: str, allowed: str, dims: _Dims) -> str:
+    """Grouped scaled-dot-product attention with plain ops.
+
+    q ``[b, heads, s, hd]``, k/v ``[b, kv_heads, t, hd]``, allowed ``[b, 1, 1, s, t]``;
+    returns ``[b, s, heads * hd]``.
+    """
+    hd, kv = dims.head_size, dims.num_kv_heads
+    group = dims.num_heads // kv
+    q5 = g.op("Reshape", q, g.const([0, kv, group, -1, hd]))
+    k5 = g.op("Unsqueeze", k, g.const([2]))
+    v5 = g.op("Unsqueeze", v, g.const([2]))
+    scores = g.op("MatMul", q5, g.op("Transpose", k5, perm=[0, 1, 2, 4, 3]))
+    scores = g.op("Mul", scores, g.const(1.0 / np.sqrt(hd), np.float32))
+    scores = g.op("Where", allowed, scores, g.const(_MASKED, np.float32))
+    ctx = g.op("MatMul", g.op("Softmax", scores, axis=-1), v5)  # [b, kv, group, s, hd]
+    ctx = g.op("Reshape", ctx, g.const([0, dims.num_heads, -1, hd]))
+    ctx = g.op("Transpose", ctx, perm=[0, 2, 1, 3])
+    return g.op("Reshape", ctx, g.const([0, 0, dims.num_heads * hd]))
+
+
+def _id_elem_type(id_dtype: str) -> int:
+    if id_dtype not in _ID_TYPES:
+        raise ValueError(f"id_dtype must be 'int64' or 'int32', got {id_dtype!r}")
+    return _ID_TYPES[id_dtype]
+
+
+def _kv_shape(dims: _Dims, heads: int, seq: str) -> list[int | str]:
+    return ["batch_size", heads, seq, dims.head_size]
+
+
+def _build_tokenizer_vocab(vocab_size: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    vocab: dict[str, int] = {}
+    for token in (*_SPECIAL_TOKENS, *_ALPHABET):
+        vocab[token] = len(vocab)
+    merges: list[tuple[str, str]] = []
+
+    def candidates() -> Iterator[str]:
+        yield from _MERGE_TARGETS
+        for a in _ALPHABET[1:27]:
+            yield _SPACE + a
+        for a in _ALPHABET[1:27]:
+            for b in _ALPHABET[1:27]:
+                yield a + b
+        n = 0
+        while True:  # three-letter words, never exhausted in practice
+            yield _ALPHABET[1 + n % 26] + _ALPHABET[1 + (n // 26) % 26] + _ALPHABET[1 + n // 676]
+            n += 1
+
+    for target in candidates():
+        if len(vocab) >= vocab_size:
+            break
+        if target in vocab:
+            continue
+        for cut in range(len(target) - 1, 0, -1):
+            left, right = target[:cut], target[cut:]
+            if left in vocab and right in vocab:
+                merges.append((left, right))
+                vocab[target] = len(vocab)
+                break
+    return vocab, merges
+
+
+def _write_tokenizer(
+    folder: pathlib.Path,
+    vocab_size: int,
+    *,
+    bos_token_id: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    context_length: int,
+) -> None:
+    """Write a Llama-style (SentencePiece-like BPE) tokenizer.json and tokenizer_config.json."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+
+    vocab, merges = _build_tokenizer_vocab(vocab_size)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>"))
+    # No dummy-prefix space: with ``Prepend`` + ``Strip`` the reference's tokenizer and
+    # ``tokenizers`` disagree on leading spaces; without them both encode and decode alike.
+    tokenizer.normalizer = normalizers.Replace(" ", _SPACE)
+    tokenizer.decoder = decoders.Sequence([decoders.Replace(_SPACE, " "), decoders.Fuse()])
+    tokenizer.add_special_tokens([AddedToken(t, special=True) for t in _SPECIAL_TOKENS[:3]])
+    if tokenizer.get_vocab_size() != vocab_size:
+        raise AssertionError("tokenizer vocabulary size mismatch")
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+    id_to_token = {i: t for t, i in vocab.items()}
+    config = {
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "bos_token": id_to_token[bos_token_id],
+        "eos_token": id_to_token[eos_token_id],
+        "pad_token": id_to_token[pad_token_id],
+        "unk_token": "<unk>",
+        "model_max_length": context_length,
+        "clean_up_tokenization_spaces": False,
+        "tokenizer_class": "LlamaTokenizer",
+        "chat_template": _CHAT_TEMPLATE,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _write_folder(
+    out_dir: str | pathlib.Path,
+    name: str,
+    model: onnx.ModelProto,
+    *,
+    model_type: str,
+    dims: _Dims,
+    inputs: dict[str, str],
+    outputs: dict[str, str],
+    share_buffer: bool,
+    bos_token_id: int,
+    eos_token_id: int,
+    pad_token_id: int,
+) -> pathlib.Path:
+    """Write model.onnx, genai_config.json and the tokenizer files into ``out_dir / name``."""
+    for token_id in (bos_token_id, eos_token_id, pad_token_id):
+        if not 0 <= token_id < dims.vocab_size:
+            raise ValueError(f"special token id {token_id} outside the vocabulary")
+    folder = pathlib.Path(out_dir) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model, str(folder / "model.onnx"))
+    config = {
+        "model": {
+            "bos_token_id": bos_token_id,
+            "context_length": dims.context_length,
+            "decoder": {
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "filename": "model.onnx",
+                "head_size": dims.head_size,
+                "hidden_size": dims.hidden_size,
+                "inputs": inputs,
+                "outputs": outputs,
+                "num_attention_heads": dims.num_heads,
+                "num_hidden_layers": dims.num_layers,
+                "num_key_value_heads": dims.num_kv_heads,
+            },
+            "eos_token_id": eos_token_id,
+            "pad_token_id": pad_token_id,
+            "type": model_type,
+            "vocab_size": dims.vocab_size,
+        },
+        "search": {
+            "diversity_penalty": 0.0,
+            "do_sample": False,
+            "early_stopping": True,
+            "length_penalty": 1.0,
+            "max_length": dims.context_length,
+            "min_length": 0,
+            "no_repeat_ngram_size": 0,
+            "num_beams": 1,
+            "num_return_sequences": 1,
+            "past_present_share_buffer": share_buffer,
+            "repetition_penalty": 1.0,
+            "temperature": 1.0,
+            "top_k": 50,
+            "top_p": 1.0,
+        },
+    }
+    (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
+    _write_tokenizer(
+        folder,
+        dims.vocab_size,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        context_length=dims.context_length,
+    )
+    return folder
+
+
+_SPLIT_KV_INPUTS = {
+    "past_key_names": "past_key_values.%d.key",
+    "past_value_names": "past_key_values.%d.value",
+}
+_SPLIT_KV_OUTPUTS = {
+    "logits": "logits",
+    "present_key_names": "present.%d.key",
+    "present_value_names": "present.%d.value",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Writers
+# --------------------------------------------------------------------------------------------
+
+
+def write_gqa_decoder(
+    out_dir: str | pathlib.Path,
+    *,
+    vocab_size: int = 64,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    context_length: int = 128,
+    seed: int = 0,
+    id_dtype: IdDtype = "int64",
+    share_buffer: bool = True,
+    eos_token_id: int = 2,
+    pad_token_id: int = 0,
+    bos_token_id: int = 1,
+    name: str = "gqa-decoder",
+) -> pathlib.Path:
+    """Write a builder-style GroupQueryAttention decoder folder into ``out_dir / name``.
+
+    Graph inputs: ``input_ids`` ``[batch, seq]`` and ``attention_mask`` ``[batch, total]`` (both
+    ``id_dtype``), ``past_key_values.{i}.key|value`` fp32 ``[batch, kv_heads, past, head_size]``.
+    Outputs: ``logits`` fp32 ``[batch, seq, vocab]``, ``present.{i}.key|value`` fp32
+    ``[batch, kv_heads, total, head_size]``. Rotary runs inside GroupQueryAttention
+    (``do_rotary=1``, cos/sin caches of ``context_length`` rows), so there is no ``position_ids``.
+    ``search.past_present_share_buffer`` is ``share_buffer`` (GQA handles both layouts).
+    Same arguments as :func:`write_optimum_decoder` give the same weights and function.
+    """
+    dims = _Dims(
+        vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, context_length, gqa=True
+    )
+    ids_type = _id_elem_type(id_dtype)
+    w = _llama_weights(dims, seed, (bos_token_id, eos_token_id, pad_token_id))
+    cos, sin = _rotary_tables(dims)
+    g = _Graph("gqa_decoder")
+
+    input_ids = g.input("input_ids", ids_type, ["batch_size", "sequence_length"])
+    mask = g.input("attention_mask", ids_type, ["batch_size", "total_sequence_length"])
+    kv_in = _kv_shape(dims, num_kv_heads, "past_sequence_length")
+    kv_out = _kv_shape(dims, num_kv_heads, "total_sequence_length")
+    for i in range(num_layers):
+        g.input(f"past_key_values.{i}.key", TensorProto.FLOAT, kv_in)
+        g.input(f"past_key_values.{i}.value", TensorProto.FLOAT, kv_in)
+    g.output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", vocab_size])
+    for i in range(num_layers):
+        g.output(f"present.{i}.key", TensorProto.FLOAT, kv_out)
+        g.output(f"present.{i}.value", TensorProto.FLOAT, kv_out)
+
+    # Builder's "attn_mask_reformat" subgraph.
+    one = g.const([1], _NP_ID_TYPES[id_dtype])
+    seqlens_k = g.op("Sub", g.op("ReduceSum", mask, g.const([1]), keepdims=0), one)
+    seqlens_k = g.op("Cast", seqlens_k, to=TensorProto.INT32)
+    total_len = g.op("Gather", g.op("Shape", mask), g.const(1), axis=0)
+    total_len = g.op("Cast", total_len, to=TensorProto.INT32)
+    cos_cache = g.weight("cos_cache", cos)
+    sin_cache = g.weight("sin_cache", sin)
+
+    residual = g.op("Gather", g.weight("embed_tokens.weight", w["embed"]), input_ids, axis=0)
+    hidden = _rms_norm(g, residual, g.weight("layers.0.input_layernorm.weight", w["0.ln1"]))
+    mlp_out = ""
+    for i in range(num_layers):
+        p = f"layers.{i}"
+        if i > 0:
+            ln1 = g.weight(f"{p}.input_layernorm.weight", w[f"{i}.ln1"])
+            hidden, residual = _skip_rms_norm(g, residual, mlp_out, ln1)
+        qkv_w = np.concatenate([w[f"{i}.q"], w[f"{i}.k"], w[f"{i}.v"]], axis=1)
+        qkv = g.op("MatMul", hidden, g.weight(f"{p}.attn.qkv_proj.weight", qkv_w))
+        attn, _, _ = g.ops(
+            "GroupQueryAttention",
+            [
+                qkv,
+                "",
+                "",
+                f"past_key_values.{i}.key",
+                f"past_key_values.{i}.value",
+                seqlens_k,
+                total_len,
+                cos_cache,
+                sin_cache,
+            ],
+            [f"/{p}/attn/output_0", f"present.{i}.key", f"present.{i}.value"],
+            domain=_MS_DOMAIN,
+            num_heads=num_heads,
+            kv_num_heads=num_kv_heads,
+            scale=float(1.0 / np.sqrt(dims.head_size)),
+            do_rotary=1,
+            rotary_interleaved=0,
+            local_window_size=-1,
+            softcap=0.0,
+        )
+        attn = g.op("MatMul", attn, g.weight(f"{p}.attn.o_proj.weight", w[f"{i}.o"]))
+        ln2 = g.weight(f"{p}.post_attention_layernorm.weight", w[f"{i}.ln2"])
+        hidden, residual = _skip_rms_norm(g, residual, attn, ln2)
+        mlp_out = _swiglu_mlp(
+            g,
+            hidden,
+            g.weight(f"{p}.mlp.gate_proj.weight", w[f"{i}.gate"]),
+            g.weight(f"{p}.mlp.up_proj.weight", w[f"{i}.up"]),
+            g.weight(f"{p}.mlp.down_proj.weight", w[f"{i}.down"]),
+        )
+    final_norm = g.weight("final_norm.weight", w["final_norm"])
+    hidden, _ = _skip_rms_norm(g, residual, mlp_out, final_norm)
+    g.op("MatMul", hidden, g.weight("lm_head.weight", w["lm_head"]), out="logits")
+
+    return _write_folder(
+        out_dir,
+        name,
+        g.model(),
+        model_type="llama",
+        dims=dims,
+        inputs={"input_ids": "input_ids", "attention_mask": "attention_mask", **_SPLIT_KV_INPUTS},
+        outputs=_SPLIT_KV_OUTPUTS,
+        share_buffer=share_buffer,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+    )
+
+
+def write_optimum_decoder(
+    out_dir: str | pathlib.Path,
+    *,
+    vocab_size: int = 64,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    context_length: int = 128,
+    seed: int = 0,
+    id_dtype: IdDtype = "int64",
+    eos_token_id: int = 2,
+    pad_token_id: int = 0,
+    bos_token_id: int = 1,
+    name: str = "optimum-decoder",
+) -> pathlib.Path:
+    """Write an HF/optimum-style Llama decoder (plain ONNX ops) into ``out_dir / name``.
+
+    Graph inputs: ``input_ids`` ``[batch, seq]``, ``attention_mask`` ``[batch, total]``,
+    ``position_ids`` ``[batch, seq]`` (all ``id_dtype``), ``past_key_values.{i}.key|value`` fp32
+    ``[batch, kv_heads, past, head_size]``. Outputs: ``logits`` ``[batch, seq, vocab]`` and
+    ``present.{i}.key|value`` = past concatenated with the new K/V ``[batch, kv_heads, past + seq,
+    head_size]``. Rotary uses cos/sin rows gathered by ``position_ids``; attention allows key ``j``
+    for query ``i`` when ``j <= past + i`` and ``attention_mask[j] == 1``.
+    ``past_present_share_buffer`` is false. Same arguments as :func:`write_gqa_decoder` give the
+    same weights and function.
+    """
+    dims = _Dims(vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, context_length)
+    ids_type = _id_elem_type(id_dtype)
+    w = _llama_weights(dims, seed, (bos_token_id, eos_token_id, pad_token_id))
+    cos, sin = _rotary_tables(dims)
+    g = _Graph("optimum_decoder")
+
+    input_ids = g.input("input_ids", ids_type, ["batch_size", "sequence_length"])
+    mask = g.input("attention_mask", ids_type, ["batch_size", "total_sequence_length"])
+    position_ids = g.input("position_ids", ids_type, ["batch_size", "sequence_length"])
+    kv_in = _kv_shape(dims, num_kv_heads, "past_sequence_length")
+    kv_out = _kv_shape(dims, num_kv_heads, "total_sequence_length")
+    for i in range(num_layers):
+        g.input(f"past_key_values.{i}.key", TensorProto.FLOAT, kv_in)
+        g.input(f"past_key_values.{i}.value", TensorProto.FLOAT, kv_in)
+    g.output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", vocab_size])
+    for i in range(num_layers):
+        g.output(f"present.{i}.key", TensorProto.FLOAT, kv_out)
+        g.output(f"present.{i}.value", TensorProto.FLOAT, kv_out)
+
+    allowed = _attention_allowed(g, input_ids, mask)
+    unsq = g.const([1])
+    cos_pos = g.op("Unsqueeze", g.op("Gather", g.weight("cos_table", cos), position_ids), unsq)
+    sin_pos = g.op("Unsqueeze", g.op("Gather", g.weight("sin_table", sin), position_ids), unsq)
+
+    residual = g.op("Gather", g.weight("embed_tokens.weight", w["embed"]), input_ids, axis=0)
+    for i in range(num_layers):
+        p = f"layers.{i}"
+        hidden = _rms_norm(g, residual, g.weight(f"{p}.input_layernorm.weight", w[f"{i}.ln1"]))
+        q = g.op("MatMul", hidden, g.weight(f"{p}.attn.q_proj.weight", w[f"{i}.q"]))
+        k = g.op("MatMul", hidden, g.weight(f"{p}.attn.k_proj.weight", w[f"{i}.k"]))
+        v = g.op("MatMul", hidden, g.weight(f"{p}.attn.v_proj.weight", w[f"{i}.v"]))
+        q = _rotary(g, _split_heads(g, q, num_heads, dims.head_size), cos_pos, sin_pos)
+        k = _rotary(g, _split_heads(g, k, num_kv_heads, dims.head_size), cos_pos, sin_pos)
+        v = _split_heads(g, v, num_kv_heads, dims.head_size)
+        k = g.op("Concat", f"past_key_values.{i}.key", k, axis=2, out=f"present.{i}.key")
+        v = g.op("Concat", f"past_key_values.{i}.value", v, axis=2, out=f"present.{i}.value")
+        attn = _attention(g, q, k, v, allowed, dims)
+        attn = g.op("MatMul", attn, g.weight(f"{p}.attn.o_proj.weight", w[f"{i}.o"]))
+        residual = g.op("Add", residual, attn)
+        hidden = _rms_norm(
+            g, residual, g.weight(f"{p}.post_attention_layernorm.weight", w[f"{i}.ln2"])
+        )
+        mlp_out = _swiglu_mlp(
+            g,
+            hidden,
+            g.weight(f"{p}.mlp.gate_proj.weight", w[f"{i}.gate"]),
+            g.weight(f"{p}.mlp.up_proj.weight", w[f"{i}.up"]),
+            g.weight(f"{p}.mlp.down_proj.weight", w[f"{i}.down"]),
+        )
+        residual = g.op("Add", residual, mlp_out)
+    hidden = _rms_norm(g, residual, g.weight("final_norm.weight", w["final_norm"]))
+    g.op("MatMul", hidden, g.weight("lm_head.weight", w["lm_head"]), out="logits")
+
+    return _write_folder(
+        out_dir,
+        name,
+        g.model(),
+        model_type="llama",
+        dims=dims,
+        inputs={
+            "input_ids": "input_ids",
+            "attention_mask": "attention_mask",
+            "position_ids": "position_ids",
+            **_SPLIT_KV_INPUTS,
+        },
+        outputs=_SPLIT_KV_OUTPUTS,
+        share_buffer=False,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+    )
+
+
+def write_gpt2_decoder(
+    out_dir: str | pathlib.Path,
+    *,
+    vocab_size: int = 64,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    context_length: int = 128,
+    seed: int = 0,
+    id_dtype: IdDtype = "int64",
+    eos_token_id: int = 2,
+    pad_token_id: int = 0,
+    bos_token_id: int = 1,
+    name: str = "gpt2-decoder",
+) -> pathlib.Path:
+    """Write a GPT-2 style decoder with combined K/V caches into ``out_dir / name``.
+
+    Graph inputs: ``input_ids``, ``attention_mask``, ``position_ids`` (``id_dtype``; ``[batch,
+    seq]``, ``[batch, total]``, ``[batch, seq]``), ``past_{i}`` fp32 ``[2, batch, heads, past,
+    head_size]`` (index 0 = key, 1 = value). Outputs: ``logits`` ``[batch, seq, vocab]``,
+    ``present_{i}`` ``[2, batch, heads, past + seq, head_size]``. Learned position embeddings
+    (``context_length`` rows) gathered by ``position_ids``, LayerNormalization, tanh-GELU MLP,
+    biases everywhere, untied lm_head. genai_config: ``model.type`` "gpt2",
+    ``past_names`` "past_%d", ``present_names`` "present_%d", no shared buffer.
+    """
+    dims = _Dims(vocab_size, hidden_size, num_layers, num_heads, num_heads, context_length)
+    ids_type = _id_elem_type(id_dtype)
+    d, hd = hidden_size, dims.head_size
+    g = _Graph("gpt2_decoder")
+
+    input_ids = g.input("input_ids", ids_type, ["batch_size", "sequence_length"])
+    mask = g.input("attention_mask", ids_type, ["batch_size", "total_sequence_length"])
+    position_ids = g.input("position_ids", ids_type, ["batch_size", "sequence_length"])
+    for i in range(num_layers):
+        g.input(
+            f"past_{i}", TensorProto.FLOAT, [2, *_kv_shape(dims, num_heads, "past_sequence_length")]
+        )
+    g.output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", vocab_size])
+    for i in range(num_layers):
+        g.output(
+            f"present_{i}",
+            TensorProto.FLOAT,
+            [2, *_kv_shape(dims, num_heads, "total_sequence_length")],
+        )
+
+    w = _gpt2_weights(dims, seed, (bos_token_id, eos_token_id, pad_token_id))
+
+    def param(name: str) -> str:
+        return g.weight(name, w[name])
+
+    def layer_norm(x: str, prefix: str) -> str:
+        gamma, beta = param(f"{prefix}.weight"), param(f"{prefix}.bias")
+        return g.op("LayerNormalization", x, gamma, beta, axis=-1, epsilon=_EPS)
+
+    def linear(x: str, prefix: str) -> str:
+        return g.op("Add", g.op("MatMul", x, param(f"{prefix}.weight")), param(f"{prefix}.bias"))
+
+    allowed = _attention_allowed(g, input_ids, mask)
+    hidden = g.op(
+        "Add",
+        g.op("Gather", param("wte"), input_ids, axis=0),
+        g.op("Gather", param("wpe"), position_ids, axis=0),
+    )
+    for i in range(num_layers):
+        p = f"h.{i}"
+        x = layer_norm(hidden, f"{p}.ln_1")
+        qkv = linear(x, f"{p}.attn.c_attn")
+        q, k, v = (
+            _split_heads(g, t, num_heads, hd)
+            for t in g.ops("Split", [qkv, g.const([d, d, d])], 3, axis=-1)
+        )
+        past_k = g.op("Gather", f"past_{i}", g.const(0), axis=0)
+        past_v = g.op("Gather", f"past_{i}", g.const(1), axis=0)
+        k = g.op("Concat", past_k, k, axis=2)
+        v = g.op("Concat", past_v, v, axis=2)
+        unsq = g.const([0])
+        g.op(
+            "Concat",
+            g.op("Unsqueeze", k, unsq),
+            g.op("Unsqueeze", v, unsq),
+            axis=0,
+            out=f"present_{i}",
+        )
+        attn = linear(_attention(g, q, k, v, allowed, dims), f"{p}.attn.c_proj")
+        hidden = g.op("Add", hidden, attn)
+        x = layer_norm(hidden, f"{p}.ln_2")
+        x = g.op("Gelu", linear(x, f"{p}.mlp.c_fc"), approximate="tanh")
+        hidden = g.op("Add", hidden, linear(x, f"{p}.mlp.c_proj"))
+    hidden = layer_norm(hidden, "ln_f")
+    g.op("MatMul", hidden, param("lm_head"), out="logits")
+
+    return _write_folder(
+        out_dir,
+        name,
+        g.model(),
+        model_type="gpt2",
+        dims=dims,
+        inputs={
+            "input_ids": "input_ids",
+            "attention_mask": "attention_mask",
+            "position_ids": "position_ids",
+            "past_names": "past_%d",
+        },
+        outputs={"logits": "logits", "present_names": "present_%d"},
+        share_buffer=False,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+    )
