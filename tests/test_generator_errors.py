@@ -1,0 +1,113 @@
+"""Bad input to the Generator gets a clear Python exception naming the problem."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import genai
+
+
+@pytest.fixture(scope="module")
+def model(fixture_folders):
+    return genai.Model(fixture_folders["gqa"])
+
+
+def make(model, **options):
+    params = genai.GeneratorParams(model)
+    params.set_search_options(**{"max_length": 16, **options})
+    return genai.Generator(model, params)
+
+
+def test_generate_before_append(model):
+    with pytest.raises(genai.GenerationError, match="append_tokens before generate_next_token"):
+        make(model).generate_next_token()
+
+
+def test_get_logits_before_append(model):
+    with pytest.raises(genai.GenerationError, match="append_tokens"):
+        make(model).get_logits()
+
+
+@pytest.mark.parametrize("bad", [64, 1000, -1])
+def test_token_id_out_of_vocabulary(model, bad):
+    with pytest.raises(ValueError, match=rf"token id {bad} is outside the vocabulary \[0, 64\)"):
+        make(model).append_tokens(np.array([5, bad], np.int32))
+
+
+def test_wrong_dtype(model):
+    with pytest.raises(TypeError, match="tokens must be integers, got dtype float32"):
+        make(model).append_tokens(np.array([1.0, 2.0], np.float32))
+
+
+def test_wrong_rank(model):
+    with pytest.raises(ValueError, match=r"1-D or \[batch, length\]"):
+        make(model).append_tokens(np.zeros((1, 2, 3), np.int32))
+
+
+def test_wrong_batch_rows(model):
+    with pytest.raises(ValueError, match="tokens have 3 rows but batch_size is 2"):
+        make(model, batch_size=2).append_tokens(np.ones((3, 4), np.int32))
+
+
+def test_append_beyond_max_length(model):
+    generator = make(model)
+    generator.append_tokens(np.arange(3, 13, dtype=np.int32))
+    with pytest.raises(ValueError, match="exceeds max_length 16"):
+        generator.append_tokens(np.arange(3, 10, dtype=np.int32))
+
+
+def test_generate_past_max_length_stops(model):
+    generator = make(model, max_length=8)
+    generator.append_tokens(np.arange(3, 8, dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    assert generator.token_count() == 8
+    with pytest.raises(genai.GenerationError, match="max_length 8"):
+        generator.generate_next_token()
+
+
+def test_set_logits_checks_shape_and_dtype(model):
+    generator = make(model)
+    with pytest.raises(TypeError, match="float32"):
+        generator.set_logits(np.zeros((1, 64), np.float64))
+    with pytest.raises(ValueError, match="vocab=64"):
+        generator.set_logits(np.zeros((1, 63), np.float32))
+
+
+def test_set_logits_drives_the_choice(model):
+    """Logits injected before any model run choose the token (the reference's logits tests)."""
+    generator = make(model)
+    logits = np.zeros((1, 1, 64), np.float32)
+    logits[0, 0, 42] = 5.0
+    generator.set_logits(logits)
+    generator.generate_next_token()
+    assert generator.get_next_tokens().tolist() == [42]
+
+
+def test_nan_logits_are_an_error(model):
+    generator = make(model)
+    logits = np.zeros((1, 64), np.float32)
+    logits[0, 7] = np.nan
+    generator.set_logits(logits)
+    with pytest.raises(ValueError, match="NaN"):
+        generator.generate_next_token()
+
+
+def test_unknown_output_name(model):
+    generator = make(model)
+    generator.append_tokens(np.array([5, 6], np.int32))
+    with pytest.raises(KeyError, match="no_such_output"):
+        generator.get_output("no_such_output")
+
+
+def test_rewind_out_of_range(model):
+    generator = make(model)
+    generator.append_tokens(np.array([5, 6, 7], np.int32))
+    with pytest.raises(ValueError, match="cannot rewind to 4"):
+        generator.rewind_to(4)
+
+
+def test_sampling_not_silently_greedy(model):
+    with pytest.raises(NotImplementedError, match="sampling"):
+        make(model, do_sample=True, top_k=5)
