@@ -1,0 +1,181 @@
+"""Decode speed: genai vs onnxruntime-genai on the same model folder, side by side.
+
+    python benchmarks/decode.py [-m MODEL_DIR | --fixture] [--threads 1 2] [--rounds 5]
+                                [--prompt-tokens 128] [--new-tokens 128] [--spinner]
+
+Both engines run in this process with the same intra-op thread count, in interleaved rounds;
+the table shows medians and our/reference ratios. ``--spinner`` also runs each engine beside a
+pure-Python thread spinning a counter and reports how much of its own speed each side keeps.
+EOS is overridden to an id the model never produces so every run makes exactly
+``--new-tokens`` tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import genai  # noqa: E402
+
+DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
+TEXT = (
+    "The history of the city begins with a small settlement on the river, where traders from "
+    "the north and the south met to exchange grain, salt, wool and stories about distant lands. "
+)
+
+
+def load(engine, folder: Path, threads: int):
+    config = engine.Config(str(folder))
+    config.overlay(
+        json.dumps(
+            {
+                "model": {
+                    "eos_token_id": [_never_token(folder)],
+                    "decoder": {"session_options": {"intra_op_num_threads": threads}},
+                }
+            }
+        )
+    )
+    return engine.Model(config)
+
+
+def _never_token(folder: Path) -> int:
+    vocab = json.loads((folder / "genai_config.json").read_text())["model"]["vocab_size"]
+    return vocab - 1
+
+
+def prompt_ids(folder: Path, count: int) -> np.ndarray:
+    tokenizer = genai.Tokenizer(genai.Config(folder))
+    ids = tokenizer.encode(TEXT * 20)
+    if len(ids) < count:
+        ids = np.resize(ids, count)
+    return np.ascontiguousarray(ids[:count], dtype=np.int32)
+
+
+def one_run(engine, model, ids: np.ndarray, new_tokens: int) -> tuple[float, float]:
+    """(prefill ms, decode tokens/s) for one generation."""
+    params = engine.GeneratorParams(model)
+    params.set_search_options(max_length=len(ids) + new_tokens)
+    generator = engine.Generator(model, params)
+    start = time.perf_counter()
+    generator.append_tokens(ids)
+    generator.generate_next_token()  # the first token comes from the prefill logits
+    prefilled = time.perf_counter()
+    made = 1
+    while not generator.is_done():
+        generator.generate_next_token()
+        made += 1
+    done = time.perf_counter()
+    if made != new_tokens:
+        raise RuntimeError(f"{engine.__name__} made {made} tokens, expected {new_tokens}")
+    return 1000 * (prefilled - start), (made - 1) / (done - prefilled)
+
+
+class Spinner:
+    """A pure-Python thread counting loop iterations, to measure GIL pressure both ways."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+
+    def _spin(self) -> None:
+        stop = self._stop
+        n = 0
+        while not stop.is_set():
+            n += 1
+            if n & 0x3FF == 0:
+                self.count = n
+        self.count = n
+
+    def __enter__(self) -> Spinner:
+        self._started = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.rate = self.count / (time.perf_counter() - self._started)
+
+
+def idle_spin_rate(seconds: float = 1.0) -> float:
+    with Spinner() as spinner:
+        time.sleep(seconds)
+    return spinner.rate
+
+
+def main(argv: list[str] | None = None) -> int:
+    import onnxruntime_genai as og
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--fixture", action="store_true", help="use a tiny fixture model")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--spinner", action="store_true", help="also measure beside a busy thread")
+    args = parser.parse_args(argv)
+
+    folder = args.model
+    if args.fixture:
+        from genai.testing.models import write_gqa_decoder
+
+        folder = write_gqa_decoder(
+            tempfile.mkdtemp(), vocab_size=512, hidden_size=64, context_length=512, name="tiny"
+        )
+    ids = prompt_ids(folder, args.prompt_tokens)
+    print(f"model {folder}  prompt {len(ids)} tokens  new {args.new_tokens}  rounds {args.rounds}")
+    print(f"genai {genai.__version__}  onnxruntime-genai {og.__version__}")
+    for threads in args.threads:
+        models = {"genai": load(genai, folder, threads), "reference": load(og, folder, threads)}
+        engines = {"genai": genai, "reference": og}
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
+        for name in models:  # warm-up
+            one_run(engines[name], models[name], ids, min(8, args.new_tokens))
+        for _ in range(args.rounds):
+            for name in models:
+                results[name].append(one_run(engines[name], models[name], ids, args.new_tokens))
+        med = {
+            name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+            for name, runs in results.items()
+        }
+        print(f"\nthreads={threads}")
+        print(f"{'engine':<10} {'prefill ms':>11} {'decode tok/s':>13} {'ms/token':>9}")
+        for name, (prefill, rate) in med.items():
+            print(f"{name:<10} {prefill:>11.1f} {rate:>13.1f} {1000 / rate:>9.3f}")
+        ours, ref = med["genai"], med["reference"]
+        print(
+            f"ratio genai/reference: decode tok/s {ours[1] / ref[1]:.3f}x, "
+            f"prefill time {ours[0] / ref[0]:.3f}x, per-token time {ref[1] / ours[1]:.3f}x"
+        )
+        if args.spinner:
+            idle = idle_spin_rate()
+            for name in models:
+                alone = med[name][1]
+                with Spinner() as spinner:
+                    beside = statistics.median(
+                        one_run(engines[name], models[name], ids, args.new_tokens)[1]
+                        for _ in range(max(1, args.rounds // 2))
+                    )
+                print(
+                    f"{name:<10} beside a spinning thread: keeps {beside / alone:.2f} of its "
+                    f"decode speed; the thread keeps {spinner.rate / idle:.2f} of its rate"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
