@@ -1,0 +1,460 @@
+"""Tokenizer and streaming detokenizer with the reference engine's Python API.
+
+``Tokenizer`` wraps a Hugging Face ``tokenizers`` tokenizer loaded from ``tokenizer.json`` in the
+model folder, takes its special token ids from the model configuration, and renders chat
+templates with :mod:`genai.chat_template`. ``TokenizerStream`` turns generated token ids into
+text chunks one token at a time without ever splitting a UTF-8 character.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer as _HFTokenizer
+
+from genai.chat_template import (
+    ChatTemplateError,
+    load_chat_template,
+    load_tokenizer_config,
+    parse_tools,
+    render_chat_template,
+    special_token_strings,
+)
+
+__all__ = ["ChatTemplateError", "Tokenizer", "TokenizerStream"]
+
+TOKENIZER_FILE = "tokenizer.json"
+GENAI_CONFIG_FILE = "genai_config.json"
+
+_REPLACEMENT = "\ufffd"
+_OPTION_NAMES = ("add_special_tokens", "skip_special_tokens")
+_TRUE_STRINGS = frozenset({"true", "1", "yes", "on"})
+_FALSE_STRINGS = frozenset({"false", "0", "no", "off"})
+
+
+class _FolderConfig:
+    """The few ``genai_config.json`` keys a tokenizer needs, for a bare model folder."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._data: dict[str, Any] = {}
+        file = path / GENAI_CONFIG_FILE
+        if file.is_file():
+            try:
+                data = json.loads(file.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"cannot read {file}: {exc}") from exc
+            if not isinstance(data, dict):
+                raise ValueError(f"{file} must hold a JSON object")
+            self._data = data
+        self.has_genai_config = file.is_file()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        node: Any = self._data
+        for part in key.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+
+def _resolve_config(model: Any) -> tuple[Path, Any, bool]:
+    """Return (folder, config, has_model_config) for a model, a config or a folder path."""
+    if isinstance(model, (str, os.PathLike)):
+        folder = Path(model)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"model folder not found: {folder}")
+        config = _FolderConfig(folder)
+        return folder, config, config.has_genai_config
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "get"):
+        config = model
+    if not hasattr(config, "get") or not hasattr(config, "path"):
+        raise TypeError(
+            "Tokenizer expects a Model (with .config), a Config (with .path and .get) "
+            f"or a model folder path, not {type(model).__name__}"
+        )
+    folder = Path(config.path)
+    if folder.is_file():  # a path to genai_config.json itself
+        folder = folder.parent
+    return folder, config, True
+
+
+def _as_bool_option(name: str, value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in _TRUE_STRINGS:
+            return True
+        if lowered in _FALSE_STRINGS:
+            return False
+    raise ValueError(
+        f"tokenizer option {name!r} must be a boolean or 'true'/'false', not {value!r}"
+    )
+
+
+def _int_or_none(value: Any, key: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{key} must be an integer, not {value!r}")
+    return int(value)
+
+
+class Tokenizer:
+    """Text <-> token ids for a model folder, API-compatible with ``onnxruntime_genai.Tokenizer``.
+
+    ``model`` is a model object with a ``.config`` attribute, a config object (``.path`` and
+    ``.get("model.eos_token_id")``-style lookups), or the path of a model folder. The folder
+    must contain ``tokenizer.json``; ``tokenizer_config.json`` and ``chat_template.jinja`` are
+    optional.
+    """
+
+    def __init__(self, model: Any) -> None:
+        folder, config, has_model_config = _resolve_config(model)
+        self._path = folder
+        file = folder / TOKENIZER_FILE
+        if not file.is_file():
+            raise FileNotFoundError(f"tokenizer file not found: {file}")
+        try:
+            self._hf = _HFTokenizer.from_file(str(file))
+        except Exception as exc:  # the Rust side raises a bare Exception
+            raise ValueError(f"cannot load {file}: {exc}") from exc
+        self._tokenizer_config = load_tokenizer_config(folder)
+        self._lock = threading.Lock()
+        self._add_special_tokens = False
+        self._skip_special_tokens = True
+
+        added = self._hf.get_added_tokens_decoder()
+        self._special_ids = frozenset(i for i, tok in added.items() if tok.special)
+        self._known_size = max(
+            [self._hf.get_vocab_size(with_added_tokens=True), *(i + 1 for i in added)]
+        )
+        self._load_special_ids(config, has_model_config)
+
+    # -- configuration ----------------------------------------------------------------------
+
+    def _token_id_of(self, key: str) -> int | None:
+        value = self._tokenizer_config.get(key)
+        if isinstance(value, Mapping):
+            value = value.get("content")
+        if not isinstance(value, str):
+            return None
+        return self._hf.token_to_id(value)
+
+    def _load_special_ids(self, config: Any, has_model_config: bool) -> None:
+        if has_model_config:
+            bos = _int_or_none(config.get("model.bos_token_id"), "model.bos_token_id")
+            pad = _int_or_none(config.get("model.pad_token_id"), "model.pad_token_id")
+            eos_value = config.get("model.eos_token_id")
+            vocab = _int_or_none(config.get("model.vocab_size"), "model.vocab_size")
+        else:
+            bos = self._token_id_of("bos_token")
+            pad = self._token_id_of("pad_token")
+            eos_value = self._token_id_of("eos_token")
+            vocab = None
+        if eos_value is None:
+            eos: list[int] = []
+        elif isinstance(eos_value, (int, np.integer)) and not isinstance(eos_value, bool):
+            eos = [int(eos_value)]
+        elif isinstance(eos_value, Iterable) and not isinstance(eos_value, (str, bytes)):
+            eos = []
+            for value in eos_value:
+                if value is None:
+                    raise ValueError(f"model.eos_token_id entries must be integers: {eos_value!r}")
+                eos.append(int(_int_or_none(value, "model.eos_token_id")))  # type: ignore[arg-type]
+        else:
+            raise ValueError(f"model.eos_token_id must be an int or a list, not {eos_value!r}")
+        # Defaults as in the reference: pad and bos 0, an empty EOS list becomes [pad].
+        self._pad_token_id = 0 if pad is None else pad
+        self._bos_token_id = 0 if bos is None else bos
+        self._eos_token_ids = np.asarray(eos or [self._pad_token_id], dtype=np.int32)
+        self._vocab_size = vocab
+        self._id_limit = max(self._known_size, vocab or 0)
+
+    @property
+    def path(self) -> Path:
+        """The model folder this tokenizer was loaded from."""
+        return self._path
+
+    @property
+    def bos_token_id(self) -> int:
+        """Beginning-of-sequence token id (``model.bos_token_id``)."""
+        return self._bos_token_id
+
+    @property
+    def eos_token_ids(self) -> np.ndarray:
+        """End-of-sequence token ids as an int32 array (``model.eos_token_id``)."""
+        return self._eos_token_ids.copy()
+
+    @property
+    def pad_token_id(self) -> int:
+        """Padding token id (``model.pad_token_id``)."""
+        return self._pad_token_id
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids the tokenizer knows (special and added tokens included)."""
+        return self._known_size
+
+    @property
+    def chat_template(self) -> str | None:
+        """The model's default chat template text, or ``None`` when it has none."""
+        return load_chat_template(self._path, tokenizer_config=self._tokenizer_config)
+
+    def update_options(self, **options: Any) -> None:
+        """Set tokenizer options: ``add_special_tokens`` (encode adds e.g. BOS, default off)
+        and ``skip_special_tokens`` (decode and streams drop special tokens, default on).
+
+        Values may be booleans or the strings ``"true"``/``"false"``. Unknown names raise.
+        """
+        if not options:
+            raise ValueError("update_options: no options provided")
+        parsed: dict[str, bool] = {}
+        for name, value in options.items():
+            if name not in _OPTION_NAMES:
+                raise ValueError(
+                    f"unknown tokenizer option {name!r}; known options: {', '.join(_OPTION_NAMES)}"
+                )
+            parsed[name] = _as_bool_option(name, value)
+        with self._lock:
+            if "add_special_tokens" in parsed:
+                self._add_special_tokens = parsed["add_special_tokens"]
+            if "skip_special_tokens" in parsed:
+                self._skip_special_tokens = parsed["skip_special_tokens"]
+
+    # -- encoding ---------------------------------------------------------------------------
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of ``text`` as a 1-D int32 array (no BOS/EOS unless enabled by option)."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode expects a str, not {type(text).__name__}")
+        ids = self._hf.encode(text, add_special_tokens=self._add_special_tokens).ids
+        return np.asarray(ids, dtype=np.int32)
+
+    def encode_batch(self, texts: Sequence[str]) -> np.ndarray:
+        """Token ids of several texts as an int32 ``[batch, longest]`` array, right-padded
+        with ``pad_token_id``."""
+        if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+            raise TypeError(f"encode_batch expects a list of str, not {type(texts).__name__}")
+        if len(texts) == 0:
+            raise ValueError("encode_batch: input strings must not be empty")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"encode_batch: texts[{i}] is {type(text).__name__}, not str")
+        encodings = self._hf.encode_batch(list(texts), add_special_tokens=self._add_special_tokens)
+        longest = max(len(e.ids) for e in encodings)
+        out = np.full((len(encodings), longest), self._pad_token_id, dtype=np.int32)
+        for row, encoding in enumerate(encodings):
+            out[row, : len(encoding.ids)] = encoding.ids
+        return out
+
+    def to_token_id(self, token: str) -> int:
+        """Id of a vocabulary entry (e.g. ``"<|im_end|>"``), or -1 when there is none."""
+        if not isinstance(token, str):
+            raise TypeError(f"to_token_id expects a str, not {type(token).__name__}")
+        found = self._hf.token_to_id(token)
+        return -1 if found is None else int(found)
+
+    # -- decoding ---------------------------------------------------------------------------
+
+    def _check_ids(self, ids: Any, what: str) -> list[int]:
+        """Validate a 1-D sequence of token ids and return it as a list of ints."""
+        if hasattr(ids, "as_numpy") and not isinstance(ids, np.ndarray):
+            ids = ids.as_numpy()
+        if isinstance(ids, (str, bytes)):
+            raise TypeError(f"{what} expects token ids, not {type(ids).__name__}")
+        array = np.asarray(ids)
+        if array.ndim != 1:
+            raise ValueError(f"{what} expects a 1-D sequence of token ids, got shape {array.shape}")
+        if array.size == 0:
+            return []
+        if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(f"{what} expects integer token ids, got dtype {array.dtype}")
+        values = array.tolist()
+        low, high = min(values), max(values)
+        if low < 0 or high >= self._id_limit:
+            bad = next(v for v in values if v < 0 or v >= self._id_limit)
+            raise ValueError(
+                f"{what}: token id {bad} is out of range [0, {self._id_limit}) for this tokenizer"
+            )
+        return values
+
+    def _decode_ids(self, ids: list[int], skip_special_tokens: bool) -> str:
+        # Ids in [tokenizer size, model vocab_size) are unknown to the tokenizer and decode to
+        # nothing (a model can emit them: its vocabulary is padded).
+        return self._hf.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+        """Text of a 1-D sequence of token ids; special tokens are skipped by default."""
+        values = self._check_ids(ids, "decode")
+        return self._decode_ids(values, self._skip_special_tokens)
+
+    def decode_batch(self, batch: Sequence[Sequence[int]] | np.ndarray) -> list[str]:
+        """Texts of a 2-D ``[batch, length]`` array of token ids (e.g. from ``encode_batch``)."""
+        if hasattr(batch, "as_numpy") and not isinstance(batch, np.ndarray):
+            batch = batch.as_numpy()
+        if isinstance(batch, (str, bytes)):
+            raise TypeError(f"decode_batch expects token ids, not {type(batch).__name__}")
+        if isinstance(batch, np.ndarray):
+            if batch.ndim != 2:
+                raise ValueError(
+                    f"decode_batch expects a 2-D [batch, length] array, got shape {batch.shape}"
+                )
+            rows: Iterable[Any] = list(batch)
+        else:
+            rows = list(batch)
+            if rows and not all(
+                isinstance(r, (Sequence, np.ndarray)) and not isinstance(r, (str, bytes))
+                for r in rows
+            ):
+                raise ValueError("decode_batch expects a 2-D [batch, length] sequence of ids")
+        checked = [self._check_ids(row, "decode_batch") for row in rows]
+        return self._hf.decode_batch(checked, skip_special_tokens=self._skip_special_tokens)
+
+    def create_stream(self) -> TokenizerStream:
+        """A new :class:`TokenizerStream` for decoding generated tokens one at a time."""
+        return TokenizerStream(self)
+
+    # -- chat templates ---------------------------------------------------------------------
+
+    def apply_chat_template(
+        self,
+        messages: str | Sequence[Mapping[str, Any]],
+        *,
+        template_str: str | None = None,
+        tools: str | Sequence[Any] | None = None,
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
+    ) -> str:
+        """Render a chat with the model's (or the given) chat template.
+
+        ``messages`` is a JSON array of ``{"role", "content"}`` objects as text (as the
+        reference takes it) or a list of dicts; ``tools`` likewise. Extra keyword arguments
+        become template variables (e.g. ``enable_thinking=False``). Raises
+        :class:`ChatTemplateError` when the model has no template or the template fails.
+        """
+        tool_list = parse_tools(tools)
+        if template_str is not None:
+            if not isinstance(template_str, str):
+                raise TypeError(f"template_str must be a str, not {type(template_str).__name__}")
+            source: str | None = template_str
+        else:
+            source = load_chat_template(
+                self._path, tools=tool_list, tokenizer_config=self._tokenizer_config
+            )
+        if not source:
+            raise ChatTemplateError(
+                f"no chat template: {self._path} has no 'chat_template' in tokenizer_config.json "
+                "and no chat_template.jinja; pass template_str="
+            )
+        variables = {**special_token_strings(self._tokenizer_config), **template_kwargs}
+        return render_chat_template(
+            source,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            tools=tool_list,
+            **variables,
+        )
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(path={str(self._path)!r}, vocab_size={self._known_size})"
+
+
+class TokenizerStream:
+    """Incremental detokenizer: feed generated ids one by one, get printable text chunks.
+
+    ``decode(token)`` returns ``""`` until the token completes displayable text. A character
+    whose UTF-8 bytes are spread over several tokens (byte-level BPE, or SentencePiece
+    ``<0xE4>`` byte-fallback tokens) is returned whole, once its last byte arrives; the
+    concatenation of all chunks equals ``Tokenizer.decode`` of all the tokens. Special tokens
+    are skipped when the tokenizer's ``skip_special_tokens`` option is on (the default).
+
+    Internally the stream keeps a short window of recent ids (the last emitted chunk as
+    context, plus pending ids) so each step decodes only a few tokens.
+    """
+
+    #: Window length past which already-emitted ids are dropped (kept: the last chunk).
+    max_window = 16
+    #: Ids without output after which text ending in U+FFFD is released (invalid bytes).
+    max_pending = 8
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        if not isinstance(tokenizer, Tokenizer):
+            raise TypeError(f"TokenizerStream expects a Tokenizer, not {type(tokenizer).__name__}")
+        self._tokenizer = tokenizer
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget all state, as for a fresh stream."""
+        self._ids: list[int] = []
+        self._emitted = 0  # characters of decode(self._ids) already returned
+        self._chunk_start = 0  # index in _ids of the last clean boundary before the newest one
+        self._since_clean = 0  # ids appended since the last clean boundary
+        self._since_output = 0  # ids appended since the last non-empty chunk
+
+    def decode(self, token: int) -> str:
+        """Add one generated token id; return the new text it completes (possibly ``""``)."""
+        if isinstance(token, np.ndarray) and token.ndim == 0 and token.dtype.kind in "iu":
+            token = int(token)
+        if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+            raise TypeError(
+                f"TokenizerStream.decode expects one int token id, not {type(token).__name__}"
+            )
+        token = int(token)
+        tok = self._tokenizer
+        if token < 0 or token >= tok._id_limit:
+            raise ValueError(
+                f"TokenizerStream.decode: token id {token} is out of range "
+                f"[0, {tok._id_limit}) for this tokenizer"
+            )
+        skip = tok._skip_special_tokens
+        if (skip and token in tok._special_ids) or token >= tok._known_size:
+            # Skipped special token, or a padded model-vocabulary id with no text.
+            return ""
+        self._ids.append(token)
+        self._since_clean += 1
+        self._since_output += 1
+        text = tok._decode_ids(self._ids, skip)
+        end = len(text)
+        if self._since_output < self.max_pending:
+            # Hold back a trailing U+FFFD run: it may be a character whose bytes are not all
+            # here yet (byte-level BPE, or a run of <0x..> byte-fallback tokens).
+            while end > self._emitted and text[end - 1] == _REPLACEMENT:
+                end -= 1
+        if end <= self._emitted:
+            return ""
+        chunk = text[self._emitted : end]
+        self._since_output = 0
+        if end == len(text):
+            # All text so far is out and ends on a character boundary.
+            if len(self._ids) > self.max_window:
+                # Keep the previous chunk's ids as context: they start on a character boundary
+                # and make leading-space rules treat the next token as mid-text.
+                self._ids = self._ids[self._chunk_start :]
+                end = len(tok._decode_ids(self._ids, skip))
+            self._chunk_start = len(self._ids) - self._since_clean
+            self._since_clean = 0
+        self._emitted = end
+        return chunk
+
+    def flush(self) -> str:
+        """Return text still held back (an incomplete UTF-8 tail shows as U+FFFD), if any."""
+        if not self._ids:
+            return ""
+        text = self._tokenizer._decode_ids(self._ids, self._tokenizer._skip_special_tokens)
+        chunk = text[self._emitted :]
+        self._emitted = len(text)
+        self._chunk_start = len(self._ids) - self._since_clean
+        self._since_clean = 0
+        self._since_output = 0
+        return chunk
