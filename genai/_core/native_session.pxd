@@ -62,6 +62,9 @@ cdef class NativeSession:
     # The OrtValue last bound per index (owned; NULL when none / ORT-allocated).
     cdef OrtValue** input_values
     cdef OrtValue** output_values
+    # 1 where an output is ORT-allocated (re-bound to the device before every run, so its shape
+    # may change between runs).
+    cdef unsigned char* output_on_device
 
     cdef readonly tuple input_names
     cdef readonly tuple output_names
@@ -78,7 +81,7 @@ cdef class NativeSession:
                             size_t ndim, int elem_type) noexcept nogil
     cdef int bind_output_ptr(self, Py_ssize_t index, void* data, const int64_t* shape,
                              size_t ndim, int elem_type) noexcept nogil
-    # Let ORT allocate output `index` (CPU) at each run.
+    # Let ORT allocate output `index` (CPU memory) afresh at each run.
     cdef int bind_output_device_index(self, Py_ssize_t index) noexcept nogil
     # RunWithBinding on the session's IoBinding.
     cdef int run_binding(self) noexcept nogil

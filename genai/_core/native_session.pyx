@@ -169,12 +169,13 @@ cdef class NativeSession:
         self.output_types_c = NULL
         self.input_values = NULL
         self.output_values = NULL
+        self.output_on_device = NULL
 
     def __init__(self, model_path, *, int intra_op_num_threads=0, int inter_op_num_threads=0,
                  int graph_optimization_level=99, config_entries=None, providers=None,
                  str log_id="genai"):
-        if self.session != NULL:
-            raise RuntimeError("NativeSession is already initialised")
+        if self.options != NULL:
+            raise RuntimeError("NativeSession.__init__ may be called only once")
         self.fn = ort_fns()
         cdef const OrtFns* f = self.fn
         cdef OrtEnv* env = ort_env()
@@ -223,9 +224,11 @@ cdef class NativeSession:
         self.output_types_c = <int*>calloc(self.n_outputs + 1, sizeof(int))
         self.input_values = <OrtValue**>calloc(self.n_inputs + 1, sizeof(OrtValue*))
         self.output_values = <OrtValue**>calloc(self.n_outputs + 1, sizeof(OrtValue*))
+        self.output_on_device = <unsigned char*>calloc(self.n_outputs + 1, 1)
         if (self.input_names_c == NULL or self.output_names_c == NULL
                 or self.input_types_c == NULL or self.output_types_c == NULL
-                or self.input_values == NULL or self.output_values == NULL):
+                or self.input_values == NULL or self.output_values == NULL
+                or self.output_on_device == NULL):
             raise MemoryError()
 
         names, shapes = [], []
@@ -319,6 +322,8 @@ cdef class NativeSession:
         self.input_types_c = NULL
         free(self.output_types_c)
         self.output_types_c = NULL
+        free(self.output_on_device)
+        self.output_on_device = NULL
 
     # ----------------------------------------------------------------- nogil entry points
 
@@ -378,6 +383,7 @@ cdef class NativeSession:
             if self.output_values[index] != NULL:
                 f.ReleaseValue(self.output_values[index])
             self.output_values[index] = value
+            self.output_on_device[index] = 0
         else:
             if self.input_values[index] != NULL:
                 f.ReleaseValue(self.input_values[index])
@@ -404,12 +410,22 @@ cdef class NativeSession:
         if self.output_values[index] != NULL:
             self.fn.ReleaseValue(self.output_values[index])
             self.output_values[index] = NULL
+        self.output_on_device[index] = 1
         return NS_OK
 
     cdef int run_binding(self) noexcept nogil:
         cdef OrtStatus* st = NULL
+        cdef Py_ssize_t i
         if self.binding == NULL:
             return self._fail(NS_ERR_STATE, b"NativeSession is not initialised")
+        # An ORT-allocated output keeps the value of the previous run in the binding (and with
+        # it that run's shape): bind it to the device again so ORT allocates for this run.
+        for i in range(self.n_outputs):
+            if self.output_on_device[i]:
+                st = self.fn.BindOutputToDevice(self.binding, self.output_names_c[i],
+                                                self.cpu_info)
+                if st != NULL:
+                    return self._fail_status(st)
         st = self.fn.RunWithBinding(self.session, NULL, self.binding)
         if st != NULL:
             return self._fail_status(st)
@@ -499,13 +515,13 @@ cdef class NativeSession:
         else:
             ok = expected is not None and array.dtype == expected
         if not ok:
-            raise TypeError(f"{kind} {name!r} expects {expected if expected is not None else declared}"
-                            f", got an array of {array.dtype}")
+            want = expected if expected is not None else f"ONNX element type {declared}"
+            raise TypeError(f"{kind} {name!r} expects {want}, got an array of {array.dtype}")
         if not cnp.PyArray_IS_C_CONTIGUOUS(arr):
             raise ValueError(f"{kind} {name!r}: the array must be C-contiguous")
         if is_output and not cnp.PyArray_ISWRITEABLE(arr):
             raise ValueError(f"output {name!r}: the array must be writeable")
-        shape = tuple(array.shape) if shape is None else tuple(int(d) for d in shape)
+        shape = tuple(array.shape) if shape is None else tuple([int(d) for d in shape])
         ndim = len(shape)
         if ndim > NS_MAX_DIMS:
             raise ValueError(f"{kind} {name!r}: more than {NS_MAX_DIMS} dimensions")
@@ -561,6 +577,7 @@ cdef class NativeSession:
             if self.output_values[i] != NULL:
                 self.fn.ReleaseValue(self.output_values[i])
                 self.output_values[i] = NULL
+            self.output_on_device[i] = 0
             self._output_refs[i] = None
 
     def run(self):
@@ -584,7 +601,6 @@ cdef class NativeSession:
         cdef void* data = NULL
         cdef int64_t dims[NS_MAX_DIMS]
         cdef Py_ssize_t found = -1
-        cdef size_t k
         cdef cnp.ndarray out
         self.output_index(name)
         if self.binding == NULL:

@@ -286,4 +286,3 @@ def version():
 def api_version():
     """The C API version this module requests from GetApi."""
     return ORT_API_VERSION_REQUIRED
-

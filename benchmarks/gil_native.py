@@ -1,0 +1,346 @@
+"""GIL pressure of a decode loop: onnxruntime's Python IOBinding vs NativeSession (C API, nogil).
+
+Each step of a shared-KV decoder (SmolLM2-135M int4 by default: input_ids [1, 1], attention_mask
+[1, total], past_key_values.%d.key/value [1, kv_heads, max_len, head] bound as both past and
+present) writes the next mask column, re-binds the mask as a growing prefix of one buffer and
+runs. The loops compared:
+
+  ort-py     onnxruntime's Python API: io_binding.bind_input(mask ptr) + run_with_iobinding
+  native-py  NativeSession's Python methods: bind_input(mask, shape=...) + run()
+  native     one Cython call per step, the whole step (mask write, bind, run) inside `nogil`
+  native-all all N steps in one nogil Cython call (the GIL is taken back once per loop)
+
+Each loop runs alone and beside a pure-Python thread spinning a counter. Printed: steps/s
+alone, steps/s beside the spinner (and its ratio to alone), and the spinner's rate during the
+loop relative to its idle rate. Rounds are interleaved; medians are reported.
+
+Usage: PYTHONPATH=. python benchmarks/gil_native.py [--model PATH] [--steps 200] [--rounds 3]
+Needs genai._core.native_session built, Cython and a C compiler (the per-step helper that
+cimports NativeSession is compiled at start into a temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4" / "model.onnx"
+
+HELPER_PYX = """
+# cython: language_level=3, boundscheck=False, wraparound=False
+from libc.stdint cimport int64_t
+from genai._core.ort_api cimport ELEM_INT64
+from genai._core.native_session cimport NativeSession
+
+
+def native_step(NativeSession s, Py_ssize_t mask_index, int64_t[:, ::1] mask,
+                Py_ssize_t total):
+    \"\"\"One decode step without the GIL: mask column total-1 = 1, bind [1, total], run.\"\"\"
+    cdef int64_t shape[2]
+    cdef int rc
+    with nogil:
+        mask[0, total - 1] = 1
+        shape[0] = 1
+        shape[1] = total
+        rc = s.bind_input_ptr(mask_index, &mask[0, 0], shape, 2, ELEM_INT64)
+        if rc == 0:
+            rc = s.run_binding()
+    if rc != 0:
+        s.raise_last_error()
+
+
+def native_steps(NativeSession s, Py_ssize_t mask_index, int64_t[:, ::1] mask,
+                 Py_ssize_t first_total, Py_ssize_t n):
+    \"\"\"n decode steps in one nogil block.\"\"\"
+    cdef int64_t shape[2]
+    cdef int rc = 0
+    cdef Py_ssize_t total
+    with nogil:
+        for total in range(first_total, first_total + n):
+            mask[0, total - 1] = 1
+            shape[0] = 1
+            shape[1] = total
+            rc = s.bind_input_ptr(mask_index, &mask[0, 0], shape, 2, ELEM_INT64)
+            if rc == 0:
+                rc = s.run_binding()
+            if rc != 0:
+                break
+    if rc != 0:
+        s.raise_last_error()
+"""
+
+
+def build_helper() -> object:
+    work = Path(tempfile.mkdtemp(prefix="gil_native_"))
+    (work / "gil_native_helper.pyx").write_text(textwrap.dedent(HELPER_PYX))
+    (work / "setup_helper.py").write_text(
+        textwrap.dedent(
+            f"""
+            from Cython.Build import cythonize
+            from setuptools import Extension, setup
+            ext = Extension("gil_native_helper", ["gil_native_helper.pyx"],
+                            extra_compile_args=["-O3"])
+            setup(ext_modules=cythonize([ext], include_path=[{str(ROOT)!r}], quiet=True))
+            """
+        )
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "setup_helper.py", "build_ext", "--inplace"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        sys.exit(f"building the helper failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    sys.path.insert(0, str(work))
+    import gil_native_helper  # type: ignore[import-not-found]
+
+    return gil_native_helper
+
+
+class Spinner:
+    """A pure-Python thread incrementing a counter as fast as the GIL lets it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop:
+            n += 1
+            if n & 0xFFF == 0:
+                self.count = n
+        self.count = n
+
+    def __enter__(self) -> Spinner:
+        self._thread.start()
+        time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop = True
+        self._thread.join()
+
+
+def idle_spinner_rate(seconds: float = 1.0) -> float:
+    with Spinner() as sp:
+        c0, t0 = sp.count, time.perf_counter()
+        time.sleep(seconds)
+        c1, t1 = sp.count, time.perf_counter()
+    return (c1 - c0) / (t1 - t0)
+
+
+class Model:
+    """Shared buffers of one decode run: mask, input_ids, KV (past == present), logits."""
+
+    def __init__(
+        self, path: str, max_len: int, kv_heads: int, head: int, layers: int, vocab: int
+    ) -> None:
+        self.path = path
+        self.max_len = max_len
+        self.layers = layers
+        self.mask = np.zeros((1, max_len), np.int64)
+        self.ids = np.full((1, 1), 17, np.int64)
+        self.kv = [np.zeros((1, kv_heads, max_len, head), np.float32) for _ in range(2 * layers)]
+        self.logits = np.zeros((1, 1, vocab), np.float32)
+
+    def kv_names(self):
+        for i in range(self.layers):
+            for j, kind in enumerate(("key", "value")):
+                yield (f"past_key_values.{i}.{kind}", f"present.{i}.{kind}", self.kv[2 * i + j])
+
+
+def make_ort_loop(m: Model, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(m.path, so, providers=["CPUExecutionProvider"])
+    io = sess.io_binding()
+    keep = []
+    for past, present, buf in m.kv_names():
+        v = ort.OrtValue.ortvalue_from_numpy(buf)
+        keep.append(v)
+        io.bind_ortvalue_input(past, v)
+        io.bind_ortvalue_output(present, v)
+    logits = ort.OrtValue.ortvalue_from_numpy(m.logits)
+    ids = ort.OrtValue.ortvalue_from_numpy(m.ids)
+    keep += [logits, ids]
+    io.bind_ortvalue_output("logits", logits)
+    io.bind_ortvalue_input("input_ids", ids)
+    mask, ptr = m.mask, m.mask.ctypes.data
+
+    def run(n: int) -> None:
+        mask[:] = 0
+        for total in range(1, n + 1):
+            mask[0, total - 1] = 1
+            io.bind_input("attention_mask", "cpu", 0, np.int64, [1, total], ptr)
+            sess.run_with_iobinding(io)
+
+    run.keep = (sess, io, keep)  # type: ignore[attr-defined]
+    return run
+
+
+def make_native(m: Model, threads: int):
+    from genai._core.native_session import NativeSession
+
+    s = NativeSession(m.path, intra_op_num_threads=threads, inter_op_num_threads=1)
+    for past, present, buf in m.kv_names():
+        s.bind_input(past, buf)
+        s.bind_output(present, buf)
+    s.bind_output("logits", m.logits)
+    s.bind_input("input_ids", m.ids)
+    return s
+
+
+def make_native_py_loop(s, m: Model):
+    mask = m.mask
+
+    def run(n: int) -> None:
+        mask[:] = 0
+        for total in range(1, n + 1):
+            mask[0, total - 1] = 1
+            s.bind_input("attention_mask", mask, shape=(1, total))
+            s.run()
+
+    return run
+
+
+def make_native_loop(s, m: Model, helper):
+    mask = m.mask
+    index = s.input_index("attention_mask")
+    step = helper.native_step
+
+    def run(n: int) -> None:
+        mask[:] = 0
+        for total in range(1, n + 1):
+            step(s, index, mask, total)
+
+    return run
+
+
+def make_native_all_loop(s, m: Model, helper):
+    mask = m.mask
+    index = s.input_index("attention_mask")
+
+    def run(n: int) -> None:
+        mask[:] = 0
+        helper.native_steps(s, index, mask, 1, n)
+
+    return run
+
+
+def timed(run, n: int) -> float:
+    t0 = time.perf_counter()
+    run(n)
+    return n / (time.perf_counter() - t0)
+
+
+def timed_beside_spinner(run, n: int) -> tuple[float, float]:
+    """(steps/s, spinner increments/s) with the spinner running."""
+    with Spinner() as sp:
+        c0, t0 = sp.count, time.perf_counter()
+        run(n)
+        t1, c1 = time.perf_counter(), sp.count
+    return n / (t1 - t0), (c1 - c0) / (t1 - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=str(DEFAULT_MODEL))
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="intra_op_num_threads")
+    ap.add_argument("--layers", type=int, default=30)
+    ap.add_argument("--kv-heads", type=int, default=3)
+    ap.add_argument("--head-size", type=int, default=64)
+    ap.add_argument("--vocab", type=int, default=49152)
+    ap.add_argument(
+        "--switch-interval", type=float, default=None, help="sys.setswitchinterval (seconds)"
+    )
+    args = ap.parse_args()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if not Path(args.model).is_file():
+        sys.exit(f"model not found: {args.model}")
+
+    helper = build_helper()
+    from genai._core import ort_api
+
+    print(f"model {args.model}")
+    print(
+        f"steps {args.steps}, rounds {args.rounds}, intra_op_num_threads {args.threads}, "
+        f"switch interval {sys.getswitchinterval() * 1e3:.1f} ms, "
+        f"libonnxruntime {ort_api.version()} at {ort_api.library_path()}"
+    )
+
+    m = Model(args.model, args.steps + 8, args.kv_heads, args.head_size, args.layers, args.vocab)
+    native = make_native(m, args.threads)
+    loops = {
+        "ort-py": make_ort_loop(m, args.threads),
+        "native-py": make_native_py_loop(native, m),
+        "native": make_native_loop(native, m, helper),
+        "native-all": make_native_all_loop(native, m, helper),
+    }
+    for run in loops.values():  # warm up
+        run(8)
+
+    # Same logits from both engines on the same buffers (sanity).
+    loops["ort-py"](4)
+    want = m.logits.copy()
+    loops["native"](4)
+    diff = float(np.abs(m.logits - want).max())
+    print(f"max |logits(ort-py) - logits(native)| after 4 steps: {diff:.3g}")
+
+    alone = {k: [] for k in loops}
+    beside = {k: [] for k in loops}
+    spin = {k: [] for k in loops}  # spinner rate during the loop / idle rate just before
+    idle = []
+    for _ in range(args.rounds):
+        for name, run in loops.items():
+            alone[name].append(timed(run, args.steps))
+            idle.append(idle_spinner_rate(0.5))
+            rate, spin_rate = timed_beside_spinner(run, args.steps)
+            beside[name].append(rate)
+            spin[name].append(spin_rate / idle[-1])
+
+    print(
+        f"idle spinner: {statistics.median(idle) / 1e6:.2f} M increments/s "
+        f"(min {min(idle) / 1e6:.2f}, max {max(idle) / 1e6:.2f})"
+    )
+    print(
+        f"{'loop':<11} {'alone st/s':>10} {'beside st/s':>11} {'beside/alone':>12} "
+        f"{'spinner/idle':>12}"
+    )
+    for name in loops:
+        a = statistics.median(alone[name])
+        b = statistics.median(beside[name])
+        sp = statistics.median(spin[name])
+        print(f"{name:<11} {a:>10.1f} {b:>11.1f} {b / a:>12.2f} {sp:>12.2f}")
+    a0 = statistics.median(alone["ort-py"])
+    b0 = statistics.median(beside["ort-py"])
+    for name in ("native-py", "native", "native-all"):
+        print(
+            f"{name} vs ort-py: alone x{statistics.median(alone[name]) / a0:.2f}, "
+            f"beside spinner x{statistics.median(beside[name]) / b0:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
