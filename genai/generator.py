@@ -1,14 +1,13 @@
-"""`Generator`: the generation loop over ORT IOBinding.
+"""`Generator`: onnxruntime-genai's generation API over the native decode loop.
 
-State per generator (all buffers allocated once, bound to ORT by address):
+The Python side validates input and answers queries; every model run and the per-step
+bookkeeping (input ids, attention mask and positions written into bound buffers, the run,
+logits gathering, the greedy choice, pad-after-EOS) happen in `genai._core.decoder_loop`
+without the GIL. State lives there:
 
-* ``sequences`` int32 [batch, max_length] and ``length``: every token so far (prompt included);
+* ``sequences`` [batch, max_length] and ``length``: every token so far (prompt included);
 * ``computed``: how many of them the KV cache holds; a run feeds ``sequences[:, computed:length]``;
-* the attention mask (a flat buffer holding a contiguous [batch, total] prefix), per-row next
-  positions, the logits rows [batch, vocab] the next token is chosen from, done flags.
-
-The per-step bookkeeping (mask/position updates, argmax, commit with pad-after-EOS) runs in
-`genai._core.bookkeeping` without the GIL.
+* the logits rows [batch, vocab] the next token is chosen from, and whether they are current.
 """
 
 from __future__ import annotations
@@ -17,9 +16,8 @@ import copy
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnxruntime as ort
 
-from ._core import bookkeeping as bk
+from ._core.decoder_loop import DecoderLoop
 from .errors import GenerationError
 from .kv_cache import make_kv_cache
 
@@ -50,37 +48,29 @@ class Generator:
         self.max_length = max_length = self.search.max_length
         self.vocab_size = io.vocab_size
         config = model.config
-        self._pad = int(config.get("model.pad_token_id", 0))
-        self._eos = np.asarray(config.eos_token_ids, dtype=np.int32)
-
-        self._sequences = np.zeros((batch, max_length), np.int32)
-        self._length = 0
-        self._computed = 0
-        self._mask = np.zeros(batch * max_length, io.mask_dtype)
-        self._mask_length = 0
-        self._next_position = np.zeros(batch, io.mask_dtype)
-        self._positions = np.zeros(batch * max_length, io.mask_dtype)
-        self._input_ids = np.zeros(batch * max_length, io.id_dtype)
-        self._last_index = np.zeros(batch, np.int32)
-        self._logits_rows = np.zeros((batch, io.vocab_size), np.float32)
-        self._step_logits = np.zeros((batch, 1, io.vocab_size), io.logits_dtype)
-        self._next_tokens = np.zeros(batch, np.int32)
-        self._done = np.zeros(batch, np.uint8)
-        self._all_done = False
-        self._logits_ready = False  # logits rows predict the token after `length`
-        self._ran_once = False
-        self._generated = False
-
-        self._binding = model.session.io_binding()
+        # Each generator binds its own buffers: it gets its own binding on the shared session.
+        self._session = session = model.session.new_binding()
         self._kv = make_kv_cache(
-            io, model.provider, batch, max_length, self.search.past_present_share_buffer
+            io, model.provider, session, batch, max_length, self.search.past_present_share_buffer
         )
-        self._device = model.provider.device
-        self._bound_inputs: dict[str, np.ndarray] = {}
-        self._last_logits: np.ndarray | None = None
-        self._run_options = ort.RunOptions()
-        for key, value in (config.get("model.decoder.run_options", {}) or {}).items():
-            self._run_options.add_run_config_entry(key, value)
+        self._loop = DecoderLoop(
+            session,
+            input_ids=io.input_ids,
+            attention_mask=io.attention_mask,
+            position_ids=io.position_ids,
+            logits=io.logits,
+            batch=batch,
+            vocab=io.vocab_size,
+            max_length=max_length,
+            pad_id=int(config.get("model.pad_token_id", 0)),
+            eos_ids=np.asarray(config.eos_token_ids, dtype=np.int32),
+            id_dtype=io.id_dtype,
+            mask_dtype=io.mask_dtype,
+            logits_dtype=io.logits_dtype,
+            kv_pairs=self._kv.handover,
+        )
+        self._sequences = self._loop.array("sequences")
+        self._logits_rows = self._loop.array("logits_rows")
 
     # --- feeding tokens -------------------------------------------------------------------------
     def append_tokens(self, tokens: np.ndarray | list[int] | list[list[int]]) -> None:
@@ -105,150 +95,76 @@ class Generator:
         count = array.shape[1]
         if count == 0:
             raise ValueError("append_tokens needs at least one token")
-        if array.size and (array.min() < 0 or array.max() >= self.vocab_size):
+        if array.min() < 0 or array.max() >= self.vocab_size:
             bad = array[(array < 0) | (array >= self.vocab_size)].flat[0]
             raise ValueError(
                 f"token id {int(bad)} is outside the vocabulary [0, {self.vocab_size})"
             )
-        if self._length + count > self.max_length:
+        length = self._loop.length
+        if length + count > self.max_length:
             raise ValueError(
-                f"appending {count} tokens to {self._length} exceeds max_length {self.max_length}"
+                f"appending {count} tokens to {length} exceeds max_length {self.max_length}"
             )
-        if self._length and self.batch_size > 1:
+        if length and self.batch_size > 1:
             raise NotImplementedError(
                 "continuous decoding (append_tokens after the first call) needs batch_size 1"
             )
-        first = self._length == 0
-        self._sequences[:, self._length : self._length + count] = array
-        self._length += count
-        self._done[:] = 0  # appending (also after EOS) continues every row
-        self._all_done = False
-        self._run(prompt=first)
+        self._loop.append(array)
+        self._loop.run(length == 0)
 
-    # --- one step -------------------------------------------------------------------------------
+    # --- steps ----------------------------------------------------------------------------------
     def generate_next_token(self) -> None:
         """Run the model on pending tokens if needed, choose the next token per row and append
         it."""
-        if not self._logits_ready:
-            if self._length == 0:
-                raise GenerationError("call append_tokens before generate_next_token")
-            self._run(prompt=False)
-        if self._length >= self.max_length:
+        loop = self._loop
+        if not loop.logits_ready and loop.length == 0:
+            raise GenerationError("call append_tokens before generate_next_token")
+        if loop.length >= self.max_length:
             raise GenerationError(f"the sequence reached max_length {self.max_length}")
-        bk.argmax_rows(self._logits_rows, self._next_tokens)
-        self._all_done = bk.commit_tokens(
-            self._sequences, self._length, self._next_tokens, self._eos, self._done, self._pad
-        )
-        # As the reference: the step that finishes the last row reports its tokens through
-        # get_next_tokens but does not add them to the sequences.
-        if not self._all_done:
-            self._length += 1
-        self._generated = True
-        self._logits_ready = False
+        loop.step()
+
+    def generate_until_done(self, max_new_tokens: int | None = None) -> int:
+        """Run greedy steps until every row is done, max_length, or ``max_new_tokens`` steps,
+        in one GIL-free block; returns the number of steps made. Same tokens as calling
+        `generate_next_token` in a loop, without returning to Python between tokens."""
+        loop = self._loop
+        if not loop.logits_ready and loop.length == 0:
+            raise GenerationError("call append_tokens before generate_until_done")
+        limit = self.max_length if max_new_tokens is None else int(max_new_tokens)
+        if limit < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {limit}")
+        return loop.steps(limit)
 
     def is_done(self) -> bool:
-        """True when every row emitted EOS or the sequence reached max_length (false while the
-        logits of appended tokens are waiting to be used)."""
-        return self._all_done or self._length >= self.max_length
-
-    # --- the model run --------------------------------------------------------------------------
-    def _run(self, *, prompt: bool) -> None:
-        io, batch, binding = self._io, self.batch_size, self._binding
-        start, stop = self._computed, self._length
-        count = stop - start
-        if count <= 0:
-            raise GenerationError("no pending tokens to run")
-        ids = self._input_ids[: batch * count].reshape(batch, count)
-        ids[:] = self._sequences[:, start:stop]
-        self._bind_input(io.input_ids, ids)
-
-        positions = self._positions[: batch * count].reshape(batch, count)
-        if prompt:
-            mask = self._mask[: batch * count].reshape(batch, count)
-            bk.prefill_inputs(
-                self._sequences[:, start:stop], self._pad, mask, positions, self._last_index
-            )
-            self._next_position[:] = self._last_index + 1
-            self._mask_length = count
-        elif batch == 1:
-            bk.fill_mask_ones(self._mask, self._mask_length, stop)
-            self._mask_length = stop
-            bk.advance_positions(positions, self._next_position, count)
-            self._last_index[:] = count - 1
-        else:
-            for _ in range(count):
-                bk.append_mask_column(self._mask, batch, self._mask_length)
-                self._mask_length += 1
-            bk.advance_positions(positions, self._next_position, count)
-            self._last_index[:] = count - 1
-        if io.attention_mask:
-            mask_view = self._mask[: batch * self._mask_length].reshape(batch, self._mask_length)
-            self._bind_input(io.attention_mask, mask_view)
-        if io.position_ids:
-            self._bind_input(io.position_ids, positions)
-
-        # Logits are bound first, so they are output 0 and the KV outputs follow.
-        if count == 1:
-            logits_buf = self._step_logits
-            binding.bind_output(
-                io.logits,
-                self._device,
-                0,
-                logits_buf.dtype,
-                list(logits_buf.shape),
-                logits_buf.ctypes.data,
-            )
-        else:
-            binding.bind_output(io.logits, self._device)
-        self._kv.bind(binding)
-        self.model.session.run_with_iobinding(binding, self._run_options)
-        self._kv.after_run(binding, 1)
-        if count == 1:
-            logits = self._step_logits
-        else:
-            logits = binding.get_outputs()[0].numpy()
-            if logits.shape[1] == 1:  # graphs that emit only the last position's logits
-                self._last_index[:] = 0
-        self._last_logits = logits
-        self._gather_logits(logits)
-        self._computed = stop
-        self._logits_ready = True
-        self._ran_once = True
-
-    def _bind_input(self, name: str, array: np.ndarray) -> None:
-        self._bound_inputs[name] = array
-        self._binding.bind_input(
-            name, self._device, 0, array.dtype, list(array.shape), array.ctypes.data
-        )
-
-    def _gather_logits(self, logits: np.ndarray) -> None:
-        if logits.dtype != np.float32:
-            logits = logits.astype(np.float32)
-        bk.gather_rows(np.ascontiguousarray(logits), self._last_index, self._logits_rows)
+        """True when every row emitted EOS or the sequence reached max_length."""
+        loop = self._loop
+        return loop.all_done or loop.length >= self.max_length
 
     # --- reading state --------------------------------------------------------------------------
     def get_next_tokens(self) -> np.ndarray:
-        """The tokens chosen by the last `generate_next_token`, int32 [batch]."""
-        if not self._generated:
+        """The tokens chosen by the last step, int32 [batch]."""
+        if not self._loop.generated:
             raise GenerationError("no tokens generated yet")
-        return self._next_tokens.copy()
+        return self._loop.array("next_tokens").copy()
 
     def get_sequence(self, index: int) -> np.ndarray:
         """Row ``index``: prompt (padding included) + generated tokens, int32."""
         if not 0 <= index < self.batch_size:
             raise IndexError(f"sequence index {index} outside [0, {self.batch_size})")
-        return self._sequences[index, : self._length].copy()
+        return self._sequences[index, : self._loop.length].copy()
 
     def token_count(self) -> int:
         """Tokens in each sequence so far (prompt included)."""
-        return self._length
+        return int(self._loop.length)
 
     def get_logits(self) -> np.ndarray:
-        """A copy of the logits the next token is chosen from, float32 [batch, 1, vocab]."""
-        if not self._logits_ready:
-            if self._length == 0:
+        """A copy of the logits the next token is chosen from, float32 [batch, 1, vocab]
+        (runs the model on a pending token first, as the reference)."""
+        loop = self._loop
+        if not loop.logits_ready:
+            if loop.length == 0:
                 raise GenerationError("no logits yet: call append_tokens first")
-            self._run(prompt=False)  # logits for the token chosen last, as the reference
+            loop.run(False)
         return self._logits_rows[:, None, :].copy()
 
     def set_logits(self, logits: np.ndarray) -> None:
@@ -257,21 +173,23 @@ class Generator:
         array = np.asarray(logits)
         if array.dtype != np.float32:
             raise TypeError(f"logits must be float32, got {array.dtype}")
-        expected = self.batch_size * self.vocab_size
-        if array.size != expected or array.ndim not in (1, 2, 3):
+        if array.size != self.batch_size * self.vocab_size or array.ndim not in (1, 2, 3):
             raise ValueError(
                 f"logits must hold [batch={self.batch_size}, vocab={self.vocab_size}], "
                 f"got shape {array.shape}"
             )
         self._logits_rows[:] = array.reshape(self.batch_size, self.vocab_size)
-        self._logits_ready = True
+        self._loop.set_logits_ready()
 
     def get_output(self, name: str) -> np.ndarray:
         """A host copy of the last run's output ``name`` (``"logits"``, ``"present.0.key"``)."""
-        if not self._ran_once:
+        loop = self._loop
+        if not loop.ran_once:
             raise GenerationError("the model has not run yet")
-        if name == self._io.logits and self._last_logits is not None:
-            return np.array(self._last_logits, copy=True)
+        if name == self._io.logits:
+            if loop.last_run_count == 1:
+                return loop.array("step_logits").copy()
+            return self._session.get_output(name)
         value = self._kv.read(name)
         if value is None:
             raise KeyError(f"{name!r} is not an output of the model")
@@ -279,29 +197,30 @@ class Generator:
 
     def get_input(self, name: str) -> np.ndarray:
         """A host copy of the last run's input ``name``."""
-        if name in self._bound_inputs:
-            return self._bound_inputs[name].copy()
+        io = self._io
+        for which, graph_name in (
+            ("input_ids", io.input_ids),
+            ("attention_mask", io.attention_mask),
+            ("position_ids", io.position_ids),
+        ):
+            if graph_name is not None and name == graph_name:
+                if not self._loop.ran_once:
+                    raise GenerationError("the model has not run yet")
+                return self._loop.input_view(which).copy()
         value = self._kv.read(name)
         if value is None:
-            raise KeyError(f"{name!r} is not a bound input of the model")
+            raise KeyError(f"{name!r} is not an input of the model")
         return value
 
     def rewind_to(self, length: int) -> None:
         """Drop tokens after the first ``length``; the next step continues from there."""
-        if not 0 <= length <= self._length:
-            raise ValueError(f"cannot rewind to {length}: the sequence has {self._length} tokens")
+        current = self._loop.length
+        if not 0 <= length <= current:
+            raise ValueError(f"cannot rewind to {length}: the sequence has {current} tokens")
         if length and self.batch_size > 1:
             raise NotImplementedError("rewind_to(n > 0) needs batch_size 1")
-        self._length = length
-        # Keep the KV of all but the last kept token: the next run recomputes that token, which
-        # yields the logits to continue from (no token is replayed).
-        self._computed = min(self._computed, max(length - 1, 0))
-        self._mask_length = min(self._mask_length, length)
-        self._next_position[:] = self._computed
-        self._kv.truncate(self._computed)
-        self._logits_ready = False
-        self._all_done = False
-        self._done[:] = 0
+        self._loop.rewind(length)
+        self._kv.truncate(self._loop.computed)
 
     @property
     def kv_cache_bytes(self) -> int:

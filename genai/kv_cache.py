@@ -1,10 +1,11 @@
-"""KV-cache layouts over IOBinding.
+"""KV-cache layouts, bound to the decoder session once.
 
 * `SharedKVCache` — ``past_present_share_buffer``: one ``[batch, kv_heads, max_length, head]``
   buffer per layer for K and for V, bound once as both the past input and the present output;
   the graph (GroupQueryAttention) writes new entries in place.
-* `GrowingKVCache` — the default layout: past starts empty; each run's present outputs become
-  the next run's past inputs (ORT allocates them). Handles combined K/V (GPT-2 ``past_%d``).
+* `GrowingKVCache` — the default layout: past starts empty; after each run the decode loop
+  hands each present output to its past input without copying (ORT allocates the presents).
+  Handles combined K/V (GPT-2 ``past_%d``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnxruntime as ort
 
 if TYPE_CHECKING:
+    from ._core.native_session import NativeSession
     from .model import DecoderIO
     from .providers import ExecutionProvider
 
@@ -22,14 +23,10 @@ __all__ = ["GrowingKVCache", "KVCache", "SharedKVCache", "make_kv_cache"]
 
 
 class KVCache:
-    """Common interface: bind before a run, collect after it, read and truncate."""
+    """Common interface: what the decode loop hands over, reading and truncating."""
 
-    def bind(self, binding: ort.IOBinding) -> None:
-        """Bind past inputs and present outputs for the next run."""
-        raise NotImplementedError
-
-    def after_run(self, binding: ort.IOBinding, outputs_start: int) -> None:
-        """Take the run's present outputs (``binding.get_outputs()[outputs_start:]``)."""
+    #: (present output, past input) names the decode loop re-binds after every run.
+    handover: list[tuple[str, str]]
 
     def read(self, name: str) -> np.ndarray | None:
         """A copy of the past/present tensor ``name``, or None if it is not a KV name."""
@@ -49,40 +46,27 @@ class SharedKVCache(KVCache):
     """One preallocated buffer per K/V and layer, bound as both past and present."""
 
     def __init__(
-        self, io: DecoderIO, provider: ExecutionProvider, batch: int, max_length: int
+        self,
+        io: DecoderIO,
+        provider: ExecutionProvider,
+        session: NativeSession,
+        batch: int,
+        max_length: int,
     ) -> None:
         if io.combined_kv:
             raise ValueError("past_present_share_buffer does not support combined past_%d KV")
-        self.io = io
-        self.device = provider.device
         shape = (batch, io.kv_heads, max_length, io.head_size)
-        self.keys = [provider.allocate(shape, io.kv_dtype) for _ in range(io.num_layers)]
-        self.values = [provider.allocate(shape, io.kv_dtype) for _ in range(io.num_layers)]
-        self._bound = False
-        names = zip(io.past_keys, io.present_keys, io.past_values, io.present_values, strict=True)
         self._by_name: dict[str, np.ndarray] = {}
-        for layer, (pk, ck, pv, cv) in enumerate(names):
-            for name in (pk, ck):
-                self._by_name[name] = self.keys[layer]
-            for name in (pv, cv):
-                self._by_name[name] = self.values[layer]
-
-    def bind(self, binding: ort.IOBinding) -> None:
-        if self._bound:
-            return  # the same buffers stay bound for the generator's lifetime
-        io = self.io
-        for layer in range(io.num_layers):
-            for past, present, buf in (
-                (io.past_keys[layer], io.present_keys[layer], self.keys[layer]),
-                (io.past_values[layer], io.present_values[layer], self.values[layer]),
-            ):
-                binding.bind_input(
-                    past, self.device, 0, buf.dtype, list(buf.shape), buf.ctypes.data
-                )
-                binding.bind_output(
-                    present, self.device, 0, buf.dtype, list(buf.shape), buf.ctypes.data
-                )
-        self._bound = True
+        self.handover = []
+        self._buffers: list[np.ndarray] = []
+        names = zip(io.past_keys, io.present_keys, io.past_values, io.present_values, strict=True)
+        for past_k, present_k, past_v, present_v in names:
+            for past, present in ((past_k, present_k), (past_v, present_v)):
+                buf = provider.allocate(shape, io.kv_dtype)
+                session.bind_input(past, buf)
+                session.bind_output(present, buf)
+                self._by_name[past] = self._by_name[present] = buf
+                self._buffers.append(buf)
 
     def read(self, name: str) -> np.ndarray | None:
         buf = self._by_name.get(name)
@@ -94,63 +78,53 @@ class SharedKVCache(KVCache):
 
     @property
     def nbytes(self) -> int:
-        return sum(b.nbytes for b in self.keys) + sum(b.nbytes for b in self.values)
+        return sum(b.nbytes for b in self._buffers)
 
 
 class GrowingKVCache(KVCache):
     """Past/present layout: presents become the next pasts; starts with zero length."""
 
-    def __init__(self, io: DecoderIO, provider: ExecutionProvider, batch: int) -> None:
+    def __init__(self, io: DecoderIO, session: NativeSession, batch: int) -> None:
         self.io = io
-        self.device = provider.device
+        self.session = session
         head = (io.kv_heads, 0, io.head_size)
-        shape = (2, batch, *head) if io.combined_kv else (batch, *head)
-        self.past: dict[str, ort.OrtValue] = {}
-        for name in (*io.past_keys, *io.past_values):
-            self.past[name] = ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, io.kv_dtype))
-        self.present_names = (*io.present_keys, *io.present_values)
-        self._present_to_past = dict(
-            zip(self.present_names, (*io.past_keys, *io.past_values), strict=True)
-        )
-
-    def bind(self, binding: ort.IOBinding) -> None:
-        for name, value in self.past.items():
-            binding.bind_ortvalue_input(name, value)
-        for name in self.present_names:
-            binding.bind_output(name, self.device)
-
-    def after_run(self, binding: ort.IOBinding, outputs_start: int) -> None:
-        outputs = binding.get_outputs()[outputs_start:]
-        for name, value in zip(self.present_names, outputs, strict=True):
-            self.past[self._present_to_past[name]] = value
+        self._empty_shape = (2, batch, *head) if io.combined_kv else (batch, *head)
+        self._axis = 3 if io.combined_kv else 2
+        self.pasts = (*io.past_keys, *io.past_values)
+        self.presents = (*io.present_keys, *io.present_values)
+        self.handover = list(zip(self.presents, self.pasts, strict=True))
+        for name in self.pasts:
+            session.bind_input(name, np.zeros(self._empty_shape, io.kv_dtype))
+        for name in self.presents:
+            session.bind_output_to_device(name)
+        self._present_to_past = dict(self.handover)
 
     def read(self, name: str) -> np.ndarray | None:
-        key = self._present_to_past.get(name, name)
-        value = self.past.get(key)
-        return None if value is None else value.numpy().copy()
+        past = self._present_to_past.get(name, name)
+        if past not in self.pasts:
+            return None
+        return self.session.input_value(past)
 
     def truncate(self, length: int) -> None:
-        axis = 3 if self.io.combined_kv else 2
-        for name, value in self.past.items():
-            array = value.numpy()
-            kept = np.ascontiguousarray(
-                np.take(array, np.arange(min(length, array.shape[axis])), axis)
-            )
-            self.past[name] = ort.OrtValue.ortvalue_from_numpy(kept)
+        for name in self.pasts:
+            current = self.session.input_value(name)
+            kept = np.take(current, np.arange(min(length, current.shape[self._axis])), self._axis)
+            self.session.bind_input(name, np.ascontiguousarray(kept))
 
     @property
     def nbytes(self) -> int:
-        total = 0
-        for value in self.past.values():
-            shape = value.shape()
-            total += int(np.prod(shape)) * self.io.kv_dtype.itemsize
-        return total
+        return sum(self.session.input_value(name).nbytes for name in self.pasts)
 
 
 def make_kv_cache(
-    io: DecoderIO, provider: ExecutionProvider, batch: int, max_length: int, share_buffer: bool
+    io: DecoderIO,
+    provider: ExecutionProvider,
+    session: NativeSession,
+    batch: int,
+    max_length: int,
+    share_buffer: bool,
 ) -> KVCache:
-    """The cache layout the search options ask for."""
+    """The cache layout the search options ask for, bound to ``session``."""
     if share_buffer:
-        return SharedKVCache(io, provider, batch, max_length)
-    return GrowingKVCache(io, provider, batch)
+        return SharedKVCache(io, provider, session, batch, max_length)
+    return GrowingKVCache(io, session, batch)

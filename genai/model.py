@@ -8,27 +8,40 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
+from ._core.native_session import NativeSession
 from .config import Config
 from .errors import ConfigError
 from .providers import ExecutionProvider, get_provider
 
 __all__ = ["DecoderIO", "Model", "default_intra_op_threads"]
 
-_ORT_TO_NUMPY = {
-    "tensor(float)": np.dtype(np.float32),
-    "tensor(float16)": np.dtype(np.float16),
-    "tensor(int64)": np.dtype(np.int64),
-    "tensor(int32)": np.dtype(np.int32),
+_SUPPORTED_DTYPES = {np.dtype(t) for t in (np.float32, np.float16, np.int64, np.int32)}
+
+# ORT's GraphOptimizationLevel values.
+_OPT_LEVELS = {
+    "ORT_DISABLE_ALL": 0,
+    "ORT_ENABLE_BASIC": 1,
+    "ORT_ENABLE_EXTENDED": 2,
+    "ORT_ENABLE_ALL": 99,
 }
 
-_OPT_LEVELS = {
-    "ORT_DISABLE_ALL": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "ORT_ENABLE_BASIC": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "ORT_ENABLE_EXTENDED": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "ORT_ENABLE_ALL": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
+# session_options keys with a meaning of their own; any other key is an ORT config entry.
+_SESSION_OPTION_KEYS = frozenset(
+    [
+        "log_id",
+        "enable_profiling",
+        "intra_op_num_threads",
+        "inter_op_num_threads",
+        "log_severity_level",
+        "log_verbosity_level",
+        "enable_cpu_mem_arena",
+        "enable_mem_pattern",
+        "graph_optimization_level",
+        "custom_ops_library",
+        "provider_options",
+    ]
+)
 
 #: Model types whose decoder is a plain causal LM this engine runs.
 DECODER_ONLY_TYPES = frozenset(
@@ -122,62 +135,54 @@ class Model:
         """The model folder."""
         return self.config.path
 
-    def _create_session(self) -> ort.InferenceSession:
+    def _create_session(self) -> NativeSession:
         config = self.config
-        opts = ort.SessionOptions()
         session_cfg = config.get("model.decoder.session_options", {}) or {}
-        opts.intra_op_num_threads = int(
-            session_cfg.get("intra_op_num_threads") or default_intra_op_threads()
-        )
-        if session_cfg.get("inter_op_num_threads"):
-            opts.inter_op_num_threads = int(session_cfg["inter_op_num_threads"])
-        if "enable_cpu_mem_arena" in session_cfg:
-            opts.enable_cpu_mem_arena = bool(session_cfg["enable_cpu_mem_arena"])
-        if "enable_mem_pattern" in session_cfg:
-            opts.enable_mem_pattern = bool(session_cfg["enable_mem_pattern"])
-        if "log_id" in session_cfg:
-            opts.logid = session_cfg["log_id"]
-        if "log_severity_level" in session_cfg:
-            opts.log_severity_level = int(session_cfg["log_severity_level"])
-        level = session_cfg.get("graph_optimization_level")
-        if level is not None:
-            if level not in _OPT_LEVELS:
-                raise ConfigError(
-                    f"model.decoder.session_options.graph_optimization_level {level!r} in "
-                    f"{config.file} must be one of {', '.join(_OPT_LEVELS)}"
-                )
-            opts.graph_optimization_level = _OPT_LEVELS[level]
-        if "custom_ops_library" in session_cfg:
-            opts.register_custom_ops_library(
-                str(config.resolve_file(session_cfg["custom_ops_library"], "custom_ops_library"))
+        level = session_cfg.get("graph_optimization_level", "ORT_ENABLE_ALL")
+        if level not in _OPT_LEVELS:
+            raise ConfigError(
+                f"model.decoder.session_options.graph_optimization_level {level!r} in "
+                f"{config.file} must be one of {', '.join(_OPT_LEVELS)}"
             )
-        known = {
-            "log_id", "enable_profiling", "intra_op_num_threads", "inter_op_num_threads",
-            "log_severity_level", "log_verbosity_level", "enable_cpu_mem_arena",
-            "enable_mem_pattern", "graph_optimization_level", "custom_ops_library",
-            "provider_options",
-        }  # fmt: skip
-        for key, value in session_cfg.items():
-            if key not in known:
-                opts.add_session_config_entry(key, value)
-        ort_providers = self.provider.configure(opts, self.provider_options)
+        entries = {k: v for k, v in session_cfg.items() if k not in _SESSION_OPTION_KEYS}
+        custom_ops = session_cfg.get("custom_ops_library")
         filename = config.decoder.get("filename", "model.onnx")
         path = config.resolve_file(filename, "model.decoder.filename")
-        source: str | bytes = config.model_data(filename) or str(path)
         try:
-            session = ort.InferenceSession(source, sess_options=opts, providers=ort_providers)
-        except Exception as exc:  # ORT raises its own exception types; name the file
+            return NativeSession(
+                str(path),
+                model_bytes=config.model_data(filename),
+                intra_op_num_threads=int(
+                    session_cfg.get("intra_op_num_threads") or default_intra_op_threads()
+                ),
+                inter_op_num_threads=int(session_cfg.get("inter_op_num_threads") or 0),
+                graph_optimization_level=_OPT_LEVELS[level],
+                config_entries=entries,
+                providers=self.provider.session_providers(self.provider_options),
+                log_id=session_cfg.get("log_id", "genai"),
+                enable_cpu_mem_arena=session_cfg.get("enable_cpu_mem_arena"),
+                enable_mem_pattern=session_cfg.get("enable_mem_pattern"),
+                log_severity_level=session_cfg.get("log_severity_level"),
+                custom_ops_library=(
+                    str(config.resolve_file(custom_ops, "custom_ops_library"))
+                    if custom_ops
+                    else None
+                ),
+                run_config_entries=config.get("model.decoder.run_options") or None,
+            )
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # ORT's own errors: name the file
             raise RuntimeError(f"onnxruntime could not load {path}: {exc}") from exc
-        self.provider.check_session(session)
-        return session
 
     def __repr__(self) -> str:
         return f"Model({str(self.path)!r}, type={self.type!r}, provider={self.provider.name!r})"
 
 
-def _describe_io(config: Config, session: ort.InferenceSession) -> DecoderIO:
-    inputs = {i.name: i for i in session.get_inputs()}
-    outputs = {o.name: o for o in session.get_outputs()}
+def _describe_io(config: Config, session: NativeSession) -> DecoderIO:
+    inputs = session.input_dtypes
+    outputs = session.output_dtypes
+    output_shapes = session.output_shapes
     names_in = config.decoder.get("inputs", {})
     names_out = config.decoder.get("outputs", {})
     where = f"the graph {config.decoder.get('filename', 'model.onnx')}"
@@ -193,10 +198,11 @@ def _describe_io(config: Config, session: ort.InferenceSession) -> DecoderIO:
             )
         return None
 
-    def dtype_of(info: ort.NodeArg, what: str) -> np.dtype:
-        if info.type not in _ORT_TO_NUMPY:
-            raise ConfigError(f"{what} {info.name!r} of {where} has unsupported type {info.type}")
-        return _ORT_TO_NUMPY[info.type]
+    def dtype_of(name: str, table: dict, what: str) -> np.dtype:
+        dtype = table[name]
+        if dtype is None or np.dtype(dtype) not in _SUPPORTED_DTYPES:
+            raise ConfigError(f"{what} {name!r} of {where} has unsupported type {dtype}")
+        return np.dtype(dtype)
 
     input_ids = graph_input("input_ids", "input_ids", True)
     assert input_ids is not None
@@ -232,7 +238,7 @@ def _describe_io(config: Config, session: ort.InferenceSession) -> DecoderIO:
             raise ConfigError(
                 f"KV output {name!r} (from the config's name template) not in {where}"
             )
-    kv_dtype = dtype_of(inputs[past_k[0]], "KV input") if past_k else np.dtype(np.float32)
+    kv_dtype = dtype_of(past_k[0], inputs, "KV input") if past_k else np.dtype(np.float32)
     kv_heads = int(
         config.decoder.get("num_key_value_heads") or config.decoder.get("num_attention_heads", 0)
     )
@@ -241,14 +247,14 @@ def _describe_io(config: Config, session: ort.InferenceSession) -> DecoderIO:
         head_size = int(config.decoder["hidden_size"]) // int(
             config.decoder.get("num_attention_heads", 1)
         )
-    logits_shape = outputs[logits].shape
+    logits_shape = output_shapes[logits]
     vocab = config.get("model.vocab_size")
     if vocab is None and isinstance(logits_shape[-1], int):
         vocab = logits_shape[-1]
     if vocab is None:
         raise ConfigError(f"model.vocab_size is missing in {config.file}")
-    id_dtype = dtype_of(inputs[input_ids], "input")
-    mask_dtype = dtype_of(inputs[mask], "input") if mask else id_dtype
+    id_dtype = dtype_of(input_ids, inputs, "input")
+    mask_dtype = dtype_of(mask, inputs, "input") if mask else id_dtype
     return DecoderIO(
         input_ids=input_ids,
         attention_mask=mask,
@@ -256,7 +262,7 @@ def _describe_io(config: Config, session: ort.InferenceSession) -> DecoderIO:
         id_dtype=id_dtype,
         mask_dtype=mask_dtype,
         logits=logits,
-        logits_dtype=dtype_of(outputs[logits], "output"),
+        logits_dtype=dtype_of(logits, outputs, "output"),
         past_keys=past_k,
         past_values=past_v,
         present_keys=present_k,

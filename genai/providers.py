@@ -35,18 +35,9 @@ class ExecutionProvider:
             )
         return None
 
-    def configure(self, session_options: ort.SessionOptions, options: dict[str, str]) -> list[Any]:
-        """Adjust ``session_options`` for this provider; return the ``providers=`` list entries
-        for `ort.InferenceSession`."""
+    def session_providers(self, options: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
+        """Execution providers to append to the session, in order, as (ORT name, options)."""
         return [(self.ort_name, dict(options))]
-
-    def check_session(self, session: ort.InferenceSession) -> None:
-        """Fail if ORT silently fell back to another provider."""
-        if self.ort_name not in session.get_providers():
-            raise ProviderUnavailableError(
-                f"{self.name}: onnxruntime created the session on {session.get_providers()} "
-                f"instead of {self.ort_name}"
-            )
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype, *, zero: bool = True) -> Any:
         """A buffer for a model input/output of ``shape`` and ``dtype`` on this device."""
@@ -62,6 +53,13 @@ class CPUProvider(ExecutionProvider):
 
     def unavailable_reason(self) -> str | None:
         return None
+
+    def session_providers(self, options: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
+        if options:
+            raise ProviderUnavailableError(
+                f"the cpu provider takes no options, got {', '.join(sorted(options))}"
+            )
+        return []  # the CPU EP is always there
 
 
 _REGISTRY: dict[str, type[ExecutionProvider]] = {CPUProvider.name: CPUProvider}

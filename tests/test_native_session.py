@@ -89,6 +89,55 @@ def kv_model(tmp_path_factory) -> str:
     return _save(graph, tmp_path_factory.mktemp("kv") / "kv.onnx")
 
 
+@pytest.fixture(scope="module")
+def step_model(tmp_path_factory) -> str:
+    """Outputs shaped like their inputs: Y = X + 1 (float32 [n, 4]), W = Z + 2 (int64 [m])."""
+    nodes = [
+        helper.make_node("Add", ["X", "one"], ["Y"]),
+        helper.make_node("Add", ["Z", "two"], ["W"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "step",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("Z", TensorProto.INT64, ["m"]),
+        ],
+        [
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("W", TensorProto.INT64, ["m"]),
+        ],
+        initializer=[
+            helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+            helper.make_tensor("two", TensorProto.INT64, [], [2]),
+        ],
+    )
+    return _save(graph, tmp_path_factory.mktemp("step") / "step.onnx")
+
+
+@pytest.fixture(scope="module")
+def grow_model(tmp_path_factory) -> str:
+    """A growing KV cache: present = Concat(past, new) on axis 1 (float32 [1, t, 4] ->
+    [1, t + 1, 4]) and total = ReduceSum(present) (read each step, like logits)."""
+    nodes = [
+        helper.make_node("Concat", ["past", "new"], ["present"], axis=1),
+        helper.make_node("ReduceSum", ["present"], ["total"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "grow",
+        [
+            helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, "past_len", 4]),
+            helper.make_tensor_value_info("new", TensorProto.FLOAT, [1, 1, 4]),
+        ],
+        [
+            helper.make_tensor_value_info("present", TensorProto.FLOAT, [1, "total_len", 4]),
+            helper.make_tensor_value_info("total", TensorProto.FLOAT, []),
+        ],
+    )
+    return _save(graph, tmp_path_factory.mktemp("grow") / "grow.onnx")
+
+
 def test_library_and_version():
     path = ort_api.library_path()
     assert os.path.basename(path).startswith("libonnxruntime")
@@ -326,11 +375,286 @@ def test_many_sessions_are_released(affine_model):
         del s
 
 
+# ----------------------------------------------------------------- session options
+
+
+def test_model_bytes_equals_model_path(affine_model):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    i = np.array([3, 4], np.int64)
+    results = []
+    for s in (
+        NativeSession(affine_model),
+        NativeSession("affine.onnx", model_bytes=Path(affine_model).read_bytes()),
+        NativeSession(model_bytes=bytearray(Path(affine_model).read_bytes())),
+    ):
+        assert s.input_names == ("X", "I") and s.output_names == ("Y", "J")
+        s.bind_input("X", x)
+        s.bind_input("I", i)
+        s.bind_output_to_device("Y")
+        s.bind_output_to_device("J")
+        s.run()
+        results.append((s.get_output("Y"), s.get_output("J")))
+    for y, j in results[1:]:
+        np.testing.assert_array_equal(y, results[0][0])
+        np.testing.assert_array_equal(j, results[0][1])
+
+
+def test_model_bytes_errors():
+    with pytest.raises(ValueError, match="model_path or model_bytes"):
+        NativeSession()
+    with pytest.raises(ValueError, match="empty"):
+        NativeSession("m.onnx", model_bytes=b"")
+    with pytest.raises(ort_api.OrtError) as info:
+        NativeSession("sub/bad.onnx", model_bytes=b"not a protobuf")
+    assert "CreateSessionFromArray('sub/bad.onnx', 14 bytes)" in str(info.value)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_arena_pattern_log_and_run_config(affine_model, flag):
+    s = NativeSession(
+        affine_model,
+        enable_cpu_mem_arena=flag,
+        enable_mem_pattern=flag,
+        log_severity_level=3,
+        run_config_entries={"memory.enable_memory_arena_shrinkage": "cpu:0"},
+    )
+    x = np.ones((2, 4), np.float32)
+    s.bind_input("X", x)
+    s.bind_input("I", np.zeros(1, np.int64))
+    s.bind_output_to_device("Y")
+    s.bind_output_to_device("J")
+    if not flag:
+        # The run options reach RunWithBinding: without a CPU arena there is none to shrink.
+        with pytest.raises(ort_api.OrtInvalidArgumentError, match="arena"):
+            s.run()
+        return
+    for _ in range(3):
+        s.run()
+        assert s.run_checked() == 0
+    np.testing.assert_array_equal(s.get_output("Y"), np.full((2, 4), 3, np.float32))
+
+
+def test_invalid_log_severity_level(affine_model):
+    with pytest.raises(ValueError, match="log_severity_level"):
+        NativeSession(affine_model, log_severity_level=7)
+
+
+def test_bad_custom_ops_library(affine_model, tmp_path):
+    lib = tmp_path / "no_such_custom_ops.so"
+    with pytest.raises(ort_api.OrtError) as info:
+        NativeSession(affine_model, custom_ops_library=str(lib))
+    assert f"registering custom ops library {lib}: [" in str(info.value)
+
+
+def test_run_checked_raises(affine_model):
+    s = NativeSession(affine_model)
+    s.bind_input("X", np.zeros((2, 4), np.float32))
+    s.bind_output_to_device("Y")
+    with pytest.raises(ort_api.OrtError):
+        s.run_checked()
+
+
+# ----------------------------------------------------------------- values after a run
+
+
+def test_output_value_info_and_input_value(step_model):
+    s = NativeSession(step_model)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    z = np.arange(5, dtype=np.int64)
+    y = np.zeros((2, 4), np.float32)
+    s.bind_input("X", x)
+    s.bind_input("Z", z, shape=(3,))
+    s.bind_output("Y", y)
+    s.bind_output_to_device("W")
+    with pytest.raises(RuntimeError, match="no value"):
+        s.output_value_info("W")  # ORT allocates it at the run
+    s.run()
+    assert s.output_value_info("Y") == ((2, 4), y.ctypes.data)
+    shape, address = s.output_value_info("W")
+    assert shape == (3,) and address != 0
+    np.testing.assert_array_equal(s.get_output("W"), z[:3] + 2)
+    np.testing.assert_array_equal(s.input_value("X"), x)
+    np.testing.assert_array_equal(s.input_value("Z"), z[:3])  # the bound prefix
+    s.clear_bindings()
+    with pytest.raises(KeyError, match="not bound"):
+        s.input_value("X")
+    with pytest.raises(RuntimeError, match="not bound"):
+        s.output_value_info("Y")
+
+
+def test_rebinding_an_output_keeps_its_position(step_model):
+    """ORT keeps a re-bound output's place in the binding's order (what output positions and the
+    one-GetBoundOutputValues-per-run cache rely on): outputs of different shapes and types,
+    re-bound in other orders and ways between runs, still read back right."""
+    s = NativeSession(step_model)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    z = np.array([7, 8], np.int64)
+    s.bind_input("X", x)
+    s.bind_input("Z", z)
+    s.bind_output_to_device("W")  # position 0
+    s.bind_output_to_device("Y")  # position 1
+    y = np.zeros((3, 4), np.float32)
+    for how in ("device", "ptr-W", "ptr-Y", "device-Y-then-W", "both-ptr"):
+        if how == "ptr-W":
+            s.bind_output("W", np.zeros(2, np.int64))
+        elif how == "ptr-Y":
+            s.bind_output("Y", y)
+            s.bind_output_to_device("W")
+        elif how == "device-Y-then-W":
+            s.bind_output_to_device("Y")
+            s.bind_output_to_device("W")
+        elif how == "both-ptr":
+            s.bind_output("Y", y)
+            s.bind_output("W", np.zeros(2, np.int64))
+        s.run()
+        np.testing.assert_array_equal(s.get_output("Y"), x + 1, err_msg=how)
+        np.testing.assert_array_equal(s.get_output("W"), z + 2, err_msg=how)
+        assert s.output_value_info("Y")[0] == (3, 4)
+        assert s.output_value_info("W")[0] == (2,)
+        # after a rebind, the outputs still read back (the binding keeps them until the run)
+        s.rebind_outputs_as_inputs_py(["W"], ["Z"])
+        np.testing.assert_array_equal(s.get_output("W"), z + 2, err_msg=how)
+        np.testing.assert_array_equal(s.input_value("Z"), z + 2, err_msg=how)
+        z = z + 2
+        if how in ("ptr-W", "both-ptr"):
+            s.bind_input("Z", z)  # the pointer-bound W array is re-bound as output next
+
+
+# ----------------------------------------------------------------- rebind_outputs_as_inputs
+
+
+def test_rebind_same_shape_steps(step_model):
+    s = NativeSession(step_model, intra_op_num_threads=1)
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    z = np.array([1, -5, 9], np.int64)
+    s.bind_input("X", x)
+    s.bind_input("Z", z)
+    s.bind_output_to_device("Y")
+    s.bind_output_to_device("W")
+    want_x, want_z = x.copy(), z.copy()
+    for _ in range(6):
+        s.run()
+        want_x, want_z = want_x + 1, want_z + 2
+        np.testing.assert_array_equal(s.get_output("Y"), want_x)
+        np.testing.assert_array_equal(s.get_output("W"), want_z)
+        s.rebind_outputs_as_inputs_py(["Y", "W"], ["X", "Z"])
+        np.testing.assert_array_equal(s.input_value("X"), want_x)
+        np.testing.assert_array_equal(s.input_value("Z"), want_z)
+    # the first inputs' arrays are not written to
+    first_x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(x, first_x)
+
+
+def test_rebind_growing_kv_cache(grow_model):
+    rng = np.random.default_rng(3)
+    past = rng.standard_normal((1, 2, 4)).astype(np.float32)
+    ref = ort.InferenceSession(grow_model, providers=["CPUExecutionProvider"])
+    s = NativeSession(grow_model, intra_op_num_threads=1)
+    s.bind_input("past", past)
+    s.bind_output_to_device("present")
+    s.bind_output_to_device("total")
+    want = past.copy()
+    for step in range(8):
+        new = rng.standard_normal((1, 1, 4)).astype(np.float32)
+        s.bind_input("new", new)
+        s.run()
+        ref_present, ref_total = ref.run(None, {"past": want, "new": new})
+        want = np.concatenate([want, new], axis=1)
+        np.testing.assert_array_equal(ref_present, want)
+        assert s.output_value_info("present")[0] == (1, 3 + step, 4)
+        np.testing.assert_array_equal(s.get_output("present"), want)
+        np.testing.assert_allclose(s.get_output("total"), ref_total, rtol=1e-5)
+        s.rebind_outputs_as_inputs_py(["present"], ["past"])
+        np.testing.assert_array_equal(s.input_value("past"), want)
+        np.testing.assert_allclose(s.get_output("total"), want.sum(), rtol=1e-5)
+
+
+def test_rebind_pointer_bound_output_aliases_and_stays_alive(step_model):
+    """A pointer-bound output rebound as input is not copied, and its array lives as long as
+    the input uses it, even once the output is bound elsewhere."""
+    s = NativeSession(step_model)
+    x = np.zeros((2, 4), np.float32)
+    s.bind_input("X", x)
+    s.bind_input("Z", np.zeros(1, np.int64))
+    buf = np.zeros((2, 4), np.float32)
+    s.bind_output("Y", buf)
+    s.bind_output_to_device("W")
+    s.run()
+    s.rebind_outputs_as_inputs_py(["Y"], ["X"])
+    buf[0, 0] = 41.0  # the input reads the output's array itself
+    assert s.input_value("X")[0, 0] == 41.0
+    buf_id = id(buf)
+    del buf
+    s.bind_output("Y", np.zeros((2, 4), np.float32))  # the old array is still X's
+    import gc
+
+    gc.collect()
+    s.run()
+    got = s.get_output("Y")
+    assert got[0, 0] == 42.0 and (got.ravel()[1:] == 2.0).all()
+    assert buf_id != id(got)
+
+
+def test_rebind_errors(step_model):
+    s = NativeSession(step_model)
+    s.bind_input("X", np.zeros((2, 4), np.float32))
+    s.bind_input("Z", np.zeros(2, np.int64))
+    s.bind_output_to_device("Y")
+    with pytest.raises(RuntimeError, match="not bound"):
+        s.rebind_outputs_as_inputs_py(["W"], ["Z"])
+    s.bind_output_to_device("W")
+    with pytest.raises(RuntimeError, match="no value"):
+        s.rebind_outputs_as_inputs_py(["Y"], ["X"])  # before any run
+    s.run()
+    with pytest.raises(TypeError, match="element types"):
+        s.rebind_outputs_as_inputs_py(["Y"], ["Z"])
+    with pytest.raises(IndexError, match="twice"):
+        s.rebind_outputs_as_inputs_py(["Y", "Y"], ["X", "X"])
+    with pytest.raises(ValueError, match="1 output names for 2"):
+        s.rebind_outputs_as_inputs_py(["Y"], ["X", "Z"])
+    with pytest.raises(KeyError):
+        s.rebind_outputs_as_inputs_py(["X"], ["X"])
+    s.rebind_outputs_as_inputs_py([], [])
+    # nothing was half done: the inputs are still the arrays bound above
+    np.testing.assert_array_equal(s.input_value("X"), np.zeros((2, 4), np.float32))
+    s.rebind_outputs_as_inputs_py(["Y", "W"], ["X", "Z"])
+    np.testing.assert_array_equal(s.input_value("X"), np.ones((2, 4), np.float32))
+    s.rebind_outputs_as_inputs_py(["Y"], ["X"])  # twice after one run: same value again
+    np.testing.assert_array_equal(s.input_value("X"), np.ones((2, 4), np.float32))
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_rebind_loop_does_not_leak(step_model):
+    s = NativeSession(step_model, intra_op_num_threads=1)
+    s.bind_input("X", np.zeros((64, 4), np.float32))  # 1 KiB per value: leaks would show
+    s.bind_input("Z", np.zeros(128, np.int64))
+    s.bind_output_to_device("Y")
+    s.bind_output_to_device("W")
+    start = 0
+    for step in range(5000):
+        if step == 500:
+            start = _rss_bytes()
+        s.run()
+        s.output_value_info("Y")
+        s.rebind_outputs_as_inputs_py(["Y", "W"], ["X", "Z"])
+    grown = _rss_bytes() - start
+    assert grown < 2 * 1024 * 1024, f"RSS grew by {grown} bytes over 4500 rebinding steps"
+    np.testing.assert_array_equal(s.input_value("X"), np.full((64, 4), 5000, np.float32))
+    np.testing.assert_array_equal(s.input_value("Z"), np.full(128, 10000, np.int64))
+
+
 _CIMPORT_PYX = """
 # cython: language_level=3
 from libc.stdint cimport int64_t
+from libc.stdlib cimport free, malloc
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from genai._core.ort_api cimport ELEM_FLOAT, ELEM_INT64
-from genai._core.native_session cimport NativeSession
+from genai._core.native_session cimport NS_MAX_DIMS, NativeSession
 
 
 def run_steps(NativeSession s, float[:, ::1] x, float[:, ::1] y, int64_t[::1] i, int steps):
@@ -356,6 +680,87 @@ def run_steps(NativeSession s, float[:, ::1] x, float[:, ::1] y, int64_t[::1] i,
     if rc != 0:
         s.raise_last_error()
     return rc
+
+
+def rebind_steps(NativeSession s, list outs, list ins, Py_ssize_t read_out, int steps):
+    # steps x (run, rebind outs -> ins, read output read_out's shape and first float), all
+    # without the GIL; returns (shape, first value) of the last step.
+    cdef Py_ssize_t n = len(outs), k
+    cdef Py_ssize_t out_idx[8]
+    cdef Py_ssize_t in_idx[8]
+    cdef int64_t shape[NS_MAX_DIMS]
+    cdef size_t ndim = 0
+    cdef void* data = NULL
+    cdef int rc = 0, step
+    for k in range(n):
+        out_idx[k] = outs[k]
+        in_idx[k] = ins[k]
+    with nogil:
+        for step in range(steps):
+            rc = s.run_binding()
+            if rc == 0:
+                rc = s.rebind_outputs_as_inputs(out_idx, in_idx, n)
+            if rc == 0:
+                rc = s.output_value_shape(read_out, shape, &ndim)
+            if rc == 0:
+                rc = s.output_value_data(read_out, &data)
+            if rc != 0:
+                break
+    if rc != 0:
+        s.raise_last_error()
+    return tuple([shape[k] for k in range(ndim)]), (<float*>data)[0]
+
+
+def bad_rebind(NativeSession s, Py_ssize_t out_index, Py_ssize_t in_index):
+    cdef int rc
+    with nogil:
+        rc = s.rebind_outputs_as_inputs(&out_index, &in_index, 1)
+    if rc != 0:
+        s.raise_last_error()
+
+
+def time_calls(NativeSession s, list outs, list ins, int reps):
+    # (ns per rebind_outputs_as_inputs, ns per run_binding, ns per output_value_shape +
+    # output_value_data) over `reps` calls each, after one run.
+    cdef Py_ssize_t n = len(outs), k
+    cdef Py_ssize_t* out_idx = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
+    cdef Py_ssize_t* in_idx = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
+    cdef int64_t shape[NS_MAX_DIMS]
+    cdef size_t ndim = 0
+    cdef void* data = NULL
+    cdef int rc = 0, r
+    cdef double t0, t1, t2, t3
+    for k in range(n):
+        out_idx[k] = outs[k]
+        in_idx[k] = ins[k]
+    with nogil:
+        rc = s.run_binding()
+        t0 = _now()
+        for r in range(reps):
+            if rc == 0:
+                rc = s.rebind_outputs_as_inputs(out_idx, in_idx, n)
+        t1 = _now()
+        for r in range(reps):
+            if rc == 0:
+                rc = s.run_binding()
+        t2 = _now()
+        for r in range(reps):
+            if rc == 0:
+                rc = s.output_value_shape(0, shape, &ndim)
+            if rc == 0:
+                rc = s.output_value_data(0, &data)
+        t3 = _now()
+    free(out_idx)
+    free(in_idx)
+    if rc != 0:
+        s.raise_last_error()
+    return (t1 - t0) / reps * 1e9, (t2 - t1) / reps * 1e9, (t3 - t2) / reps * 1e9
+
+
+cdef double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 def bad_index(NativeSession s, float[:, ::1] x):
@@ -432,3 +837,39 @@ def test_cimport_nogil_entry_points(affine_model, cimport_module):
         cimport_module.bad_type(s, x)
     # after the errors the session still runs
     assert cimport_module.run_steps(s, x, y, i, 1) == 0
+
+
+@pytest.mark.slow
+def test_cimport_rebind_nogil(step_model, grow_model, cimport_module):
+    s = NativeSession(step_model, intra_op_num_threads=1)
+    x = np.full((2, 4), 0.5, np.float32)
+    s.bind_input("X", x)
+    s.bind_input("Z", np.zeros(3, np.int64))
+    s.bind_output_to_device("Y")
+    s.bind_output_to_device("W")
+    yi, wi = s.output_index("Y"), s.output_index("W")
+    xi, zi = s.input_index("X"), s.input_index("Z")
+    shape, first = cimport_module.rebind_steps(s, [yi, wi], [xi, zi], yi, 10)
+    # the output read after the rebind is the last run's: x + 10
+    assert shape == (2, 4) and first == 10.5
+    np.testing.assert_array_equal(s.input_value("X"), np.full((2, 4), 10.5, np.float32))
+    np.testing.assert_array_equal(s.input_value("Z"), np.full(3, 20, np.int64))
+    np.testing.assert_array_equal(x, 0.5)  # the first input array is untouched
+    with pytest.raises(IndexError):
+        cimport_module.bad_rebind(s, 5, xi)
+    with pytest.raises(TypeError):
+        cimport_module.bad_rebind(s, yi, zi)
+    ns_rebind, ns_run, ns_read = cimport_module.time_calls(s, [yi, wi], [xi, zi], 200)
+    assert ns_rebind > 0 and ns_run > 0 and ns_read > 0
+
+    g = NativeSession(grow_model, intra_op_num_threads=1)
+    g.bind_input("past", np.zeros((1, 1, 4), np.float32))
+    g.bind_input("new", np.ones((1, 1, 4), np.float32))
+    g.bind_output_to_device("present")
+    g.bind_output_to_device("total")
+    pi = g.output_index("present")
+    shape, first = cimport_module.rebind_steps(g, [pi], [g.input_index("past")], pi, 7)
+    assert shape == (1, 8, 4) and first == 0.0
+    np.testing.assert_array_equal(g.get_output("total"), np.float32(28.0))
+    want = np.concatenate([np.zeros((1, 1, 4)), np.ones((1, 7, 4))], axis=1)
+    np.testing.assert_array_equal(g.input_value("past"), want)

@@ -2,12 +2,18 @@
 """Per-step bookkeeping of the generation loop: attention mask and position ids for prefill and
 decode, greedy argmax, and committing chosen tokens (pad after EOS, done flags).
 
-Every kernel works on caller-owned buffers (the arrays bound to ORT through IOBinding), writes
-in place, and runs without the GIL. `genai._core.reference` holds the NumPy twin of each.
+Every kernel works on caller-owned buffers (the arrays bound to ORT through IOBinding) and
+writes in place. The loops are ``nogil``; the wrappers release the GIL only when the work is
+large (`NOGIL_MIN_WORK` elements): under a busy Python thread, each release costs up to a
+whole switch interval (5 ms) to take the GIL back, far more than these microsecond loops.
+`genai._core.reference` holds the NumPy twin of each kernel.
 """
 
+#: Elements of work from which a kernel releases the GIL.
+NOGIL_MIN_WORK = 1 << 20
+
 from libc.stdint cimport int32_t, uint8_t
-from libc.string cimport memmove
+from libc.string cimport memcpy, memmove
 
 
 def prefill_inputs(
@@ -24,16 +30,15 @@ def prefill_inputs(
     cdef Py_ssize_t b, i, n
     cdef Py_ssize_t batch = tokens.shape[0], length = tokens.shape[1]
     cdef bint with_positions = positions.shape[0] > 0
-    with nogil:
-        for b in range(batch):
-            n = length
-            while n > 0 and tokens[b, n - 1] == pad_id:
-                n -= 1
-            for i in range(length):
-                mask[b, i] = 1 if i < n else 0
-                if with_positions:
-                    positions[b, i] = i if i < n else 0
-            last_index[b] = n - 1 if n > 0 else 0
+    for b in range(batch):
+        n = length
+        while n > 0 and tokens[b, n - 1] == pad_id:
+            n -= 1
+        for i in range(length):
+            mask[b, i] = 1 if i < n else 0
+            if with_positions:
+                positions[b, i] = i if i < n else 0
+        last_index[b] = n - 1 if n > 0 else 0
 
 
 def append_mask_column(index_t[::1] mask, Py_ssize_t batch, Py_ssize_t old_length):
@@ -43,32 +48,29 @@ def append_mask_column(index_t[::1] mask, Py_ssize_t batch, Py_ssize_t old_lengt
     cdef size_t row_bytes = old_length * sizeof(mask[0])
     if mask.shape[0] < batch * new_length:
         raise ValueError(f"mask buffer of {mask.shape[0]} cannot hold {batch}x{new_length}")
-    with nogil:
-        b = batch - 1
-        while b >= 0:
-            if b > 0:
-                memmove(&mask[b * new_length], &mask[b * old_length], row_bytes)
-            mask[b * new_length + old_length] = 1
-            b -= 1
+    b = batch - 1
+    while b >= 0:
+        if b > 0:
+            memmove(&mask[b * new_length], &mask[b * old_length], row_bytes)
+        mask[b * new_length + old_length] = 1
+        b -= 1
 
 
 def fill_mask_ones(index_t[::1] mask, Py_ssize_t start, Py_ssize_t stop):
     """Set ``mask[start:stop]`` to 1 (batch 1: the mask is all ones of the total length)."""
     cdef Py_ssize_t i
-    with nogil:
-        for i in range(start, stop):
-            mask[i] = 1
+    for i in range(start, stop):
+        mask[i] = 1
 
 
 def advance_positions(index_t[:, ::1] positions, index_t[::1] next_position, Py_ssize_t count):
     """Write ``count`` consecutive positions per row starting at ``next_position[b]`` into
     ``positions[b, :count]`` and advance ``next_position`` by ``count``."""
     cdef Py_ssize_t b, i
-    with nogil:
-        for b in range(positions.shape[0]):
-            for i in range(count):
-                positions[b, i] = next_position[b] + i
-            next_position[b] += count
+    for b in range(positions.shape[0]):
+        for i in range(count):
+            positions[b, i] = next_position[b] + i
+        next_position[b] += count
 
 
 cdef Py_ssize_t argmax_row(const float* row, Py_ssize_t n) noexcept nogil:
@@ -87,21 +89,30 @@ cdef Py_ssize_t argmax_row(const float* row, Py_ssize_t n) noexcept nogil:
     return best
 
 
+cdef Py_ssize_t _argmax_rows(const float[:, ::1] logits, int32_t[::1] out) noexcept nogil:
+    """Fill ``out``; return the first row holding a NaN, or -1."""
+    cdef Py_ssize_t r, best
+    for r in range(logits.shape[0]):
+        best = argmax_row(&logits[r, 0], logits.shape[1])
+        if best < 0:
+            return r
+        out[r] = <int32_t>best
+    return -1
+
+
 def argmax_rows(const float[:, ::1] logits, int32_t[::1] out):
     """Greedy choice per row of ``logits`` [rows, vocab] into ``out``; raises on NaN logits."""
-    cdef Py_ssize_t r, best, bad = -1
+    cdef Py_ssize_t bad
     cdef Py_ssize_t vocab = logits.shape[1]
     if out.shape[0] < logits.shape[0]:
         raise ValueError("output buffer is smaller than the number of rows")
     if vocab == 0:
         raise ValueError("logits have an empty vocabulary axis")
-    with nogil:
-        for r in range(logits.shape[0]):
-            best = argmax_row(&logits[r, 0], vocab)
-            if best < 0:
-                bad = r
-                break
-            out[r] = <int32_t>best
+    if logits.shape[0] * vocab >= NOGIL_MIN_WORK:
+        with nogil:
+            bad = _argmax_rows(logits, out)
+    else:
+        bad = _argmax_rows(logits, out)
     if bad >= 0:
         raise ValueError(f"logits of row {bad} contain NaN")
 
@@ -139,23 +150,29 @@ def commit_tokens(
         raise ValueError(f"sequence buffer of length {sequences.shape[1]} is full")
     if tokens.shape[0] != sequences.shape[0] or done.shape[0] != sequences.shape[0]:
         raise ValueError("tokens/done must have one entry per sequence row")
-    cdef bint all_done
-    with nogil:
-        all_done = commit_row_tokens(sequences, length, tokens, eos_ids, done, pad_id)
-    return all_done
+    return commit_row_tokens(sequences, length, tokens, eos_ids, done, pad_id)
+
+
+cdef void _gather_rows(
+    const float[:, :, ::1] logits, const int32_t[::1] index, float[:, ::1] out,
+) noexcept nogil:
+    cdef Py_ssize_t b
+    for b in range(logits.shape[0]):
+        memcpy(&out[b, 0], &logits[b, index[b], 0], logits.shape[2] * sizeof(float))
 
 
 def gather_rows(
     const float[:, :, ::1] logits, const int32_t[::1] index, float[:, ::1] out,
 ):
     """``out[b] = logits[b, index[b]]``: each row's logits at its last real token."""
-    cdef Py_ssize_t b, v, vocab = logits.shape[2]
+    cdef Py_ssize_t b, vocab = logits.shape[2]
     if out.shape[0] < logits.shape[0] or out.shape[1] != vocab:
         raise ValueError("output buffer shape does not match the logits")
     for b in range(logits.shape[0]):
         if index[b] < 0 or index[b] >= logits.shape[1]:
             raise IndexError(f"row {b}: position {index[b]} outside the logits")
-    with nogil:
-        for b in range(logits.shape[0]):
-            for v in range(vocab):
-                out[b, v] = logits[b, index[b], v]
+    if logits.shape[0] * vocab >= NOGIL_MIN_WORK:
+        with nogil:
+            _gather_rows(logits, index, out)
+    else:
+        _gather_rows(logits, index, out)

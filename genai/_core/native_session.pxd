@@ -17,9 +17,11 @@ run, bookkeeping) inside one ``with nogil:`` block::
 from libc.stdint cimport int64_t
 
 from genai._core.ort_api cimport (
+    OrtAllocator,
     OrtFns,
     OrtIoBinding,
     OrtMemoryInfo,
+    OrtRunOptions,
     OrtSession,
     OrtSessionOptions,
     OrtStatus,
@@ -46,6 +48,13 @@ cdef class NativeSession:
     cdef OrtSessionOptions* options
     cdef OrtIoBinding* binding
     cdef OrtMemoryInfo* cpu_info
+    # Passed to every RunWithBinding; NULL when no run config entries were given.
+    # A session made by new_binding() borrows the ORT session (and run options) of `owner`.
+    cdef bint borrowed
+    cdef object owner
+    cdef OrtRunOptions* run_options
+    # The default CPU allocator (for arrays ORT allocates for us).
+    cdef OrtAllocator* allocator
 
     # Last error of a nogil entry point (see raise_last_error).
     cdef OrtStatus* last_status
@@ -65,6 +74,22 @@ cdef class NativeSession:
     # 1 where an output is ORT-allocated (re-bound to the device before every run, so its shape
     # may change between runs).
     cdef unsigned char* output_on_device
+    # Position of each output in the IoBinding's output order (ORT keeps the position of the
+    # first bind of a name through re-binds; ClearBoundOutputs empties it), -1 when unbound.
+    cdef Py_ssize_t* output_bind_pos
+    cdef Py_ssize_t n_bound_outputs
+    # The values the bound outputs hold, by binding position: one GetBoundOutputValues per
+    # run, fetched on first use and dropped at the next run / output bind (owned; an entry is
+    # NULL once rebind_outputs_as_inputs has moved it to an input).
+    cdef OrtValue** out_cache
+    cdef size_t out_cache_count
+    cdef bint out_cache_valid
+    # 1 where _input_refs / _output_refs may hold an array (maintained without the GIL so that
+    # rebind_outputs_as_inputs takes the GIL only when a Python reference must move).
+    cdef unsigned char* input_has_ref
+    cdef unsigned char* output_has_ref
+    # Scratch for rebind_outputs_as_inputs (duplicate-output check).
+    cdef unsigned char* out_mark
 
     cdef readonly tuple input_names
     cdef readonly tuple output_names
@@ -83,8 +108,22 @@ cdef class NativeSession:
                              size_t ndim, int elem_type) noexcept nogil
     # Let ORT allocate output `index` (CPU memory) afresh at each run.
     cdef int bind_output_device_index(self, Py_ssize_t index) noexcept nogil
-    # RunWithBinding on the session's IoBinding.
+    # RunWithBinding on the session's IoBinding (with the session's run options).
     cdef int run_binding(self) noexcept nogil
+    # After a run: bind the value output output_indices[k] holds as input input_indices[k], for
+    # k < count, without copying (ORT-allocated or pointer-bound outputs alike; the session owns
+    # a reference to each such input value). One GetBoundOutputValues per run at most.
+    # Element types must match; an output may appear once per call.
+    cdef int rebind_outputs_as_inputs(self, const Py_ssize_t* output_indices,
+                                      const Py_ssize_t* input_indices,
+                                      Py_ssize_t count) noexcept nogil
+    # Shape of the value output `output_index` holds after the last run: `shape` must have room
+    # for NS_MAX_DIMS entries; *ndim receives the rank.
+    cdef int output_value_shape(self, Py_ssize_t output_index, int64_t* shape,
+                                size_t* ndim) noexcept nogil
+    # Data pointer of that value (valid until the next run, or until the output is re-bound;
+    # after a rebind the value lives on as the input's).
+    cdef int output_value_data(self, Py_ssize_t output_index, void** data) noexcept nogil
     # Raise the error recorded by the last failing entry point (always raises).
     cdef object raise_last_error(self)
 
@@ -92,8 +131,17 @@ cdef class NativeSession:
     cdef int _fail_status(self, OrtStatus* status) noexcept nogil
     cdef int _bind_ptr(self, bint is_output, Py_ssize_t index, void* data,
                        const int64_t* shape, size_t ndim, int elem_type) noexcept nogil
+    cdef void _note_output_bound(self, Py_ssize_t index) noexcept nogil
+    cdef void _drop_output_cache(self) noexcept nogil
+    cdef int _fetch_output_cache(self) noexcept nogil
+    cdef int _output_value(self, Py_ssize_t output_index, OrtValue** value) noexcept nogil
+    cdef int _tensor_shape(self, OrtValue* value, int* elem_type, int64_t* shape,
+                           size_t* ndim) noexcept nogil
 
     cdef _bind_array(self, bint is_output, str name, object array, object shape)
+    cdef object _value_to_array(self, OrtValue* value, str what)
 
     cpdef Py_ssize_t input_index(self, str name) except -1
     cpdef Py_ssize_t output_index(self, str name) except -1
+    # run_binding with the GIL released; raises on error (returns 0).
+    cpdef int run_checked(self) except -1

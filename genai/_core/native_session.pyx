@@ -35,6 +35,8 @@ from genai._core.ort_api cimport (
     status_to_exception,
 )
 
+from genai._core.ort_api import OrtError
+
 cnp.import_array()
 
 # ONNX element type -> numpy dtype (types numpy lacks are absent).
@@ -158,6 +160,8 @@ cdef class NativeSession:
         self.options = NULL
         self.binding = NULL
         self.cpu_info = NULL
+        self.run_options = NULL
+        self.allocator = NULL
         self.last_status = NULL
         self.last_code = 0
         self.last_message = NULL
@@ -170,26 +174,51 @@ cdef class NativeSession:
         self.input_values = NULL
         self.output_values = NULL
         self.output_on_device = NULL
+        self.output_bind_pos = NULL
+        self.n_bound_outputs = 0
+        self.out_cache = NULL
+        self.out_cache_count = 0
+        self.out_cache_valid = False
+        self.input_has_ref = NULL
+        self.output_has_ref = NULL
+        self.out_mark = NULL
+        self.borrowed = False
+        self.owner = None
 
-    def __init__(self, model_path, *, int intra_op_num_threads=0, int inter_op_num_threads=0,
-                 int graph_optimization_level=99, config_entries=None, providers=None,
-                 str log_id="genai"):
+    def __init__(self, model_path=None, *, int intra_op_num_threads=0,
+                 int inter_op_num_threads=0, int graph_optimization_level=99,
+                 config_entries=None, providers=None, str log_id="genai", model_bytes=None,
+                 enable_cpu_mem_arena=None, enable_mem_pattern=None, log_severity_level=None,
+                 custom_ops_library=None, run_config_entries=None):
+        """Create the session.
+
+        ``model_path``: the .onnx file; with ``model_bytes`` (the serialized model, e.g. read
+        from that file) the session is created from memory and ``model_path`` only names the
+        model in messages (it may be None or a relative name). ``enable_cpu_mem_arena`` /
+        ``enable_mem_pattern``: None keeps onnxruntime's default. ``log_severity_level``: 0
+        (verbose) .. 4 (fatal) for this session. ``custom_ops_library``: path of a shared
+        library registered with RegisterCustomOpsLibrary_V2 (onnxruntime >= 1.14).
+        ``run_config_entries``: {key: value} set on the one OrtRunOptions used by every run.
+        """
         if self.options != NULL:
             raise RuntimeError("NativeSession.__init__ may be called only once")
+        if model_path is None and model_bytes is None:
+            raise ValueError("NativeSession needs model_path or model_bytes")
         self.fn = ort_fns()
         cdef const OrtFns* f = self.fn
         cdef OrtEnv* env = ort_env()
         cdef OrtAllocator* alloc = ort_default_allocator()
+        self.allocator = alloc
         cdef OrtSessionOptions* opts = NULL
         cdef OrtStatus* st = NULL
-        cdef bytes bpath = os.fsencode(os.fspath(model_path))
-        cdef const char* cpath = bpath
-        cdef Py_ssize_t i
-        cdef char* cname = NULL
-        cdef OrtTypeInfo* tinfo = NULL
-
+        label = os.fspath(model_path) if model_path is not None else "<model bytes>"
+        cdef bytes bpath = None
+        cdef const char* cpath = NULL
+        cdef const unsigned char[::1] model_view
+        cdef const void* model_data = NULL
+        cdef size_t model_len = 0
         cdef bytes blog_id = log_id.encode()
-        cdef bytes bkey, bvalue
+        cdef bytes bkey, bvalue, blib
         check_status(f.CreateSessionOptions(&opts), "CreateSessionOptions")
         self.options = opts
         check_status(f.SetSessionLogId(opts, blog_id), "SetSessionLogId")
@@ -197,18 +226,73 @@ cdef class NativeSession:
         check_status(f.SetInterOpNumThreads(opts, inter_op_num_threads), "SetInterOpNumThreads")
         check_status(f.SetSessionGraphOptimizationLevel(opts, graph_optimization_level),
                      "SetSessionGraphOptimizationLevel")
+        if log_severity_level is not None:
+            level = int(log_severity_level)
+            if not 0 <= level <= 4:
+                raise ValueError(f"log_severity_level must be 0 (verbose) .. 4 (fatal), "
+                                 f"got {log_severity_level!r}")
+            check_status(f.SetSessionLogSeverityLevel(opts, level),
+                         f"setting the session log severity level to {level}")
+        if enable_cpu_mem_arena is not None:
+            if enable_cpu_mem_arena:
+                check_status(f.EnableCpuMemArena(opts), "enabling the CPU memory arena")
+            else:
+                check_status(f.DisableCpuMemArena(opts), "disabling the CPU memory arena")
+        if enable_mem_pattern is not None:
+            if enable_mem_pattern:
+                check_status(f.EnableMemPattern(opts), "enabling the memory pattern")
+            else:
+                check_status(f.DisableMemPattern(opts), "disabling the memory pattern")
         for key, value in (config_entries or {}).items():
             bkey = str(key).encode()
             bvalue = str(value).encode()
             check_status(f.AddSessionConfigEntry(opts, bkey, bvalue),
                          f"AddSessionConfigEntry({key!r})")
+        if custom_ops_library is not None:
+            lib = os.fspath(custom_ops_library)
+            if f.RegisterCustomOpsLibrary_V2 == NULL:
+                from genai._core.ort_api import version
+                raise OrtError(f"registering custom ops library {lib}: onnxruntime {version()} "
+                               "lacks RegisterCustomOpsLibrary_V2 (onnxruntime >= 1.14)")
+            blib = os.fsencode(lib)
+            check_status(f.RegisterCustomOpsLibrary_V2(opts, blib),
+                         f"registering custom ops library {lib}")
         for name, provider_options in (providers or []):
             _append_provider(f, opts, str(name), dict(provider_options or {}))
 
-        with nogil:
-            st = f.CreateSession(env, cpath, opts, &self.session)
-        check_status(st, f"CreateSession({os.fspath(model_path)!r})")
+        if model_bytes is not None:
+            model_view = model_bytes
+            model_len = <size_t>model_view.shape[0]
+            if model_len == 0:
+                raise ValueError(f"model_bytes of {label!r} is empty")
+            model_data = &model_view[0]
+            with nogil:
+                st = f.CreateSessionFromArray(env, model_data, model_len, opts, &self.session)
+            check_status(st, f"CreateSessionFromArray({label!r}, {model_len} bytes)")
+        else:
+            bpath = os.fsencode(label)
+            cpath = bpath
+            with nogil:
+                st = f.CreateSession(env, cpath, opts, &self.session)
+            check_status(st, f"CreateSession({label!r})")
 
+        if run_config_entries:
+            check_status(f.CreateRunOptions(&self.run_options), "CreateRunOptions")
+            for key, value in run_config_entries.items():
+                bkey = str(key).encode()
+                bvalue = str(value).encode()
+                check_status(f.AddRunConfigEntry(self.run_options, bkey, bvalue),
+                             f"adding run config entry {key!r}={value!r}")
+
+        self._init_binding_state()
+
+    def _init_binding_state(self):
+        """Create this object's IoBinding and read the session's input/output metadata."""
+        cdef const OrtFns* f = self.fn
+        cdef OrtAllocator* alloc = self.allocator
+        cdef Py_ssize_t i
+        cdef char* cname = NULL
+        cdef OrtTypeInfo* tinfo = NULL
         check_status(f.CreateCpuMemoryInfo(ORT_ARENA_ALLOCATOR, ORT_MEM_TYPE_DEFAULT,
                                            &self.cpu_info), "CreateCpuMemoryInfo")
         check_status(f.CreateIoBinding(self.session, &self.binding), "CreateIoBinding")
@@ -225,11 +309,19 @@ cdef class NativeSession:
         self.input_values = <OrtValue**>calloc(self.n_inputs + 1, sizeof(OrtValue*))
         self.output_values = <OrtValue**>calloc(self.n_outputs + 1, sizeof(OrtValue*))
         self.output_on_device = <unsigned char*>calloc(self.n_outputs + 1, 1)
+        self.output_bind_pos = <Py_ssize_t*>malloc((self.n_outputs + 1) * sizeof(Py_ssize_t))
+        self.input_has_ref = <unsigned char*>calloc(self.n_inputs + 1, 1)
+        self.output_has_ref = <unsigned char*>calloc(self.n_outputs + 1, 1)
+        self.out_mark = <unsigned char*>calloc(self.n_outputs + 1, 1)
         if (self.input_names_c == NULL or self.output_names_c == NULL
                 or self.input_types_c == NULL or self.output_types_c == NULL
                 or self.input_values == NULL or self.output_values == NULL
-                or self.output_on_device == NULL):
+                or self.output_on_device == NULL or self.output_bind_pos == NULL
+                or self.input_has_ref == NULL or self.output_has_ref == NULL
+                or self.out_mark == NULL):
             raise MemoryError()
+        for i in range(self.n_outputs + 1):
+            self.output_bind_pos[i] = -1
 
         names, shapes = [], []
         for i in range(self.n_inputs):
@@ -276,11 +368,28 @@ cdef class NativeSession:
         self._input_refs = [None] * self.n_inputs
         self._output_refs = [None] * self.n_outputs
 
+    def new_binding(self):
+        """Another NativeSession object on the same ORT session with its own IoBinding (and
+        bound values): one per generator, so generators on one model don't share bindings.
+        It keeps this object alive."""
+        if self.session == NULL:
+            raise RuntimeError("NativeSession is not initialised")
+        cdef NativeSession other = NativeSession.__new__(NativeSession)
+        other.fn = self.fn
+        other.allocator = self.allocator
+        other.session = self.session
+        other.run_options = self.run_options
+        other.owner = self
+        other.borrowed = True
+        other._init_binding_state()
+        return other
+
     def __dealloc__(self):
         cdef const OrtFns* f = self.fn
         cdef Py_ssize_t i
         if f == NULL:
             return
+        self._drop_output_cache()
         if self.binding != NULL:
             f.ReleaseIoBinding(self.binding)
             self.binding = NULL
@@ -296,15 +405,18 @@ cdef class NativeSession:
                     f.ReleaseValue(self.output_values[i])
             free(self.output_values)
             self.output_values = NULL
-        if self.session != NULL:
+        if self.session != NULL and not self.borrowed:
             f.ReleaseSession(self.session)
-            self.session = NULL
+        self.session = NULL
         if self.options != NULL:
             f.ReleaseSessionOptions(self.options)
             self.options = NULL
         if self.cpu_info != NULL:
             f.ReleaseMemoryInfo(self.cpu_info)
             self.cpu_info = NULL
+        if self.run_options != NULL and not self.borrowed:
+            f.ReleaseRunOptions(self.run_options)
+        self.run_options = NULL
         if self.last_status != NULL:
             f.ReleaseStatus(self.last_status)
             self.last_status = NULL
@@ -324,6 +436,14 @@ cdef class NativeSession:
         self.output_types_c = NULL
         free(self.output_on_device)
         self.output_on_device = NULL
+        free(self.output_bind_pos)
+        self.output_bind_pos = NULL
+        free(self.input_has_ref)
+        self.input_has_ref = NULL
+        free(self.output_has_ref)
+        self.output_has_ref = NULL
+        free(self.out_mark)
+        self.out_mark = NULL
 
     # ----------------------------------------------------------------- nogil entry points
 
@@ -384,6 +504,7 @@ cdef class NativeSession:
                 f.ReleaseValue(self.output_values[index])
             self.output_values[index] = value
             self.output_on_device[index] = 0
+            self._note_output_bound(index)
         else:
             if self.input_values[index] != NULL:
                 f.ReleaseValue(self.input_values[index])
@@ -411,6 +532,7 @@ cdef class NativeSession:
             self.fn.ReleaseValue(self.output_values[index])
             self.output_values[index] = NULL
         self.output_on_device[index] = 1
+        self._note_output_bound(index)
         return NS_OK
 
     cdef int run_binding(self) noexcept nogil:
@@ -418,6 +540,9 @@ cdef class NativeSession:
         cdef Py_ssize_t i
         if self.binding == NULL:
             return self._fail(NS_ERR_STATE, b"NativeSession is not initialised")
+        # The values of the previous run are not wanted any more (they live on where they were
+        # re-bound as inputs).
+        self._drop_output_cache()
         # An ORT-allocated output keeps the value of the previous run in the binding (and with
         # it that run's shape): bind it to the device again so ORT allocates for this run.
         for i in range(self.n_outputs):
@@ -426,10 +551,211 @@ cdef class NativeSession:
                                                 self.cpu_info)
                 if st != NULL:
                     return self._fail_status(st)
-        st = self.fn.RunWithBinding(self.session, NULL, self.binding)
+        st = self.fn.RunWithBinding(self.session, self.run_options, self.binding)
         if st != NULL:
             return self._fail_status(st)
         return NS_OK
+
+    cdef void _note_output_bound(self, Py_ssize_t index) noexcept nogil:
+        # ORT appends a newly bound output name to the binding's output list and re-binds an
+        # already bound one in place, so a name keeps its first position until
+        # ClearBoundOutputs (tests/test_native_session.py checks this).
+        if self.output_bind_pos[index] < 0:
+            self.output_bind_pos[index] = self.n_bound_outputs
+            self.n_bound_outputs += 1
+        self._drop_output_cache()
+
+    cdef void _drop_output_cache(self) noexcept nogil:
+        cdef size_t k
+        if self.out_cache != NULL:
+            for k in range(self.out_cache_count):
+                if self.out_cache[k] != NULL:
+                    self.fn.ReleaseValue(self.out_cache[k])
+            self.fn.AllocatorFree(self.allocator, self.out_cache)
+        self.out_cache = NULL
+        self.out_cache_count = 0
+        self.out_cache_valid = False
+
+    cdef int _fetch_output_cache(self) noexcept nogil:
+        cdef OrtValue** values = NULL
+        cdef size_t count = 0, k
+        cdef OrtStatus* st = NULL
+        if self.out_cache_valid:
+            return NS_OK
+        st = self.fn.GetBoundOutputValues(self.binding, self.allocator, &values, &count)
+        if st != NULL:
+            return self._fail_status(st)
+        if count != <size_t>self.n_bound_outputs:
+            if values != NULL:
+                for k in range(count):
+                    if values[k] != NULL:
+                        self.fn.ReleaseValue(values[k])
+                self.fn.AllocatorFree(self.allocator, values)
+            return self._fail(NS_ERR_STATE, b"the IoBinding holds an unexpected number of outputs")
+        self.out_cache = values
+        self.out_cache_count = count
+        self.out_cache_valid = True
+        return NS_OK
+
+    cdef int _output_value(self, Py_ssize_t output_index, OrtValue** value) noexcept nogil:
+        # The value output `output_index` holds (borrowed from the cache), checked to be a tensor.
+        cdef Py_ssize_t pos
+        cdef OrtStatus* st = NULL
+        cdef int is_tensor = 0
+        cdef int rc
+        value[0] = NULL
+        if self.binding == NULL:
+            return self._fail(NS_ERR_STATE, b"NativeSession is not initialised")
+        if output_index < 0 or output_index >= self.n_outputs:
+            return self._fail(NS_ERR_INDEX, b"output index out of range")
+        pos = self.output_bind_pos[output_index]
+        if pos < 0:
+            return self._fail(NS_ERR_STATE, b"output is not bound")
+        rc = self._fetch_output_cache()
+        if rc != NS_OK:
+            return rc
+        if self.out_cache[pos] == NULL:
+            # Moved to an input by rebind_outputs_as_inputs: the binding still holds it.
+            self._drop_output_cache()
+            rc = self._fetch_output_cache()
+            if rc != NS_OK:
+                return rc
+        st = self.fn.IsTensor(self.out_cache[pos], &is_tensor)
+        if st != NULL:
+            return self._fail_status(st)
+        if not is_tensor:
+            return self._fail(NS_ERR_STATE, b"output has no value (was the session run?)")
+        value[0] = self.out_cache[pos]
+        return NS_OK
+
+    cdef int _tensor_shape(self, OrtValue* value, int* elem_type, int64_t* shape,
+                           size_t* ndim) noexcept nogil:
+        cdef const OrtFns* f = self.fn
+        cdef OrtTensorTypeAndShapeInfo* info = NULL
+        cdef OrtStatus* st = NULL
+        cdef size_t n = 0
+        st = f.GetTensorTypeAndShape(value, &info)
+        if st != NULL:
+            return self._fail_status(st)
+        if elem_type != NULL:
+            st = f.GetTensorElementType(info, elem_type)
+        if st == NULL:
+            st = f.GetDimensionsCount(info, &n)
+        if st == NULL and n > NS_MAX_DIMS:
+            f.ReleaseTensorTypeAndShapeInfo(info)
+            return self._fail(NS_ERR_SHAPE, b"the value has more than NS_MAX_DIMS dimensions")
+        if st == NULL:
+            st = f.GetDimensions(info, shape, n)
+        f.ReleaseTensorTypeAndShapeInfo(info)
+        if st != NULL:
+            return self._fail_status(st)
+        ndim[0] = n
+        return NS_OK
+
+    cdef int output_value_shape(self, Py_ssize_t output_index, int64_t* shape,
+                                size_t* ndim) noexcept nogil:
+        cdef OrtValue* value = NULL
+        cdef int rc = self._output_value(output_index, &value)
+        if rc != NS_OK:
+            return rc
+        return self._tensor_shape(value, NULL, shape, ndim)
+
+    cdef int output_value_data(self, Py_ssize_t output_index, void** data) noexcept nogil:
+        cdef OrtValue* value = NULL
+        cdef OrtStatus* st = NULL
+        cdef int rc = self._output_value(output_index, &value)
+        if rc != NS_OK:
+            return rc
+        st = self.fn.GetTensorMutableData(value, data)
+        if st != NULL:
+            return self._fail_status(st)
+        return NS_OK
+
+    cdef int rebind_outputs_as_inputs(self, const Py_ssize_t* output_indices,
+                                      const Py_ssize_t* input_indices,
+                                      Py_ssize_t count) noexcept nogil:
+        cdef const OrtFns* f = self.fn
+        cdef OrtStatus* st = NULL
+        cdef OrtValue* value = NULL
+        cdef Py_ssize_t k, o, i, done = 0
+        cdef int rc = NS_OK, is_tensor = 0, t_out, t_in
+        cdef bint refetch = False, need_gil = False
+        if self.binding == NULL:
+            return self._fail(NS_ERR_STATE, b"NativeSession is not initialised")
+        if count < 0:
+            return self._fail(NS_ERR_INDEX, b"negative number of output/input pairs")
+        # Check every pair before binding any.
+        for k in range(count):
+            o = output_indices[k]
+            i = input_indices[k]
+            if o < 0 or o >= self.n_outputs or i < 0 or i >= self.n_inputs:
+                rc = self._fail(NS_ERR_INDEX, b"input/output index out of range")
+                break
+            if self.out_mark[o]:
+                rc = self._fail(NS_ERR_INDEX, b"an output is listed twice")
+                break
+            self.out_mark[o] = 1
+            if self.output_bind_pos[o] < 0:
+                rc = self._fail(NS_ERR_STATE, b"output is not bound")
+                break
+            t_out = self.output_types_c[o]
+            t_in = self.input_types_c[i]
+            if t_out != ELEM_UNDEFINED and t_in != ELEM_UNDEFINED and t_out != t_in:
+                rc = self._fail(NS_ERR_DTYPE, b"output and input element types differ")
+                break
+        for k in range(count):
+            o = output_indices[k]
+            if 0 <= o < self.n_outputs:
+                self.out_mark[o] = 0
+        if rc != NS_OK or count == 0:
+            return rc
+        rc = self._fetch_output_cache()
+        if rc != NS_OK:
+            return rc
+        for k in range(count):
+            if self.out_cache[self.output_bind_pos[output_indices[k]]] == NULL:
+                refetch = True   # moved by an earlier call after the same run
+        if refetch:
+            self._drop_output_cache()
+            rc = self._fetch_output_cache()
+            if rc != NS_OK:
+                return rc
+        for k in range(count):
+            st = f.IsTensor(self.out_cache[self.output_bind_pos[output_indices[k]]], &is_tensor)
+            if st != NULL:
+                return self._fail_status(st)
+            if not is_tensor:
+                return self._fail(NS_ERR_STATE, b"output has no value (was the session run?)")
+        for k in range(count):
+            o = output_indices[k]
+            i = input_indices[k]
+            value = self.out_cache[self.output_bind_pos[o]]
+            st = f.BindInput(self.binding, self.input_names_c[i], value)
+            if st != NULL:
+                rc = self._fail_status(st)
+                break
+            # The binding holds its own reference; the cache's becomes the session's.
+            if self.input_values[i] != NULL:
+                f.ReleaseValue(self.input_values[i])
+            self.input_values[i] = value
+            self.out_cache[self.output_bind_pos[o]] = NULL
+            if self.input_has_ref[i] or (self.output_has_ref[o] and not self.output_on_device[o]):
+                need_gil = True
+            done = k + 1
+        if need_gil:
+            # A pointer-bound output's array must outlive the input that now reads it; an
+            # input's previous array is no longer needed.
+            with gil:
+                for k in range(done):
+                    o = output_indices[k]
+                    i = input_indices[k]
+                    if self.output_has_ref[o] and not self.output_on_device[o]:
+                        self._input_refs[i] = self._output_refs[o]
+                        self.input_has_ref[i] = 1
+                    elif self.input_has_ref[i]:
+                        self._input_refs[i] = None
+                        self.input_has_ref[i] = 0
+        return rc
 
     cdef object raise_last_error(self):
         cdef OrtStatus* st = self.last_status
@@ -538,8 +864,10 @@ cdef class NativeSession:
             self.raise_last_error()
         if is_output:
             self._output_refs[index] = array
+            self.output_has_ref[index] = 1
         else:
             self._input_refs[index] = array
+            self.input_has_ref[index] = 1
 
     def bind_input(self, str name, cnp.ndarray array not None, shape=None):
         """Bind ``array``'s memory (no copy) as input ``name``.
@@ -560,12 +888,14 @@ cdef class NativeSession:
         if self.bind_output_device_index(index) != 0:
             self.raise_last_error()
         self._output_refs[index] = None
+        self.output_has_ref[index] = 0
 
     def clear_bindings(self):
         """Unbind all inputs and outputs."""
         cdef Py_ssize_t i
         if self.binding == NULL:
             raise RuntimeError("NativeSession is not initialised")
+        self._drop_output_cache()
         self.fn.ClearBoundInputs(self.binding)
         self.fn.ClearBoundOutputs(self.binding)
         for i in range(self.n_inputs):
@@ -573,76 +903,104 @@ cdef class NativeSession:
                 self.fn.ReleaseValue(self.input_values[i])
                 self.input_values[i] = NULL
             self._input_refs[i] = None
+            self.input_has_ref[i] = 0
         for i in range(self.n_outputs):
             if self.output_values[i] != NULL:
                 self.fn.ReleaseValue(self.output_values[i])
                 self.output_values[i] = NULL
             self.output_on_device[i] = 0
             self._output_refs[i] = None
+            self.output_has_ref[i] = 0
+            self.output_bind_pos[i] = -1
+        self.n_bound_outputs = 0
 
-    def run(self):
-        """Run the session on its bindings; the GIL is released for the whole run."""
+    cpdef int run_checked(self) except -1:
+        """Run the session on its bindings with the GIL released; raises on error."""
         cdef int rc
         with nogil:
             rc = self.run_binding()
         if rc != 0:
             self.raise_last_error()
+        return 0
 
-    def get_output(self, str name):
-        """A copy (ndarray) of bound output ``name`` after run()."""
-        cdef const OrtFns* f = self.fn
-        cdef OrtAllocator* alloc = ort_default_allocator()
-        cdef char* names_buf = NULL
-        cdef size_t* lengths = NULL
-        cdef size_t count = 0, vcount = 0, i, pos = 0, ndim = 0
-        cdef OrtValue** values = NULL
-        cdef OrtTensorTypeAndShapeInfo* info = NULL
+    def run(self):
+        """Run the session on its bindings; the GIL is released for the whole run."""
+        self.run_checked()
+
+    cdef object _value_to_array(self, OrtValue* value, str what):
+        cdef int64_t dims[NS_MAX_DIMS]
+        cdef size_t ndim = 0, k
         cdef int elem = 0
         cdef void* data = NULL
-        cdef int64_t dims[NS_MAX_DIMS]
-        cdef Py_ssize_t found = -1
         cdef cnp.ndarray out
-        self.output_index(name)
+        if self._tensor_shape(value, &elem, dims, &ndim) != 0:
+            self.raise_last_error()
+        dtype = ELEM_TO_DTYPE.get(elem)
+        if dtype is None:
+            raise TypeError(f"{what}: element type {elem} has no numpy dtype")
+        check_status(self.fn.GetTensorMutableData(value, &data), "GetTensorMutableData")
+        out = np.empty(tuple([dims[k] for k in range(ndim)]), dtype=dtype)
+        if out.nbytes:
+            memcpy(cnp.PyArray_DATA(out), data, out.nbytes)
+        return out
+
+    def get_output(self, str name):
+        """A copy (ndarray) of the value output ``name`` holds after run()."""
+        cdef Py_ssize_t index = self.output_index(name)
+        cdef OrtValue* value = NULL
         if self.binding == NULL:
             raise RuntimeError("NativeSession is not initialised")
-        check_status(f.GetBoundOutputNames(self.binding, alloc, &names_buf, &lengths, &count),
-                     "GetBoundOutputNames")
-        try:
-            for i in range(count):
-                if names_buf[pos:pos + lengths[i]].decode("utf-8") == name:
-                    found = i
-                pos += lengths[i]
-        finally:
-            if names_buf != NULL:
-                f.AllocatorFree(alloc, names_buf)
-            if lengths != NULL:
-                f.AllocatorFree(alloc, lengths)
-        if found < 0:
+        if self.output_bind_pos[index] < 0:
             raise KeyError(f"output {name!r} is not bound")
-        check_status(f.GetBoundOutputValues(self.binding, alloc, &values, &vcount),
-                     "GetBoundOutputValues")
+        if self._output_value(index, &value) != 0:
+            self.raise_last_error()
+        return self._value_to_array(value, f"output {name!r}")
+
+    def input_value(self, str name):
+        """A copy (ndarray) of the value bound as input ``name`` (bound from an array, a
+        pointer or a rebound output)."""
+        cdef Py_ssize_t index = self.input_index(name)
+        if self.binding == NULL:
+            raise RuntimeError("NativeSession is not initialised")
+        if self.input_values[index] == NULL:
+            raise KeyError(f"input {name!r} is not bound")
+        return self._value_to_array(self.input_values[index], f"input {name!r}")
+
+    def output_value_info(self, str name):
+        """``(shape, data address)`` of the value output ``name`` holds after run(): the
+        Python face of output_value_shape / output_value_data."""
+        cdef Py_ssize_t index = self.output_index(name)
+        cdef int64_t dims[NS_MAX_DIMS]
+        cdef size_t ndim = 0, k
+        cdef void* data = NULL
+        cdef int rc = self.output_value_shape(index, dims, &ndim)
+        if rc == 0:
+            rc = self.output_value_data(index, &data)
+        if rc != 0:
+            self.raise_last_error()
+        return tuple([dims[k] for k in range(ndim)]), <size_t>data
+
+    def rebind_outputs_as_inputs_py(self, output_names, input_names):
+        """Bind the value each output in ``output_names`` holds (after run()) as the input of
+        the same position in ``input_names``, without copying: e.g. ``present.0`` as
+        ``past_key_values.0`` for the next step."""
+        outs = [self.output_index(str(name)) for name in output_names]
+        ins = [self.input_index(str(name)) for name in input_names]
+        if len(outs) != len(ins):
+            raise ValueError(f"{len(outs)} output names for {len(ins)} input names")
+        cdef Py_ssize_t n = len(outs), k
+        cdef Py_ssize_t* out_idx = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
+        cdef Py_ssize_t* in_idx = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
+        cdef int rc
         try:
-            if <size_t>found >= vcount or values[found] == NULL:
-                raise RuntimeError(f"output {name!r} has no value (was run() called?)")
-            check_status(f.GetTensorTypeAndShape(values[found], &info), "GetTensorTypeAndShape")
-            try:
-                check_status(f.GetTensorElementType(info, &elem), "GetTensorElementType")
-                check_status(f.GetDimensionsCount(info, &ndim), "GetDimensionsCount")
-                if ndim > NS_MAX_DIMS:
-                    raise ValueError(f"output {name!r} has more than {NS_MAX_DIMS} dimensions")
-                check_status(f.GetDimensions(info, dims, ndim), "GetDimensions")
-            finally:
-                f.ReleaseTensorTypeAndShapeInfo(info)
-            dtype = ELEM_TO_DTYPE.get(elem)
-            if dtype is None:
-                raise TypeError(f"output {name!r}: element type {elem} has no numpy dtype")
-            check_status(f.GetTensorMutableData(values[found], &data), "GetTensorMutableData")
-            out = np.empty(tuple([dims[k] for k in range(ndim)]), dtype=dtype)
-            if out.nbytes:
-                memcpy(cnp.PyArray_DATA(out), data, out.nbytes)
-            return out
+            if out_idx == NULL or in_idx == NULL:
+                raise MemoryError()
+            for k in range(n):
+                out_idx[k] = outs[k]
+                in_idx[k] = ins[k]
+            rc = self.rebind_outputs_as_inputs(out_idx, in_idx, n)
         finally:
-            if values != NULL:
-                for i in range(vcount):
-                    f.ReleaseValue(values[i])
-                f.AllocatorFree(alloc, values)
+            free(out_idx)
+            free(in_idx)
+        if rc != 0:
+            self.raise_last_error()

@@ -44,9 +44,12 @@ cdef extern from *:
 
 
 # The C API version we ask GetApi for: the lowest one that has every slot used below
-# (SessionOptionsAppendExecutionProvider arrived in 12; everything else is older).
+# (SessionOptionsAppendExecutionProvider arrived in 12; everything else is older) except the
+# optional ones listed with the version that added them: those are filled only when the loaded
+# library provides that version, and are NULL otherwise.
 cdef enum:
     ORT_API_VERSION_REQUIRED = 12
+    ORT_API_VERSION_CUSTOM_OPS_V2 = 14   # RegisterCustomOpsLibrary_V2 (onnxruntime 1.14)
 
 # OrtErrorCode
 cdef enum OrtErrorCode:
@@ -108,8 +111,14 @@ cdef enum:
     ORT_SLOT_GetErrorMessage = 2
     ORT_SLOT_CreateEnv = 3
     ORT_SLOT_CreateSession = 7
+    ORT_SLOT_CreateSessionFromArray = 8
     ORT_SLOT_CreateSessionOptions = 10
+    ORT_SLOT_EnableMemPattern = 16
+    ORT_SLOT_DisableMemPattern = 17
+    ORT_SLOT_EnableCpuMemArena = 18
+    ORT_SLOT_DisableCpuMemArena = 19
     ORT_SLOT_SetSessionLogId = 20
+    ORT_SLOT_SetSessionLogSeverityLevel = 22
     ORT_SLOT_SetSessionGraphOptimizationLevel = 23
     ORT_SLOT_SetIntraOpNumThreads = 24
     ORT_SLOT_SetInterOpNumThreads = 25
@@ -119,7 +128,9 @@ cdef enum:
     ORT_SLOT_SessionGetOutputTypeInfo = 34
     ORT_SLOT_SessionGetInputName = 36
     ORT_SLOT_SessionGetOutputName = 37
+    ORT_SLOT_CreateRunOptions = 39
     ORT_SLOT_CreateTensorWithDataAsOrtValue = 49
+    ORT_SLOT_IsTensor = 50
     ORT_SLOT_GetTensorMutableData = 51
     ORT_SLOT_CastTypeInfoToTensorInfo = 55
     ORT_SLOT_GetOnnxTypeFromTypeInfo = 56
@@ -136,6 +147,7 @@ cdef enum:
     ORT_SLOT_ReleaseMemoryInfo = 94
     ORT_SLOT_ReleaseSession = 95
     ORT_SLOT_ReleaseValue = 96
+    ORT_SLOT_ReleaseRunOptions = 97
     ORT_SLOT_ReleaseTypeInfo = 98
     ORT_SLOT_ReleaseTensorTypeAndShapeInfo = 99
     ORT_SLOT_ReleaseSessionOptions = 100
@@ -150,11 +162,13 @@ cdef enum:
     ORT_SLOT_GetBoundOutputValues = 140
     ORT_SLOT_ClearBoundInputs = 141
     ORT_SLOT_ClearBoundOutputs = 142
+    ORT_SLOT_AddRunConfigEntry = 165
     ORT_SLOT_SessionOptionsAppendExecutionProvider_CUDA_V2 = 204
     ORT_SLOT_CreateCUDAProviderOptions = 205
     ORT_SLOT_UpdateCUDAProviderOptions = 206
     ORT_SLOT_ReleaseCUDAProviderOptions = 208
     ORT_SLOT_SessionOptionsAppendExecutionProvider = 216
+    ORT_SLOT_RegisterCustomOpsLibrary_V2 = 228   # API 14; NULL in OrtFns below 14
 
 
 # Typed copies of the OrtApi slots above. Enum-typed parameters are passed as int (same ABI).
@@ -166,8 +180,18 @@ cdef struct OrtFns:
     OrtStatus* (*CreateSession)(const OrtEnv* env, const char* model_path,
                                 const OrtSessionOptions* options,
                                 OrtSession** out) noexcept nogil
+    OrtStatus* (*CreateSessionFromArray)(const OrtEnv* env, const void* model_data,
+                                         size_t model_data_length,
+                                         const OrtSessionOptions* options,
+                                         OrtSession** out) noexcept nogil
     OrtStatus* (*CreateSessionOptions)(OrtSessionOptions** out) noexcept nogil
+    OrtStatus* (*EnableMemPattern)(OrtSessionOptions* options) noexcept nogil
+    OrtStatus* (*DisableMemPattern)(OrtSessionOptions* options) noexcept nogil
+    OrtStatus* (*EnableCpuMemArena)(OrtSessionOptions* options) noexcept nogil
+    OrtStatus* (*DisableCpuMemArena)(OrtSessionOptions* options) noexcept nogil
     OrtStatus* (*SetSessionLogId)(OrtSessionOptions* options, const char* logid) noexcept nogil
+    OrtStatus* (*SetSessionLogSeverityLevel)(OrtSessionOptions* options,
+                                             int level) noexcept nogil
     OrtStatus* (*SetSessionGraphOptimizationLevel)(OrtSessionOptions* options,
                                                    int level) noexcept nogil
     OrtStatus* (*SetIntraOpNumThreads)(OrtSessionOptions* options, int n) noexcept nogil
@@ -182,10 +206,12 @@ cdef struct OrtFns:
                                       OrtAllocator* allocator, char** out) noexcept nogil
     OrtStatus* (*SessionGetOutputName)(const OrtSession* session, size_t index,
                                        OrtAllocator* allocator, char** out) noexcept nogil
+    OrtStatus* (*CreateRunOptions)(OrtRunOptions** out) noexcept nogil
     OrtStatus* (*CreateTensorWithDataAsOrtValue)(const OrtMemoryInfo* info, void* data,
                                                  size_t data_len, const int64_t* shape,
                                                  size_t shape_len, int elem_type,
                                                  OrtValue** out) noexcept nogil
+    OrtStatus* (*IsTensor)(const OrtValue* value, int* out) noexcept nogil
     OrtStatus* (*GetTensorMutableData)(OrtValue* value, void** out) noexcept nogil
     OrtStatus* (*CastTypeInfoToTensorInfo)(const OrtTypeInfo* type_info,
                                            const OrtTensorTypeAndShapeInfo** out) noexcept nogil
@@ -209,6 +235,7 @@ cdef struct OrtFns:
     void (*ReleaseMemoryInfo)(OrtMemoryInfo* x) noexcept nogil
     void (*ReleaseSession)(OrtSession* x) noexcept nogil
     void (*ReleaseValue)(OrtValue* x) noexcept nogil
+    void (*ReleaseRunOptions)(OrtRunOptions* x) noexcept nogil
     void (*ReleaseTypeInfo)(OrtTypeInfo* x) noexcept nogil
     void (*ReleaseTensorTypeAndShapeInfo)(OrtTensorTypeAndShapeInfo* x) noexcept nogil
     void (*ReleaseSessionOptions)(OrtSessionOptions* x) noexcept nogil
@@ -231,6 +258,8 @@ cdef struct OrtFns:
                                        OrtValue*** values, size_t* count) noexcept nogil
     void (*ClearBoundInputs)(OrtIoBinding* binding) noexcept nogil
     void (*ClearBoundOutputs)(OrtIoBinding* binding) noexcept nogil
+    OrtStatus* (*AddRunConfigEntry)(OrtRunOptions* options, const char* key,
+                                    const char* value) noexcept nogil
     OrtStatus* (*SessionOptionsAppendExecutionProvider_CUDA_V2)(
         OrtSessionOptions* options, const OrtCUDAProviderOptionsV2* cuda_options) noexcept nogil
     OrtStatus* (*CreateCUDAProviderOptions)(OrtCUDAProviderOptionsV2** out) noexcept nogil
@@ -244,6 +273,9 @@ cdef struct OrtFns:
                                                         const char* const* keys,
                                                         const char* const* values,
                                                         size_t n) noexcept nogil
+    # NULL when the loaded library's C API is older than ORT_API_VERSION_CUSTOM_OPS_V2.
+    OrtStatus* (*RegisterCustomOpsLibrary_V2)(OrtSessionOptions* options,
+                                              const char* library_path) noexcept nogil
 
 
 # Loads libonnxruntime once (thread-safe under the GIL) and returns the typed table;

@@ -73,14 +73,20 @@ cdef inline void _set_slot(void* field, const void* const* table, int slot) noex
     (<const void**>field)[0] = table[slot]
 
 
-cdef void _fill(OrtFns* f, const void* const* t) noexcept:
+cdef void _fill(OrtFns* f, const void* const* t, uint32_t api_version) noexcept:
     _set_slot(&f.CreateStatus, t, ORT_SLOT_CreateStatus)
     _set_slot(&f.GetErrorCode, t, ORT_SLOT_GetErrorCode)
     _set_slot(&f.GetErrorMessage, t, ORT_SLOT_GetErrorMessage)
     _set_slot(&f.CreateEnv, t, ORT_SLOT_CreateEnv)
     _set_slot(&f.CreateSession, t, ORT_SLOT_CreateSession)
+    _set_slot(&f.CreateSessionFromArray, t, ORT_SLOT_CreateSessionFromArray)
     _set_slot(&f.CreateSessionOptions, t, ORT_SLOT_CreateSessionOptions)
+    _set_slot(&f.EnableMemPattern, t, ORT_SLOT_EnableMemPattern)
+    _set_slot(&f.DisableMemPattern, t, ORT_SLOT_DisableMemPattern)
+    _set_slot(&f.EnableCpuMemArena, t, ORT_SLOT_EnableCpuMemArena)
+    _set_slot(&f.DisableCpuMemArena, t, ORT_SLOT_DisableCpuMemArena)
     _set_slot(&f.SetSessionLogId, t, ORT_SLOT_SetSessionLogId)
+    _set_slot(&f.SetSessionLogSeverityLevel, t, ORT_SLOT_SetSessionLogSeverityLevel)
     _set_slot(&f.SetSessionGraphOptimizationLevel, t, ORT_SLOT_SetSessionGraphOptimizationLevel)
     _set_slot(&f.SetIntraOpNumThreads, t, ORT_SLOT_SetIntraOpNumThreads)
     _set_slot(&f.SetInterOpNumThreads, t, ORT_SLOT_SetInterOpNumThreads)
@@ -90,7 +96,9 @@ cdef void _fill(OrtFns* f, const void* const* t) noexcept:
     _set_slot(&f.SessionGetOutputTypeInfo, t, ORT_SLOT_SessionGetOutputTypeInfo)
     _set_slot(&f.SessionGetInputName, t, ORT_SLOT_SessionGetInputName)
     _set_slot(&f.SessionGetOutputName, t, ORT_SLOT_SessionGetOutputName)
+    _set_slot(&f.CreateRunOptions, t, ORT_SLOT_CreateRunOptions)
     _set_slot(&f.CreateTensorWithDataAsOrtValue, t, ORT_SLOT_CreateTensorWithDataAsOrtValue)
+    _set_slot(&f.IsTensor, t, ORT_SLOT_IsTensor)
     _set_slot(&f.GetTensorMutableData, t, ORT_SLOT_GetTensorMutableData)
     _set_slot(&f.CastTypeInfoToTensorInfo, t, ORT_SLOT_CastTypeInfoToTensorInfo)
     _set_slot(&f.GetOnnxTypeFromTypeInfo, t, ORT_SLOT_GetOnnxTypeFromTypeInfo)
@@ -107,6 +115,7 @@ cdef void _fill(OrtFns* f, const void* const* t) noexcept:
     _set_slot(&f.ReleaseMemoryInfo, t, ORT_SLOT_ReleaseMemoryInfo)
     _set_slot(&f.ReleaseSession, t, ORT_SLOT_ReleaseSession)
     _set_slot(&f.ReleaseValue, t, ORT_SLOT_ReleaseValue)
+    _set_slot(&f.ReleaseRunOptions, t, ORT_SLOT_ReleaseRunOptions)
     _set_slot(&f.ReleaseTypeInfo, t, ORT_SLOT_ReleaseTypeInfo)
     _set_slot(&f.ReleaseTensorTypeAndShapeInfo, t, ORT_SLOT_ReleaseTensorTypeAndShapeInfo)
     _set_slot(&f.ReleaseSessionOptions, t, ORT_SLOT_ReleaseSessionOptions)
@@ -121,6 +130,7 @@ cdef void _fill(OrtFns* f, const void* const* t) noexcept:
     _set_slot(&f.GetBoundOutputValues, t, ORT_SLOT_GetBoundOutputValues)
     _set_slot(&f.ClearBoundInputs, t, ORT_SLOT_ClearBoundInputs)
     _set_slot(&f.ClearBoundOutputs, t, ORT_SLOT_ClearBoundOutputs)
+    _set_slot(&f.AddRunConfigEntry, t, ORT_SLOT_AddRunConfigEntry)
     _set_slot(&f.SessionOptionsAppendExecutionProvider_CUDA_V2, t,
               ORT_SLOT_SessionOptionsAppendExecutionProvider_CUDA_V2)
     _set_slot(&f.CreateCUDAProviderOptions, t, ORT_SLOT_CreateCUDAProviderOptions)
@@ -128,6 +138,21 @@ cdef void _fill(OrtFns* f, const void* const* t) noexcept:
     _set_slot(&f.ReleaseCUDAProviderOptions, t, ORT_SLOT_ReleaseCUDAProviderOptions)
     _set_slot(&f.SessionOptionsAppendExecutionProvider, t,
               ORT_SLOT_SessionOptionsAppendExecutionProvider)
+    # Slots past the required version: only where the library's table is long enough.
+    f.RegisterCustomOpsLibrary_V2 = NULL
+    if api_version >= ORT_API_VERSION_CUSTOM_OPS_V2:
+        _set_slot(&f.RegisterCustomOpsLibrary_V2, t, ORT_SLOT_RegisterCustomOpsLibrary_V2)
+
+
+cdef uint32_t _api_version_of(str version) noexcept:
+    # The C API version of an onnxruntime release "1.N.x" is N (true since 1.0 and C API 1).
+    cdef list parts = version.split(".")
+    try:
+        if int(parts[0]) > 1:
+            return 1000
+        return <uint32_t>int(parts[1])
+    except (ValueError, IndexError):
+        return 0
 
 
 def find_library():
@@ -180,7 +205,7 @@ cdef int _load() except -1:
             f"onnxruntime {version} at {path} does not provide C API version "
             f"{ORT_API_VERSION_REQUIRED} (onnxruntime >= 1.12 is required)"
         )
-    _fill(&_fns, <const void* const*>api)
+    _fill(&_fns, <const void* const*>api, _api_version_of(version))
     # Self-test of the first slots and ReleaseStatus: a wrong layout fails here, not later.
     cdef OrtStatus* st = _fns.CreateStatus(ORT_INVALID_ARGUMENT, b"genai-ort-selftest")
     if st == NULL:

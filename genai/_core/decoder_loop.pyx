@@ -1,0 +1,391 @@
+# cython: language_level=3
+"""The decode loop in C: feed pending tokens, run the session, choose and commit tokens.
+
+`DecoderLoop` owns no policy: `genai.Generator` validates input, allocates the buffers (numpy
+arrays, bound once to the session through `NativeSession`) and hands them over. A step
+(`step`) or many steps (`steps`) then run without the GIL: input ids, attention mask and
+position ids are written into the bound buffers, the mask is re-bound with its new length, the
+session runs, the logits of each row's last real token are gathered, and the greedy choice is
+committed with pad-after-EOS. Growing (past/present) KV caches are handed from the present
+outputs to the past inputs without copies.
+
+Return codes of the nogil methods: 0 = success, anything else = an error raised by
+`raise_error` once the GIL is held again.
+"""
+
+cimport numpy as cnp
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memmove
+
+from genai._core.bookkeeping cimport argmax_row, commit_row_tokens
+from genai._core.native_session cimport NS_MAX_DIMS, NativeSession
+from genai._core.ort_api cimport ELEM_FLOAT, ELEM_FLOAT16, ELEM_INT32, ELEM_INT64
+
+import numpy as np
+
+cnp.import_array()
+
+# Our own error codes (NativeSession's are > 0 for ORT errors, -1..-4 for its checks).
+cdef enum:
+    LOOP_ERR_NAN = -100
+    LOOP_ERR_FULL = -101
+    LOOP_ERR_NOTHING = -102
+    LOOP_ERR_LOGITS = -103
+
+
+cdef inline void store_index(void* buf, int elem, Py_ssize_t i, int64_t value) noexcept nogil:
+    if elem == ELEM_INT64:
+        (<int64_t*>buf)[i] = value
+    else:
+        (<int32_t*>buf)[i] = <int32_t>value
+
+
+cdef inline float half_to_float(uint16_t h) noexcept nogil:
+    """IEEE 754 binary16 -> binary32."""
+    cdef uint32_t sign = (<uint32_t>(h & 0x8000)) << 16
+    cdef uint32_t exponent = (h >> 10) & 0x1F
+    cdef uint32_t mantissa = h & 0x3FF
+    cdef uint32_t bits
+    cdef float result
+    if exponent == 0:
+        if mantissa == 0:
+            bits = sign
+        else:  # subnormal: normalise
+            exponent = 127 - 15 + 1
+            while (mantissa & 0x400) == 0:
+                mantissa <<= 1
+                exponent -= 1
+            mantissa &= 0x3FF
+            bits = sign | (exponent << 23) | (mantissa << 13)
+    elif exponent == 0x1F:
+        bits = sign | 0x7F800000 | (mantissa << 13)
+    else:
+        bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13)
+    memcpy(&result, &bits, 4)
+    return result
+
+
+cdef inline void copy_logits_row(const void* src, int elem, Py_ssize_t offset, float* dst,
+                                 Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef const uint16_t* half
+    if elem == ELEM_FLOAT:
+        memcpy(dst, (<const float*>src) + offset, n * sizeof(float))
+    else:
+        half = (<const uint16_t*>src) + offset
+        for i in range(n):
+            dst[i] = half_to_float(half[i])
+
+
+def _elem_of(dtype) -> int:
+    dtype = np.dtype(dtype)
+    if dtype == np.int64:
+        return ELEM_INT64
+    if dtype == np.int32:
+        return ELEM_INT32
+    if dtype == np.float32:
+        return ELEM_FLOAT
+    if dtype == np.float16:
+        return ELEM_FLOAT16
+    raise TypeError(f"unsupported dtype {dtype}")
+
+
+cdef void* _data(cnp.ndarray array):
+    return cnp.PyArray_DATA(array)
+
+
+cdef class DecoderLoop:
+    """Per-step state and the nogil step of `genai.Generator` (see the module docstring)."""
+
+    def __cinit__(self):
+        self.kv_out = NULL
+        self.kv_in = NULL
+        self.n_kv_pairs = 0
+
+    def __init__(
+        self, NativeSession session, *, str input_ids, object attention_mask,
+        object position_ids, str logits, int batch, int vocab, int max_length,
+        int pad_id, object eos_ids, object id_dtype, object mask_dtype,
+        object logits_dtype, list kv_pairs,
+    ):
+        """Allocate the loop's buffers. ``kv_pairs`` lists (present output, past input) names
+        to hand over after each run (empty for a shared-buffer cache, bound by the caller)."""
+        cdef Py_ssize_t i
+        self.sess = session
+        self._arrays = {}
+        self.batch, self.vocab, self.max_length = batch, vocab, max_length
+        self.pad_id = pad_id
+        self.ids_in = session.input_index(input_ids)
+        self.mask_in = session.input_index(attention_mask) if attention_mask else -1
+        self.pos_in = session.input_index(position_ids) if position_ids else -1
+        self.logits_out = session.output_index(logits)
+        self.ids_elem = _elem_of(id_dtype)
+        self.mask_elem = _elem_of(mask_dtype)
+        self.logits_elem = _elem_of(logits_dtype)
+        if self.logits_elem not in (ELEM_FLOAT, ELEM_FLOAT16):
+            raise TypeError(f"logits must be float32 or float16, got {np.dtype(logits_dtype)}")
+
+        def keep(name, array):
+            self._arrays[name] = array
+            return array
+
+        self.sequences = keep("sequences", np.zeros((batch, max_length), np.int32))
+        self.ids_buf = _data(keep("input_ids", np.zeros(batch * max_length, id_dtype)))
+        self.mask_buf = _data(keep("attention_mask", np.zeros(batch * max_length, mask_dtype)))
+        self.pos_buf = _data(keep("position_ids", np.zeros(batch * max_length, mask_dtype)))
+        self.next_position = <int64_t*>_data(keep("next_position", np.zeros(batch, np.int64)))
+        self.last_index = <int32_t*>_data(keep("last_index", np.zeros(batch, np.int32)))
+        self.logits_rows = keep("logits_rows", np.zeros((batch, vocab), np.float32))
+        self.step_logits = _data(keep("step_logits", np.zeros((batch, 1, vocab), logits_dtype)))
+        self.next_tokens = keep("next_tokens", np.zeros(batch, np.int32))
+        self.done = keep("done", np.zeros(batch, np.uint8))
+        self.eos_ids = keep("eos_ids", np.ascontiguousarray(eos_ids, dtype=np.int32))
+
+        self.n_kv_pairs = len(kv_pairs)
+        if self.n_kv_pairs:
+            self.kv_out = <Py_ssize_t*>malloc(self.n_kv_pairs * sizeof(Py_ssize_t))
+            self.kv_in = <Py_ssize_t*>malloc(self.n_kv_pairs * sizeof(Py_ssize_t))
+            if self.kv_out == NULL or self.kv_in == NULL:
+                raise MemoryError()
+            for i, (present, past) in enumerate(kv_pairs):
+                self.kv_out[i] = session.output_index(present)
+                self.kv_in[i] = session.input_index(past)
+        self.reset()
+
+    def __dealloc__(self):
+        free(self.kv_out)
+        free(self.kv_in)
+
+    def reset(self):
+        """Forget every token (a fresh generator)."""
+        self.length = 0
+        self.computed = 0
+        self.mask_length = 0
+        self.logits_ready = False
+        self.all_done = False
+        self.ran_once = False
+        self.generated = False
+        self.done[:] = 0
+
+    # ------------------------------------------------------------------ Python-visible views
+    def array(self, str name):
+        """A view of one of the loop's buffers: sequences [batch, max_length], logits_rows
+        [batch, vocab], next_tokens [batch], step_logits [batch, 1, vocab]."""
+        return self._arrays[name]
+
+    def input_view(self, str which):
+        """The last run's input_ids / attention_mask / position_ids as a [batch, n] view."""
+        if which not in ("input_ids", "attention_mask", "position_ids"):
+            raise KeyError(which)
+        width = self.mask_length if which == "attention_mask" else self.last_run_count
+        return self._arrays[which][: self.batch * width].reshape(self.batch, width)
+
+    # ------------------------------------------------------------------ state changes
+    def append(self, tokens):
+        """Copy [batch, n] tokens after the current ones (validated by the caller)."""
+        cdef Py_ssize_t n = tokens.shape[1]
+        np.asarray(self.sequences)[:, self.length:self.length + n] = tokens
+        self.length += n
+        self.done[:] = 0
+        self.all_done = False
+
+    def set_logits_ready(self):
+        """The caller wrote logits_array itself (set_logits)."""
+        self.logits_ready = True
+
+    def rewind(self, Py_ssize_t length):
+        """Keep the first ``length`` tokens; the KV of all but the last of them is kept so
+        the next run recomputes that token's logits."""
+        self.length = length
+        self.computed = min(self.computed, max(length - 1, 0))
+        self.mask_length = min(self.mask_length, self.computed)
+        for b in range(self.batch):
+            self.next_position[b] = self.computed
+        self.logits_ready = False
+        self.all_done = False
+        self.done[:] = 0
+
+    def run(self, bint prompt):
+        """Run the model on the pending tokens (GIL released)."""
+        cdef int rc
+        with nogil:
+            rc = self.run_pending(prompt)
+        if rc != 0:
+            self.raise_error(rc)
+
+    def step(self):
+        """One generation step: run if the logits are stale, choose, commit."""
+        cdef int rc
+        if self.logits_ready:
+            rc = self.choose_and_commit()  # no model run: keep the GIL
+        else:
+            with nogil:
+                rc = self.step_nogil()
+        if rc != 0:
+            self.raise_error(rc)
+
+    def steps(self, Py_ssize_t count):
+        """Up to ``count`` steps in one GIL-free block; stops early when done. Returns the
+        number of steps made."""
+        cdef int rc = 0
+        cdef Py_ssize_t made = 0
+        with nogil:
+            while made < count and not self.all_done and self.length < self.max_length:
+                rc = self.step_nogil()
+                if rc != 0:
+                    break
+                made += 1
+        if rc != 0:
+            self.raise_error(rc)
+        return made
+
+    # ------------------------------------------------------------------ nogil core
+    cdef int step_nogil(self) noexcept nogil:
+        cdef int rc
+        if not self.logits_ready:
+            if self.computed >= self.length:
+                self.error_message = b"no pending tokens to run"
+                return LOOP_ERR_NOTHING
+            rc = self.run_pending(False)
+            if rc != 0:
+                return rc
+        return self.choose_and_commit()
+
+    cdef int choose_and_commit(self) noexcept nogil:
+        cdef Py_ssize_t b, best
+        if self.length >= self.max_length:
+            self.error_message = b"the sequence reached max_length"
+            return LOOP_ERR_FULL
+        for b in range(self.batch):
+            best = argmax_row(&self.logits_rows[b, 0], self.vocab)
+            if best < 0:
+                self.error_message = b"logits contain NaN"
+                return LOOP_ERR_NAN
+            self.next_tokens[b] = <int32_t>best
+        self.all_done = commit_row_tokens(
+            self.sequences, self.length, self.next_tokens, self.eos_ids, self.done, self.pad_id)
+        # As the reference: the step that finishes the last row reports its tokens through
+        # the next tokens but does not add them to the sequences.
+        if not self.all_done:
+            self.length += 1
+        self.generated = True
+        self.logits_ready = False
+        return 0
+
+    cdef int run_pending(self, bint prompt) noexcept nogil:
+        cdef Py_ssize_t batch = self.batch, start = self.computed, stop = self.length
+        cdef Py_ssize_t count = stop - start, b, i, n, old, new_len, total, _
+        cdef int64_t shape[3]
+        cdef int64_t out_shape[NS_MAX_DIMS]
+        cdef size_t out_ndim = 0
+        cdef void* out_data = NULL
+        cdef int rc
+        cdef int mask_size = 8 if self.mask_elem == ELEM_INT64 else 4
+        if count <= 0:
+            self.error_message = b"no pending tokens to run"
+            return LOOP_ERR_NOTHING
+        for b in range(batch):
+            for i in range(count):
+                store_index(self.ids_buf, self.ids_elem, b * count + i,
+                            self.sequences[b, start + i])
+        if prompt:
+            # Right-padded prompt: trailing pad tokens get mask 0 and position 0.
+            for b in range(batch):
+                n = count
+                while n > 0 and self.sequences[b, n - 1] == self.pad_id:
+                    n -= 1
+                for i in range(count):
+                    store_index(self.mask_buf, self.mask_elem, b * count + i, 1 if i < n else 0)
+                    store_index(self.pos_buf, self.mask_elem, b * count + i, i if i < n else 0)
+                self.last_index[b] = <int32_t>(n - 1 if n > 0 else 0)
+                self.next_position[b] = n
+            self.mask_length = count
+        elif batch == 1:
+            # Batch 1: the mask is all ones of the total length.
+            for i in range(self.mask_length, stop):
+                store_index(self.mask_buf, self.mask_elem, i, 1)
+            self.mask_length = stop
+            for i in range(count):
+                store_index(self.pos_buf, self.mask_elem, i, self.next_position[0] + i)
+            self.next_position[0] += count
+            self.last_index[0] = <int32_t>(count - 1)
+        else:
+            # Batch > 1: each row's mask grows by a trailing 1 per token.
+            for _ in range(count):
+                old = self.mask_length
+                new_len = old + 1
+                b = batch - 1
+                while b >= 0:
+                    if b > 0:
+                        memmove((<char*>self.mask_buf) + b * new_len * mask_size,
+                                (<char*>self.mask_buf) + b * old * mask_size, old * mask_size)
+                    store_index(self.mask_buf, self.mask_elem, b * new_len + old, 1)
+                    b -= 1
+                self.mask_length = new_len
+            for b in range(batch):
+                for i in range(count):
+                    store_index(self.pos_buf, self.mask_elem, b * count + i,
+                                self.next_position[b] + i)
+                self.next_position[b] += count
+                self.last_index[b] = <int32_t>(count - 1)
+
+        shape[0] = batch
+        shape[1] = count
+        rc = self.sess.bind_input_ptr(self.ids_in, self.ids_buf, shape, 2, self.ids_elem)
+        if rc == 0 and self.pos_in >= 0:
+            rc = self.sess.bind_input_ptr(self.pos_in, self.pos_buf, shape, 2, self.mask_elem)
+        if rc == 0 and self.mask_in >= 0:
+            shape[1] = self.mask_length
+            rc = self.sess.bind_input_ptr(self.mask_in, self.mask_buf, shape, 2, self.mask_elem)
+        if rc == 0:
+            if count == 1:
+                shape[1] = 1
+                shape[2] = self.vocab
+                rc = self.sess.bind_output_ptr(self.logits_out, self.step_logits, shape, 3,
+                                               self.logits_elem)
+            else:
+                rc = self.sess.bind_output_device_index(self.logits_out)
+        if rc == 0:
+            rc = self.sess.run_binding()
+        if rc == 0 and self.n_kv_pairs:
+            rc = self.sess.rebind_outputs_as_inputs(self.kv_out, self.kv_in, self.n_kv_pairs)
+        if rc != 0:
+            return rc
+
+        if count == 1:
+            for b in range(batch):
+                copy_logits_row(self.step_logits, self.logits_elem, b * self.vocab,
+                                &self.logits_rows[b, 0], self.vocab)
+        else:
+            rc = self.sess.output_value_shape(self.logits_out, out_shape, &out_ndim)
+            if rc == 0:
+                rc = self.sess.output_value_data(self.logits_out, &out_data)
+            if rc != 0:
+                return rc
+            if (out_ndim != 3 or out_shape[0] != batch or out_shape[2] != self.vocab
+                    or (out_shape[1] != count and out_shape[1] != 1)):
+                self.error_message = b"logits output has an unexpected shape"
+                return LOOP_ERR_LOGITS
+            total = out_shape[1]
+            for b in range(batch):
+                i = self.last_index[b] if total == count else 0
+                copy_logits_row(out_data, self.logits_elem, (b * total + i) * self.vocab,
+                                &self.logits_rows[b, 0], self.vocab)
+        self.computed = stop
+        self.last_run_count = count
+        self.logits_ready = True
+        self.ran_once = True
+        return 0
+
+    cdef object raise_error(self, int rc):
+        message = (self.error_message.decode() if self.error_message != NULL else "")
+        self.error_message = NULL
+        if rc == LOOP_ERR_NAN:
+            raise ValueError(f"cannot choose a token: {message}")
+        if rc in (LOOP_ERR_FULL, LOOP_ERR_NOTHING):
+            from genai.errors import GenerationError
+            raise GenerationError(message)
+        if rc == LOOP_ERR_LOGITS:
+            raise RuntimeError(message)
+        self.sess.raise_last_error()
