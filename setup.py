@@ -12,6 +12,7 @@ MOD_NAMES = [
     "genai._core.bookkeeping",
     "genai._core.ort_api",
     "genai._core.native_session",
+    "genai._core.sampling",
     "genai._core.decoder_loop",
 ]
 # The ORT C API is loaded at run time with dlopen (no link to onnxruntime at build time).

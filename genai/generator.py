@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._core.decoder_loop import DecoderLoop
-from .errors import GenerationError
+from ._core.sampling import Sampler
+from .errors import GenerationError, SearchOptionError
 from .kv_cache import make_kv_cache
 
 if TYPE_CHECKING:
@@ -38,12 +39,20 @@ class Generator:
         self.search.validate(model.config.context_length)
         if self.search.num_beams > 1:
             raise NotImplementedError("beam search (num_beams > 1) is not implemented yet")
-        if not self.search.is_greedy:
-            raise NotImplementedError(
-                "sampling (do_sample=True with top_k != 1 and temperature != 0) is not "
-                "implemented yet; use greedy decoding"
-            )
         io = self._io = model.io
+        search = self.search
+        if search.do_sample and search.top_k > io.vocab_size:
+            raise SearchOptionError(
+                f"top_k ({search.top_k}) must be less than or equal to vocab_size ({io.vocab_size})"
+            )
+        self._sampler = None
+        if search.needs_processing or params.logit_bias:
+            self._sampler = Sampler(search.batch_size, io.vocab_size, seed=search.random_seed)
+            self._sampler.configure(**search.sampler_options())
+            if params.logit_bias:
+                self._sampler.set_logit_bias(
+                    None, list(params.logit_bias), list(params.logit_bias.values())
+                )
         self.batch_size = batch = self.search.batch_size
         self.max_length = max_length = self.search.max_length
         self.vocab_size = io.vocab_size
@@ -68,6 +77,8 @@ class Generator:
             mask_dtype=io.mask_dtype,
             logits_dtype=io.logits_dtype,
             kv_pairs=self._kv.handover,
+            sampler=self._sampler,
+            logprobs=search.top_logprobs if (search.logprobs or search.top_logprobs) else -1,
         )
         self._sequences = self._loop.array("sequences")
         self._logits_rows = self._loop.array("logits_rows")
@@ -134,6 +145,42 @@ class Generator:
         if limit < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {limit}")
         return loop.steps(limit)
+
+    def get_next_logprobs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Log-probabilities of the last step (search options ``logprobs`` / ``top_logprobs``;
+        beyond the reference): the chosen tokens' [batch], and the ``top_logprobs`` most likely
+        ids [batch, n] with theirs. Log-softmax of the processed logits at temperature 1."""
+        if not (self.search.logprobs or self.search.top_logprobs):
+            raise GenerationError("set the search option logprobs=True (or top_logprobs=N)")
+        if not self._loop.generated:
+            raise GenerationError("no tokens generated yet")
+        n = self.search.top_logprobs
+        loop = self._loop
+        return (
+            loop.array("logprobs").copy(),
+            loop.array("top_ids")[:, :n].copy(),
+            loop.array("top_logprobs")[:, :n].copy(),
+        )
+
+    def set_row_search_options(self, row: int, **options: float | int | bool) -> None:
+        """Per-row sampling options in a batch (beyond the reference): do_sample,
+        temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+        frequency_penalty, no_repeat_ngram_size, min_length, and random_seed (that row's own
+        stream)."""
+        if not 0 <= row < self.batch_size:
+            raise IndexError(f"row {row} outside [0, {self.batch_size})")
+        if self._sampler is None:
+            raise GenerationError(
+                "per-row options need the sampling chain: create the generator with a "
+                "processing search option (e.g. do_sample=True)"
+            )
+        seed = options.pop("random_seed", None)
+        try:
+            self._sampler.configure(row, **options)
+        except (TypeError, ValueError) as exc:
+            raise SearchOptionError(str(exc)) from exc
+        if seed is not None:
+            self._sampler.seed(int(seed), row=row, stream=0)  # as a batch-1 run with that seed
 
     def is_done(self) -> bool:
         """True when every row emitted EOS or the sequence reached max_length."""

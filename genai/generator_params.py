@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .search import SearchOptions
 
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ class GeneratorParams:
         self.search = SearchOptions()
         self.search.update(**(model.config.get("search", {}) or {}))
         self.guidance: tuple[str, str] | None = None
+        self.logit_bias: dict[int, float] = {}
 
     def set_search_options(self, **options: Any) -> None:
         """Set search options by name (unknown names and wrong types raise)."""
@@ -32,6 +35,22 @@ class GeneratorParams:
     def get_search_options(self) -> dict[str, float | bool]:
         """All options; numbers as floats, as the reference returns them."""
         return self.search.as_reference_dict()
+
+    def set_logit_bias(self, bias: dict[int, float]) -> None:
+        """Add ``bias[id]`` to token ``id``'s logit every step (OpenAI's ``logit_bias``;
+        beyond the reference). An empty dict clears it."""
+        checked = {}
+        for token, value in bias.items():
+            if isinstance(token, bool) or not isinstance(token, int | np.integer):
+                raise TypeError(f"logit_bias keys must be token ids, got {token!r}")
+            if not 0 <= int(token) < self.model.io.vocab_size:
+                raise ValueError(
+                    f"logit_bias token id {token} is outside [0, {self.model.io.vocab_size})"
+                )
+            if not np.isfinite(value):
+                raise ValueError(f"logit_bias for token {token} must be finite, got {value!r}")
+            checked[int(token)] = float(value)
+        self.logit_bias = checked
 
     def set_guidance(self, kind: str, data: str) -> None:
         """Constrained decoding (json_schema | regex | lark_grammar). Not available yet."""

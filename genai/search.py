@@ -44,6 +44,17 @@ class SearchOptions:
     past_present_share_buffer: bool = False
     random_seed: int = -1
     chunk_size: int = 0
+    # --- beyond the reference (opt-in; see docs/sampling.md) ---
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    #: record the chosen token's log-probability each step (`Generator.get_next_logprobs`)
+    logprobs: bool = False
+    #: ... and this many most likely alternatives
+    top_logprobs: int = 0
+
+    #: Options the reference does not have: left out of `as_reference_dict` while at default.
+    EXTENSIONS = ("min_p", "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs")
 
     @classmethod
     def names(cls) -> list[str]:
@@ -62,9 +73,11 @@ class SearchOptions:
 
     def as_reference_dict(self) -> dict[str, float | bool]:
         """Options as the reference's ``get_search_options`` returns them: numbers as floats."""
+        defaults = SearchOptions()
         return {
             name: value if isinstance(value, bool) else float(value)
             for name, value in sorted(dataclasses.asdict(self).items())
+            if name not in self.EXTENSIONS or value != getattr(defaults, name)
         }
 
     def validate(self, context_length: int) -> None:
@@ -105,6 +118,37 @@ class SearchOptions:
         )
         need(self.chunk_size >= 0, f"chunk_size ({self.chunk_size}) must be >= 0")
         need(self.random_seed >= -1, f"random_seed ({self.random_seed}) must be >= -1")
+        need(0.0 <= self.min_p <= 1.0, f"min_p ({self.min_p}) must be in [0, 1]")
+        need(self.top_logprobs >= 0, f"top_logprobs ({self.top_logprobs}) must be >= 0")
+
+    @property
+    def needs_processing(self) -> bool:
+        """True when the logits-processing chain can change the choice (else plain argmax)."""
+        return (
+            not self.is_greedy
+            or self.repetition_penalty != 1.0
+            or self.min_length > 0
+            or self.no_repeat_ngram_size > 0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+            or self.logprobs
+            or self.top_logprobs > 0
+        )
+
+    def sampler_options(self) -> dict[str, float | int | bool]:
+        """The options the sampling kernels take, by their names."""
+        return {
+            "do_sample": self.do_sample,
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "min_p": self.min_p,
+            "repetition_penalty": self.repetition_penalty,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "no_repeat_ngram_size": self.no_repeat_ngram_size,
+            "min_length": self.min_length,
+        }
 
     @property
     def is_greedy(self) -> bool:

@@ -106,8 +106,3 @@ def test_rewind_out_of_range(model):
     generator.append_tokens(np.array([5, 6, 7], np.int32))
     with pytest.raises(ValueError, match="cannot rewind to 4"):
         generator.rewind_to(4)
-
-
-def test_sampling_not_silently_greedy(model):
-    with pytest.raises(NotImplementedError, match="sampling"):
-        make(model, do_sample=True, top_k=5)

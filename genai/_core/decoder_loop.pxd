@@ -4,6 +4,7 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from genai._core.native_session cimport NativeSession
+from genai._core.sampling cimport Sampler
 
 
 cdef class DecoderLoop:
@@ -29,6 +30,14 @@ cdef class DecoderLoop:
     cdef int32_t[::1] next_tokens    # [batch]
     cdef uint8_t[::1] done           # [batch]
     cdef int32_t[::1] eos_ids
+
+    # the choice: None = plain argmax; else the sampler runs the logits-processing chain
+    cdef Sampler sampler
+    cdef readonly Py_ssize_t prompt_length   # where generated tokens start (presence/frequency)
+    cdef Py_ssize_t n_top
+    cdef float* logprobs                     # [batch] or NULL
+    cdef int32_t* top_ids                    # [batch, n_top] or NULL
+    cdef float* top_logprobs                 # [batch, n_top] or NULL
 
     # growing (past/present) KV: present output i is re-bound as past input i after each run
     cdef Py_ssize_t n_kv_pairs

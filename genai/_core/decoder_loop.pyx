@@ -21,6 +21,7 @@ from libc.string cimport memcpy, memmove
 from genai._core.bookkeeping cimport argmax_row, commit_row_tokens
 from genai._core.native_session cimport NS_MAX_DIMS, NativeSession
 from genai._core.ort_api cimport ELEM_FLOAT, ELEM_FLOAT16, ELEM_INT32, ELEM_INT64
+from genai._core.sampling cimport Sampler
 
 import numpy as np
 
@@ -102,15 +103,22 @@ cdef class DecoderLoop:
         self.kv_out = NULL
         self.kv_in = NULL
         self.n_kv_pairs = 0
+        self.logprobs = NULL
+        self.top_ids = NULL
+        self.top_logprobs = NULL
+        self.n_top = 0
 
     def __init__(
         self, NativeSession session, *, str input_ids, object attention_mask,
         object position_ids, str logits, int batch, int vocab, int max_length,
         int pad_id, object eos_ids, object id_dtype, object mask_dtype,
-        object logits_dtype, list kv_pairs,
+        object logits_dtype, list kv_pairs, Sampler sampler=None, int logprobs=-1,
     ):
         """Allocate the loop's buffers. ``kv_pairs`` lists (present output, past input) names
-        to hand over after each run (empty for a shared-buffer cache, bound by the caller)."""
+        to hand over after each run (empty for a shared-buffer cache, bound by the caller).
+        ``sampler``: None chooses by argmax; a `Sampler` runs the logits-processing chain.
+        ``logprobs`` >= 0 (needs a sampler) records the chosen token's log-probability and
+        that many top alternatives per step."""
         cdef Py_ssize_t i
         self.sess = session
         self._arrays = {}
@@ -141,6 +149,16 @@ cdef class DecoderLoop:
         self.next_tokens = keep("next_tokens", np.zeros(batch, np.int32))
         self.done = keep("done", np.zeros(batch, np.uint8))
         self.eos_ids = keep("eos_ids", np.ascontiguousarray(eos_ids, dtype=np.int32))
+        self.sampler = sampler
+        if logprobs >= 0:
+            if sampler is None:
+                raise ValueError("logprobs need a sampler")
+            self.n_top = logprobs
+            self.logprobs = <float*>_data(keep("logprobs", np.zeros(batch, np.float32)))
+            self.top_ids = <int32_t*>_data(
+                keep("top_ids", np.zeros((batch, max(logprobs, 1)), np.int32)))
+            self.top_logprobs = <float*>_data(
+                keep("top_logprobs", np.zeros((batch, max(logprobs, 1)), np.float32)))
 
         self.n_kv_pairs = len(kv_pairs)
         if self.n_kv_pairs:
@@ -166,6 +184,7 @@ cdef class DecoderLoop:
         self.all_done = False
         self.ran_once = False
         self.generated = False
+        self.prompt_length = 0
         self.done[:] = 0
 
     # ------------------------------------------------------------------ Python-visible views
@@ -187,6 +206,7 @@ cdef class DecoderLoop:
         cdef Py_ssize_t n = tokens.shape[1]
         np.asarray(self.sequences)[:, self.length:self.length + n] = tokens
         self.length += n
+        self.prompt_length = self.length
         self.done[:] = 0
         self.all_done = False
 
@@ -257,12 +277,23 @@ cdef class DecoderLoop:
         if self.length >= self.max_length:
             self.error_message = b"the sequence reached max_length"
             return LOOP_ERR_FULL
-        for b in range(self.batch):
-            best = argmax_row(&self.logits_rows[b, 0], self.vocab)
-            if best < 0:
+        if self.sampler is not None:
+            if self.sampler.sample_rows_nogil(
+                &self.logits_rows[0, 0], self.batch, &self.sequences[0, 0], self.max_length,
+                self.length, self.prompt_length, &self.eos_ids[0], self.eos_ids.shape[0],
+                &self.done[0], &self.next_tokens[0], self.logprobs,
+                self.top_ids if self.n_top > 0 else NULL,
+                self.top_logprobs if self.n_top > 0 else NULL, self.n_top,
+            ) >= 0:
                 self.error_message = b"logits contain NaN"
                 return LOOP_ERR_NAN
-            self.next_tokens[b] = <int32_t>best
+        else:
+            for b in range(self.batch):
+                best = argmax_row(&self.logits_rows[b, 0], self.vocab)
+                if best < 0:
+                    self.error_message = b"logits contain NaN"
+                    return LOOP_ERR_NAN
+                self.next_tokens[b] = <int32_t>best
         self.all_done = commit_row_tokens(
             self.sequences, self.length, self.next_tokens, self.eos_ids, self.done, self.pad_id)
         # As the reference: the step that finishes the last row reports its tokens through
