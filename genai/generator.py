@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._core import sampling
 from ._core.decoder_loop import DecoderLoop
 from ._core.sampling import Sampler
+from .beam_search import BeamScorer
 from .errors import GenerationError, SearchOptionError
 from .kv_cache import make_kv_cache
 
@@ -37,26 +39,44 @@ class Generator:
         self.model = model
         self.search = copy.deepcopy(params.search)
         self.search.validate(model.config.context_length)
-        if self.search.num_beams > 1:
-            raise NotImplementedError("beam search (num_beams > 1) is not implemented yet")
         io = self._io = model.io
         search = self.search
+        config = model.config
+        self.batch_size = self.search.batch_size
+        self.num_beams = self.search.num_beams
+        #: Rows the model runs: batch_size * num_beams.
+        self.rows = batch = self.batch_size * self.num_beams
+        self.max_length = max_length = self.search.max_length
+        self.vocab_size = io.vocab_size
         if search.do_sample and search.top_k > io.vocab_size:
             raise SearchOptionError(
                 f"top_k ({search.top_k}) must be less than or equal to vocab_size ({io.vocab_size})"
             )
         self._sampler = None
-        if search.needs_processing or params.logit_bias:
-            self._sampler = Sampler(search.batch_size, io.vocab_size, seed=search.random_seed)
+        self._beams: BeamScorer | None = None
+        if self.num_beams > 1:
+            if search.do_sample:
+                raise SearchOptionError(
+                    "beam search (num_beams > 1) does not sample: set do_sample=False"
+                )
+            if params.logit_bias or search.logprobs or search.top_logprobs:
+                raise SearchOptionError("beam search does not take logit_bias or logprobs")
+            self._beams = BeamScorer(
+                self.batch_size,
+                self.num_beams,
+                io.vocab_size,
+                np.asarray(config.eos_token_ids, np.int32),
+                int(config.get("model.pad_token_id", 0)),
+                search.length_penalty,
+                search.early_stopping,
+            )
+        elif search.needs_processing or params.logit_bias:
+            self._sampler = Sampler(batch, io.vocab_size, seed=search.random_seed)
             self._sampler.configure(**search.sampler_options())
             if params.logit_bias:
                 self._sampler.set_logit_bias(
                     None, list(params.logit_bias), list(params.logit_bias.values())
                 )
-        self.batch_size = batch = self.search.batch_size
-        self.max_length = max_length = self.search.max_length
-        self.vocab_size = io.vocab_size
-        config = model.config
         # Each generator binds its own buffers: it gets its own binding on the shared session.
         self._session = session = model.session.new_binding()
         self._kv = make_kv_cache(
@@ -82,6 +102,7 @@ class Generator:
         )
         self._sequences = self._loop.array("sequences")
         self._logits_rows = self._loop.array("logits_rows")
+        self._eos = np.asarray(config.eos_token_ids, dtype=np.int32)
 
     # --- feeding tokens -------------------------------------------------------------------------
     def append_tokens(self, tokens: np.ndarray | list[int] | list[list[int]]) -> None:
@@ -103,6 +124,10 @@ class Generator:
             raise ValueError(
                 f"tokens have {array.shape[0]} rows but batch_size is {self.batch_size}"
             )
+        if self.num_beams > 1:
+            if self._loop.length:
+                raise NotImplementedError("append_tokens after generating needs num_beams 1")
+            array = np.repeat(array, self.num_beams, axis=0)  # every beam starts from the prompt
         count = array.shape[1]
         if count == 0:
             raise ValueError("append_tokens needs at least one token")
@@ -116,7 +141,7 @@ class Generator:
             raise ValueError(
                 f"appending {count} tokens to {length} exceeds max_length {self.max_length}"
             )
-        if length and self.batch_size > 1:
+        if length and self.rows > 1:
             raise NotImplementedError(
                 "continuous decoding (append_tokens after the first call) needs batch_size 1"
             )
@@ -132,7 +157,34 @@ class Generator:
             raise GenerationError("call append_tokens before generate_next_token")
         if loop.length >= self.max_length:
             raise GenerationError(f"the sequence reached max_length {self.max_length}")
-        loop.step()
+        if self._beams is None:
+            loop.step()
+            return
+        if not loop.logits_ready:
+            loop.run(False)
+        self._beam_step()
+
+    def _beam_step(self) -> None:
+        loop, beams, search = self._loop, self._beams, self.search
+        assert beams is not None
+        length = loop.length
+        logits = self._logits_rows
+        if search.min_length > 0:
+            sampling.apply_min_length(logits, length, search.min_length, self._eos)
+        if search.repetition_penalty != 1.0:
+            sampling.apply_repetition_penalty(
+                logits, self._sequences, length, search.repetition_penalty
+            )
+        if search.no_repeat_ngram_size > 0:
+            sampling.apply_no_repeat_ngram(
+                logits, self._sequences, length, search.no_repeat_ngram_size
+            )
+        beams.step(logits, self._sequences, length)
+        order = beams.next_indices
+        if (order != np.arange(self.rows)).any():
+            self._sequences[:, :length] = self._sequences[order, :length]
+            self._kv.reorder(order)
+        loop.push_tokens(beams.next_tokens, beams.all_done)
 
     def generate_until_done(self, max_new_tokens: int | None = None) -> int:
         """Run greedy steps until every row is done, max_length, or ``max_new_tokens`` steps,
@@ -144,7 +196,13 @@ class Generator:
         limit = self.max_length if max_new_tokens is None else int(max_new_tokens)
         if limit < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {limit}")
-        return loop.steps(limit)
+        if self._beams is None:
+            return loop.steps(limit)
+        made = 0
+        while made < limit and not self.is_done():
+            self.generate_next_token()
+            made += 1
+        return made
 
     def get_next_logprobs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Log-probabilities of the last step (search options ``logprobs`` / ``top_logprobs``;
@@ -167,8 +225,8 @@ class Generator:
         temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
         frequency_penalty, no_repeat_ngram_size, min_length, and random_seed (that row's own
         stream)."""
-        if not 0 <= row < self.batch_size:
-            raise IndexError(f"row {row} outside [0, {self.batch_size})")
+        if not 0 <= row < self.rows:
+            raise IndexError(f"row {row} outside [0, {self.rows})")
         if self._sampler is None:
             raise GenerationError(
                 "per-row options need the sampling chain: create the generator with a "
@@ -183,7 +241,8 @@ class Generator:
             self._sampler.seed(int(seed), row=row, stream=0)  # as a batch-1 run with that seed
 
     def is_done(self) -> bool:
-        """True when every row emitted EOS or the sequence reached max_length."""
+        """True when every row emitted EOS (beam search: every batch entry has its
+        hypotheses) or the sequence reached max_length."""
         loop = self._loop
         return loop.all_done or loop.length >= self.max_length
 
@@ -195,7 +254,17 @@ class Generator:
         return self._loop.array("next_tokens").copy()
 
     def get_sequence(self, index: int) -> np.ndarray:
-        """Row ``index``: prompt (padding included) + generated tokens, int32."""
+        """Row ``index``: prompt (padding included) + generated tokens, int32. With beam
+        search, index ``b * num_return_sequences + r`` is batch entry b's r-th best
+        hypothesis (this finalizes the search, as the reference)."""
+        if self._beams is not None:
+            returned = self.search.num_return_sequences
+            if not 0 <= index < self.batch_size * returned:
+                raise IndexError(
+                    f"sequence index {index} outside [0, {self.batch_size * returned})"
+                )
+            self._beams.finalize(self._sequences, self._loop.length)
+            return self._beams.hypothesis(index // returned, index % returned)
         if not 0 <= index < self.batch_size:
             raise IndexError(f"sequence index {index} outside [0, {self.batch_size})")
         return self._sequences[index, : self._loop.length].copy()
@@ -220,12 +289,12 @@ class Generator:
         array = np.asarray(logits)
         if array.dtype != np.float32:
             raise TypeError(f"logits must be float32, got {array.dtype}")
-        if array.size != self.batch_size * self.vocab_size or array.ndim not in (1, 2, 3):
+        if array.size != self.rows * self.vocab_size or array.ndim not in (1, 2, 3):
             raise ValueError(
-                f"logits must hold [batch={self.batch_size}, vocab={self.vocab_size}], "
+                f"logits must hold [rows={self.rows}, vocab={self.vocab_size}], "
                 f"got shape {array.shape}"
             )
-        self._logits_rows[:] = array.reshape(self.batch_size, self.vocab_size)
+        self._logits_rows[:] = array.reshape(self.rows, self.vocab_size)
         self._loop.set_logits_ready()
 
     def get_output(self, name: str) -> np.ndarray:
@@ -264,8 +333,8 @@ class Generator:
         current = self._loop.length
         if not 0 <= length <= current:
             raise ValueError(f"cannot rewind to {length}: the sequence has {current} tokens")
-        if length and self.batch_size > 1:
-            raise NotImplementedError("rewind_to(n > 0) needs batch_size 1")
+        if length and self.rows > 1:
+            raise NotImplementedError("rewind_to(n > 0) needs batch_size 1 and num_beams 1")
         self._loop.rewind(length)
         self._kv.truncate(self._loop.computed)
 

@@ -10,9 +10,12 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ._core.bookkeeping import reorder_rows
 
 if TYPE_CHECKING:
     from ._core.native_session import NativeSession
@@ -40,6 +43,27 @@ class KVCache:
     def nbytes(self) -> int:
         """Bytes held by the cache."""
         raise NotImplementedError
+
+    def reorder(self, order: np.ndarray) -> None:
+        """Batch row i takes the cache of row ``order[i]`` (beam search), in place."""
+        for view in self._row_views():
+            if view.shape[0] != len(order):
+                raise ValueError("reorder needs one index per batch row")
+            scratch = self._scratch.get(view.shape)
+            if scratch is None:
+                scratch = self._scratch[view.shape] = np.empty(view.shape, np.uint8)
+            reorder_rows(view, order, scratch)
+
+    def _row_views(self) -> list[np.ndarray]:
+        """Every cache tensor as uint8 [batch, bytes per row] views over its memory."""
+        raise NotImplementedError
+
+    @property
+    def _scratch(self) -> dict[tuple[int, ...], np.ndarray]:
+        cache = self.__dict__.get("_scratch_buffers")
+        if cache is None:
+            cache = self.__dict__["_scratch_buffers"] = {}
+        return cache
 
 
 class SharedKVCache(KVCache):
@@ -80,6 +104,9 @@ class SharedKVCache(KVCache):
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self._buffers)
 
+    def _row_views(self) -> list[np.ndarray]:
+        return [b.reshape(b.shape[0], -1).view(np.uint8) for b in self._buffers]
+
 
 class GrowingKVCache(KVCache):
     """Past/present layout: presents become the next pasts; starts with zero length."""
@@ -114,6 +141,19 @@ class GrowingKVCache(KVCache):
     @property
     def nbytes(self) -> int:
         return sum(self.session.input_value(name).nbytes for name in self.pasts)
+
+    def _row_views(self) -> list[np.ndarray]:
+        # After a run the pasts hold the presents' memory (handed over without copies).
+        views = []
+        for name in self.presents:
+            shape, address = self.session.output_value_info(name)
+            nbytes = int(np.prod(shape)) * self.io.kv_dtype.itemsize
+            raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+            if self.io.combined_kv:  # [2, batch, ...]: each half is its own [batch, ...] block
+                views.extend(raw.reshape(2, shape[1], -1))
+            else:
+                views.append(raw.reshape(shape[0], -1))
+        return views
 
 
 def make_kv_cache(

@@ -176,3 +176,20 @@ def gather_rows(
             _gather_rows(logits, index, out)
     else:
         _gather_rows(logits, index, out)
+
+
+def reorder_rows(unsigned char[:, ::1] rows, const int32_t[::1] order,
+                 unsigned char[:, ::1] scratch):
+    """``rows[i] = old rows[order[i]]`` in place (beam search: KV and sequence rows follow
+    their beams). ``rows`` is any buffer viewed as [n, row_bytes]; ``scratch`` [n, row_bytes]
+    is caller-owned, so nothing is allocated per step."""
+    cdef Py_ssize_t i, n = rows.shape[0], width = rows.shape[1]
+    if order.shape[0] != n or scratch.shape[0] < n or scratch.shape[1] != width:
+        raise ValueError("order/scratch do not match the rows")
+    for i in range(n):
+        if not 0 <= order[i] < n:
+            raise IndexError(f"row {order[i]} outside [0, {n})")
+    with nogil:
+        for i in range(n):
+            memcpy(&scratch[i, 0], &rows[order[i], 0], width)
+        memcpy(&rows[0, 0], &scratch[0, 0], n * width)

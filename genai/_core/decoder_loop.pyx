@@ -210,6 +210,18 @@ cdef class DecoderLoop:
         self.done[:] = 0
         self.all_done = False
 
+    def push_tokens(self, tokens, bint all_done):
+        """Append tokens chosen outside the loop (beam search) at ``length`` for every row."""
+        if self.length >= self.max_length:
+            from genai.errors import GenerationError
+            raise GenerationError("the sequence reached max_length")
+        np.asarray(self.next_tokens)[:] = tokens
+        np.asarray(self.sequences)[:, self.length] = tokens
+        self.all_done = all_done
+        self.length += 1
+        self.generated = True
+        self.logits_ready = False
+
     def set_logits_ready(self):
         """The caller wrote logits_array itself (set_logits)."""
         self.logits_ready = True

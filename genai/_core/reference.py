@@ -66,3 +66,10 @@ def gather_rows(logits, index, out):
     if ((index < 0) | (index >= logits.shape[1])).any():
         raise IndexError("position outside the logits")
     out[: logits.shape[0]] = logits[np.arange(logits.shape[0]), index]
+
+
+def reorder_rows(rows, order, scratch):
+    """See `genai._core.bookkeeping.reorder_rows`."""
+    if ((order < 0) | (order >= rows.shape[0])).any():
+        raise IndexError("row outside the buffer")
+    rows[:] = rows[order]

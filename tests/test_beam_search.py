@@ -1,0 +1,103 @@
+"""Beam search: hypotheses identical to onnxruntime-genai's on the fixture layouts, with EOS
+hits, padding, length penalties, early stopping on/off and several returned sequences."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import genai
+from genai._core import bookkeeping, reference
+
+og = pytest.importorskip("onnxruntime_genai", reason="the reference engine is a test dependency")
+
+PROMPT = np.array([[5, 9, 12, 7, 20, 33, 41]], np.int32)
+BATCH = np.array([[5, 9, 12, 7, 20, 33, 41], [30, 31, 8, 0, 0, 0, 0]], np.int32)
+NEW = 20
+
+
+def run(engine, model, prompt, **options):
+    params = engine.GeneratorParams(model)
+    params.set_search_options(
+        max_length=prompt.shape[1] + NEW, batch_size=prompt.shape[0], **options
+    )
+    generator = engine.Generator(model, params)
+    generator.append_tokens(prompt)
+    steps = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        steps.append(np.array(generator.get_next_tokens()).tolist())
+    returned = prompt.shape[0] * options.get("num_return_sequences", 1)
+    return steps, [np.array(generator.get_sequence(i)).tolist() for i in range(returned)]
+
+
+def models(folder, eos=None):
+    pair = []
+    for engine in (genai, og):
+        config = engine.Config(str(folder))
+        if eos is not None:
+            config.overlay(json.dumps({"model": {"eos_token_id": [eos]}}))
+        pair.append(engine.Model(config))
+    return pair
+
+
+OPTIONS = [
+    {"num_beams": 3},
+    {"num_beams": 4, "num_return_sequences": 3, "length_penalty": 0.5},
+    {"num_beams": 2, "early_stopping": False, "length_penalty": 2.0},
+    {"num_beams": 3, "repetition_penalty": 1.5},
+]
+
+
+@pytest.mark.parametrize("case", ["gqa", "gqa-noshare", "optimum", "gpt2"])
+@pytest.mark.parametrize(
+    "options", OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items())
+)
+@pytest.mark.parametrize("with_eos", [False, True], ids=["no-eos", "eos-hits"])
+def test_hypotheses_identical_to_reference(fixture_folders, case, options, with_eos):
+    folder = fixture_folders[case]
+    eos = None
+    if with_eos:
+        # A token the beams produce early: hypotheses finish before max_length.
+        probe, _ = run(genai, genai.Model(folder), PROMPT, num_beams=3)
+        eos = probe[1][0]  # the best candidate of step 2: it ends a hypothesis there
+    ours, ref = models(folder, eos)
+    finished_early = False
+    for prompt in (PROMPT, BATCH):
+        mine = run(genai, ours, prompt, **options)
+        theirs = run(og, ref, prompt, **options)
+        assert mine[0] == theirs[0], "next tokens differ"
+        assert mine[1] == theirs[1], "hypotheses differ"
+        finished_early |= len(mine[0]) < NEW or any(len(s) < prompt.shape[1] + NEW for s in mine[1])
+    if with_eos:
+        assert finished_early, "the EOS never ended a hypothesis: the test lost its point"
+
+
+def test_beam_errors(fixture_folders):
+    model = genai.Model(fixture_folders["gqa"])
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=20, num_beams=2, do_sample=True)
+    with pytest.raises(genai.SearchOptionError, match="does not sample"):
+        genai.Generator(model, params)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=20, num_beams=2, num_return_sequences=2)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(PROMPT)
+    with pytest.raises(IndexError, match=r"outside \[0, 2\)"):
+        generator.get_sequence(2)
+    with pytest.raises(NotImplementedError, match="num_beams 1"):
+        generator.append_tokens(PROMPT)
+
+
+@pytest.mark.parametrize("impl", [bookkeeping, reference], ids=["cython", "numpy"])
+def test_reorder_rows_kernel(impl):
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, 255, size=(5, 24), dtype=np.uint8)
+    order = np.array([2, 2, 0, 4, 1], np.int32)
+    expected = rows[order].copy()
+    impl.reorder_rows(rows, order, np.empty_like(rows))
+    np.testing.assert_array_equal(rows, expected)
+    with pytest.raises(IndexError):
+        impl.reorder_rows(rows, np.array([0, 1, 2, 3, 5], np.int32), np.empty_like(rows))

@@ -1,0 +1,63 @@
+"""The ``genai`` command line: generation on a fixture, streaming, and clear errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import genai
+from genai.cli import main
+
+
+def test_generate_streams_the_greedy_text(fixture_folders, capsys):
+    folder = fixture_folders["gqa"]
+    assert main(["generate", "-m", str(folder), "abc de", "--max-length", "24", "-v"]) == 0
+    out, err = capsys.readouterr()
+    # the same tokens through the Python API, decoded independently
+    model = genai.Model(folder)
+    tokenizer = genai.Tokenizer(model)
+    ids = tokenizer.encode("abc de")
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=24)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(ids)
+    while not generator.is_done():
+        generator.generate_next_token()
+    expected = tokenizer.decode(generator.get_sequence(0)[len(ids) :])
+    assert out == expected + "\n"
+    assert "prefill" in err and "tok/s" in err
+
+
+def test_chat_and_threads(fixture_folders, capsys):
+    folder = fixture_folders["gqa"]
+    code = main(["generate", "-m", str(folder), "hi", "--chat", "--threads", "1",
+                 "--max-length", "40"])  # fmt: skip
+    assert code == 0
+    assert capsys.readouterr().out.endswith("\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["generate", "-m", "/nonexistent/folder", "x"], "does not exist"),
+        (["generate", "-m", "{folder}", "x", "--threads", "0"], "--threads must be >= 1"),
+        (["generate", "-m", "{folder}", "x", "--max-length", "4096"], "max_length"),
+    ],
+)
+def test_errors_exit_1_with_a_message(fixture_folders, capsys, args, message):
+    args = [a.replace("{folder}", str(fixture_folders["gqa"])) for a in args]
+    assert main(args) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_python_dash_m_and_usage_errors():
+    result = subprocess.run(
+        [sys.executable, "-m", "genai", "--version"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0 and result.stdout.startswith("genai ")
+    result = subprocess.run(
+        [sys.executable, "-m", "genai", "generate"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 2 and "usage:" in result.stderr
