@@ -390,8 +390,14 @@ def _build_tokenizer_vocab(vocab_size: int) -> tuple[dict[str, int], list[tuple[
             for b in _ALPHABET[1:27]:
                 yield a + b
         n = 0
-        while True:  # three-letter words, never exhausted in practice
-            yield _ALPHABET[1 + n % 26] + _ALPHABET[1 + (n // 26) % 26] + _ALPHABET[1 + n // 676]
+        while True:  # ever longer words: base-26 spellings of n, never exhausted
+            word, k = "", n
+            while True:
+                word += _ALPHABET[1 + k % 26]
+                k //= 26
+                if k == 0:
+                    break
+            yield word + _ALPHABET[1 + (n % 7)] + _ALPHABET[1 + (n % 11)]
             n += 1
 
     for target in candidates():

@@ -1,0 +1,10 @@
+"""A NumPy-only model builder: GGUF files and Hugging Face safetensors folders to
+onnxruntime-genai model folders (``genai build``), and the default model (``genai pull``)."""
+
+from __future__ import annotations
+
+from .build import build, genai_config
+from .errors import BuildError
+from .spec import SUPPORTED_ARCHITECTURES, ModelSpec
+
+__all__ = ["SUPPORTED_ARCHITECTURES", "BuildError", "ModelSpec", "build", "genai_config"]

@@ -1,0 +1,146 @@
+"""``build()``: a GGUF file or a Hugging Face folder -> an onnxruntime-genai model folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import BuildError
+from .onnx_writer import write_onnx
+from .sources import GGUFSource, HFSource, Source, open_source
+from .spec import ModelSpec
+from .tokenizer_gguf import write_tokenizer_files
+
+__all__ = ["build", "genai_config"]
+
+#: ``stage(name, total) -> update(done, total)``: how build() reports progress.
+StageFactory = Callable[[str, int], Callable[[int, int], None]]
+
+_HF_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "special_tokens_map.json",
+)
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [int(v) for v in value]
+    return [int(value)]
+
+
+def genai_config(spec: ModelSpec, eos: list[int] | None = None) -> dict[str, Any]:
+    """The ``genai_config.json`` document for a model built from ``spec``."""
+    eos_ids = eos or _as_list(spec.eos_token_id)
+    if not eos_ids:
+        raise BuildError("the checkpoint names no eos_token_id")
+    pad = spec.pad_token_id if spec.pad_token_id is not None else eos_ids[0]
+    bos = spec.bos_token_id if spec.bos_token_id is not None else eos_ids[0]
+    return {
+        "model": {
+            "bos_token_id": int(bos),
+            "context_length": spec.context_length,
+            "decoder": {
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "filename": "model.onnx",
+                "head_size": spec.head_dim,
+                "hidden_size": spec.hidden_size,
+                "inputs": {
+                    "input_ids": "input_ids",
+                    "attention_mask": "attention_mask",
+                    "past_key_names": "past_key_values.%d.key",
+                    "past_value_names": "past_key_values.%d.value",
+                },
+                "outputs": {
+                    "logits": "logits",
+                    "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value",
+                },
+                "num_attention_heads": spec.num_heads,
+                "num_hidden_layers": spec.num_layers,
+                "num_key_value_heads": spec.num_kv_heads,
+            },
+            "eos_token_id": eos_ids[0] if len(eos_ids) == 1 else eos_ids,
+            "pad_token_id": int(pad),
+            "type": spec.genai_type,
+            "vocab_size": spec.vocab_size,
+        },
+        "search": {
+            "diversity_penalty": 0.0,
+            "do_sample": False,
+            "early_stopping": True,
+            "length_penalty": 1.0,
+            "max_length": spec.context_length,
+            "min_length": 0,
+            "no_repeat_ngram_size": 0,
+            "num_beams": 1,
+            "num_return_sequences": 1,
+            "past_present_share_buffer": True,
+            "repetition_penalty": 1.0,
+            "temperature": 1.0,
+            "top_k": 50,
+            "top_p": 1.0,
+        },
+    }
+
+
+def _hf_eos(source: HFSource) -> list[int]:
+    gen = source.path / "generation_config.json"
+    if gen.is_file():
+        ids = _as_list(json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id"))
+        if ids:
+            return ids
+    return _as_list(source.spec.eos_token_id)
+
+
+def _write_tokenizer(source: Source, out: Path) -> None:
+    if isinstance(source, GGUFSource):
+        write_tokenizer_files(source.gguf, out, source.spec.context_length)
+        return
+    assert isinstance(source, HFSource)
+    if not (source.path / "tokenizer.json").is_file():
+        raise BuildError(
+            f"{source.path}: no tokenizer.json (SentencePiece-only tokenizer.model folders are "
+            "not supported; save the tokenizer with a fast tokenizer first)"
+        )
+    for name in _HF_TOKENIZER_FILES:
+        if (source.path / name).is_file():
+            shutil.copyfile(source.path / name, out / name)
+
+
+def build(
+    input_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    precision: str = "int4",
+    all_logits: bool = False,
+    stage: StageFactory | None = None,
+) -> Path:
+    """Build the model folder ``out_dir`` from a GGUF file or a Hugging Face folder.
+
+    ``precision``: ``"int4"`` (MatMulNBits, block 32), ``"fp16"`` or ``"fp32"``.
+    ``all_logits``: keep logits for every position (default: the last real token only).
+    ``stage``: optional progress reporter (see :data:`StageFactory`).
+    """
+    source = open_source(input_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = source.spec
+    update = stage("weights", spec.num_layers + 2) if stage else None
+    write_onnx(source, out, precision=precision, all_logits=all_logits, progress=update)
+    tok_update = stage("tokenizer", 1) if stage else None
+    _write_tokenizer(source, out)
+    eos = _hf_eos(source) if isinstance(source, HFSource) else None
+    config = genai_config(spec, eos)
+    (out / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
+    if tok_update:
+        tok_update(1, 1)
+    return out

@@ -1,0 +1,430 @@
+"""Write a decoder as an ONNX graph both engines run: GroupQueryAttention with the shared-buffer
+KV cache and rotary inside the op, RMSNorm as (Skip)SimplifiedLayerNormalization, SwiGLU/GeGLU
+MLPs, fp32 / fp16 / int4 (MatMulNBits, block 32) weights.
+
+Graph inputs: ``input_ids`` and ``attention_mask`` (int64), ``past_key_values.{i}.key|value``
+``[batch, kv_heads, past, head_dim]``; outputs ``logits`` (float32) and ``present.{i}.key|value``.
+``seqlens_k = ReduceSum(attention_mask) - 1`` and ``total_sequence_length = Shape(mask)[1]``
+are computed inside the graph (the layout the reference's builder uses).
+
+By default ``logits`` is ``[batch, 1, vocab]``: only each row's last real token (the last
+position whose mask is 1 among the new tokens) reaches the final norm and the lm_head. With
+``all_logits=True`` it is ``[batch, sequence, vocab]``.
+
+Weights go to ``model.onnx.data`` as they are produced (one layer in memory at a time).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .errors import BuildError
+from .quantize import BLOCK, quantize_int4
+from .sources import Source
+from .spec import ModelSpec
+
+__all__ = ["PRECISIONS", "write_onnx"]
+
+PRECISIONS = ("fp32", "fp16", "int4")
+_MS = "com.microsoft"
+_OPSET = 21
+_IR_VERSION = 10
+_ALIGN = 4096
+_INLINE_MAX = 1024
+
+Progress = Callable[[int, int], None]
+
+
+class _GraphWriter:
+    def __init__(self, data_path: Path, float_type: int) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self.data_path = data_path
+        self._data = open(data_path, "wb")  # noqa: SIM115 - closed in finish()
+        self._count = 0
+        self._consts: dict[tuple[str, tuple[int, ...], bytes], str] = {}
+        self.float_type = float_type
+        self.np_float = np.float16 if float_type == TensorProto.FLOAT16 else np.float32
+
+    def finish(self) -> None:
+        self._data.close()
+
+    def weight(self, name: str, array: np.ndarray) -> str:
+        array = np.ascontiguousarray(array)
+        if array.nbytes <= _INLINE_MAX:
+            self.initializers.append(numpy_helper.from_array(array, name))
+            return name
+        pos = self._data.tell()
+        offset = -(-pos // _ALIGN) * _ALIGN
+        if offset != pos:
+            self._data.write(b"\0" * (offset - pos))
+        self._data.write(array.tobytes())
+        tensor = TensorProto()
+        tensor.name = name
+        tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+        tensor.dims.extend(array.shape)
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, value in (
+            ("location", self.data_path.name),
+            ("offset", str(offset)),
+            ("length", str(array.nbytes)),
+        ):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        self.initializers.append(tensor)
+        return name
+
+    def const(self, values: object, dtype: type | np.dtype = np.int64) -> str:
+        array = np.asarray(values, dtype=dtype)
+        key = (array.dtype.str, array.shape, array.tobytes())
+        if key not in self._consts:
+            self._consts[key] = self.weight(f"const_{len(self._consts)}", array)
+        return self._consts[key]
+
+    def fconst(self, value: float) -> str:
+        return self.const(value, self.np_float)
+
+    def ops(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        outputs: int | Sequence[str | None] = 1,
+        *,
+        domain: str = "",
+        name: str | None = None,
+        **attrs: object,
+    ) -> list[str]:
+        self._count += 1
+        node = f"/{name or op_type}_{self._count}"
+        if isinstance(outputs, int):
+            outputs = [None] * outputs
+        names = [f"{node}/output_{i}" if out is None else out for i, out in enumerate(outputs)]
+        self.nodes.append(
+            helper.make_node(op_type, list(inputs), names, name=node, domain=domain, **attrs)
+        )
+        return names
+
+    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs: object) -> str:
+        return self.ops(op_type, inputs, [out] if out else 1, **attrs)[0]
+
+    def model(self) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes, "decoder", self.inputs, self.outputs, self.initializers
+        )
+        opsets = [helper.make_opsetid("", _OPSET), helper.make_opsetid(_MS, 1)]
+        return helper.make_model(
+            graph, opset_imports=opsets, ir_version=_IR_VERSION, producer_name="genai.builder"
+        )
+
+
+class _Decoder:
+    """Emits the decoder for one spec/precision into a :class:`_GraphWriter`."""
+
+    def __init__(self, g: _GraphWriter, spec: ModelSpec, precision: str) -> None:
+        self.g, self.spec, self.precision = g, spec, precision
+        self.ft = g.float_type
+
+    # -- building blocks -------------------------------------------------------------------
+
+    def linear(self, x: str, weight: np.ndarray, name: str, bias: np.ndarray | None = None) -> str:
+        """``x @ weight.T (+ bias)``; ``weight`` is ``[out, in]``."""
+        g = self.g
+        n, k = weight.shape
+        if self.precision == "int4" and k >= BLOCK:
+            packed, scales = quantize_int4(weight)
+            y = g.op(
+                "MatMulNBits",
+                x,
+                g.weight(f"{name}.weight_Q4", packed),
+                g.weight(f"{name}.weight_scales", scales.reshape(-1)),
+                domain=_MS,
+                K=k,
+                N=n,
+                bits=4,
+                block_size=BLOCK,
+                accuracy_level=4,
+            )
+        else:
+            wt = np.ascontiguousarray(weight.T.astype(g.np_float))
+            y = g.op("MatMul", x, g.weight(f"{name}.weight", wt))
+        if bias is not None:
+            y = g.op("Add", y, g.weight(f"{name}.bias", bias.astype(g.np_float)))
+        return y
+
+    def norm_weight(self, array: np.ndarray, name: str) -> str:
+        return self.g.weight(name, array.astype(self.g.np_float))
+
+    def rms(self, x: str, weight: str) -> str:
+        return self.g.op(
+            "SimplifiedLayerNormalization", x, weight, axis=-1, epsilon=self.spec.rms_eps
+        )
+
+    def skip_rms(self, residual: str, skip: str, weight: str) -> tuple[str, str]:
+        normed, _, _, total = self.g.ops(
+            "SkipSimplifiedLayerNormalization",
+            [residual, skip, weight],
+            [None, "", "", None],
+            domain=_MS,
+            epsilon=self.spec.rms_eps,
+        )
+        return normed, total
+
+    def head_norm(self, x: str, weight: np.ndarray, name: str) -> str:
+        """Per-head RMSNorm on ``[b, s, heads * head_dim]``."""
+        g, hd = self.g, self.spec.head_dim
+        x4 = g.op("Reshape", x, g.const([0, 0, -1, hd]))
+        y = self.rms(x4, self.norm_weight(weight, name))
+        return g.op("Reshape", y, g.const([0, 0, -1]))
+
+    def activation(self, x: str) -> str:
+        g = self.g
+        if self.spec.activation == "silu":
+            return g.op("Mul", x, g.op("Sigmoid", x))
+        return g.op("Gelu", x, approximate="tanh")
+
+    # -- the whole graph ---------------------------------------------------------------------
+
+    def build(self, source: Source, all_logits: bool, progress: Progress | None) -> None:
+        g, s = self.g, self.spec
+        kv_shape_in = ["batch_size", s.num_kv_heads, "past_sequence_length", s.head_dim]
+        kv_shape_out = ["batch_size", s.num_kv_heads, "total_sequence_length", s.head_dim]
+        g.inputs.append(
+            helper.make_tensor_value_info(
+                "input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]
+            )
+        )
+        g.inputs.append(
+            helper.make_tensor_value_info(
+                "attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]
+            )
+        )
+        for i in range(s.num_layers):
+            for kind in ("key", "value"):
+                g.inputs.append(
+                    helper.make_tensor_value_info(
+                        f"past_key_values.{i}.{kind}", self.ft, kv_shape_in
+                    )
+                )
+        logits_seq = "sequence_length" if all_logits else 1
+        g.outputs.append(
+            helper.make_tensor_value_info(
+                "logits", TensorProto.FLOAT, ["batch_size", logits_seq, s.vocab_size]
+            )
+        )
+        for i in range(s.num_layers):
+            for kind in ("key", "value"):
+                g.outputs.append(
+                    helper.make_tensor_value_info(f"present.{i}.{kind}", self.ft, kv_shape_out)
+                )
+
+        # attention-mask bookkeeping, as the reference's graphs do it
+        mask_sum = g.op("ReduceSum", "attention_mask", g.const([1]), keepdims=0)
+        seqlens64 = g.op("Sub", mask_sum, g.const([1]))
+        seqlens_k = g.op("Cast", seqlens64, to=TensorProto.INT32)
+        total64 = g.op("Gather", g.op("Shape", "attention_mask"), g.const(1), axis=0)
+        total_len = g.op("Cast", total64, to=TensorProto.INT32)
+        local_rope = bool(s.rope_local_theta)
+        uses = {bool(local_rope and sliding) for sliding in s.sliding_layers}
+        caches: dict[bool, tuple[str, str]] = {}
+        for local in sorted(uses):
+            cos, sin = s.rotary_tables(local=local)
+            suffix = "_local" if local else ""
+            caches[local] = (
+                g.weight(f"cos_cache{suffix}", cos.astype(g.np_float)),
+                g.weight(f"sin_cache{suffix}", sin.astype(g.np_float)),
+            )
+
+        total_steps = s.num_layers + 2
+        if progress:
+            progress(0, total_steps)
+
+        # embeddings (int4 + tied: share the lm_head's quantized weight)
+        embed = source.tensor("embed")
+        if embed.shape != (s.vocab_size, s.hidden_size):
+            raise BuildError(
+                f"embedding shape {embed.shape} != (vocab {s.vocab_size}, hidden {s.hidden_size})"
+            )
+        head_q4: tuple[str, str] | None = None
+        quantized_embed = self.precision == "int4" and s.hidden_size % BLOCK == 0
+        if quantized_embed:
+            packed, scales = quantize_int4(embed)
+            q4 = g.weight("embed_tokens.weight_Q4", packed)
+            sc = g.weight("embed_tokens.weight_scales", scales.reshape(-1))
+            if s.tie_embeddings:
+                head_q4 = (q4, sc)
+            data2d = g.op("Reshape", q4, g.const([s.vocab_size, s.hidden_size // 2]))
+            scales2d = g.op("Reshape", sc, g.const([s.vocab_size, s.hidden_size // BLOCK]))
+            hidden = g.op(
+                "GatherBlockQuantized",
+                data2d,
+                "input_ids",
+                scales2d,
+                domain=_MS,
+                bits=4,
+                block_size=BLOCK,
+                gather_axis=0,
+                quantize_axis=1,
+            )
+        else:
+            table = g.weight("embed_tokens.weight", embed.astype(g.np_float))
+            hidden = g.op("Gather", table, "input_ids", axis=0)
+        if s.embed_scale is not None:
+            hidden = g.op("Mul", hidden, g.fconst(s.embed_scale))
+        lm_head_source = embed if s.tie_embeddings else None
+        del embed
+        if progress:
+            progress(1, total_steps)
+
+        residual = hidden
+        pending: str | None = None  # the last sub-block output, not yet added to the residual
+        for i in range(s.num_layers):
+            w = {name.partition(".")[2]: source.tensor(name) for name in source.layer_names(i)}
+            p = f"model.layers.{i}"
+            ln1 = self.norm_weight(w["ln1"], f"{p}.input_layernorm.weight")
+            if pending is None:
+                normed = self.rms(residual, ln1)
+            else:
+                normed, residual = self.skip_rms(residual, pending, ln1)
+            attn = self.attention(normed, w, i, p, seqlens_k, total_len, caches)
+            if s.sandwich_norm:
+                attn = self.rms(attn, self.norm_weight(w["post_attn_norm"], f"{p}.post_attn_norm"))
+            ln2 = self.norm_weight(w["ln2"], f"{p}.pre_mlp_layernorm.weight")
+            normed, residual = self.skip_rms(residual, attn, ln2)
+            gate = self.linear(normed, w["gate"], f"{p}.mlp.gate_proj")
+            up = self.linear(normed, w["up"], f"{p}.mlp.up_proj")
+            mlp = self.linear(
+                g.op("Mul", self.activation(gate), up), w["down"], f"{p}.mlp.down_proj"
+            )
+            if s.sandwich_norm:
+                mlp = self.rms(mlp, self.norm_weight(w["post_ffn_norm"], f"{p}.post_ffn_norm"))
+            pending = mlp
+            del w
+            if progress:
+                progress(i + 2, total_steps)
+
+        assert pending is not None
+        final_norm = self.norm_weight(source.tensor("final_norm"), "model.norm.weight")
+        if all_logits:
+            normed, _ = self.skip_rms(residual, pending, final_norm)
+        else:
+            x = g.op("Add", residual, pending)
+            seq64 = g.op("Gather", g.op("Shape", "input_ids"), g.const(1), axis=0)
+            past64 = g.op("Sub", total64, seq64)
+            index = g.op("Sub", seqlens64, past64)  # [batch]: last real token among the new
+            index = g.op("Max", g.op("Min", index, g.op("Sub", seq64, g.const(1))), g.const(0))
+            index = g.op("Unsqueeze", index, g.const([1, 2]))
+            index = g.op("Expand", index, g.const([1, 1, s.hidden_size]))
+            x = g.op("GatherElements", x, index, axis=1)
+            normed = self.rms(x, final_norm)
+        if head_q4 is not None:
+            logits = g.op(
+                "MatMulNBits",
+                normed,
+                *head_q4,
+                domain=_MS,
+                K=s.hidden_size,
+                N=s.vocab_size,
+                bits=4,
+                block_size=BLOCK,
+                accuracy_level=4,
+            )
+        else:
+            head = lm_head_source if lm_head_source is not None else source.tensor("lm_head")
+            logits = self.linear(normed, head, "lm_head")
+            del head
+        if s.final_softcap:
+            cap = g.fconst(s.final_softcap)
+            logits = g.op("Mul", g.op("Tanh", g.op("Div", logits, cap)), cap)
+        if self.ft != TensorProto.FLOAT:
+            logits = g.op("Cast", logits, to=TensorProto.FLOAT)
+        g.op("Identity", logits, out="logits")
+        if progress:
+            progress(total_steps, total_steps)
+
+    def attention(
+        self,
+        x: str,
+        w: dict[str, np.ndarray],
+        i: int,
+        p: str,
+        seqlens_k: str,
+        total_len: str,
+        caches: dict[bool, tuple[str, str]],
+    ) -> str:
+        g, s = self.g, self.spec
+        if s.qk_norm:
+            q = self.linear(x, w["q"], f"{p}.attn.q_proj", w.get("q_bias"))
+            k = self.linear(x, w["k"], f"{p}.attn.k_proj", w.get("k_bias"))
+            v = self.linear(x, w["v"], f"{p}.attn.v_proj", w.get("v_bias"))
+            q = self.head_norm(q, w["q_norm"], f"{p}.attn.q_norm.weight")
+            k = self.head_norm(k, w["k_norm"], f"{p}.attn.k_norm.weight")
+            qkv_inputs = [q, k, v]
+        else:
+            qkv = np.concatenate([w["q"], w["k"], w["v"]], axis=0)
+            bias = None
+            if s.qkv_bias:
+                bias = np.concatenate([w["q_bias"], w["k_bias"], w["v_bias"]])
+            qkv_inputs = [self.linear(x, qkv, f"{p}.attn.qkv_proj", bias), "", ""]
+        sliding = s.sliding_layers[i]
+        cos, sin = caches[bool(s.rope_local_theta and sliding)]
+        window = -1
+        if sliding and s.sliding_window:
+            # Checked against HF's masking (tests): the same number, no off-by-one.
+            window = s.sliding_window
+        out = g.ops(
+            "GroupQueryAttention",
+            [
+                *qkv_inputs,
+                f"past_key_values.{i}.key",
+                f"past_key_values.{i}.value",
+                seqlens_k,
+                total_len,
+                cos,
+                sin,
+            ],
+            [None, f"present.{i}.key", f"present.{i}.value"],
+            domain=_MS,
+            name=f"{p}/attn/GroupQueryAttention",
+            num_heads=s.num_heads,
+            kv_num_heads=s.num_kv_heads,
+            scale=float(s.scale),
+            do_rotary=1,
+            rotary_interleaved=0,
+            local_window_size=window,
+            softcap=float(s.attn_softcap),
+        )[0]
+        return self.linear(out, w["o"], f"{p}.attn.o_proj")
+
+
+def write_onnx(
+    source: Source,
+    out_dir: str | os.PathLike[str],
+    *,
+    precision: str = "fp32",
+    all_logits: bool = False,
+    progress: Progress | None = None,
+    filename: str = "model.onnx",
+) -> Path:
+    """Write ``out_dir/model.onnx`` (+ ``model.onnx.data``) for ``source``; returns its path."""
+    if precision not in PRECISIONS:
+        raise BuildError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    source.check_complete()
+    float_type = TensorProto.FLOAT16 if precision == "fp16" else TensorProto.FLOAT
+    g = _GraphWriter(out / f"{filename}.data", float_type)
+    try:
+        _Decoder(g, source.spec, precision).build(source, all_logits, progress)
+    finally:
+        g.finish()
+    model = g.model()
+    onnx.save_model(model, str(out / filename))
+    return out / filename

