@@ -10,7 +10,9 @@ from .errors import (
 )
 from .generator import Generator
 from .generator_params import GeneratorParams
+from .hookspecs import hookimpl
 from .model import Model
+from .providers import list_providers, register_execution_provider_library
 from .tokenizer import Tokenizer, TokenizerStream
 
 __all__ = [
@@ -25,4 +27,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerStream",
     "__version__",
+    "hookimpl",
+    "list_providers",
+    "register_execution_provider_library",
 ]

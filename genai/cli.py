@@ -1,6 +1,12 @@
 """The ``genai`` command line (also ``python -m genai``).
 
-genai generate -m MODEL_DIR "prompt" [--chat] [--max-length N] [--threads N] [-v]
+genai generate [-m MODEL_DIR] "prompt" [--chat] [--max-length N] [--threads N] [-v]
+genai build INPUT -o OUT [--precision int4|fp16|fp32] [--all-logits]
+genai pull [--force] [-q]
+genai providers [--json] [--devices] [--plugins]
+genai conformance PROVIDER [--model DIR] [--report FILE.json] [-o KEY=VALUE]... [--xfails FILE]
+
+Plugins add subcommands through the ``register_commands`` hook.
 """
 
 from __future__ import annotations
@@ -32,7 +38,13 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Generate text from a prompt (greedy), streaming it as it is produced.",
     )
     gen.add_argument("prompt", help="the prompt text ('-' reads it from stdin)")
-    gen.add_argument("-m", "--model", required=True, metavar="DIR", help="model folder")
+    gen.add_argument(
+        "-m",
+        "--model",
+        metavar="DIR",
+        help="model folder (default: the default model, SmolLM2-135M-Instruct int4, "
+        "pulled on first use)",
+    )
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
     gen.add_argument("--system", metavar="TEXT", help="system message (with --chat)")
     gen.add_argument(
@@ -47,12 +59,143 @@ def _build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="print prefill ms and decode tok/s to stderr"
     )
     gen.set_defaults(handler=_generate)
+
+    prov = commands.add_parser(
+        "providers",
+        help="list execution providers, their packages, and whether they can run here",
+        description="List every registered execution provider with the package that provides "
+        "it and whether it can run here (or why not). Probes are cheap: nothing is loaded "
+        "unless --devices is given.",
+    )
+    prov.add_argument("--json", action="store_true", help="print JSON")
+    prov.add_argument(
+        "--devices",
+        action="store_true",
+        help="also load each available plugin EP library and list its devices",
+    )
+    prov.add_argument("--plugins", action="store_true", help="also list the loaded plugins")
+    prov.set_defaults(handler=_providers)
+
+    conf = commands.add_parser(
+        "conformance",
+        help="run the provider conformance suite and print a pass/fail/skip table",
+        description="Run the execution-provider conformance suite (tiny models it builds "
+        "itself, or --model) against PROVIDER. Exit status 0 when nothing failed.",
+    )
+    conf.add_argument("provider", help="provider name (as in genai_config.json)")
+    conf.add_argument("--model", metavar="DIR", help="model folder instead of the tiny models")
+    conf.add_argument("--report", metavar="FILE.json", help="write the results as JSON")
+    conf.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="provider option (repeatable)",
+    )
+    conf.add_argument("--xfails", metavar="FILE", help="test names to mark xfail, one a line")
+    conf.add_argument("-v", "--verbose", action="store_true", help="pytest's verbose output")
+    conf.set_defaults(handler=_conformance)
+
+    from .builder.cli import add_build_commands
+
+    add_build_commands(commands)
+
+    from . import plugins
+
+    plugins.hook().register_commands(commands=commands)
     return parser
+
+
+def _providers(args: argparse.Namespace) -> int:
+    from . import plugins
+    from .providers import PluginEPProvider, get_provider_class, list_providers
+
+    rows = list_providers()
+    registered = {r.name.lower() for r in rows}
+    missing = [
+        (name, package, runtime)
+        for key, (name, package, runtime) in plugins.KNOWN_PROVIDER_PACKAGES.items()
+        if key not in registered
+    ]
+    devices: dict[str, object] = {}
+    if args.devices:
+        for row in rows:
+            cls = get_provider_class(row.name)
+            if row.available and issubclass(cls, PluginEPProvider):
+                try:
+                    devices[row.name] = [d.as_dict() for d in cls().probe_devices()]
+                except Exception as exc:
+                    devices[row.name] = f"error: {exc}"
+    if args.json:
+        document = {
+            "providers": [
+                {**r.as_dict(), **({"devices": devices[r.name]} if r.name in devices else {})}
+                for r in rows
+            ],
+            "not_installed": [
+                {"name": key, "package": package, "runtime": runtime}
+                for key, package, runtime in missing
+            ],
+        }
+        if args.plugins:
+            document["plugins"] = [vars(p) for p in plugins.list_plugins()]
+        print(json.dumps(document, indent=2, default=list))
+        return 0
+    width = max(len(name) for name in [*(r.name for r in rows), *(m[0] for m in missing)])
+    pwidth = max(len(pkg) for pkg in [*(r.package for r in rows), *(m[1] for m in missing)])
+    for r in rows:
+        status = "available" if r.available else f"unavailable: {r.reason}"
+        print(f"{r.name:<{width}}  {r.package:<{pwidth}}  {status}")
+        if r.name in devices:
+            found = devices[r.name]
+            if isinstance(found, str):
+                print(f"{'':<{width}}  devices: {found}")
+            else:
+                for d in found:  # type: ignore[union-attr]
+                    print(f"{'':<{width}}  device: {d['device_type']} {d['vendor']} "
+                          f"(id {d['device_id']})")  # fmt: skip
+    for key, package, runtime in missing:
+        print(f"{key:<{width}}  {package:<{pwidth}}  not installed (pip install {package}; "
+              f"needs {runtime})")  # fmt: skip
+    if args.plugins:
+        print()
+        for p in plugins.list_plugins():
+            origin = "built-in" if p.builtin else f"{p.distribution} {p.version}".strip()
+            print(f"plugin {p.name}: {p.module} ({origin}); hooks: {', '.join(p.hooks)}")
+    return 0
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    from .testing.conformance import run_conformance
+
+    options = {}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option expects KEY=VALUE, got {item!r}")
+        options[key] = value
+    code, results = run_conformance(
+        args.provider,
+        options=options,
+        model=args.model,
+        report=args.report,
+        xfails=args.xfails,
+        quiet=not args.verbose,
+    )
+    if not results:  # nothing ran (the plugin prints the table otherwise)
+        print(f"genai conformance {args.provider}: no conformance test ran (pytest exit {code})")
+    failed = any(r["outcome"] in ("fail", "error") for r in results)
+    return 1 if failed or code not in (0, 5) or not results else 0
 
 
 def _generate(args: argparse.Namespace) -> int:
     import genai
 
+    if args.model is None:
+        from .builder.cli import ensure_default_model
+
+        args.model = str(ensure_default_model(progress=True))  # progress goes to stderr
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     config = genai.Config(args.model)
     if args.threads is not None:

@@ -164,7 +164,8 @@ def make_kv_cache(
     max_length: int,
     share_buffer: bool,
 ) -> KVCache:
-    """The cache layout the search options ask for, bound to ``session``."""
-    if share_buffer:
+    """The cache layout the search options ask for, bound to ``session``; a provider that
+    does not declare the shared layout gets the growing one (same tokens, its own memory)."""
+    if share_buffer and "shared" in provider.capabilities.kv_layouts:
         return SharedKVCache(io, provider, session, batch, max_length)
     return GrowingKVCache(io, session, batch)

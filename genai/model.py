@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import plugins
 from ._core.native_session import NativeSession
 from .config import Config
 from .errors import ConfigError
@@ -115,9 +116,15 @@ class Model:
             )
         providers = self.config.providers
         name, options = providers[0] if providers else ("cpu", {})
+        # The provider decides everything hardware-specific; one that cannot run raises
+        # ProviderUnavailableError naming what is missing (never a silent CPU fallback).
         self.provider: ExecutionProvider = get_provider(name)
-        self.provider_options = options
+        self.provider_options = self.provider.validate_options(options)
+        plugins.hook().provider_selected(
+            provider=self.provider, options=dict(self.provider_options), config=self.config
+        )
         self.session = self._create_session()
+        self.provider.check_session(self.session)
         self.io = _describe_io(self.config, self.session)
 
     @property
@@ -148,6 +155,8 @@ class Model:
         custom_ops = session_cfg.get("custom_ops_library")
         filename = config.decoder.get("filename", "model.onnx")
         path = config.resolve_file(filename, "model.decoder.filename")
+        spec = self.provider.session_spec(self.provider_options, config)
+        entries.update(spec.config_entries)
         try:
             return NativeSession(
                 str(path),
@@ -158,7 +167,8 @@ class Model:
                 inter_op_num_threads=int(session_cfg.get("inter_op_num_threads") or 0),
                 graph_optimization_level=_OPT_LEVELS[level],
                 config_entries=entries,
-                providers=self.provider.session_providers(self.provider_options),
+                providers=spec.providers,
+                free_dimension_overrides=spec.free_dimension_overrides or None,
                 log_id=session_cfg.get("log_id", "genai"),
                 enable_cpu_mem_arena=session_cfg.get("enable_cpu_mem_arena"),
                 enable_mem_pattern=session_cfg.get("enable_mem_pattern"),

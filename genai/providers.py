@@ -1,88 +1,691 @@
-"""The execution-provider seam.
+"""Execution providers: the objects that own everything hardware-specific.
 
-A provider owns everything hardware-specific: whether it can run here, how ORT session options
-are built for it, and where buffers live. The core asks the provider and never switches on
-provider names. The CPU provider is the default (an empty provider list means CPU).
+A provider is a subclass of `ExecutionProvider` registered by a plugin through the
+``register_providers`` hook (see `genai.hookspecs`). It answers, for its hardware:
+
+* whether it can run here (`ExecutionProvider.unavailable_reason`: a cheap probe that returns
+  the reason when it cannot; imports lazily);
+* how the ORT session is built (`ExecutionProvider.session_spec`: EP name and options, or a
+  plugin EP library registered with ORT and the devices it lists, plus session config entries
+  and fixed shapes);
+* where each buffer lives and how it is allocated (`Placement`, `ExecutionProvider.allocate`);
+* graph capture: whether it exists, how it is switched on and what it needs (`GraphCapture`);
+* what it can do (`Capabilities`: exactness against the cpu provider, KV layouts, batching,
+  continuous decoding, rewind, seeded sampling).
+
+The core asks the provider and never switches on provider names. A requested provider that
+cannot run raises `ProviderUnavailableError` naming what is missing: there is no silent fallback
+to CPU.
+
+This module is also the built-in default plugin: it registers the cpu provider through the same
+hook as every other plugin (`genai.plugins.DEFAULT_PLUGINS`).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import onnxruntime as ort
 
-from .errors import ProviderUnavailableError
+from .config import normalize_provider_name
+from .errors import ConfigError, ProviderUnavailableError
+from .hookspecs import hookimpl
 
-__all__ = ["CPUProvider", "ExecutionProvider", "get_provider", "register_provider"]
+if TYPE_CHECKING:
+    from ._core.native_session import NativeSession
+    from .config import Config
+
+__all__ = [
+    "REQUIREMENTS",
+    "CPUProvider",
+    "Capabilities",
+    "ExecutionProvider",
+    "GraphCapture",
+    "Placement",
+    "PluginEPProvider",
+    "ProviderInfo",
+    "SessionSpec",
+    "available_ort_providers",
+    "get_ep_devices",
+    "get_provider",
+    "get_provider_class",
+    "list_providers",
+    "ort_library_dir",
+    "probe_shared_library",
+    "register_execution_provider_library",
+    "register_provider",
+]
+
+#: Names a conformance test may require (see `Capabilities.supports`).
+REQUIREMENTS = frozenset(
+    [
+        "exact",
+        "kv_shared",
+        "kv_growing",
+        "batch",
+        "continuous_decoding",
+        "rewind",
+        "graph_capture",
+        "seeded_sampling",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a provider can do; the conformance suite skips what it declares unsupported.
+
+    ``exact``: greedy tokens equal the cpu provider's token for token. When False,
+    ``logits_atol`` is the largest absolute logit difference from the cpu provider the provider
+    promises (checked with the cpu provider's tokens fed to both).
+    ``kv_layouts``: ``"shared"`` (``past_present_share_buffer`` true: one preallocated buffer
+    bound as past and present) and/or ``"growing"`` (past/present handed over each step).
+    """
+
+    exact: bool = True
+    logits_atol: float = 0.0
+    kv_layouts: frozenset[str] = frozenset({"shared", "growing"})
+    batch: bool = True
+    continuous_decoding: bool = True
+    rewind: bool = True
+    seeded_sampling: bool = True
+
+    def __post_init__(self) -> None:
+        layouts = frozenset(self.kv_layouts)
+        object.__setattr__(self, "kv_layouts", layouts)
+        if not layouts or not layouts <= {"shared", "growing"}:
+            raise ValueError(f"kv_layouts must be a non-empty subset of shared/growing: {layouts}")
+        if self.logits_atol < 0:
+            raise ValueError(f"logits_atol must be >= 0, got {self.logits_atol}")
+
+    @property
+    def shared_buffer_required(self) -> bool:
+        """True when only the shared-buffer KV layout works."""
+        return self.kv_layouts == {"shared"}
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["kv_layouts"] = sorted(self.kv_layouts)
+        data["shared_buffer_required"] = self.shared_buffer_required
+        return data
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the engine's buffers live with this provider, as device names (``"cpu"`` for host
+    memory; otherwise the provider's ``device``) and how they are allocated.
+
+    ``kv_cache``: the KV buffers (shared layout: allocated by `ExecutionProvider.allocate`;
+    growing layout: allocated by ORT at each run). ``inputs``: input ids, attention mask,
+    positions. ``logits``: the logits the engine reads. ``sampling``: where the next token is
+    chosen. ``allocator``: how `ExecutionProvider.allocate` gets memory (``"numpy"``: host
+    arrays).
+    """
+
+    kv_cache: str = "cpu"
+    inputs: str = "cpu"
+    logits: str = "cpu"
+    sampling: str = "cpu"
+    allocator: str = "numpy"
+
+
+@dataclass(frozen=True)
+class GraphCapture:
+    """How a provider's graph capture (CUDA graphs, DirectML/WebGPU capture) is switched.
+
+    ``option``/``on``/``off``: the EP option and its values; ``default``: whether it is on when
+    the option is absent. What it needs from the engine: the shared-buffer KV layout, input
+    buffers at fixed addresses (the attention mask allocated once for ``max_length`` and updated
+    in place) and, for most EPs, batch size 1.
+    """
+
+    option: str
+    on: str = "1"
+    off: str = "0"
+    default: bool = False
+    requires_shared_buffer: bool = True
+    max_batch_size: int | None = 1
+
+
+@dataclass
+class SessionSpec:
+    """What `genai.Model` hands to the session: execution providers in order, each
+    ``(EP name, options)`` or ``([EpDevice, ...], options)`` for a plugin EP's devices; ORT
+    session config entries to add; symbolic dimensions to fix (static shapes)."""
+
+    providers: list[tuple[Any, dict[str, str]]] = field(default_factory=list)
+    config_entries: dict[str, str] = field(default_factory=dict)
+    free_dimension_overrides: dict[str, int] = field(default_factory=dict)
 
 
 class ExecutionProvider:
-    """Base class for providers. Subclasses set ``name`` (the canonical name the config uses)
-    and ``ort_name`` (ORT's EP name), and override what differs from the CPU behaviour."""
+    """Base class of every provider. Subclasses set the class attributes and override what
+    differs; the defaults describe ORT's CPU EP in this engine (host buffers, host sampling).
 
+    Instances are made per model load (`get_provider`); keep them cheap to create.
+    """
+
+    #: Canonical name, as the config writes it after the reference's normalisation ("cuda",
+    #: "DML", "QNN", "WebGPU", "OpenVINO", "NvTensorRtRtx", ...).
     name: ClassVar[str] = ""
+    #: Other names it answers to (matched case-insensitively after normalisation).
+    aliases: ClassVar[tuple[str, ...]] = ()
+    #: ORT's name for the EP ("CUDAExecutionProvider").
     ort_name: ClassVar[str] = ""
-    #: ORT device name for OrtValues and IOBinding ("cpu", "cuda", ...).
+    #: Device name of the provider's memory ("cpu", "cuda", "dml", "webgpu", ...).
     device: ClassVar[str] = "cpu"
+    #: pip packages that provide the EP (for messages and listings).
+    requires: ClassVar[tuple[str, ...]] = ()
+    #: One line for listings.
+    description: ClassVar[str] = ""
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    placement: ClassVar[Placement] = Placement()
+    #: None when the EP has no graph capture.
+    graph_capture: ClassVar[GraphCapture | None] = None
+    #: Option keys the provider accepts; None passes every key through to ORT.
+    known_options: ClassVar[frozenset[str] | None] = None
+    #: Options applied unless the config sets them.
+    default_options: ClassVar[Mapping[str, str]] = {}
+    #: Memory device type ("GPU", "NPU") some session input or output must use once the session
+    #: exists; None skips the check (see `check_session`).
+    session_memory_device: ClassVar[str | None] = None
+    #: Conformance tests known to fail, {test function name: reason}: reported as xfail.
+    known_failures: ClassVar[Mapping[str, str]] = {}
 
+    # --- availability ------------------------------------------------------------------------
     def unavailable_reason(self) -> str | None:
-        """None when the provider can run here, else a sentence saying what is missing."""
-        if self.ort_name not in ort.get_available_providers():
+        """None when the provider can run here, else a sentence saying what is missing.
+
+        Must be cheap and must not raise: probe files and module specs, import lazily. The
+        default checks that the loaded onnxruntime library lists ``ort_name``."""
+        try:
+            names = available_ort_providers()
+        except Exception as exc:  # the ORT library itself cannot be loaded
+            return f"onnxruntime cannot be loaded: {exc}"
+        if self.ort_name not in names:
             return (
-                f"onnxruntime {ort.__version__} has no {self.ort_name}; "
-                f"available: {', '.join(ort.get_available_providers())}"
+                f"onnxruntime {_ort_version()} has no {self.ort_name} (it has "
+                f"{', '.join(names)}){_install_hint(self.requires)}"
             )
         return None
 
-    def session_providers(self, options: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
+    # --- session -----------------------------------------------------------------------------
+    def validate_options(self, options: Mapping[str, str]) -> dict[str, str]:
+        """The options to use: ``default_options`` overlaid with ``options``. Unknown keys (when
+        ``known_options`` is set) and non-string values raise `ConfigError` naming them."""
+        for key, value in options.items():
+            if not isinstance(value, str):
+                raise ConfigError(
+                    f"provider option {self.name}.{key} must be a string, got "
+                    f"{type(value).__name__}"
+                )
+        if self.known_options is not None:
+            unknown = sorted(set(options) - self.known_options)
+            if unknown:
+                known = ", ".join(sorted(self.known_options)) or "none"
+                raise ConfigError(
+                    f"unknown option(s) {', '.join(unknown)} for execution provider "
+                    f"{self.name!r}; it accepts: {known}"
+                )
+        return {**self.default_options, **options}
+
+    def session_providers(self, options: Mapping[str, str]) -> list[tuple[Any, dict[str, str]]]:
         """Execution providers to append to the session, in order, as (ORT name, options)."""
         return [(self.ort_name, dict(options))]
 
-    def allocate(self, shape: tuple[int, ...], dtype: np.dtype, *, zero: bool = True) -> Any:
-        """A buffer for a model input/output of ``shape`` and ``dtype`` on this device."""
+    def session_spec(self, options: Mapping[str, str], config: Config | None = None) -> SessionSpec:
+        """How to build the session for ``options`` (already validated) and the model's
+        ``config``. Raises `ProviderUnavailableError` when the EP cannot be set up."""
+        return SessionSpec(providers=self.session_providers(options))
+
+    def check_session(self, session: NativeSession) -> None:
+        """Raise `ProviderUnavailableError` when the created session does not really use the
+        EP (e.g. every node fell back to the CPU EP). The default checks, when
+        ``session_memory_device`` is set and ORT can tell (>= 1.23), that some input or output
+        lives in that kind of memory."""
+        wanted = self.session_memory_device
+        if wanted is None:
+            return
+        try:
+            infos = {**session.input_memory_info(), **session.output_memory_info()}
+        except Exception:  # ORT < 1.23 cannot report it
+            return
+        kinds = {info["device_type"] for info in infos.values() if info}
+        if wanted not in kinds:
+            raise ProviderUnavailableError(
+                f"execution provider {self.name!r} was requested, but the session keeps every "
+                f"input and output in {', '.join(sorted(kinds)) or 'no'} memory, none in "
+                f"{wanted} memory: {self.ort_name} took no part of the graph"
+            )
+
+    # --- buffers -----------------------------------------------------------------------------
+    def allocate(
+        self, shape: tuple[int, ...], dtype: np.dtype, *, zero: bool = True, role: str = "kv_cache"
+    ) -> Any:
+        """A buffer of ``shape`` and ``dtype`` for ``role`` ("kv_cache", "inputs", "logits"),
+        where `placement` says that role lives. The default: a host array."""
         return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+
+    def buffer_device(self, buffer: Any) -> str:
+        """The device name a buffer made by `allocate` lives on ("cpu" for host arrays)."""
+        if isinstance(buffer, np.ndarray):
+            return "cpu"
+        device = getattr(buffer, "device_name", None)
+        return str(device() if callable(device) else device or "unknown")
+
+    # --- graph capture -----------------------------------------------------------------------
+    def graph_capture_options(self, enabled: bool) -> dict[str, str]:
+        """The EP options that switch graph capture on or off."""
+        capture = self.graph_capture
+        if capture is None:
+            raise ProviderUnavailableError(f"execution provider {self.name!r} has no graph capture")
+        return {capture.option: capture.on if enabled else capture.off}
+
+    def graph_capture_enabled(self, options: Mapping[str, str]) -> bool:
+        """Whether ``options`` leave graph capture on."""
+        capture = self.graph_capture
+        if capture is None:
+            return False
+        value = options.get(capture.option)
+        return capture.default if value is None else value == capture.on
+
+    # --- description -------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        """Everything a listing or a conformance report shows about this provider."""
+        capture = self.graph_capture
+        return {
+            "name": self.name,
+            "aliases": list(self.aliases),
+            "ort_name": self.ort_name,
+            "device": self.device,
+            "requires": list(self.requires),
+            "description": self.description,
+            "capabilities": self.capabilities.as_dict(),
+            "placement": asdict(self.placement),
+            "graph_capture": asdict(capture) if capture else None,
+        }
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} ({self.ort_name})>"
+
+
+class PluginEPProvider(ExecutionProvider):
+    """A provider whose EP ships as an ORT plugin package (onnxruntime-ep-webgpu, onnxruntime-qnn,
+    onnxruntime-ep-openvino, onnxruntime-ep-nv-tensorrt-rtx, ...): the package's
+    ``get_library_path()`` is registered with ORT once per process, then the session uses the
+    devices ORT lists for the package's ``get_ep_name()`` (filtered by `select_devices`).
+    """
+
+    #: Importable module of the plugin package (exposes get_library_path / get_ep_name).
+    ep_module: ClassVar[str] = ""
+    #: Hardware device types to use ("GPU", "NPU", "CPU"); empty accepts any.
+    device_types: ClassVar[tuple[str, ...]] = ()
+
+    def unavailable_reason(self) -> str | None:
+        if importlib.util.find_spec(self.ep_module.split(".")[0]) is None:
+            return f"the module {self.ep_module} is not installed{_install_hint(self.requires)}"
+        try:
+            from ._core import ort_api
+
+            if not ort_api.has_plugin_ep_api():
+                return (
+                    f"onnxruntime {ort_api.version()} has no plugin execution-provider API "
+                    "(needs onnxruntime >= 1.22)"
+                )
+        except Exception as exc:
+            return f"onnxruntime cannot be loaded: {exc}"
+        return None
+
+    def library(self) -> tuple[str, str]:
+        """(EP name, library path) from the plugin package (imports it)."""
+        module = importlib.import_module(self.ep_module)
+        return str(module.get_ep_name()), os.fspath(module.get_library_path())
+
+    def registration_name(self) -> str:
+        """The name the library is registered under with ORT."""
+        return self.library()[0]
+
+    def ensure_registered(self) -> str:
+        """Register the plugin library (once per process); returns the EP name."""
+        ep_name, path = self.library()
+        try:
+            register_execution_provider_library(self.registration_name(), path)
+        except Exception as exc:
+            raise ProviderUnavailableError(
+                f"execution provider {self.name!r}: registering {path} with onnxruntime "
+                f"failed: {exc}"
+            ) from exc
+        return ep_name
+
+    def select_devices(self, devices: Sequence[Any], options: Mapping[str, str]) -> list[Any]:
+        """The devices (EpDevice objects of this EP) the session should use. The default keeps
+        the devices of an accepted type (`device_types`) and takes the one at index
+        ``device_id`` (option; default 0) among them."""
+        wanted = [d for d in devices if not self.device_types or d.device_type in self.device_types]
+        raw = options.get("device_id", "0")
+        if not str(raw).isdigit():
+            raise ConfigError(
+                f"provider option {self.name}.device_id must be an integer, got {raw!r}"
+            )
+        index = int(raw)
+        return wanted[index : index + 1]
+
+    def ep_options(self, options: Mapping[str, str]) -> dict[str, str]:
+        """The options passed to ORT for the selected devices: all but ``device_id`` (which
+        chose the device)."""
+        return {k: v for k, v in options.items() if k != "device_id"}
+
+    def probe_devices(self) -> list[Any]:
+        """Register the library and list this EP's devices (not cheap: loads the library)."""
+        ep_name = self.ensure_registered()
+        return [d for d in get_ep_devices() if d.ep_name == ep_name]
+
+    def session_spec(self, options: Mapping[str, str], config: Config | None = None) -> SessionSpec:
+        ep_name = self.ensure_registered()
+        everything = get_ep_devices()
+        mine = [d for d in everything if d.ep_name == ep_name]
+        chosen = self.select_devices(mine, options)
+        if not chosen:
+            listed = ", ".join(f"{d.ep_name}/{d.device_type}/{d.vendor}" for d in everything)
+            wanted = "/".join(self.device_types) or "any"
+            raise ProviderUnavailableError(
+                f"execution provider {self.name!r}: {ep_name} is registered but offers no "
+                f"{wanted} device here ({len(mine)} device(s) of its own; onnxruntime lists: "
+                f"{listed or 'nothing'})"
+            )
+        return SessionSpec(providers=[(chosen, self.ep_options(options))])
+
+
+# ---------------------------------------------------------------------------------------------
+# The cpu provider (the default) and the built-in plugin that registers it
+# ---------------------------------------------------------------------------------------------
 
 
 class CPUProvider(ExecutionProvider):
-    """ONNX Runtime's CPU execution provider: host buffers, sampling on the host."""
+    """ONNX Runtime's CPU execution provider: host buffers, sampling on the host, every
+    capability, and the reference the conformance suite compares other providers with."""
 
     name = "cpu"
     ort_name = "CPUExecutionProvider"
     device = "cpu"
+    requires = ("onnxruntime",)
+    description = "ONNX Runtime's CPU EP (built in; the default)"
+    known_options = frozenset()
 
     def unavailable_reason(self) -> str | None:
+        try:
+            from ._core import ort_api
+
+            ort_api.load()
+        except Exception as exc:
+            return f"onnxruntime cannot be loaded: {exc}"
         return None
 
-    def session_providers(self, options: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
-        if options:
-            raise ProviderUnavailableError(
-                f"the cpu provider takes no options, got {', '.join(sorted(options))}"
-            )
+    def session_providers(self, options: Mapping[str, str]) -> list[tuple[Any, dict[str, str]]]:
         return []  # the CPU EP is always there
 
 
-_REGISTRY: dict[str, type[ExecutionProvider]] = {CPUProvider.name: CPUProvider}
+@hookimpl
+def register_providers(register: Callable[..., Any]) -> None:
+    """The built-in default plugin: the cpu provider."""
+    register(CPUProvider)
 
 
-def register_provider(provider: type[ExecutionProvider]) -> type[ExecutionProvider]:
-    """Make ``provider`` selectable by its canonical (lower-cased) name."""
-    _REGISTRY[provider.name.lower()] = provider
+# ---------------------------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """One row of `list_providers`."""
+
+    name: str
+    aliases: tuple[str, ...]
+    ort_name: str
+    package: str
+    plugin: str
+    requires: tuple[str, ...]
+    available: bool
+    reason: str | None
+    description: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _key(name: str) -> str:
+    return normalize_provider_name(name).lower()
+
+
+class _Registry:
+    """Provider classes by lower-cased canonical name; filled by the ``register_providers``
+    hook the first time it is needed, and rebuilt when plugins change."""
+
+    def __init__(self) -> None:
+        self.classes: dict[str, type[ExecutionProvider]] = {}
+        self.aliases: dict[str, str] = {}
+        self.plugins: dict[str, str] = {}  # canonical key -> plugin name
+        self.manual: list[tuple[type[ExecutionProvider], tuple[str, ...]]] = []
+        self.built = False
+        self.building = False
+
+    def add(
+        self, cls: type[ExecutionProvider], aliases: Iterable[str] = (), plugin: str = "<manual>"
+    ) -> type[ExecutionProvider]:
+        if not (isinstance(cls, type) and issubclass(cls, ExecutionProvider)):
+            raise TypeError(f"register() expects an ExecutionProvider subclass, got {cls!r}")
+        if not cls.name:
+            raise ValueError(f"{cls.__qualname__} has no name")
+        key = _key(cls.name)
+        existing = self.classes.get(key)
+        if existing is not None and existing is not cls:
+            from .plugins import PluginError
+
+            raise PluginError(
+                f"execution provider {cls.name!r} is registered twice: by "
+                f"{self.plugins.get(key)} ({existing.__module__}.{existing.__qualname__}) and "
+                f"by {plugin} ({cls.__module__}.{cls.__qualname__})"
+            )
+        owner = self.aliases.get(key)
+        if owner is not None and owner != key:
+            from .plugins import PluginError
+
+            raise PluginError(
+                f"execution provider name {cls.name!r} is already an alias of "
+                f"{self.classes[owner].name!r}"
+            )
+        self.classes[key] = cls
+        self.plugins.setdefault(key, plugin)
+        for alias in (*cls.aliases, *aliases):
+            alias_key = _key(alias)
+            if alias_key == key:
+                continue
+            taken = self.aliases.get(alias_key) or (
+                alias_key if alias_key in self.classes else None
+            )
+            if taken is not None and taken != key:
+                from .plugins import PluginError
+
+                raise PluginError(
+                    f"alias {alias!r} of execution provider {cls.name!r} is already taken by "
+                    f"{self.classes[taken].name!r}"
+                )
+            self.aliases[alias_key] = key
+        return cls
+
+    def build(self) -> None:
+        """Ask every plugin again (``register_providers``); the registry is complete (and
+        `built`) only once every plugin has registered."""
+        from . import plugins
+
+        self.classes.clear()
+        self.aliases.clear()
+        self.plugins.clear()
+        self.building = True
+        try:
+            plugins.call_register_providers(self.add)
+            for cls, aliases in self.manual:
+                self.add(cls, aliases)
+            self.built = True
+        finally:
+            self.building = False
+
+    def ensure(self) -> None:
+        if self.built:
+            return
+        from .plugins import _lock
+
+        with _lock:  # re-entrant: a lookup from inside a plugin's hook sees `building`
+            if not self.built and not self.building:
+                self.build()
+
+    def lookup(self, name: str) -> type[ExecutionProvider] | None:
+        self.ensure()
+        key = _key(name)
+        key = self.aliases.get(key, key)
+        return self.classes.get(key)
+
+
+_REGISTRY = _Registry()
+
+
+def _invalidate() -> None:
+    """Forget the registry (plugins changed); the next lookup calls the hook again."""
+    _REGISTRY.built = False
+
+
+def register_provider(
+    provider: type[ExecutionProvider], *, aliases: Iterable[str] = ()
+) -> type[ExecutionProvider]:
+    """Register ``provider`` by hand (outside any plugin); usable as a class decorator. Plugins
+    use the ``register_providers`` hook instead."""
+    _REGISTRY.manual.append((provider, tuple(aliases)))
+    if _REGISTRY.built:
+        _REGISTRY.add(provider, aliases)
     return provider
+
+
+def get_provider_class(name: str) -> type[ExecutionProvider]:
+    """The class registered under ``name`` (any spelling the reference accepts, or an alias).
+    Raises `ProviderUnavailableError` for a name no plugin provides, saying which package
+    would."""
+    cls = _REGISTRY.lookup(name)
+    if cls is None:
+        from .plugins import provider_install_hint
+
+        registered = ", ".join(sorted(c.name for c in _REGISTRY.classes.values()))
+        raise ProviderUnavailableError(
+            f"unknown execution provider {name!r}: no installed plugin provides it"
+            f"{provider_install_hint(name)}; registered: {registered}"
+        )
+    return cls
 
 
 def get_provider(name: str) -> ExecutionProvider:
-    """The provider registered under ``name`` (canonical, case-insensitive), ready to use.
+    """A ready-to-use instance of the provider registered under ``name``.
 
     Raises `ProviderUnavailableError` naming what is missing; never falls back to CPU.
     """
-    cls = _REGISTRY.get(name.lower())
-    if cls is None:
-        raise ProviderUnavailableError(
-            f"unknown execution provider {name!r}; registered: {', '.join(sorted(_REGISTRY))}"
-        )
+    cls = get_provider_class(name)
     provider = cls()
     reason = provider.unavailable_reason()
     if reason is not None:
-        raise ProviderUnavailableError(f"execution provider {name!r} cannot run here: {reason}")
+        raise ProviderUnavailableError(f"execution provider {cls.name!r} cannot run here: {reason}")
     return provider
+
+
+def list_providers() -> list[ProviderInfo]:
+    """Every registered provider with its package, and whether it can run here or why not
+    (cheap probes only), sorted with cpu first."""
+    from .plugins import distribution_of
+
+    _REGISTRY.ensure()
+    rows = []
+    for key, cls in _REGISTRY.classes.items():
+        try:
+            reason = cls().unavailable_reason()
+        except Exception as exc:  # a probe must not raise; report it instead
+            reason = f"the availability probe raised {type(exc).__name__}: {exc}"
+        rows.append(
+            ProviderInfo(
+                name=cls.name,
+                aliases=tuple(cls.aliases)
+                + tuple(
+                    a for a, k in _REGISTRY.aliases.items() if k == key and a not in cls.aliases
+                ),
+                ort_name=cls.ort_name,
+                package=distribution_of(cls.__module__),
+                plugin=_REGISTRY.plugins.get(key, "<manual>"),
+                requires=tuple(cls.requires),
+                available=reason is None,
+                reason=reason,
+                description=cls.description,
+            )
+        )
+    rows.sort(key=lambda r: (r.name != "cpu", r.name.lower()))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# ORT plumbing (lazy: the library loads on first use)
+# ---------------------------------------------------------------------------------------------
+
+
+def available_ort_providers() -> list[str]:
+    """EP names the loaded onnxruntime library was built with (GetAvailableProviders)."""
+    from ._core import ort_api
+
+    return list(ort_api.available_providers())
+
+
+def get_ep_devices() -> list[Any]:
+    """Every (EP, device) pair ORT lists, plugin libraries included (``EpDevice`` objects with
+    ``ep_name``, ``device_type``, ``vendor``, ``device_id``, metadata dicts)."""
+    from ._core import ort_api
+
+    return list(ort_api.get_ep_devices())
+
+
+def register_execution_provider_library(registration_name: str, path: str | os.PathLike) -> None:
+    """Register a plugin EP library with the engine's ORT environment (the reference's
+    ``og.register_execution_provider_library``); repeated calls with the same arguments are
+    no-ops."""
+    from ._core import ort_api
+
+    ort_api.register_execution_provider_library(registration_name, os.fspath(path))
+
+
+def probe_shared_library(name: str) -> str | None:
+    """None when the shared library ``name`` (e.g. ``"libcuda.so.1"``) can be loaded, else the
+    loader's reason. Loads it into the process when it can (providers probe drivers with it)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(name)
+    except OSError as exc:
+        return str(exc) or f"{name} cannot be loaded"
+    return None
+
+
+def ort_library_dir() -> str:
+    """The folder of the onnxruntime library the engine loads (provider bridge libraries such as
+    libonnxruntime_providers_cuda.so sit beside it)."""
+    from ._core import ort_api
+
+    return os.path.dirname(str(ort_api.find_library()))
+
+
+def _ort_version() -> str:
+    from ._core import ort_api
+
+    return str(ort_api.version())
+
+
+def _install_hint(packages: Sequence[str]) -> str:
+    return f"; install {' or '.join(packages)}" if packages else ""

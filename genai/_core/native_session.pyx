@@ -22,13 +22,17 @@ from genai._core.ort_api cimport (
     ORT_ARENA_ALLOCATOR,
     ORT_FAIL,
     ORT_MEM_TYPE_DEFAULT,
+    EpDevice,
     OrtAllocator,
     OrtCUDAProviderOptionsV2,
     OrtEnv,
+    OrtEpDevice,
+    OrtMemoryInfo,
     OrtTensorTypeAndShapeInfo,
     OrtTypeInfo,
     check_status,
     elem_size,
+    memory_info_to_dict,
     ort_default_allocator,
     ort_env,
     ort_fns,
@@ -144,12 +148,56 @@ cdef _append_provider(const OrtFns* f, OrtSessionOptions* opts, str name,
         free(cvalues)
 
 
+cdef _append_provider_devices(const OrtFns* f, OrtEnv* env, OrtSessionOptions* opts,
+                              list devices, dict provider_options):
+    """Add one plugin-style execution provider for `devices` (EpDevice objects of one EP) to
+    `opts` with SessionOptionsAppendExecutionProvider_V2."""
+    if f.SessionOptionsAppendExecutionProvider_V2 == NULL:
+        from genai._core.ort_api import version
+        raise OrtError(f"onnxruntime {version()} cannot append execution providers for "
+                       "devices (SessionOptionsAppendExecutionProvider_V2 needs >= 1.22)")
+    if not devices:
+        raise ValueError("an execution provider for devices needs at least one EpDevice")
+    keys = [str(k).encode() for k in provider_options]
+    values = [str(v).encode() for v in provider_options.values()]
+    cdef Py_ssize_t n = len(keys), nd = len(devices), i
+    cdef bytes bkey, bvalue
+    cdef EpDevice dev
+    cdef const char** ckeys = <const char**>calloc(n + 1, sizeof(char*))
+    cdef const char** cvalues = <const char**>calloc(n + 1, sizeof(char*))
+    cdef const OrtEpDevice** cdevs = <const OrtEpDevice**>calloc(nd + 1, sizeof(OrtEpDevice*))
+    try:
+        if ckeys == NULL or cvalues == NULL or cdevs == NULL:
+            raise MemoryError()
+        for i in range(nd):
+            if not isinstance(devices[i], EpDevice):
+                raise TypeError(f"expected EpDevice objects, got {type(devices[i]).__name__}")
+            dev = devices[i]
+            cdevs[i] = dev.checked_ptr()
+        for i in range(n):
+            bkey = keys[i]
+            bvalue = values[i]
+            ckeys[i] = bkey
+            cvalues[i] = bvalue
+        names = sorted({(<EpDevice>d).ep_name for d in devices})
+        check_status(f.SessionOptionsAppendExecutionProvider_V2(
+            opts, env, cdevs, nd, ckeys, cvalues, n),
+            f"SessionOptionsAppendExecutionProvider_V2({', '.join(names)})")
+    finally:
+        free(ckeys)
+        free(cvalues)
+        free(cdevs)
+
+
 cdef class NativeSession:
     """An ORT session with an owned IoBinding, created through onnxruntime's C API.
 
     ``providers``: ``[(name, {key: value})]``; ``"CPU"``/``"CPUExecutionProvider"`` is implied
     and skipped, ``"CUDA"`` goes through the CUDA V2 options, every other name (the
-    ``ExecutionProvider`` suffix removed) through SessionOptionsAppendExecutionProvider.
+    ``ExecutionProvider`` suffix removed) through SessionOptionsAppendExecutionProvider. In
+    place of a name, an `EpDevice` or a list of them (from ``ort_api.get_ep_devices()``, e.g.
+    a registered plugin EP's) appends that EP for those devices
+    (SessionOptionsAppendExecutionProvider_V2).
 
     Not thread-safe: one thread at a time may bind/run one session.
     """
@@ -189,7 +237,8 @@ cdef class NativeSession:
                  int inter_op_num_threads=0, int graph_optimization_level=99,
                  config_entries=None, providers=None, str log_id="genai", model_bytes=None,
                  enable_cpu_mem_arena=None, enable_mem_pattern=None, log_severity_level=None,
-                 custom_ops_library=None, run_config_entries=None):
+                 custom_ops_library=None, run_config_entries=None,
+                 free_dimension_overrides=None):
         """Create the session.
 
         ``model_path``: the .onnx file; with ``model_bytes`` (the serialized model, e.g. read
@@ -199,6 +248,8 @@ cdef class NativeSession:
         (verbose) .. 4 (fatal) for this session. ``custom_ops_library``: path of a shared
         library registered with RegisterCustomOpsLibrary_V2 (onnxruntime >= 1.14).
         ``run_config_entries``: {key: value} set on the one OrtRunOptions used by every run.
+        ``free_dimension_overrides``: {symbolic dimension name: value} fixed for this session
+        (AddFreeDimensionOverrideByName; static shapes for EPs that need them).
         """
         if self.options != NULL:
             raise RuntimeError("NativeSession.__init__ may be called only once")
@@ -257,8 +308,17 @@ cdef class NativeSession:
             blib = os.fsencode(lib)
             check_status(f.RegisterCustomOpsLibrary_V2(opts, blib),
                          f"registering custom ops library {lib}")
+        for dim_name, dim_value in (free_dimension_overrides or {}).items():
+            bkey = str(dim_name).encode()
+            check_status(f.AddFreeDimensionOverrideByName(opts, bkey, int(dim_value)),
+                         f"overriding free dimension {dim_name!r} = {dim_value!r}")
         for name, provider_options in (providers or []):
-            _append_provider(f, opts, str(name), dict(provider_options or {}))
+            if isinstance(name, EpDevice):
+                name = [name]
+            if isinstance(name, (list, tuple)):
+                _append_provider_devices(f, env, opts, list(name), dict(provider_options or {}))
+            else:
+                _append_provider(f, opts, str(name), dict(provider_options or {}))
 
         if model_bytes is not None:
             model_view = model_bytes
@@ -367,6 +427,43 @@ cdef class NativeSession:
         self._output_index = {n: k for k, n in enumerate(self.output_names)}
         self._input_refs = [None] * self.n_inputs
         self._output_refs = [None] * self.n_outputs
+
+    def _memory_infos(self, bint outputs):
+        cdef const OrtFns* f = self.fn
+        cdef Py_ssize_t n = self.n_outputs if outputs else self.n_inputs, i
+        cdef const OrtMemoryInfo** infos = NULL
+        if self.session == NULL:
+            raise RuntimeError("NativeSession is not initialised")
+        fn_missing = (f.SessionGetMemoryInfoForOutputs == NULL if outputs
+                      else f.SessionGetMemoryInfoForInputs == NULL)
+        if fn_missing:
+            from genai._core.ort_api import version
+            raise OrtError(f"onnxruntime {version()} cannot report where a session keeps its "
+                           "inputs/outputs (SessionGetMemoryInfoForInputs needs >= 1.23)")
+        infos = <const OrtMemoryInfo**>calloc(n + 1, sizeof(OrtMemoryInfo*))
+        if infos == NULL:
+            raise MemoryError()
+        try:
+            if outputs:
+                check_status(f.SessionGetMemoryInfoForOutputs(self.session, infos, n),
+                             "SessionGetMemoryInfoForOutputs")
+            else:
+                check_status(f.SessionGetMemoryInfoForInputs(self.session, infos, n),
+                             "SessionGetMemoryInfoForInputs")
+            names = self.output_names if outputs else self.input_names
+            return {names[i]: memory_info_to_dict(infos[i]) for i in range(n)}
+        finally:
+            free(infos)
+
+    def input_memory_info(self):
+        """{input name: where the session expects it} as ``{"name": "Cpu", "id": 0,
+        "mem_type": 0, "device_type": "CPU"}`` (None where ORT reports none); onnxruntime
+        >= 1.23."""
+        return self._memory_infos(False)
+
+    def output_memory_info(self):
+        """{output name: where the session produces it}, as `input_memory_info`."""
+        return self._memory_infos(True)
 
     def new_binding(self):
         """Another NativeSession object on the same ORT session with its own IoBinding (and

@@ -27,6 +27,9 @@ cdef extern from *:
     typedef struct OrtSessionOptions OrtSessionOptions;
     typedef struct OrtAllocator OrtAllocator;
     typedef struct OrtCUDAProviderOptionsV2 OrtCUDAProviderOptionsV2;
+    typedef struct OrtKeyValuePairs OrtKeyValuePairs;
+    typedef struct OrtHardwareDevice OrtHardwareDevice;
+    typedef struct OrtEpDevice OrtEpDevice;
     #endif
     """
     ctypedef struct OrtEnv
@@ -41,6 +44,9 @@ cdef extern from *:
     ctypedef struct OrtSessionOptions
     ctypedef struct OrtAllocator
     ctypedef struct OrtCUDAProviderOptionsV2
+    ctypedef struct OrtKeyValuePairs
+    ctypedef struct OrtHardwareDevice
+    ctypedef struct OrtEpDevice
 
 
 # The C API version we ask GetApi for: the lowest one that has every slot used below
@@ -50,6 +56,21 @@ cdef extern from *:
 cdef enum:
     ORT_API_VERSION_REQUIRED = 12
     ORT_API_VERSION_CUSTOM_OPS_V2 = 14   # RegisterCustomOpsLibrary_V2 (onnxruntime 1.14)
+    ORT_API_VERSION_PLUGIN_EP = 22       # plugin EP libraries, OrtEpDevice, key-value pairs (1.22)
+    ORT_API_VERSION_SESSION_DEVICES = 23  # SessionGetMemoryInfoForInputs/Outputs (1.23)
+
+# OrtHardwareDeviceType
+cdef enum:
+    ORT_HW_DEVICE_CPU = 0
+    ORT_HW_DEVICE_GPU = 1
+    ORT_HW_DEVICE_NPU = 2
+
+# OrtMemoryInfoDeviceType
+cdef enum:
+    ORT_MEMINFO_DEVICE_CPU = 0
+    ORT_MEMINFO_DEVICE_GPU = 1
+    ORT_MEMINFO_DEVICE_FPGA = 2
+    ORT_MEMINFO_DEVICE_NPU = 3
 
 # OrtErrorCode
 cdef enum OrtErrorCode:
@@ -140,6 +161,9 @@ cdef enum:
     ORT_SLOT_GetSymbolicDimensions = 63
     ORT_SLOT_GetTensorTypeAndShape = 65
     ORT_SLOT_CreateCpuMemoryInfo = 69
+    ORT_SLOT_MemoryInfoGetName = 71
+    ORT_SLOT_MemoryInfoGetId = 72
+    ORT_SLOT_MemoryInfoGetMemType = 73
     ORT_SLOT_AllocatorFree = 76
     ORT_SLOT_GetAllocatorWithDefaultOptions = 78
     ORT_SLOT_ReleaseEnv = 92
@@ -151,6 +175,9 @@ cdef enum:
     ORT_SLOT_ReleaseTypeInfo = 98
     ORT_SLOT_ReleaseTensorTypeAndShapeInfo = 99
     ORT_SLOT_ReleaseSessionOptions = 100
+    ORT_SLOT_AddFreeDimensionOverrideByName = 124
+    ORT_SLOT_GetAvailableProviders = 125
+    ORT_SLOT_ReleaseAvailableProviders = 126
     ORT_SLOT_AddSessionConfigEntry = 130
     ORT_SLOT_RunWithBinding = 133
     ORT_SLOT_CreateIoBinding = 134
@@ -168,7 +195,27 @@ cdef enum:
     ORT_SLOT_UpdateCUDAProviderOptions = 206
     ORT_SLOT_ReleaseCUDAProviderOptions = 208
     ORT_SLOT_SessionOptionsAppendExecutionProvider = 216
+    ORT_SLOT_MemoryInfoGetDeviceType = 225       # API 14 group; NULL below 14
     ORT_SLOT_RegisterCustomOpsLibrary_V2 = 228   # API 14; NULL in OrtFns below 14
+    # API 22 (plugin execution providers); NULL in OrtFns below 22.
+    ORT_SLOT_GetKeyValuePairs = 298
+    ORT_SLOT_RegisterExecutionProviderLibrary = 301
+    ORT_SLOT_UnregisterExecutionProviderLibrary = 302
+    ORT_SLOT_GetEpDevices = 303
+    ORT_SLOT_SessionOptionsAppendExecutionProvider_V2 = 304
+    ORT_SLOT_HardwareDevice_Type = 307
+    ORT_SLOT_HardwareDevice_VendorId = 308
+    ORT_SLOT_HardwareDevice_Vendor = 309
+    ORT_SLOT_HardwareDevice_DeviceId = 310
+    ORT_SLOT_HardwareDevice_Metadata = 311
+    ORT_SLOT_EpDevice_EpName = 312
+    ORT_SLOT_EpDevice_EpVendor = 313
+    ORT_SLOT_EpDevice_EpMetadata = 314
+    ORT_SLOT_EpDevice_EpOptions = 315
+    ORT_SLOT_EpDevice_Device = 316
+    # API 23; NULL in OrtFns below 23.
+    ORT_SLOT_SessionGetMemoryInfoForInputs = 380
+    ORT_SLOT_SessionGetMemoryInfoForOutputs = 381
 
 
 # Typed copies of the OrtApi slots above. Enum-typed parameters are passed as int (same ABI).
@@ -276,6 +323,47 @@ cdef struct OrtFns:
     # NULL when the loaded library's C API is older than ORT_API_VERSION_CUSTOM_OPS_V2.
     OrtStatus* (*RegisterCustomOpsLibrary_V2)(OrtSessionOptions* options,
                                               const char* library_path) noexcept nogil
+    OrtStatus* (*MemoryInfoGetName)(const OrtMemoryInfo* info, const char** out) noexcept nogil
+    OrtStatus* (*MemoryInfoGetId)(const OrtMemoryInfo* info, int* out) noexcept nogil
+    OrtStatus* (*MemoryInfoGetMemType)(const OrtMemoryInfo* info, int* out) noexcept nogil
+    OrtStatus* (*AddFreeDimensionOverrideByName)(OrtSessionOptions* options,
+                                                 const char* dim_name,
+                                                 int64_t dim_value) noexcept nogil
+    OrtStatus* (*GetAvailableProviders)(char*** out, int* length) noexcept nogil
+    OrtStatus* (*ReleaseAvailableProviders)(char** ptr, int length) noexcept nogil
+    # NULL below API 14.
+    void (*MemoryInfoGetDeviceType)(const OrtMemoryInfo* info, int* out) noexcept nogil
+    # Plugin execution providers: NULL below API 22.
+    void (*GetKeyValuePairs)(const OrtKeyValuePairs* kvps, const char* const** keys,
+                             const char* const** values, size_t* num_entries) noexcept nogil
+    OrtStatus* (*RegisterExecutionProviderLibrary)(OrtEnv* env, const char* registration_name,
+                                                   const char* path) noexcept nogil
+    OrtStatus* (*UnregisterExecutionProviderLibrary)(OrtEnv* env,
+                                                     const char* registration_name) noexcept nogil
+    OrtStatus* (*GetEpDevices)(const OrtEnv* env, const OrtEpDevice* const** ep_devices,
+                               size_t* num_ep_devices) noexcept nogil
+    OrtStatus* (*SessionOptionsAppendExecutionProvider_V2)(
+        OrtSessionOptions* options, OrtEnv* env, const OrtEpDevice* const* ep_devices,
+        size_t num_ep_devices, const char* const* keys, const char* const* values,
+        size_t num_options) noexcept nogil
+    int (*HardwareDevice_Type)(const OrtHardwareDevice* device) noexcept nogil
+    uint32_t (*HardwareDevice_VendorId)(const OrtHardwareDevice* device) noexcept nogil
+    const char* (*HardwareDevice_Vendor)(const OrtHardwareDevice* device) noexcept nogil
+    uint32_t (*HardwareDevice_DeviceId)(const OrtHardwareDevice* device) noexcept nogil
+    const OrtKeyValuePairs* (*HardwareDevice_Metadata)(
+        const OrtHardwareDevice* device) noexcept nogil
+    const char* (*EpDevice_EpName)(const OrtEpDevice* device) noexcept nogil
+    const char* (*EpDevice_EpVendor)(const OrtEpDevice* device) noexcept nogil
+    const OrtKeyValuePairs* (*EpDevice_EpMetadata)(const OrtEpDevice* device) noexcept nogil
+    const OrtKeyValuePairs* (*EpDevice_EpOptions)(const OrtEpDevice* device) noexcept nogil
+    const OrtHardwareDevice* (*EpDevice_Device)(const OrtEpDevice* device) noexcept nogil
+    # NULL below API 23.
+    OrtStatus* (*SessionGetMemoryInfoForInputs)(const OrtSession* session,
+                                                const OrtMemoryInfo** out,
+                                                size_t num_inputs) noexcept nogil
+    OrtStatus* (*SessionGetMemoryInfoForOutputs)(const OrtSession* session,
+                                                 const OrtMemoryInfo** out,
+                                                 size_t num_outputs) noexcept nogil
 
 
 # Loads libonnxruntime once (thread-safe under the GIL) and returns the typed table;
@@ -292,6 +380,34 @@ cdef OrtAllocator* ort_default_allocator() except NULL
 # releasing the status. check_status(NULL) returns 0; otherwise it raises and returns -1.
 cdef object status_to_exception(OrtStatus* status, str context=*)
 cdef int check_status(OrtStatus* status, str context=*) except -1
+
+# C API version of the loaded library (loads it on first call).
+cdef uint32_t ort_api_version() except 0
+
+# {key: value} of a key-value-pairs object ORT owns ({} for NULL).
+cdef dict kvps_to_dict(const OrtKeyValuePairs* kvps)
+
+# {"name", "id", "mem_type", "device_type"} of a memory info ORT owns (None for NULL).
+cdef object memory_info_to_dict(const OrtMemoryInfo* info)
+
+
+# An execution-provider device (OrtEpDevice) as listed by GetEpDevices. Owned by the process-wide
+# OrtEnv; valid until the library that provides it is unregistered (checked through `generation`).
+cdef class EpDevice:
+    cdef const OrtEpDevice* ptr
+    cdef unsigned long generation
+    cdef readonly str ep_name
+    cdef readonly str ep_vendor
+    cdef readonly str device_type
+    cdef readonly str vendor
+    cdef readonly unsigned int vendor_id
+    cdef readonly unsigned int device_id
+    cdef readonly dict ep_metadata
+    cdef readonly dict ep_options
+    cdef readonly dict device_metadata
+    # The pointer, after checking that its library is still registered.
+    cdef const OrtEpDevice* checked_ptr(self) except NULL
+
 
 # Size in bytes of one element of a tensor element type; 0 for STRING / unsupported types.
 cdef size_t elem_size(int elem_type) noexcept nogil

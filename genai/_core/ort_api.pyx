@@ -66,6 +66,12 @@ cdef OrtEnv* _env = NULL
 cdef OrtAllocator* _allocator = NULL
 cdef str _library_path = None
 cdef str _version = None
+cdef uint32_t _api_version = 0
+# Bumped whenever an execution-provider library is unregistered: EpDevice objects made before
+# then may point at freed memory and refuse to be used.
+cdef unsigned long _ep_generation = 1
+# registration name -> library path, for the libraries registered through this module.
+_registered_ep_libraries = {}
 
 
 cdef inline void _set_slot(void* field, const void* const* table, int slot) noexcept:
@@ -139,9 +145,57 @@ cdef void _fill(OrtFns* f, const void* const* t, uint32_t api_version) noexcept:
     _set_slot(&f.SessionOptionsAppendExecutionProvider, t,
               ORT_SLOT_SessionOptionsAppendExecutionProvider)
     # Slots past the required version: only where the library's table is long enough.
+    _set_slot(&f.MemoryInfoGetName, t, ORT_SLOT_MemoryInfoGetName)
+    _set_slot(&f.MemoryInfoGetId, t, ORT_SLOT_MemoryInfoGetId)
+    _set_slot(&f.MemoryInfoGetMemType, t, ORT_SLOT_MemoryInfoGetMemType)
+    _set_slot(&f.AddFreeDimensionOverrideByName, t, ORT_SLOT_AddFreeDimensionOverrideByName)
+    _set_slot(&f.GetAvailableProviders, t, ORT_SLOT_GetAvailableProviders)
+    _set_slot(&f.ReleaseAvailableProviders, t, ORT_SLOT_ReleaseAvailableProviders)
     f.RegisterCustomOpsLibrary_V2 = NULL
+    f.MemoryInfoGetDeviceType = NULL
     if api_version >= ORT_API_VERSION_CUSTOM_OPS_V2:
         _set_slot(&f.RegisterCustomOpsLibrary_V2, t, ORT_SLOT_RegisterCustomOpsLibrary_V2)
+        _set_slot(&f.MemoryInfoGetDeviceType, t, ORT_SLOT_MemoryInfoGetDeviceType)
+    f.GetKeyValuePairs = NULL
+    f.RegisterExecutionProviderLibrary = NULL
+    f.UnregisterExecutionProviderLibrary = NULL
+    f.GetEpDevices = NULL
+    f.SessionOptionsAppendExecutionProvider_V2 = NULL
+    f.HardwareDevice_Type = NULL
+    f.HardwareDevice_VendorId = NULL
+    f.HardwareDevice_Vendor = NULL
+    f.HardwareDevice_DeviceId = NULL
+    f.HardwareDevice_Metadata = NULL
+    f.EpDevice_EpName = NULL
+    f.EpDevice_EpVendor = NULL
+    f.EpDevice_EpMetadata = NULL
+    f.EpDevice_EpOptions = NULL
+    f.EpDevice_Device = NULL
+    if api_version >= ORT_API_VERSION_PLUGIN_EP:
+        _set_slot(&f.GetKeyValuePairs, t, ORT_SLOT_GetKeyValuePairs)
+        _set_slot(&f.RegisterExecutionProviderLibrary, t,
+                  ORT_SLOT_RegisterExecutionProviderLibrary)
+        _set_slot(&f.UnregisterExecutionProviderLibrary, t,
+                  ORT_SLOT_UnregisterExecutionProviderLibrary)
+        _set_slot(&f.GetEpDevices, t, ORT_SLOT_GetEpDevices)
+        _set_slot(&f.SessionOptionsAppendExecutionProvider_V2, t,
+                  ORT_SLOT_SessionOptionsAppendExecutionProvider_V2)
+        _set_slot(&f.HardwareDevice_Type, t, ORT_SLOT_HardwareDevice_Type)
+        _set_slot(&f.HardwareDevice_VendorId, t, ORT_SLOT_HardwareDevice_VendorId)
+        _set_slot(&f.HardwareDevice_Vendor, t, ORT_SLOT_HardwareDevice_Vendor)
+        _set_slot(&f.HardwareDevice_DeviceId, t, ORT_SLOT_HardwareDevice_DeviceId)
+        _set_slot(&f.HardwareDevice_Metadata, t, ORT_SLOT_HardwareDevice_Metadata)
+        _set_slot(&f.EpDevice_EpName, t, ORT_SLOT_EpDevice_EpName)
+        _set_slot(&f.EpDevice_EpVendor, t, ORT_SLOT_EpDevice_EpVendor)
+        _set_slot(&f.EpDevice_EpMetadata, t, ORT_SLOT_EpDevice_EpMetadata)
+        _set_slot(&f.EpDevice_EpOptions, t, ORT_SLOT_EpDevice_EpOptions)
+        _set_slot(&f.EpDevice_Device, t, ORT_SLOT_EpDevice_Device)
+    f.SessionGetMemoryInfoForInputs = NULL
+    f.SessionGetMemoryInfoForOutputs = NULL
+    if api_version >= ORT_API_VERSION_SESSION_DEVICES:
+        _set_slot(&f.SessionGetMemoryInfoForInputs, t, ORT_SLOT_SessionGetMemoryInfoForInputs)
+        _set_slot(&f.SessionGetMemoryInfoForOutputs, t,
+                  ORT_SLOT_SessionGetMemoryInfoForOutputs)
 
 
 cdef uint32_t _api_version_of(str version) noexcept:
@@ -180,7 +234,7 @@ def find_library():
 
 
 cdef int _load() except -1:
-    global _loaded, _handle, _library_path, _version
+    global _loaded, _handle, _library_path, _version, _api_version
     if _loaded:
         return 0
     path = find_library()
@@ -205,7 +259,8 @@ cdef int _load() except -1:
             f"onnxruntime {version} at {path} does not provide C API version "
             f"{ORT_API_VERSION_REQUIRED} (onnxruntime >= 1.12 is required)"
         )
-    _fill(&_fns, <const void* const*>api, _api_version_of(version))
+    cdef uint32_t api_version = _api_version_of(version)
+    _fill(&_fns, <const void* const*>api, api_version)
     # Self-test of the first slots and ReleaseStatus: a wrong layout fails here, not later.
     cdef OrtStatus* st = _fns.CreateStatus(ORT_INVALID_ARGUMENT, b"genai-ort-selftest")
     if st == NULL:
@@ -218,8 +273,15 @@ cdef int _load() except -1:
     _handle = handle
     _library_path = path
     _version = version
+    _api_version = api_version if api_version > 0 else ORT_API_VERSION_REQUIRED
     _loaded = True
     return 0
+
+
+cdef uint32_t ort_api_version() except 0:
+    if not _loaded:
+        _load()
+    return _api_version
 
 
 cdef const OrtFns* ort_fns() except NULL:
@@ -290,6 +352,208 @@ cdef size_t elem_size(int elem_type) noexcept nogil:
     return 0
 
 
+# ---------------------------------------------------------------- key-value pairs, memory info
+
+cdef dict kvps_to_dict(const OrtKeyValuePairs* kvps):
+    cdef const char* const* keys = NULL
+    cdef const char* const* values = NULL
+    cdef size_t n = 0, i
+    if kvps == NULL or _fns.GetKeyValuePairs == NULL:
+        return {}
+    _fns.GetKeyValuePairs(kvps, &keys, &values, &n)
+    out = {}
+    for i in range(n):
+        if keys[i] != NULL:
+            out[keys[i].decode("utf-8", "replace")] = (
+                values[i].decode("utf-8", "replace") if values[i] != NULL else "")
+    return out
+
+
+MEMORY_DEVICE_TYPES = {
+    ORT_MEMINFO_DEVICE_CPU: "CPU",
+    ORT_MEMINFO_DEVICE_GPU: "GPU",
+    ORT_MEMINFO_DEVICE_FPGA: "FPGA",
+    ORT_MEMINFO_DEVICE_NPU: "NPU",
+}
+
+
+cdef object memory_info_to_dict(const OrtMemoryInfo* info):
+    cdef const char* name = NULL
+    cdef int ident = 0, mem_type = 0, device_type = -1
+    if info == NULL:
+        return None
+    check_status(_fns.MemoryInfoGetName(info, &name), "MemoryInfoGetName")
+    check_status(_fns.MemoryInfoGetId(info, &ident), "MemoryInfoGetId")
+    check_status(_fns.MemoryInfoGetMemType(info, &mem_type), "MemoryInfoGetMemType")
+    if _fns.MemoryInfoGetDeviceType != NULL:
+        _fns.MemoryInfoGetDeviceType(info, &device_type)
+    return {
+        "name": name.decode("utf-8", "replace") if name != NULL else "",
+        "id": ident,
+        "mem_type": mem_type,
+        "device_type": MEMORY_DEVICE_TYPES.get(device_type, str(device_type)),
+    }
+
+
+# ---------------------------------------------------------------- execution-provider devices
+
+HARDWARE_DEVICE_TYPES = {
+    ORT_HW_DEVICE_CPU: "CPU",
+    ORT_HW_DEVICE_GPU: "GPU",
+    ORT_HW_DEVICE_NPU: "NPU",
+}
+
+
+cdef str _text(const char* s):
+    return s.decode("utf-8", "replace") if s != NULL else ""
+
+
+cdef int _need_plugin_api(str what) except -1:
+    ort_fns()
+    if _fns.GetEpDevices == NULL:
+        raise OrtError(f"{what}: onnxruntime {_version} has no plugin execution-provider API "
+                       f"(C API {ORT_API_VERSION_PLUGIN_EP}, onnxruntime >= 1.22)")
+    return 0
+
+
+cdef class EpDevice:
+    """One (execution provider, hardware device) pair ORT can run on, from `get_ep_devices`.
+
+    Attributes are read once: ``ep_name``, ``ep_vendor``, ``device_type`` ("CPU", "GPU",
+    "NPU"), ``vendor``, ``vendor_id``, ``device_id``, ``ep_metadata``, ``ep_options``,
+    ``device_metadata`` (dicts of strings).
+    """
+
+    def __cinit__(self):
+        self.ptr = NULL
+        self.generation = 0
+
+    cdef const OrtEpDevice* checked_ptr(self) except NULL:
+        if self.ptr == NULL:
+            raise ValueError("EpDevice is empty; get devices from get_ep_devices()")
+        if self.generation != _ep_generation:
+            raise ValueError(f"EpDevice {self.ep_name!r} is stale: an execution-provider "
+                             "library was unregistered since it was listed; list devices again")
+        return self.ptr
+
+    def as_dict(self):
+        """Every attribute, as a plain dict (for reports and JSON)."""
+        return {
+            "ep_name": self.ep_name,
+            "ep_vendor": self.ep_vendor,
+            "device_type": self.device_type,
+            "vendor": self.vendor,
+            "vendor_id": self.vendor_id,
+            "device_id": self.device_id,
+            "ep_metadata": dict(self.ep_metadata),
+            "ep_options": dict(self.ep_options),
+            "device_metadata": dict(self.device_metadata),
+        }
+
+    def __repr__(self):
+        return (f"EpDevice(ep_name={self.ep_name!r}, device_type={self.device_type!r}, "
+                f"vendor={self.vendor!r}, device_id={self.device_id})")
+
+
+cdef EpDevice _make_ep_device(const OrtEpDevice* ptr):
+    cdef EpDevice dev = EpDevice.__new__(EpDevice)
+    cdef const OrtHardwareDevice* hw = _fns.EpDevice_Device(ptr)
+    dev.ptr = ptr
+    dev.generation = _ep_generation
+    dev.ep_name = _text(_fns.EpDevice_EpName(ptr))
+    dev.ep_vendor = _text(_fns.EpDevice_EpVendor(ptr))
+    dev.ep_metadata = kvps_to_dict(_fns.EpDevice_EpMetadata(ptr))
+    dev.ep_options = kvps_to_dict(_fns.EpDevice_EpOptions(ptr))
+    if hw != NULL:
+        kind = _fns.HardwareDevice_Type(hw)
+        dev.device_type = HARDWARE_DEVICE_TYPES.get(kind, str(kind))
+        dev.vendor = _text(_fns.HardwareDevice_Vendor(hw))
+        dev.vendor_id = _fns.HardwareDevice_VendorId(hw)
+        dev.device_id = _fns.HardwareDevice_DeviceId(hw)
+        dev.device_metadata = kvps_to_dict(_fns.HardwareDevice_Metadata(hw))
+    else:
+        dev.device_type = ""
+        dev.vendor = ""
+        dev.device_metadata = {}
+    return dev
+
+
+def has_plugin_ep_api():
+    """True when the loaded onnxruntime has the plugin execution-provider API (>= 1.22)."""
+    ort_fns()
+    return _fns.GetEpDevices != NULL
+
+
+def get_ep_devices():
+    """Every (execution provider, device) pair of the process-wide environment: the built-in
+    EPs' and those of registered plugin libraries (a list of `EpDevice`)."""
+    _need_plugin_api("get_ep_devices")
+    cdef OrtEnv* env = ort_env()
+    cdef const OrtEpDevice* const* devices = NULL
+    cdef size_t n = 0, i
+    check_status(_fns.GetEpDevices(env, &devices, &n), "GetEpDevices")
+    return [_make_ep_device(devices[i]) for i in range(n)]
+
+
+def register_execution_provider_library(str registration_name, path):
+    """Load a plugin execution-provider library (e.g. a package's ``get_library_path()``)
+    under ``registration_name``; its devices then appear in `get_ep_devices`. Registering
+    the same name and path again is a no-op; the same name with another path is an error."""
+    _need_plugin_api("register_execution_provider_library")
+    lib = os.fspath(path)
+    known = _registered_ep_libraries.get(registration_name)
+    if known is not None:
+        if known == lib:
+            return
+        raise OrtError(f"execution-provider library name {registration_name!r} is already "
+                       f"registered for {known}; cannot register {lib} under it")
+    if not os.path.isfile(lib):
+        raise OrtNoSuchFileError(
+            f"execution-provider library {lib} (for {registration_name!r}) does not exist",
+            ORT_NO_SUCHFILE)
+    cdef OrtEnv* env = ort_env()
+    cdef bytes bname = registration_name.encode()
+    cdef bytes blib = os.fsencode(lib)
+    cdef const char* cname = bname
+    cdef const char* clib = blib
+    cdef OrtStatus* st
+    with nogil:
+        st = _fns.RegisterExecutionProviderLibrary(env, cname, clib)
+    check_status(st, f"registering execution-provider library {lib} as {registration_name!r}")
+    _registered_ep_libraries[registration_name] = lib
+
+
+def unregister_execution_provider_library(str registration_name):
+    """Unload a library registered with `register_execution_provider_library`. Devices listed
+    before become stale (using one raises)."""
+    global _ep_generation
+    _need_plugin_api("unregister_execution_provider_library")
+    cdef OrtEnv* env = ort_env()
+    cdef bytes bname = registration_name.encode()
+    check_status(_fns.UnregisterExecutionProviderLibrary(env, bname),
+                 f"unregistering execution-provider library {registration_name!r}")
+    _registered_ep_libraries.pop(registration_name, None)
+    _ep_generation += 1
+
+
+def registered_execution_provider_libraries():
+    """{registration name: library path} of the libraries registered through this module."""
+    return dict(_registered_ep_libraries)
+
+
+def available_providers():
+    """Names of the execution providers compiled into (or bridged by) the loaded library, as
+    GetAvailableProviders reports them (e.g. ``["CUDAExecutionProvider", ...]``)."""
+    cdef const OrtFns* f = ort_fns()
+    cdef char** names = NULL
+    cdef int n = 0, i
+    check_status(f.GetAvailableProviders(&names, &n), "GetAvailableProviders")
+    try:
+        return [names[i].decode("utf-8", "replace") for i in range(n)]
+    finally:
+        check_status(f.ReleaseAvailableProviders(names, n), "ReleaseAvailableProviders")
+
+
 def load():
     """Load the library now (idempotent); returns its path."""
     ort_fns()
@@ -311,3 +575,8 @@ def version():
 def api_version():
     """The C API version this module requests from GetApi."""
     return ORT_API_VERSION_REQUIRED
+
+
+def library_api_version():
+    """The C API version of the loaded library (its minor version; loads it on first call)."""
+    return ort_api_version()

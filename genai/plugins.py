@@ -1,0 +1,364 @@
+"""The plugin manager: finds, loads and checks genai plugins.
+
+Plugins are found through the ``genai.plugins`` entry-point group; in a plugin package's
+``pyproject.toml``::
+
+    [project.entry-points."genai.plugins"]
+    myprovider = "myprovider_package"
+
+The built-in default plugins (`DEFAULT_PLUGINS`: the cpu provider) load first through the same
+path, always. Then, unless switched off, every installed plugin loads. Environment variables:
+
+``GENAI_DISABLE_PLUGIN_AUTOLOAD``
+    Any non-empty value: load no entry-point plugin (defaults still load).
+``GENAI_LOAD_PLUGINS``
+    A comma-separated allow-list of entry-point names or distribution names; only those load.
+    Set but empty: load none.
+``GENAI_TRACE_PLUGINS``
+    Any non-empty value: print every hook call (plugins, arguments, result, time) to stderr.
+
+After loading, ``check_pending`` runs: an implementation whose name is not a hook (a misspelled
+hook) fails loudly with `PluginError`, as does a plugin that fails to import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .hookspecs import PROJECT, hookimpl
+
+__all__ = [
+    "DEFAULT_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "ENV_DISABLE_AUTOLOAD",
+    "ENV_LOAD_PLUGINS",
+    "ENV_TRACE",
+    "KNOWN_PROVIDER_PACKAGES",
+    "PluginError",
+    "PluginInfo",
+    "distribution_of",
+    "get_plugin_manager",
+    "hook",
+    "hookimpl",
+    "list_plugins",
+    "register_plugin",
+    "reset",
+    "unregister_plugin",
+]
+
+ENTRY_POINT_GROUP = "genai.plugins"
+ENV_DISABLE_AUTOLOAD = "GENAI_DISABLE_PLUGIN_AUTOLOAD"
+ENV_LOAD_PLUGINS = "GENAI_LOAD_PLUGINS"
+ENV_TRACE = "GENAI_TRACE_PLUGINS"
+
+#: Built-in plugins: (plugin name, module). They load before any entry point, always.
+DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (("cpu", "genai.providers"),)
+
+#: Where the first-party providers live, for "unknown provider" messages and listings: a hint
+#: table only (what to install), no policy. Lower-cased canonical name -> (canonical name,
+#: genai provider package, ONNX Runtime package).
+KNOWN_PROVIDER_PACKAGES: dict[str, tuple[str, str, str]] = {
+    "cuda": ("cuda", "genai-provider-cuda", "onnxruntime-gpu"),
+    "dml": ("DML", "genai-provider-directml", "onnxruntime-directml"),
+    "openvino": (
+        "OpenVINO",
+        "genai-provider-openvino",
+        "onnxruntime-openvino or onnxruntime-ep-openvino",
+    ),
+    "qnn": ("QNN", "genai-provider-qnn", "onnxruntime-qnn"),
+    "nvtensorrtrtx": (
+        "NvTensorRtRtx",
+        "genai-provider-tensorrt-rtx",
+        "onnxruntime-ep-nv-tensorrt-rtx",
+    ),
+    "webgpu": ("WebGPU", "genai-provider-webgpu", "onnxruntime-ep-webgpu"),
+}
+
+
+class PluginError(RuntimeError):
+    """A plugin failed to import, implements an unknown hook, or registers something that
+    conflicts with another plugin."""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One loaded plugin: its name, where it comes from and the hooks it implements."""
+
+    name: str
+    module: str
+    distribution: str
+    version: str
+    hooks: tuple[str, ...]
+    builtin: bool
+
+
+_lock = threading.RLock()
+_manager: pluggy.PluginManager | None = None
+_origins: dict[str, tuple[str, str, bool]] = {}  # plugin name -> (dist, version, builtin)
+_extra: list[tuple[object, str]] = []  # plugins registered by hand, kept across reset()
+
+
+def _truthy(value: str | None) -> bool:
+    return bool(value) and value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _allow_list() -> set[str] | None:
+    raw = os.environ.get(ENV_LOAD_PLUGINS)
+    if raw is None:
+        return None
+    return {_canonical_dist(item) for item in raw.split(",") if item.strip()}
+
+
+def _canonical_dist(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
+def _register(pm: pluggy.PluginManager, plugin: object, name: str, origin: str) -> None:
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"plugin {name!r} ({origin}) is invalid: {exc}") from exc
+    except ValueError as exc:  # already registered under another name, or name taken
+        raise PluginError(f"plugin {name!r} ({origin}) cannot be registered: {exc}") from exc
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    if _truthy(os.environ.get(ENV_DISABLE_AUTOLOAD)):
+        return
+    allow = _allow_list()
+    seen: set[str] = set()
+    for ep in sorted(
+        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name
+    ):
+        dist = ep.dist.name if ep.dist is not None else "?"
+        version = ep.dist.version if ep.dist is not None else "?"
+        names = {_canonical_dist(ep.name), _canonical_dist(dist)}
+        if allow is not None and not names & allow:
+            continue
+        seen |= names
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue  # e.g. a package that names a built-in plugin again
+        origin = f"entry point {ep.value!r} of {dist} {version}"
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {ep.name!r} ({origin}) failed to import: {type(exc).__name__}: {exc}. "
+                f"Uninstall it, or load only the plugins you want with {ENV_LOAD_PLUGINS}=a,b "
+                f"(or none with {ENV_DISABLE_AUTOLOAD}=1)"
+            ) from exc
+        if pm.is_registered(plugin):
+            continue  # the same module under a second entry-point name
+        _register(pm, plugin, ep.name, origin)
+        _origins[ep.name] = (dist, version, False)
+    if allow:
+        missing = sorted(allow - seen)
+        if missing:
+            warnings.warn(
+                f"{ENV_LOAD_PLUGINS} names {', '.join(missing)}, which no installed "
+                f"{ENTRY_POINT_GROUP!r} plugin provides",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+def _trace(pm: pluggy.PluginManager) -> None:
+    starts: list[float] = []
+
+    def before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+        starts.append(time.perf_counter())
+        plugins = ", ".join(impl.plugin_name for impl in impls)
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        print(f"genai-trace: {hook_name}({args}) -> [{plugins}]", file=sys.stderr)
+
+    def after(outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+        ms = 1000 * (time.perf_counter() - starts.pop()) if starts else 0.0
+        error = outcome.exception
+        result = f"raised {error!r}" if error is not None else f"returned {outcome.get_result()!r}"
+        print(f"genai-trace: {hook_name} {result} in {ms:.2f} ms", file=sys.stderr)
+
+    pm.add_hookcall_monitoring(before, after)
+
+
+def _create() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    _origins.clear()
+    for name, module_name in DEFAULT_PLUGINS:
+        module = importlib.import_module(module_name)
+        _register(pm, module, name, f"built-in {module_name}")
+        _origins[name] = (_own_distribution(), _own_version(), True)
+    _load_entry_points(pm)
+    for plugin, name in _extra:
+        if not pm.is_registered(plugin):
+            _register(pm, plugin, name, "registered by hand")
+            _origins[name] = (distribution_of(getattr(plugin, "__module__", "") or ""), "", False)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(
+            f"{exc} (known hooks: {', '.join(sorted(_hook_names()))}); fix the name or mark "
+            "the function @hookimpl(optionalhook=True)"
+        ) from exc
+    if _truthy(os.environ.get(ENV_TRACE)):
+        _trace(pm)
+    return pm
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager, loading plugins on first use."""
+    global _manager
+    with _lock:
+        if _manager is None:
+            _manager = _create()
+        return _manager
+
+
+def hook() -> Any:
+    """The hook relay: ``genai.plugins.hook().register_providers(register=...)``."""
+    return get_plugin_manager().hook
+
+
+def reset() -> None:
+    """Forget the loaded plugins and registered providers; the next use loads them again
+    (e.g. after changing the environment variables). Plugins registered by hand stay."""
+    global _manager
+    from .providers import _invalidate
+
+    with _lock:
+        _manager = None
+        _invalidate()
+
+
+def register_plugin(plugin: object, name: str | None = None) -> str:
+    """Register a plugin object or module by hand (kept across `reset`); returns its name.
+    Checks its hooks at once."""
+    name = name or getattr(plugin, "__name__", None) or f"plugin-{id(plugin)}"
+    from .providers import _invalidate
+
+    with _lock:
+        if any(p is plugin for p, _ in _extra):
+            return name
+        _extra.append((plugin, name))
+        pm = get_plugin_manager()
+        if not pm.is_registered(plugin):
+            _register(pm, plugin, name, "registered by hand")
+            _origins[name] = (distribution_of(getattr(plugin, "__module__", "") or ""), "", False)
+            try:
+                pm.check_pending()
+            except pluggy.PluginValidationError as exc:
+                pm.unregister(plugin)
+                _extra.pop()
+                raise PluginError(str(exc)) from exc
+        _invalidate()
+    return name
+
+
+def unregister_plugin(name_or_plugin: object) -> None:
+    """Remove a plugin registered by hand (or any loaded plugin, by name, until `reset`)."""
+    from .providers import _invalidate
+
+    with _lock:
+        _extra[:] = [(p, n) for p, n in _extra if p is not name_or_plugin and n != name_or_plugin]
+        pm = get_plugin_manager()
+        plugin = (
+            pm.get_plugin(name_or_plugin) if isinstance(name_or_plugin, str) else name_or_plugin
+        )
+        if plugin is not None and pm.is_registered(plugin):
+            pm.unregister(plugin)
+        _invalidate()
+
+
+def list_plugins() -> list[PluginInfo]:
+    """Every loaded plugin, built-in defaults first."""
+    pm = get_plugin_manager()
+    rows = []
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue
+        dist, version, builtin = _origins.get(name, ("?", "", False))
+        hooks = tuple(sorted(h.name for h in pm.get_hookcallers(plugin) or ()))
+        module = getattr(plugin, "__name__", None) or type(plugin).__module__
+        rows.append(PluginInfo(name, module, dist, version, hooks, builtin))
+    rows.sort(key=lambda r: (not r.builtin, r.name))
+    return rows
+
+
+def call_register_providers(add: Callable[..., Any]) -> None:
+    """Call the ``register_providers`` hook; ``add(cls, aliases, plugin)`` records each
+    registration with the name of the plugin that made it."""
+    pm = get_plugin_manager()
+    caller = pm.hook.register_providers
+    for impl in caller.get_hookimpls():  # registration order: defaults first
+        plugin_name = impl.plugin_name
+
+        def register(cls: Any, aliases: Any = (), _plugin: str = plugin_name) -> Any:
+            return add(cls, tuple(aliases), _plugin)
+
+        # One call per plugin through the hook machinery (so tracing sees it), each with a
+        # registrar that knows who is registering.
+        pm.subset_hook_caller(
+            "register_providers",
+            remove_plugins=[p for p in pm.get_plugins() if p is not impl.plugin],
+        )(register=register)
+
+
+def provider_install_hint(name: str) -> str:
+    """ "; install X (...)" for a first-party provider name, else ""."""
+    from .config import normalize_provider_name
+
+    key = normalize_provider_name(name).lower()
+    if key.endswith("executionprovider"):
+        key = key[: -len("executionprovider")]
+    known = KNOWN_PROVIDER_PACKAGES.get(key)
+    if known is None:
+        return ""
+    _, package, runtime = known
+    return f"; install {package} (with {runtime}; see docs/providers.md)"
+
+
+def _hook_names() -> list[str]:
+    return [name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "genai_spec")]
+
+
+def _own_distribution() -> str:
+    return distribution_of(__name__)
+
+
+def _own_version() -> str:
+    from ._version import __version__
+
+    return str(__version__)
+
+
+_DISTS: dict[str, list[str]] | None = None
+
+
+def distribution_of(module: str) -> str:
+    """The installed distribution that ships ``module`` (its top-level package), or the
+    top-level name when none does (e.g. run from a source tree)."""
+    global _DISTS
+    top = module.split(".")[0]
+    if not top:
+        return "?"
+    if _DISTS is None:
+        try:
+            _DISTS = dict(importlib.metadata.packages_distributions())
+        except Exception:
+            _DISTS = {}
+    dists = _DISTS.get(top)
+    if dists:
+        return dists[0]
+    return "genai-runtime" if top == "genai" else top

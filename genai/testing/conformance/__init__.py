@@ -1,0 +1,49 @@
+"""The execution-provider conformance suite, versioned with the engine.
+
+Run it with ``genai conformance PROVIDER [--model DIR] [--report FILE.json]``, or from pytest::
+
+    # test_myprovider.py, in the provider package's tests
+    from genai.testing.conformance import ProviderConformanceTests
+
+    class TestMyProvider(ProviderConformanceTests):
+        provider_name = "myep"
+
+The areas are importable one by one (`SessionCreationTests`, `GreedyParityTests`,
+`KVLayoutTests`, `BatchTests`, `RewindContinuousTests`, `GraphCaptureTests`,
+`SeededSamplingTests`, `BufferPlacementTests`, `ErrorTests`); `ProviderConformanceTests` is all
+of them. The pytest plugin (`genai.testing.conformance.plugin`, loaded through the ``pytest11``
+entry point) adds ``--genai-provider``, ``--genai-provider-option``, ``--genai-model``,
+``--genai-xfails`` and ``--genai-report``.
+"""
+
+from .runner import run_conformance
+from .suite import (
+    BatchTests,
+    BufferPlacementTests,
+    ConformanceFixtures,
+    ErrorTests,
+    GraphCaptureTests,
+    GreedyParityTests,
+    KVLayoutTests,
+    ProviderConformanceTests,
+    RewindContinuousTests,
+    SeededSamplingTests,
+    SessionCreationTests,
+    requires,
+)
+
+__all__ = [
+    "BatchTests",
+    "BufferPlacementTests",
+    "ConformanceFixtures",
+    "ErrorTests",
+    "GraphCaptureTests",
+    "GreedyParityTests",
+    "KVLayoutTests",
+    "ProviderConformanceTests",
+    "RewindContinuousTests",
+    "SeededSamplingTests",
+    "SessionCreationTests",
+    "requires",
+    "run_conformance",
+]

@@ -1,0 +1,248 @@
+"""The conformance suite's pytest plugin (entry point ``pytest11``: ``genai_conformance``).
+
+Options:
+
+``--genai-provider NAME``
+    The provider the suite's classes test (when the class does not pin ``provider_name``).
+``--genai-provider-option KEY=VALUE``
+    A provider option (repeatable).
+``--genai-model DIR``
+    A model folder to test with instead of the tiny models the suite writes.
+``--genai-xfails FILE``
+    Test names (function names or node-id suffixes), one a line, ``#`` comments: marked xfail.
+``--genai-report FILE.json``
+    Write every conformance result (and the provider's description) as JSON.
+
+When conformance tests ran, the terminal summary ends with a pass/fail/skip table.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("genai", "genai provider conformance")
+    group.addoption(
+        "--genai-provider",
+        dest="genai_provider",
+        metavar="NAME",
+        default=None,
+        help="execution provider the conformance suite tests (default: cpu)",
+    )
+    group.addoption(
+        "--genai-provider-option",
+        dest="genai_provider_option",
+        action="append",
+        metavar="KEY=VALUE",
+        default=[],
+        help="provider option (repeatable)",
+    )
+    group.addoption(
+        "--genai-model",
+        dest="genai_model",
+        metavar="DIR",
+        default=None,
+        help="model folder to use instead of the suite's tiny models",
+    )
+    group.addoption(
+        "--genai-xfails",
+        dest="genai_xfails",
+        metavar="FILE",
+        default=None,
+        help="file of conformance test names to mark xfail",
+    )
+    group.addoption("--genai-report", dest="genai_report", metavar="FILE", default=None,
+                    help="write the conformance results as JSON")  # fmt: skip
+
+
+def _is_conformance(item: pytest.Item) -> bool:
+    from .suite import ConformanceFixtures
+
+    cls = getattr(item, "cls", None)
+    return cls is not None and issubclass(cls, ConformanceFixtures)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    path = config.getoption("genai_xfails", None)
+    if not path:
+        return
+    names = []
+    for line in Path(path).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line)
+    for item in items:
+        if not _is_conformance(item):
+            continue
+        base = getattr(item, "originalname", item.name)
+        if any(n in (base, item.name) or item.nodeid.endswith(n) for n in names):
+            item.add_marker(pytest.mark.xfail(reason=f"listed in {path}", strict=False))
+
+
+def _area(item: pytest.Item) -> str:
+    function = getattr(item, "function", None)
+    qualname = getattr(function, "__qualname__", item.name)
+    return qualname.split(".")[0] if "." in qualname else ""
+
+
+def _reason(report: pytest.TestReport) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    if hasattr(report, "wasxfail"):
+        return str(report.wasxfail)
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else str(report.longrepr)
+        return message.splitlines()[0] if message else "failed"
+    return ""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    report = yield
+    if _is_conformance(item):
+        report.genai_area = _area(item)  # type: ignore[attr-defined]
+        report.genai_name = item.name  # type: ignore[attr-defined]
+    return report
+
+
+class _Collector:
+    """Keeps this session's conformance results (one per test, in run order)."""
+
+    def __init__(self) -> None:
+        self.results: list[dict[str, Any]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        area = getattr(report, "genai_area", None)
+        if area is None:
+            return
+        outcome = None
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            if hasattr(report, "wasxfail"):
+                outcome = "xfail" if report.skipped else "xpass"
+            elif report.passed:
+                outcome = "pass"
+            elif report.skipped:
+                outcome = "skip"
+            else:
+                outcome = "fail" if report.when == "call" else "error"
+        elif report.when == "teardown" and report.failed:
+            outcome = "error"
+        if outcome is not None:
+            self.results.append(
+                {
+                    "test": report.genai_name,  # type: ignore[attr-defined]
+                    "area": area,
+                    "outcome": outcome,
+                    "reason": _reason(report),
+                    "nodeid": report.nodeid,
+                }
+            )
+
+
+_COLLECTOR = pytest.StashKey[_Collector]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    collector = _Collector()
+    config.stash[_COLLECTOR] = collector
+    config.pluginmanager.register(collector, "genai-conformance-collector")
+
+
+def collected_results(config: pytest.Config) -> list[dict[str, Any]]:
+    """The conformance results of ``config``'s session so far."""
+    collector = config.stash.get(_COLLECTOR, None)
+    return list(collector.results) if collector is not None else []
+
+
+def _provider_description(config: pytest.Config) -> dict[str, Any]:
+    from genai.config import normalize_provider_name
+    from genai.providers import get_provider_class
+
+    name = normalize_provider_name(config.getoption("genai_provider", None) or "cpu")
+    try:
+        cls = get_provider_class(name)
+    except Exception as exc:
+        return {"name": name, "error": str(exc)}
+    description = cls().describe()
+    try:
+        description["unavailable_reason"] = cls().unavailable_reason()
+    except Exception as exc:  # pragma: no cover - reported, not raised
+        description["unavailable_reason"] = f"probe raised {exc!r}"
+    return description
+
+
+def environment() -> dict[str, str]:
+    """Versions that matter for a conformance result."""
+    import genai
+
+    info = {"genai": genai.__version__, "python": platform.python_version(),
+            "platform": platform.platform()}  # fmt: skip
+    try:
+        from genai._core import ort_api
+
+        info["onnxruntime"] = str(ort_api.version())
+        info["onnxruntime_library"] = str(ort_api.library_path())
+    except Exception as exc:
+        info["onnxruntime"] = f"unavailable ({exc})"
+    return info
+
+
+def format_table(results: list[dict[str, Any]]) -> str:
+    """The pass/fail/skip table (plain text)."""
+    if not results:
+        return "no conformance tests ran"
+    width = max(len(f"{r['area']}::{r['test']}") for r in results)
+    lines = [f"{'test':<{width}}  result  reason", f"{'-' * width}  ------  ------"]
+    for r in results:
+        reason = r["reason"].replace("\n", " ")
+        if len(reason) > 110:
+            reason = reason[:107] + "..."
+        lines.append(f"{r['area'] + '::' + r['test']:<{width}}  {r['outcome']:<6}  {reason}")
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    lines.append(", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    results = collected_results(config)
+    if not results:
+        return
+    name = config.getoption("genai_provider", None) or "cpu"
+    env = environment()
+    terminalreporter.section(f"genai conformance: {name}")
+    terminalreporter.write_line(
+        f"genai {env['genai']}, onnxruntime {env['onnxruntime']}, python {env['python']}"
+    )
+    terminalreporter.write_line(format_table(results))
+    path = config.getoption("genai_report", None)
+    if path:
+        write_report(path, config, results)
+        terminalreporter.write_line(f"report written to {path}")
+
+
+def write_report(path: str, config: pytest.Config, results: list[dict[str, Any]]) -> None:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    options = {}
+    for item in config.getoption("genai_provider_option", None) or ():
+        key, _, value = str(item).partition("=")
+        options[key] = value
+    document = {
+        "provider": _provider_description(config),
+        "provider_options": options,
+        "model": config.getoption("genai_model", None),
+        "environment": environment(),
+        "summary": counts,
+        "results": results,
+    }
+    Path(path).write_text(json.dumps(document, indent=2) + "\n")

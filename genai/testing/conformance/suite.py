@@ -1,0 +1,676 @@
+"""The conformance test classes.
+
+Each ``*Tests`` class covers one area; `ProviderConformanceTests` inherits them all. A vendor
+subclasses the aggregate in a module pytest collects::
+
+    from genai.testing.conformance import ProviderConformanceTests
+
+    class TestMyProvider(ProviderConformanceTests):
+        provider_name = "myep"                # or run with --genai-provider myep
+        provider_options = {"device_id": "0"}
+
+and may override the fixtures ``genai_provider_name``, ``genai_provider_options`` and
+``genai_model_dir`` (a model folder of its own instead of the tiny models the suite writes).
+Tests that need a capability the provider declares unsupported are skipped (`requires`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+import genai
+from genai.config import normalize_provider_name
+from genai.errors import ConfigError, GenerationError, ProviderUnavailableError, SearchOptionError
+from genai.providers import REQUIREMENTS, ExecutionProvider, get_provider_class
+
+__all__ = [
+    "BatchTests",
+    "BufferPlacementTests",
+    "ConformanceFixtures",
+    "ErrorTests",
+    "GraphCaptureTests",
+    "GreedyParityTests",
+    "KVLayoutTests",
+    "ProviderConformanceTests",
+    "RewindContinuousTests",
+    "SeededSamplingTests",
+    "SessionCreationTests",
+    "requires",
+]
+
+#: New tokens each comparison generates.
+NEW_TOKENS = 16
+#: Longest a cheap availability probe may take (seconds).
+PROBE_SECONDS = 2.0
+
+_MODELS: dict[tuple[str, str], Path] = {}
+
+
+def requires(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a test as needing provider capabilities (`genai.providers.REQUIREMENTS`); it is
+    skipped for a provider that declares one unsupported."""
+    unknown = set(names) - REQUIREMENTS
+    if unknown:
+        raise ValueError(f"unknown requirement(s) {sorted(unknown)}; known: {sorted(REQUIREMENTS)}")
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.genai_requires = (*getattr(fn, "genai_requires", ()), *names)  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def unsupported(provider: type[ExecutionProvider], requirement: str) -> str | None:
+    """Why ``provider`` cannot take a test needing ``requirement`` (None when it can)."""
+    caps = provider.capabilities
+    ok = {
+        "exact": caps.exact,
+        "kv_shared": "shared" in caps.kv_layouts,
+        "kv_growing": "growing" in caps.kv_layouts,
+        "batch": caps.batch,
+        "continuous_decoding": caps.continuous_decoding,
+        "rewind": caps.rewind,
+        "graph_capture": provider.graph_capture is not None,
+        "seeded_sampling": caps.seeded_sampling,
+    }[requirement]
+    if not ok:
+        return f"{provider.name} declares {requirement} unsupported"
+    capture = provider.graph_capture
+    needs_shared = capture is not None and capture.requires_shared_buffer
+    if requirement == "graph_capture" and needs_shared and "shared" not in caps.kv_layouts:
+        return (
+            f"{provider.name}'s graph capture needs the shared-buffer KV layout, which it "
+            "declares unsupported"
+        )
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures and helpers
+# ---------------------------------------------------------------------------------------------
+
+
+class ConformanceFixtures:
+    """Fixtures every conformance class uses; override them (or the class attributes) in the
+    vendor's subclass. Precedence: class attribute, then the pytest option
+    (``--genai-provider``, ``--genai-provider-option``, ``--genai-model``), then the default."""
+
+    #: Provider to test (None: the --genai-provider option, else "cpu").
+    provider_name: ClassVar[str | None] = None
+    #: Provider options (strings), merged over --genai-provider-option KEY=VALUE.
+    provider_options: ClassVar[Mapping[str, str]] = {}
+    #: A model folder of the vendor's (None: the suite writes tiny models).
+    model_dir: ClassVar[str | None] = None
+
+    @pytest.fixture
+    def genai_provider_name(self, request: pytest.FixtureRequest) -> str:
+        name = self.provider_name or request.config.getoption("genai_provider", None) or "cpu"
+        return normalize_provider_name(str(name))
+
+    @pytest.fixture
+    def genai_provider_options(self, request: pytest.FixtureRequest) -> dict[str, str]:
+        options: dict[str, str] = {}
+        for item in request.config.getoption("genai_provider_option", None) or ():
+            key, _, value = str(item).partition("=")
+            options[key] = value
+        options.update(self.provider_options)
+        return options
+
+    @pytest.fixture
+    def genai_model_dir(
+        self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Path:
+        explicit = self.model_dir or request.config.getoption("genai_model", None)
+        if explicit:
+            return Path(explicit)
+        key = (str(tmp_path_factory.getbasetemp()), "gqa")
+        if key not in _MODELS or not (_MODELS[key] / "genai_config.json").is_file():
+            from genai.testing.models import write_gqa_decoder
+
+            root = tmp_path_factory.mktemp("genai-conformance")
+            _MODELS[key] = write_gqa_decoder(root, name="gqa", seed=11)
+        return _MODELS[key]
+
+    @pytest.fixture
+    def genai_provider_class(self, genai_provider_name: str) -> type[ExecutionProvider]:
+        return get_provider_class(genai_provider_name)
+
+    @pytest.fixture
+    def genai_provider(
+        self, genai_provider_class: type[ExecutionProvider]
+    ) -> Iterator[ExecutionProvider]:
+        provider = genai_provider_class()
+        reason = provider.unavailable_reason()
+        if reason is not None:
+            pytest.skip(f"provider {provider.name!r} is unavailable: {reason}")
+        yield provider
+
+    @pytest.fixture(autouse=True)
+    def _genai_requirements(self, request: pytest.FixtureRequest, genai_provider_name: str) -> None:
+        """Skip what the provider declares unsupported; xfail its declared known failures."""
+        cls = get_provider_class(genai_provider_name)
+        for requirement in getattr(request.function, "genai_requires", ()):
+            reason = unsupported(cls, requirement)
+            if reason:
+                pytest.skip(reason)
+        declared = cls.known_failures or {}
+        name = request.function.__name__
+        if name in declared:
+            request.node.add_marker(pytest.mark.xfail(reason=declared[name], strict=False))
+
+    # --- helpers ------------------------------------------------------------------------------
+    def config(
+        self,
+        model_dir: Path,
+        provider: str,
+        options: Mapping[str, str] | None = None,
+        **search: Any,
+    ) -> genai.Config:
+        """The model's config with only ``provider`` (and its options) and search overlays."""
+        cfg = genai.Config(str(model_dir))
+        cfg.clear_providers()
+        cfg.append_provider(provider)
+        for key, value in (options or {}).items():
+            cfg.set_provider_option(provider, key, str(value))
+        if search:
+            cfg.overlay({"search": search})
+        return cfg
+
+    def model(
+        self,
+        model_dir: Path,
+        provider: str,
+        options: Mapping[str, str] | None = None,
+        **search: Any,
+    ) -> genai.Model:
+        return genai.Model(self.config(model_dir, provider, options, **search))
+
+    def prompts(self, model: genai.Model, count: int = 2) -> list[list[int]]:
+        """Deterministic prompts of different lengths, avoiding special ids."""
+        vocab = model.io.vocab_size
+        special = {int(model.config.get("model.pad_token_id", 0))}
+        special |= {int(t) for t in model.config.eos_token_ids}
+        bos = model.config.get("model.bos_token_id")
+        if bos is not None:
+            special.add(int(bos))
+        pool = [t for t in range(min(vocab, 4096)) if t not in special and t > 3]
+        out = []
+        for row in range(count):
+            length = 7 - 2 * row if row < 3 else 3
+            out.append([pool[(5 * row + 7 * i + 3) % len(pool)] for i in range(length)])
+        return out
+
+    def generator(self, model: genai.Model, rows: Sequence[Sequence[int]], **search: Any):
+        """A generator with ``rows`` appended (right-padded with pad_token_id)."""
+        pad = int(model.config.get("model.pad_token_id", 0))
+        width = max(len(r) for r in rows)
+        tokens = np.full((len(rows), width), pad, dtype=np.int64)
+        for i, row in enumerate(rows):
+            tokens[i, : len(row)] = row
+        params = genai.GeneratorParams(model)
+        options = {"max_length": width + NEW_TOKENS + 8, "batch_size": len(rows), **search}
+        params.set_search_options(**options)
+        gen = genai.Generator(model, params)
+        gen.append_tokens(tokens if len(rows) > 1 else tokens[0])
+        return gen
+
+    def greedy(
+        self, model: genai.Model, rows: Sequence[Sequence[int]], steps: int = NEW_TOKENS
+    ) -> list[list[int]]:
+        gen = self.generator(model, rows)
+        out: list[list[int]] = [[] for _ in rows]
+        for _ in range(steps):
+            if gen.is_done():
+                break
+            gen.generate_next_token()
+            for i, token in enumerate(gen.get_next_tokens()):
+                out[i].append(int(token))
+        return out
+
+    def assert_parity(
+        self,
+        provider: ExecutionProvider,
+        gen_p: Any,
+        gen_c: Any,
+        steps: int = NEW_TOKENS,
+        what: str = "greedy decoding",
+    ) -> None:
+        """Step both generators together. Exact providers must choose the cpu provider's tokens;
+        the others must keep every logit within ``logits_atol`` of the cpu provider's while the
+        sequences agree, and may diverge only where the cpu provider's choice wins by at most
+        twice that tolerance (a near tie)."""
+        caps = provider.capabilities
+        atol = caps.logits_atol
+        for step in range(steps):
+            if gen_c.is_done() or gen_p.is_done():
+                assert gen_c.is_done() == gen_p.is_done(), f"{what}: done differs at step {step}"
+                return
+            lc = gen_c.get_logits()[:, 0, :]
+            lp = gen_p.get_logits()[:, 0, :]
+            assert np.isfinite(lp).all(), f"{what}: non-finite logits at step {step}"
+            if not caps.exact:
+                worst = float(np.max(np.abs(lp - lc)))
+                assert worst <= atol, (
+                    f"{what}: logits differ from the cpu provider's by {worst:.3g} at step "
+                    f"{step}, more than the declared logits_atol {atol:.3g}"
+                )
+            gen_c.generate_next_token()
+            gen_p.generate_next_token()
+            tc = gen_c.get_next_tokens()
+            tp = gen_p.get_next_tokens()
+            for row in np.flatnonzero(tc != tp):
+                if caps.exact:
+                    pytest.fail(
+                        f"{what}: row {row} step {step}: token {int(tp[row])}, the cpu provider "
+                        f"chose {int(tc[row])} (the provider declares exact parity)"
+                    )
+                margin = float(lc[row, tc[row]] - lc[row, tp[row]])
+                assert margin <= 2 * atol, (
+                    f"{what}: row {row} step {step}: token {int(tp[row])} instead of the cpu "
+                    f"provider's {int(tc[row])}, which led by {margin:.3g} (> 2 x logits_atol)"
+                )
+            if (tc != tp).any():
+                return  # the sequences diverged at a near tie: nothing more to compare
+
+    def require(self, provider: type[ExecutionProvider] | ExecutionProvider, name: str) -> None:
+        reason = unsupported(provider if isinstance(provider, type) else type(provider), name)
+        if reason:
+            pytest.skip(reason)
+
+    def default_layout(self, provider: ExecutionProvider) -> bool:
+        """past_present_share_buffer for tests that don't care: shared when supported."""
+        return "shared" in provider.capabilities.kv_layouts
+
+
+# ---------------------------------------------------------------------------------------------
+# The areas
+# ---------------------------------------------------------------------------------------------
+
+
+class SessionCreationTests(ConformanceFixtures):
+    """The provider registers, probes cheaply, and creates a session that really uses it."""
+
+    def test_provider_is_registered(self, genai_provider_name: str) -> None:
+        cls = get_provider_class(genai_provider_name)
+        assert issubclass(cls, ExecutionProvider)
+        assert cls.name and cls.ort_name, "a provider needs a name and an ort_name"
+        described = cls().describe()
+        assert described["name"] == cls.name
+        for role in ("kv_cache", "inputs", "logits", "sampling"):
+            where = getattr(cls.placement, role)
+            assert where in ("cpu", cls.device), (
+                f"placement.{role} is {where!r}: must be 'cpu' or the provider's device "
+                f"{cls.device!r}"
+            )
+
+    def test_probe_is_cheap_and_does_not_raise(
+        self, genai_provider_class: type[ExecutionProvider]
+    ) -> None:
+        started = time.perf_counter()
+        reason = genai_provider_class().unavailable_reason()
+        elapsed = time.perf_counter() - started
+        assert reason is None or (isinstance(reason, str) and reason.strip())
+        assert elapsed < PROBE_SECONDS, f"the availability probe took {elapsed:.2f} s"
+
+    def test_provider_is_available(self, genai_provider_class: type[ExecutionProvider]) -> None:
+        reason = genai_provider_class().unavailable_reason()
+        assert reason is None, f"{genai_provider_class.name} is unavailable here: {reason}"
+
+    def test_session_creation(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        model = self.model(genai_model_dir, genai_provider.name, genai_provider_options)
+        assert model.provider.name == genai_provider.name
+        assert model.device_type == genai_provider.device
+        gen = self.generator(model, self.prompts(model, 1))
+        gen.generate_next_token()
+        assert gen.get_next_tokens().shape == (1,)
+
+
+class GreedyParityTests(ConformanceFixtures):
+    """Greedy tokens equal the cpu provider's (exact), or logits within the declared
+    tolerance."""
+
+    def test_greedy_parity_with_cpu(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        share = self.default_layout(genai_provider)
+        model_p = self.model(
+            genai_model_dir,
+            genai_provider.name,
+            genai_provider_options,
+            past_present_share_buffer=share,
+        )
+        model_c = self.model(genai_model_dir, "cpu", past_present_share_buffer=share)
+        prompt = self.prompts(model_c, 1)
+        self.assert_parity(
+            genai_provider, self.generator(model_p, prompt), self.generator(model_c, prompt)
+        )
+
+
+class KVLayoutTests(ConformanceFixtures):
+    """Both KV layouts (past_present_share_buffer true and false) match the cpu provider."""
+
+    @pytest.mark.parametrize("layout", ["shared", "growing"])
+    def test_kv_layout(
+        self,
+        layout: str,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        self.require(genai_provider, f"kv_{layout}")
+        share = layout == "shared"
+        model_p = self.model(
+            genai_model_dir,
+            genai_provider.name,
+            genai_provider_options,
+            past_present_share_buffer=share,
+        )
+        model_c = self.model(genai_model_dir, "cpu", past_present_share_buffer=share)
+        prompt = self.prompts(model_c, 1)
+        self.assert_parity(
+            genai_provider,
+            self.generator(model_p, prompt),
+            self.generator(model_c, prompt),
+            what=f"the {layout} KV layout",
+        )
+
+
+class BatchTests(ConformanceFixtures):
+    """A right-padded batch gives each row the tokens it gets alone, and the cpu provider's."""
+
+    @requires("batch")
+    def test_batch_with_padding(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        share = self.default_layout(genai_provider)
+        model_p = self.model(
+            genai_model_dir,
+            genai_provider.name,
+            genai_provider_options,
+            past_present_share_buffer=share,
+        )
+        model_c = self.model(genai_model_dir, "cpu", past_present_share_buffer=share)
+        rows = self.prompts(model_c, 2)
+        assert len(rows[0]) != len(rows[1]), "the batch must need padding"
+        self.assert_parity(
+            genai_provider,
+            self.generator(model_p, rows),
+            self.generator(model_c, rows),
+            what="a padded batch",
+        )
+        if genai_provider.capabilities.exact:
+            batched = self.greedy(model_p, rows)
+            for i, row in enumerate(rows):
+                assert batched[i] == self.greedy(model_p, [row])[0], f"row {i} differs alone"
+
+
+class RewindContinuousTests(ConformanceFixtures):
+    """Rewinding and appending more tokens after generating give the same tokens as one
+    uninterrupted run."""
+
+    @requires("continuous_decoding")
+    def test_continuous_decoding(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        share = self.default_layout(genai_provider)
+        model = self.model(
+            genai_model_dir,
+            genai_provider.name,
+            genai_provider_options,
+            past_present_share_buffer=share,
+        )
+        first, second = self.prompts(model, 2)
+        gen = self.generator(model, [first])
+        for _ in range(4):
+            gen.generate_next_token()
+        gen.append_tokens(np.asarray(second, dtype=np.int64))
+        history = gen.get_sequence(0).tolist()
+        model_c = self.model(genai_model_dir, "cpu", past_present_share_buffer=share)
+        # The same history appended at once, on the cpu provider.
+        self.assert_parity(
+            genai_provider,
+            gen,
+            self.generator(model_c, [history]),
+            steps=8,
+            what="continuous decoding",
+        )
+
+    @requires("rewind", "continuous_decoding")
+    def test_rewind_then_append(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        share = self.default_layout(genai_provider)
+        model = self.model(
+            genai_model_dir,
+            genai_provider.name,
+            genai_provider_options,
+            past_present_share_buffer=share,
+        )
+        prompt = self.prompts(model, 1)[0]
+        gen = self.generator(model, [prompt])
+        for _ in range(10):
+            gen.generate_next_token()
+        full = gen.get_sequence(0).tolist()
+        keep = len(prompt) + 3
+        gen.rewind_to(keep)
+        assert gen.token_count() == keep
+        gen.append_tokens(np.asarray(full[keep : keep + 2], dtype=np.int64))
+        while gen.token_count() < len(full):
+            gen.generate_next_token()
+        again = gen.get_sequence(0).tolist()
+        if genai_provider.capabilities.exact:
+            assert again == full, "tokens after rewind_to + append differ from the first run"
+        else:
+            assert again[: keep + 2] == full[: keep + 2]
+
+
+class GraphCaptureTests(ConformanceFixtures):
+    """Graph capture on gives the tokens graph capture off gives."""
+
+    @requires("graph_capture")
+    def test_graph_capture_on_equals_off(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        capture = genai_provider.graph_capture
+        assert capture is not None
+        results = []
+        for enabled in (False, True):
+            options = {**genai_provider_options, **genai_provider.graph_capture_options(enabled)}
+            assert genai_provider.graph_capture_enabled(options) is enabled
+            model = self.model(
+                genai_model_dir,
+                genai_provider.name,
+                options,
+                past_present_share_buffer=capture.requires_shared_buffer
+                or self.default_layout(genai_provider),
+            )
+            results.append(self.greedy(model, self.prompts(model, 1)))
+        assert results[0] == results[1], "graph capture changed the tokens"
+
+
+class SeededSamplingTests(ConformanceFixtures):
+    """Sampling with a seed repeats itself; other seeds give other tokens."""
+
+    @requires("seeded_sampling")
+    def test_seeded_sampling_is_deterministic(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        model = self.model(
+            genai_model_dir,
+            genai_provider.name,
+            genai_provider_options,
+            past_present_share_buffer=self.default_layout(genai_provider),
+        )
+        prompt = self.prompts(model, 1)
+
+        def sample(seed: int) -> list[int]:
+            gen = self.generator(
+                model, prompt, do_sample=True, top_k=8, temperature=1.5, random_seed=seed
+            )
+            tokens = []
+            while not gen.is_done() and len(tokens) < NEW_TOKENS:
+                gen.generate_next_token()
+                tokens.append(int(gen.get_next_tokens()[0]))
+            return tokens
+
+        first = sample(1234)
+        assert sample(1234) == first, "the same seed gave different tokens"
+        assert any(sample(seed) != first for seed in (1, 2, 3)), "every seed gave the same tokens"
+        if genai_provider.capabilities.exact and genai_provider.name != "cpu":
+            cpu = self.model(
+                genai_model_dir,
+                "cpu",
+                past_present_share_buffer=self.default_layout(genai_provider),
+            )
+            gen = self.generator(
+                cpu, prompt, do_sample=True, top_k=8, temperature=1.5, random_seed=1234
+            )
+            expected = []
+            while not gen.is_done() and len(expected) < NEW_TOKENS:
+                gen.generate_next_token()
+                expected.append(int(gen.get_next_tokens()[0]))
+            assert first == expected, "an exact provider sampled other tokens than cpu"
+
+
+class BufferPlacementTests(ConformanceFixtures):
+    """Buffers live on the device the provider claims, and the session agrees."""
+
+    def test_allocated_buffers_live_where_claimed(self, genai_provider: ExecutionProvider) -> None:
+        for role in ("kv_cache", "inputs", "logits"):
+            buffer = genai_provider.allocate((1, 2, 3, 4), np.dtype(np.float32), role=role)
+            claimed = getattr(genai_provider.placement, role)
+            where = genai_provider.buffer_device(buffer)
+            assert where == claimed, (
+                f"allocate(role={role!r}) gave a {where} buffer; claims {claimed}"
+            )
+        zeros = genai_provider.allocate((2, 3), np.dtype(np.float32))
+        if isinstance(zeros, np.ndarray):
+            assert not zeros.any(), "allocate(zero=True) must zero the buffer"
+
+    def test_session_io_where_claimed(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        model = self.model(genai_model_dir, genai_provider.name, genai_provider_options)
+        try:
+            inputs = model.session.input_memory_info()
+            outputs = model.session.output_memory_info()
+        except Exception as exc:
+            pytest.skip(f"onnxruntime cannot report session memory: {exc}")
+        io = model.io
+        checks = [("kv_cache", inputs, name) for name in (*io.past_keys, *io.past_values)]
+        checks.append(("inputs", inputs, io.input_ids))
+        checks.append(("logits", outputs, io.logits))
+        problems = []
+        for role, table, name in checks:
+            info = table.get(name)
+            if info is None:
+                continue
+            wants_host = info["device_type"] == "CPU"
+            claims_host = getattr(genai_provider.placement, role) == "cpu"
+            if wants_host != claims_host:
+                problems.append(
+                    f"{name}: the session keeps it in {info['name']} memory, the provider "
+                    f"places {role} on {getattr(genai_provider.placement, role)}"
+                )
+        assert not problems, "buffers are not where the session runs them (a copy every step): " + (
+            "; ".join(problems)
+        )
+
+
+class ErrorTests(ConformanceFixtures):
+    """Misuse fails loudly with a message naming the problem; no silent CPU fallback."""
+
+    def test_unknown_option_is_rejected(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        if genai_provider.known_options is None:
+            pytest.skip(f"{genai_provider.name} passes options through to onnxruntime unchecked")
+        options = {**genai_provider_options, "genai_conformance_no_such_option": "1"}
+        with pytest.raises(ConfigError, match="genai_conformance_no_such_option"):
+            self.model(genai_model_dir, genai_provider.name, options)
+
+    def test_unavailable_provider_is_an_error_not_a_fallback(
+        self,
+        genai_provider_class: type[ExecutionProvider],
+        genai_model_dir: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        monkeypatch.setattr(
+            genai_provider_class, "unavailable_reason", lambda self: "simulated: no such device"
+        )
+        with pytest.raises(ProviderUnavailableError) as info:
+            self.model(genai_model_dir, genai_provider_class.name)
+        assert genai_provider_class.name in str(info.value)
+        assert "simulated: no such device" in str(info.value)
+
+    def test_unknown_provider_name_is_an_error(self, genai_model_dir: Path) -> None:
+        with pytest.raises(ProviderUnavailableError, match="no installed plugin provides it"):
+            self.model(genai_model_dir, "genai-conformance-no-such-provider")
+
+    def test_misuse_is_reported(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_model_dir: Path,
+    ) -> None:
+        model = self.model(genai_model_dir, genai_provider.name, genai_provider_options)
+        params = genai.GeneratorParams(model)
+        with pytest.raises((SearchOptionError, ValueError)):
+            params.set_search_options(max_length=model.config.context_length + 1)
+            genai.Generator(model, params)
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=16)
+        gen = genai.Generator(model, params)
+        with pytest.raises(GenerationError):
+            gen.generate_next_token()
+
+
+class ProviderConformanceTests(
+    # pytest runs a class's inherited tests from the last base to the first: this order runs
+    # session creation first and error handling last.
+    ErrorTests,
+    BufferPlacementTests,
+    SeededSamplingTests,
+    GraphCaptureTests,
+    RewindContinuousTests,
+    BatchTests,
+    KVLayoutTests,
+    GreedyParityTests,
+    SessionCreationTests,
+):
+    """Every conformance test: subclass this one (named ``Test...``) to run the whole suite."""

@@ -1,0 +1,258 @@
+"""The conformance suite: run for cpu and the example plugin here, and tested against
+deliberately broken fake providers (pytester), and through ``genai conformance``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from genai import plugins
+from genai.testing.conformance import ProviderConformanceTests, requires
+from genai.testing.conformance.plugin import format_table
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "genai-provider-example"
+
+
+def _load_example() -> types.ModuleType:
+    if importlib.util.find_spec("genai_provider_example") is not None:  # installed (CI)
+        import genai_provider_example
+
+        return genai_provider_example
+    path = EXAMPLE / "genai_provider_example" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("genai_provider_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def example_plugin():
+    """The example plugin, registered by hand when it is not installed."""
+    module = _load_example()
+    plugins.register_plugin(module, "example-under-test")
+    yield module
+    plugins.unregister_plugin(module)
+    plugins.reset()
+
+
+class TestCPUConformance(ProviderConformanceTests):
+    provider_name = "cpu"
+
+
+class TestExampleConformance(ProviderConformanceTests):
+    provider_name = "example"
+    provider_options = {"spin": "1"}  # noqa: RUF012
+
+
+def test_requires_rejects_unknown_capabilities() -> None:
+    with pytest.raises(ValueError, match="unknown requirement"):
+        requires("teleportation")
+
+
+def test_format_table_counts_outcomes() -> None:
+    table = format_table(
+        [
+            {"area": "A", "test": "t1", "outcome": "pass", "reason": ""},
+            {"area": "A", "test": "t2", "outcome": "skip", "reason": "x" * 200},
+        ]
+    )
+    assert "A::t1" in table and "1 pass, 1 skip" in table and "..." in table
+    assert format_table([]) == "no conformance tests ran"
+
+
+BROKEN_PLUGIN = '''
+import numpy as np
+from genai.hookspecs import hookimpl
+from genai.providers import ExecutionProvider, Placement
+
+
+class CPUBased(ExecutionProvider):
+    ort_name = "CPUExecutionProvider"
+
+    def session_providers(self, options):
+        return []
+
+
+class SharedKVBuffer(CPUBased):
+    """An allocator bug: every KV buffer is the same memory."""
+    name = "fake-shared-kv"
+    _cache = {}
+
+    def allocate(self, shape, dtype, *, zero=True, role="kv_cache"):
+        key = (tuple(shape), np.dtype(dtype).str)
+        if key not in self._cache:
+            self._cache[key] = np.zeros(shape, dtype)
+        return self._cache[key]
+
+
+class LyingPlacement(CPUBased):
+    """Claims device-resident KV; allocates host memory."""
+    name = "fake-placement"
+    device = "fakedev"
+    placement = Placement(kv_cache="fakedev")
+
+
+class NoSession(CPUBased):
+    """Says it is available; its session setup names an EP that does not exist."""
+    name = "fake-no-session"
+
+    def session_providers(self, options):
+        return [("NoSuchFakeExecutionProvider", {})]
+
+
+class Unavailable(CPUBased):
+    name = "fake-unavailable"
+
+    def unavailable_reason(self):
+        return "fake hardware missing"
+
+
+class RaisingProbe(CPUBased):
+    name = "fake-raising-probe"
+
+    def unavailable_reason(self):
+        raise RuntimeError("probe crashed")
+
+
+class LaxOptions(CPUBased):
+    """Declares its options but accepts anything."""
+    name = "fake-lax-options"
+    known_options = frozenset({"level"})
+
+    def validate_options(self, options):
+        return dict(options)
+
+
+@hookimpl
+def register_providers(register):
+    for cls in (SharedKVBuffer, LyingPlacement, NoSession, Unavailable, RaisingProbe, LaxOptions):
+        register(cls)
+'''
+
+BROKEN_CONFTEST = """
+import broken_providers
+from genai import plugins
+
+plugins.register_plugin(broken_providers, "broken-providers")
+"""
+
+BROKEN_TESTS = """
+from genai.testing.conformance import ProviderConformanceTests
+
+class TestSharedKV(ProviderConformanceTests):
+    provider_name = "fake-shared-kv"
+
+class TestPlacement(ProviderConformanceTests):
+    provider_name = "fake-placement"
+
+class TestNoSession(ProviderConformanceTests):
+    provider_name = "fake-no-session"
+
+class TestUnavailable(ProviderConformanceTests):
+    provider_name = "fake-unavailable"
+
+class TestRaisingProbe(ProviderConformanceTests):
+    provider_name = "fake-raising-probe"
+
+class TestLaxOptions(ProviderConformanceTests):
+    provider_name = "fake-lax-options"
+"""
+
+
+def test_suite_catches_broken_providers(pytester: pytest.Pytester, monkeypatch) -> None:
+    pytester.makepyfile(broken_providers=BROKEN_PLUGIN, test_broken=BROKEN_TESTS)
+    pytester.makeconftest(BROKEN_CONFTEST)
+    pythonpath = [str(pytester.path), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in pythonpath if p))
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv(plugins.ENV_DISABLE_AUTOLOAD, "1")
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(
+        "-p", "genai.testing.conformance.plugin", "--genai-report", str(report), "-q"
+    )
+    outcomes = {}
+    for r in json.loads(report.read_text())["results"]:
+        cls = r["nodeid"].split("::")[1]
+        outcomes[(cls, r["test"])] = (r["outcome"], r["reason"])
+
+    def outcome(cls: str, test: str) -> str:
+        return outcomes[(cls, test)][0]
+
+    # Every KV buffer aliased: the shared layout breaks, the growing one (ORT-allocated) not.
+    assert outcome("TestSharedKV", "test_kv_layout[shared]") == "fail"
+    assert outcome("TestSharedKV", "test_kv_layout[growing]") == "pass"
+    assert outcome("TestSharedKV", "test_greedy_parity_with_cpu") == "fail"
+    assert outcome("TestSharedKV", "test_session_creation") == "pass"
+    # Claims device-resident KV but allocates host memory.
+    assert outcome("TestPlacement", "test_allocated_buffers_live_where_claimed") == "fail"
+    assert outcome("TestPlacement", "test_session_io_where_claimed") == "fail"
+    assert outcome("TestPlacement", "test_greedy_parity_with_cpu") == "pass"
+    # Available on paper, no session in practice: the error names the missing EP.
+    assert outcome("TestNoSession", "test_provider_is_available") == "pass"
+    status, reason = outcomes[("TestNoSession", "test_session_creation")]
+    assert status == "fail" and "NoSuchFake" in reason
+    # Unavailable: that is the one failure; everything needing the provider is skipped.
+    status, reason = outcomes[("TestUnavailable", "test_provider_is_available")]
+    assert status == "fail" and "fake hardware missing" in reason
+    skipped = [t for (c, t), (o, _) in outcomes.items() if c == "TestUnavailable" and o == "skip"]
+    assert "test_session_creation" in skipped and "test_batch_with_padding" in skipped
+    assert outcome("TestRaisingProbe", "test_probe_is_cheap_and_does_not_raise") == "fail"
+    assert outcome("TestLaxOptions", "test_unknown_option_is_rejected") == "fail"
+    assert outcome("TestLaxOptions", "test_greedy_parity_with_cpu") == "pass"
+    # The table is printed, and pytest exits non-zero.
+    result.stdout.fnmatch_lines(["*genai conformance*", "*test_kv_layout*fail*"])
+    assert result.ret == 1
+
+
+def test_cli_conformance_writes_a_report(tmp_path: Path) -> None:
+    report = tmp_path / "cpu.json"
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    env[plugins.ENV_DISABLE_AUTOLOAD] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "genai", "conformance", "cpu", "--report", str(report)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "genai conformance: cpu" in proc.stdout
+    assert "SessionCreationTests::test_session_creation" in proc.stdout
+    document = json.loads(report.read_text())
+    assert document["provider"]["name"] == "cpu"
+    assert document["provider"]["unavailable_reason"] is None
+    assert document["summary"].get("fail", 0) == 0 and document["summary"]["pass"] >= 15
+    assert document["environment"]["onnxruntime"]
+    by_test = {r["test"]: r for r in document["results"]}
+    assert by_test["test_graph_capture_on_equals_off"]["outcome"] == "skip"
+
+
+def test_cli_conformance_fails_for_an_unknown_provider(tmp_path: Path) -> None:
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    env[plugins.ENV_DISABLE_AUTOLOAD] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "genai", "conformance", "no-such-provider"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert "no installed plugin provides it" in proc.stdout
