@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from .buffers import aligned_empty, aligned_zeros
+
 from .config import normalize_provider_name
 from .errors import ConfigError, ProviderUnavailableError
 from .hookspecs import hookimpl
@@ -269,7 +271,7 @@ class ExecutionProvider:
     ) -> Any:
         """A buffer of ``shape`` and ``dtype`` for ``role`` ("kv_cache", "inputs", "logits"),
         where `placement` says that role lives. The default: a host array."""
-        return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+        return aligned_zeros(shape, dtype) if zero else aligned_empty(shape, dtype)
 
     def buffer_device(self, buffer: Any) -> str:
         """The device name a buffer made by `allocate` lives on ("cpu" for host arrays)."""

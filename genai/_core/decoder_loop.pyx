@@ -25,6 +25,8 @@ from genai._core.sampling cimport Sampler
 
 import numpy as np
 
+from genai.buffers import aligned_zeros
+
 cnp.import_array()
 
 # Our own error codes (NativeSession's are > 0 for ORT errors, -1..-4 for its checks).
@@ -138,23 +140,24 @@ cdef class DecoderLoop:
             self._arrays[name] = array
             return array
 
-        self.sequences = keep("sequences", np.zeros((batch, max_length), np.int32))
-        self.ids_buf = _data(keep("input_ids", np.zeros(batch * max_length, id_dtype)))
-        self.mask_buf = _data(keep("attention_mask", np.zeros(batch * max_length, mask_dtype)))
-        self.pos_buf = _data(keep("position_ids", np.zeros(batch * max_length, mask_dtype)))
-        self.next_position = <int64_t*>_data(keep("next_position", np.zeros(batch, np.int64)))
-        self.last_index = <int32_t*>_data(keep("last_index", np.zeros(batch, np.int32)))
-        self.logits_rows = keep("logits_rows", np.zeros((batch, vocab), np.float32))
-        self.step_logits = _data(keep("step_logits", np.zeros((batch, 1, vocab), logits_dtype)))
-        self.next_tokens = keep("next_tokens", np.zeros(batch, np.int32))
-        self.done = keep("done", np.zeros(batch, np.uint8))
+        zeros = aligned_zeros
+        self.sequences = keep("sequences", zeros((batch, max_length), np.int32))
+        self.ids_buf = _data(keep("input_ids", zeros(batch * max_length, id_dtype)))
+        self.mask_buf = _data(keep("attention_mask", zeros(batch * max_length, mask_dtype)))
+        self.pos_buf = _data(keep("position_ids", zeros(batch * max_length, mask_dtype)))
+        self.next_position = <int64_t*>_data(keep("next_position", zeros(batch, np.int64)))
+        self.last_index = <int32_t*>_data(keep("last_index", zeros(batch, np.int32)))
+        self.logits_rows = keep("logits_rows", zeros((batch, vocab), np.float32))
+        self.step_logits = _data(keep("step_logits", zeros((batch, 1, vocab), logits_dtype)))
+        self.next_tokens = keep("next_tokens", zeros(batch, np.int32))
+        self.done = keep("done", zeros(batch, np.uint8))
         self.eos_ids = keep("eos_ids", np.ascontiguousarray(eos_ids, dtype=np.int32))
         self.sampler = sampler
         if logprobs >= 0:
             if sampler is None:
                 raise ValueError("logprobs need a sampler")
             self.n_top = logprobs
-            self.logprobs = <float*>_data(keep("logprobs", np.zeros(batch, np.float32)))
+            self.logprobs = <float*>_data(keep("logprobs", aligned_zeros(batch, np.float32)))
             self.top_ids = <int32_t*>_data(
                 keep("top_ids", np.zeros((batch, max(logprobs, 1)), np.int32)))
             self.top_logprobs = <float*>_data(
