@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from .buffers import aligned_empty, aligned_zeros
-
 from .config import normalize_provider_name
 from .errors import ConfigError, ProviderUnavailableError
 from .hookspecs import hookimpl
