@@ -389,16 +389,16 @@ def _build_tokenizer_vocab(vocab_size: int) -> tuple[dict[str, int], list[tuple[
         for a in _ALPHABET[1:27]:
             for b in _ALPHABET[1:27]:
                 yield a + b
-        n = 0
-        while True:  # ever longer words: base-26 spellings of n, never exhausted
-            word, k = "", n
-            while True:
-                word += _ALPHABET[1 + k % 26]
-                k //= 26
-                if k == 0:
-                    break
-            yield word + _ALPHABET[1 + (n % 7)] + _ALPHABET[1 + (n % 11)]
-            n += 1
+        # Then ever longer words, breadth first: each extends a word already in the vocabulary
+        # by one letter, so it is always reachable by a merge and the supply never ends.
+        frontier = [a + b for a in _ALPHABET[1:27] for b in _ALPHABET[1:27]]
+        while True:
+            grown = []
+            for word in frontier:
+                for letter in _ALPHABET[1:27]:
+                    grown.append(word + letter)
+                    yield word + letter
+            frontier = grown
 
     for target in candidates():
         if len(vocab) >= vocab_size:
