@@ -17,13 +17,14 @@ Weights go to ``model.onnx.data`` as they are produced (one layer in memory at a
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..onnx_graph import MS_DOMAIN, GraphBuilder
 from .errors import BuildError
 from .quantize import BLOCK, quantize_int4
 from .sources import Source
@@ -32,25 +33,20 @@ from .spec import ModelSpec
 __all__ = ["PRECISIONS", "write_onnx"]
 
 PRECISIONS = ("fp32", "fp16", "int4")
-_MS = "com.microsoft"
-_OPSET = 21
-_IR_VERSION = 10
+_MS = MS_DOMAIN
 _ALIGN = 4096
 _INLINE_MAX = 1024
 
 Progress = Callable[[int, int], None]
 
 
-class _GraphWriter:
+class _GraphWriter(GraphBuilder):
+    """The shared graph builder, writing large weights to one external-data file."""
+
     def __init__(self, data_path: Path, float_type: int) -> None:
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self.inputs: list[onnx.ValueInfoProto] = []
-        self.outputs: list[onnx.ValueInfoProto] = []
+        super().__init__("decoder", producer="genai.builder")
         self.data_path = data_path
         self._data = open(data_path, "wb")  # noqa: SIM115 - closed in finish()
-        self._count = 0
-        self._consts: dict[tuple[str, tuple[int, ...], bytes], str] = {}
         self.float_type = float_type
         self.np_float = np.float16 if float_type == TensorProto.FLOAT16 else np.float32
 
@@ -82,47 +78,8 @@ class _GraphWriter:
         self.initializers.append(tensor)
         return name
 
-    def const(self, values: object, dtype: type | np.dtype = np.int64) -> str:
-        array = np.asarray(values, dtype=dtype)
-        key = (array.dtype.str, array.shape, array.tobytes())
-        if key not in self._consts:
-            self._consts[key] = self.weight(f"const_{len(self._consts)}", array)
-        return self._consts[key]
-
     def fconst(self, value: float) -> str:
         return self.const(value, self.np_float)
-
-    def ops(
-        self,
-        op_type: str,
-        inputs: Sequence[str],
-        outputs: int | Sequence[str | None] = 1,
-        *,
-        domain: str = "",
-        name: str | None = None,
-        **attrs: object,
-    ) -> list[str]:
-        self._count += 1
-        node = f"/{name or op_type}_{self._count}"
-        if isinstance(outputs, int):
-            outputs = [None] * outputs
-        names = [f"{node}/output_{i}" if out is None else out for i, out in enumerate(outputs)]
-        self.nodes.append(
-            helper.make_node(op_type, list(inputs), names, name=node, domain=domain, **attrs)
-        )
-        return names
-
-    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs: object) -> str:
-        return self.ops(op_type, inputs, [out] if out else 1, **attrs)[0]
-
-    def model(self) -> onnx.ModelProto:
-        graph = helper.make_graph(
-            self.nodes, "decoder", self.inputs, self.outputs, self.initializers
-        )
-        opsets = [helper.make_opsetid("", _OPSET), helper.make_opsetid(_MS, 1)]
-        return helper.make_model(
-            graph, opset_imports=opsets, ir_version=_IR_VERSION, producer_name="genai.builder"
-        )
 
 
 class _Decoder:

@@ -45,15 +45,15 @@ from typing import Literal
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
+
+from genai.onnx_graph import MS_DOMAIN, GraphBuilder
 
 __all__ = ["write_gpt2_decoder", "write_gqa_decoder", "write_optimum_decoder"]
 
 IdDtype = Literal["int64", "int32"]
 
-_OPSET = 21
-_IR_VERSION = 10
-_MS_DOMAIN = "com.microsoft"
+_MS_DOMAIN = MS_DOMAIN
 _ROPE_THETA = 10000.0
 _EPS = 1e-5
 _MASKED = float(np.finfo(np.float32).min)
@@ -123,69 +123,11 @@ class _Dims:
         return 2 * self.hidden_size
 
 
-class _Graph:
-    """Small helper around onnx.helper that names nodes and outputs automatically."""
+class _Graph(GraphBuilder):
+    """The shared graph builder, named for the test writers."""
 
     def __init__(self, name: str) -> None:
-        self.name = name
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self.inputs: list[onnx.ValueInfoProto] = []
-        self.outputs: list[onnx.ValueInfoProto] = []
-        self._count = 0
-        self._consts: dict[tuple[str, tuple[int, ...], bytes], str] = {}
-
-    def input(self, name: str, elem_type: int, shape: Sequence[int | str]) -> str:
-        self.inputs.append(helper.make_tensor_value_info(name, elem_type, list(shape)))
-        return name
-
-    def output(self, name: str, elem_type: int, shape: Sequence[int | str]) -> None:
-        self.outputs.append(helper.make_tensor_value_info(name, elem_type, list(shape)))
-
-    def weight(self, name: str, array: np.ndarray) -> str:
-        self.initializers.append(numpy_helper.from_array(np.array(array, order="C"), name))
-        return name
-
-    def const(self, values: object, dtype: type = np.int64) -> str:
-        """An initializer holding ``values`` (deduplicated by value)."""
-        array = np.asarray(values, dtype=dtype)
-        key = (array.dtype.str, array.shape, array.tobytes())
-        if key not in self._consts:
-            self._consts[key] = self.weight(f"const_{len(self._consts)}", array)
-        return self._consts[key]
-
-    def ops(
-        self,
-        op_type: str,
-        inputs: Sequence[str],
-        outputs: int | Sequence[str | None] = 1,
-        *,
-        domain: str = "",
-        **attrs: object,
-    ) -> list[str]:
-        self._count += 1
-        node_name = f"/{op_type}_{self._count}"
-        if isinstance(outputs, int):
-            outputs = [None] * outputs
-        names = [f"{node_name}/output_{i}" if out is None else out for i, out in enumerate(outputs)]
-        self.nodes.append(
-            helper.make_node(op_type, list(inputs), names, name=node_name, domain=domain, **attrs)
-        )
-        return names
-
-    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs: object) -> str:
-        return self.ops(op_type, inputs, [out] if out else 1, **attrs)[0]
-
-    def model(self) -> onnx.ModelProto:
-        graph = helper.make_graph(
-            self.nodes, self.name, self.inputs, self.outputs, self.initializers
-        )
-        opsets = [helper.make_opsetid("", _OPSET)]
-        if any(n.domain == _MS_DOMAIN for n in self.nodes):
-            opsets.append(helper.make_opsetid(_MS_DOMAIN, 1))
-        return helper.make_model(
-            graph, opset_imports=opsets, ir_version=_IR_VERSION, producer_name="genai.testing"
-        )
+        super().__init__(name, producer="genai.testing")
 
 
 def _normal(rng: np.random.Generator, shape: Sequence[int], std: float) -> np.ndarray:

@@ -191,6 +191,19 @@ class ConformanceFixtures:
     ) -> genai.Model:
         return genai.Model(self.config(model_dir, provider, options, **search))
 
+    def model_pair(
+        self,
+        model_dir: Path,
+        provider: ExecutionProvider,
+        options: Mapping[str, str] | None,
+        share: bool,
+    ) -> tuple[genai.Model, genai.Model]:
+        """The model on the provider under test, and on cpu (the parity baseline)."""
+        return (
+            self.model(model_dir, provider.name, options, past_present_share_buffer=share),
+            self.model(model_dir, "cpu", past_present_share_buffer=share),
+        )
+
     def prompts(self, model: genai.Model, count: int = 2) -> list[list[int]]:
         """Deterministic prompts of different lengths, avoiding special ids."""
         vocab = model.io.vocab_size
@@ -347,13 +360,9 @@ class GreedyParityTests(ConformanceFixtures):
         genai_model_dir: Path,
     ) -> None:
         share = self.default_layout(genai_provider)
-        model_p = self.model(
-            genai_model_dir,
-            genai_provider.name,
-            genai_provider_options,
-            past_present_share_buffer=share,
+        model_p, model_c = self.model_pair(
+            genai_model_dir, genai_provider, genai_provider_options, share
         )
-        model_c = self.model(genai_model_dir, "cpu", past_present_share_buffer=share)
         prompt = self.prompts(model_c, 1)
         self.assert_parity(
             genai_provider, self.generator(model_p, prompt), self.generator(model_c, prompt)
@@ -373,13 +382,9 @@ class KVLayoutTests(ConformanceFixtures):
     ) -> None:
         self.require(genai_provider, f"kv_{layout}")
         share = layout == "shared"
-        model_p = self.model(
-            genai_model_dir,
-            genai_provider.name,
-            genai_provider_options,
-            past_present_share_buffer=share,
+        model_p, model_c = self.model_pair(
+            genai_model_dir, genai_provider, genai_provider_options, share
         )
-        model_c = self.model(genai_model_dir, "cpu", past_present_share_buffer=share)
         prompt = self.prompts(model_c, 1)
         self.assert_parity(
             genai_provider,
@@ -400,13 +405,9 @@ class BatchTests(ConformanceFixtures):
         genai_model_dir: Path,
     ) -> None:
         share = self.default_layout(genai_provider)
-        model_p = self.model(
-            genai_model_dir,
-            genai_provider.name,
-            genai_provider_options,
-            past_present_share_buffer=share,
+        model_p, model_c = self.model_pair(
+            genai_model_dir, genai_provider, genai_provider_options, share
         )
-        model_c = self.model(genai_model_dir, "cpu", past_present_share_buffer=share)
         rows = self.prompts(model_c, 2)
         assert len(rows[0]) != len(rows[1]), "the batch must need padding"
         self.assert_parity(
