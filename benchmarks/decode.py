@@ -3,7 +3,7 @@
     python benchmarks/decode.py [-m MODEL_DIR | --fixture] [--threads 1 2] [--rounds 5]
                                 [--prompt-tokens 128] [--new-tokens 128] [--spinner]
 
-Both engines run in this process with the same intra-op thread count, in interleaved rounds;
+Both engines run in this process with the same intra-op thread count, in interleaved rounds (alternating which engine goes first);
 the table shows medians and our/reference ratios. ``--spinner`` also runs each engine beside a
 pure-Python thread spinning a counter and reports how much of its own speed each side keeps.
 EOS is overridden to an id the model never produces so every run makes exactly
@@ -160,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
         for name in models:  # warm-up
             one_run(engines[name], models[name], ids, min(8, args.new_tokens))
-        for _ in range(args.rounds):
-            for name in models:
+        for round_index in range(args.rounds):
+            order = list(models) if round_index % 2 == 0 else list(models)[::-1]  # ABBA
+            for name in order:
                 results[name].append(one_run(engines[name], models[name], ids, args.new_tokens))
         med = {
             name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
