@@ -3,9 +3,10 @@
     python benchmarks/decode.py [-m MODEL_DIR | --fixture] [--threads 1 2] [--rounds 5]
                                 [--prompt-tokens 128] [--new-tokens 128] [--spinner]
 
-Both engines run in this process with the same intra-op thread count, in interleaved rounds (alternating which engine goes first);
-the table shows medians and our/reference ratios. ``--spinner`` also runs each engine beside a
-pure-Python thread spinning a counter and reports how much of its own speed each side keeps.
+Both engines run in this process with the same intra-op thread count, in interleaved rounds
+(alternating which engine goes first); the table shows medians and our/reference ratios.
+``--spinner`` also runs each engine beside a pure-Python thread spinning a counter and reports
+how much of its own speed each side keeps.
 EOS is overridden to an id the model never produces so every run makes exactly
 ``--new-tokens`` tokens.
 """

@@ -80,7 +80,14 @@ class Generator:
         # Each generator binds its own buffers: it gets its own binding on the shared session.
         self._session = session = model.session.new_binding()
         self._kv = make_kv_cache(
-            io, model.provider, session, batch, max_length, self.search.past_present_share_buffer
+            io,
+            model.provider,
+            session,
+            batch,
+            max_length,
+            self.search.past_present_share_buffer,
+            initial_capacity=search.kv_initial_capacity,
+            growth_factor=search.kv_growth_factor,
         )
         self._loop = DecoderLoop(
             session,
@@ -99,6 +106,8 @@ class Generator:
             kv_pairs=self._kv.handover,
             sampler=self._sampler,
             logprobs=search.top_logprobs if (search.logprobs or search.top_logprobs) else -1,
+            grow_kv=self._kv.ensure,
+            kv_capacity=self._kv.capacity,
         )
         self._sequences = self._loop.array("sequences")
         self._logits_rows = self._loop.array("logits_rows")
@@ -340,5 +349,12 @@ class Generator:
 
     @property
     def kv_cache_bytes(self) -> int:
-        """Bytes the KV cache holds."""
+        """Bytes allocated for the KV cache."""
         return self._kv.nbytes
+
+    @property
+    def kv_cache_used_bytes(self) -> int:
+        """Bytes of the KV cache the tokens so far occupy (every layer, K and V)."""
+        io = self._io
+        per_token = 2 * io.num_layers * io.kv_heads * io.head_size * io.kv_dtype.itemsize
+        return self.rows * self._loop.computed * per_token

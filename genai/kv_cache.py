@@ -44,6 +44,13 @@ class KVCache:
         """Bytes held by the cache."""
         raise NotImplementedError
 
+    #: Positions the cache can hold now (-1: no limit, it grows with every run).
+    capacity: int = -1
+
+    def ensure(self, needed: int, filled: int) -> int:
+        """Make room for ``needed`` positions; returns the capacity (-1: unlimited)."""
+        return -1
+
     def reorder(self, order: np.ndarray) -> None:
         """Batch row i takes the cache of row ``order[i]`` (beam search), in place."""
         for view in self._row_views():
@@ -67,7 +74,13 @@ class KVCache:
 
 
 class SharedKVCache(KVCache):
-    """One preallocated buffer per K/V and layer, bound as both past and present."""
+    """One buffer per K/V and layer, bound as both past and present, that grows with use.
+
+    Capacity starts at ``initial_capacity`` tokens (0: ``max_length`` at once, as the
+    reference) and grows geometrically by ``growth_factor``, in whole blocks, up to
+    ``max_length``: a larger buffer is allocated, the filled positions copied, and the new
+    buffers re-bound. Only what is allocated is zero-filled.
+    """
 
     def __init__(
         self,
@@ -76,21 +89,51 @@ class SharedKVCache(KVCache):
         session: NativeSession,
         batch: int,
         max_length: int,
+        initial_capacity: int = 0,
+        growth_factor: float = 1.5,
     ) -> None:
         if io.combined_kv:
             raise ValueError("past_present_share_buffer does not support combined past_%d KV")
-        shape = (batch, io.kv_heads, max_length, io.head_size)
-        self._by_name: dict[str, np.ndarray] = {}
+        self.io, self.provider, self.session = io, provider, session
+        self.batch, self.max_length = batch, max_length
+        self.block = max(1, initial_capacity) if initial_capacity else max_length
+        self.growth_factor = growth_factor
         self.handover = []
         self._buffers: list[np.ndarray] = []
+        self._by_name: dict[str, np.ndarray] = {}
+        self.capacity = 0
+        self._allocate(min(max_length, initial_capacity or max_length), filled=0)
+
+    def _allocate(self, capacity: int, filled: int) -> None:
+        io = self.io
+        shape = (self.batch, io.kv_heads, capacity, io.head_size)
+        old = self._buffers
+        self._buffers, self._by_name = [], {}
         names = zip(io.past_keys, io.present_keys, io.past_values, io.present_values, strict=True)
+        index = 0
         for past_k, present_k, past_v, present_v in names:
             for past, present in ((past_k, present_k), (past_v, present_v)):
-                buf = provider.allocate(shape, io.kv_dtype)
-                session.bind_input(past, buf)
-                session.bind_output(present, buf)
+                buf = self.provider.allocate(shape, io.kv_dtype)
+                if old and filled:
+                    buf[:, :, :filled, :] = old[index][:, :, :filled, :]
+                self.session.bind_input(past, buf)
+                self.session.bind_output(present, buf)
                 self._by_name[past] = self._by_name[present] = buf
                 self._buffers.append(buf)
+                index += 1
+        self.capacity = capacity
+
+    def ensure(self, needed: int, filled: int) -> int:
+        """Grow so that ``needed`` positions fit (``filled`` of them hold data); returns the
+        capacity."""
+        if needed <= self.capacity:
+            return self.capacity
+        if needed > self.max_length:
+            raise ValueError(f"{needed} positions exceed max_length {self.max_length}")
+        target = max(needed, int(self.capacity * self.growth_factor))
+        target = -(-target // self.block) * self.block
+        self._allocate(min(target, self.max_length), filled)
+        return self.capacity
 
     def read(self, name: str) -> np.ndarray | None:
         buf = self._by_name.get(name)
@@ -163,9 +206,13 @@ def make_kv_cache(
     batch: int,
     max_length: int,
     share_buffer: bool,
+    initial_capacity: int = 0,
+    growth_factor: float = 1.5,
 ) -> KVCache:
     """The cache layout the search options ask for, bound to ``session``; a provider that
     does not declare the shared layout gets the growing one (same tokens, its own memory)."""
     if share_buffer and "shared" in provider.capabilities.kv_layouts:
-        return SharedKVCache(io, provider, session, batch, max_length)
+        return SharedKVCache(
+            io, provider, session, batch, max_length, initial_capacity, growth_factor
+        )
     return GrowingKVCache(io, session, batch)

@@ -52,9 +52,21 @@ class SearchOptions:
     logprobs: bool = False
     #: ... and this many most likely alternatives
     top_logprobs: int = 0
+    #: shared-buffer KV cache: tokens allocated up front (0 = max_length at once, as the
+    #: reference); it grows on demand, by `kv_growth_factor`, in blocks of this many tokens
+    kv_initial_capacity: int = 128
+    kv_growth_factor: float = 1.5
 
     #: Options the reference does not have: left out of `as_reference_dict` while at default.
-    EXTENSIONS = ("min_p", "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs")
+    EXTENSIONS = (
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "logprobs",
+        "top_logprobs",
+        "kv_initial_capacity",
+        "kv_growth_factor",
+    )
 
     @classmethod
     def names(cls) -> list[str]:
@@ -120,6 +132,14 @@ class SearchOptions:
         need(self.random_seed >= -1, f"random_seed ({self.random_seed}) must be >= -1")
         need(0.0 <= self.min_p <= 1.0, f"min_p ({self.min_p}) must be in [0, 1]")
         need(self.top_logprobs >= 0, f"top_logprobs ({self.top_logprobs}) must be >= 0")
+        need(
+            self.kv_initial_capacity >= 0,
+            f"kv_initial_capacity ({self.kv_initial_capacity}) must be >= 0",
+        )
+        need(
+            self.kv_growth_factor > 1.0,
+            f"kv_growth_factor ({self.kv_growth_factor}) must be > 1",
+        )
 
     @property
     def needs_processing(self) -> bool:

@@ -39,6 +39,11 @@ cdef class DecoderLoop:
     cdef int32_t* top_ids                    # [batch, n_top] or NULL
     cdef float* top_logprobs                 # [batch, n_top] or NULL
 
+    # shared-buffer KV that grows on demand: positions it holds now (-1: no limit), and the
+    # Python callable that grows it: grow(needed, filled) -> new capacity
+    cdef public Py_ssize_t kv_capacity
+    cdef object grow
+
     # growing (past/present) KV: present output i is re-bound as past input i after each run
     cdef Py_ssize_t n_kv_pairs
     cdef Py_ssize_t* kv_out

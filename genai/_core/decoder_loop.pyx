@@ -35,6 +35,7 @@ cdef enum:
     LOOP_ERR_FULL = -101
     LOOP_ERR_NOTHING = -102
     LOOP_ERR_LOGITS = -103
+    LOOP_NEED_GROW = -104  # not an error: the KV cache must grow before this run
 
 
 cdef inline void store_index(void* buf, int elem, Py_ssize_t i, int64_t value) noexcept nogil:
@@ -115,12 +116,15 @@ cdef class DecoderLoop:
         object position_ids, str logits, int batch, int vocab, int max_length,
         int pad_id, object eos_ids, object id_dtype, object mask_dtype,
         object logits_dtype, list kv_pairs, Sampler sampler=None, int logprobs=-1,
+        object grow_kv=None, Py_ssize_t kv_capacity=-1,
     ):
         """Allocate the loop's buffers. ``kv_pairs`` lists (present output, past input) names
         to hand over after each run (empty for a shared-buffer cache, bound by the caller).
         ``sampler``: None chooses by argmax; a `Sampler` runs the logits-processing chain.
         ``logprobs`` >= 0 (needs a sampler) records the chosen token's log-probability and
-        that many top alternatives per step."""
+        that many top alternatives per step. ``grow_kv(needed, filled) -> capacity`` grows a
+        shared-buffer KV cache holding ``kv_capacity`` positions (-1: no limit) before a run
+        that would not fit."""
         cdef Py_ssize_t i
         self.sess = session
         self._arrays = {}
@@ -153,6 +157,8 @@ cdef class DecoderLoop:
         self.done = keep("done", zeros(batch, np.uint8))
         self.eos_ids = keep("eos_ids", np.ascontiguousarray(eos_ids, dtype=np.int32))
         self.sampler = sampler
+        self.grow = grow_kv
+        self.kv_capacity = kv_capacity
         if logprobs >= 0:
             if sampler is None:
                 raise ValueError("logprobs need a sampler")
@@ -244,10 +250,17 @@ cdef class DecoderLoop:
     def run(self, bint prompt):
         """Run the model on the pending tokens (GIL released)."""
         cdef int rc
-        with nogil:
-            rc = self.run_pending(prompt)
+        while True:
+            with nogil:
+                rc = self.run_pending(prompt)
+            if rc != LOOP_NEED_GROW:
+                break
+            self._grow_kv()
         if rc != 0:
             self.raise_error(rc)
+
+    def _grow_kv(self):
+        self.kv_capacity = self.grow(self.length, self.computed)
 
     def step(self):
         """One generation step: run if the logits are stale, choose, commit."""
@@ -255,8 +268,12 @@ cdef class DecoderLoop:
         if self.logits_ready:
             rc = self.choose_and_commit()  # no model run: keep the GIL
         else:
-            with nogil:
-                rc = self.step_nogil()
+            while True:
+                with nogil:
+                    rc = self.step_nogil()
+                if rc != LOOP_NEED_GROW:
+                    break
+                self._grow_kv()
         if rc != 0:
             self.raise_error(rc)
 
@@ -265,12 +282,17 @@ cdef class DecoderLoop:
         number of steps made."""
         cdef int rc = 0
         cdef Py_ssize_t made = 0
-        with nogil:
-            while made < count and not self.all_done and self.length < self.max_length:
-                rc = self.step_nogil()
-                if rc != 0:
-                    break
-                made += 1
+        while True:
+            with nogil:
+                while made < count and not self.all_done and self.length < self.max_length:
+                    rc = self.step_nogil()
+                    if rc != 0:
+                        break
+                    made += 1
+            if rc != LOOP_NEED_GROW:
+                break
+            self._grow_kv()  # rare: back to Python to reallocate, then on without the GIL
+            rc = 0
         if rc != 0:
             self.raise_error(rc)
         return made
@@ -331,6 +353,8 @@ cdef class DecoderLoop:
         if count <= 0:
             self.error_message = b"no pending tokens to run"
             return LOOP_ERR_NOTHING
+        if self.kv_capacity >= 0 and stop > self.kv_capacity:
+            return LOOP_NEED_GROW  # before touching any state
         for b in range(batch):
             for i in range(count):
                 store_index(self.ids_buf, self.ids_elem, b * count + i,
