@@ -1,0 +1,93 @@
+"""Peak memory and KV bytes at max_length = context length, each engine in its own process.
+
+    PYTHONPATH=. python benchmarks/memory.py [-m MODEL_DIR] [--prompt-tokens 128] [--new-tokens 256]
+
+SmolLM2 int4 by default (context 8192): a 128-token prompt and 256 new tokens with max_length
+left at the context length, the setting that makes the reference allocate and zero-fill the
+whole [batch, kv_heads, 8192, head] cache per layer up front. Runs: the reference; genai with
+its growing shared buffer (the default); genai with the full-size buffer (kv_initial_capacity=0)
+for the decode-speed comparison. Each in a fresh subprocess; peak RSS from getrusage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
+
+CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, {root!r})
+import numpy as np
+engine_name, folder, prompt_tokens, new_tokens, initial = {args!r}
+if engine_name == "reference":
+    import onnxruntime_genai as engine
+else:
+    import genai as engine
+import genai
+config = engine.Config(folder)
+config.overlay(json.dumps({{"model": {{"eos_token_id": [49151]}}}}))
+model = engine.Model(config)
+ids = genai.Tokenizer(genai.Config(folder)).encode("The history of the city begins. " * 60)
+ids = np.ascontiguousarray(np.resize(ids, prompt_tokens), dtype=np.int32)
+params = engine.GeneratorParams(model)
+options = {{}}
+if initial is not None:
+    options["kv_initial_capacity"] = initial
+params.set_search_options(**options)  # max_length stays at the context length
+generator = engine.Generator(model, params)
+generator.append_tokens(ids)
+generator.generate_next_token()
+start = time.perf_counter()
+for _ in range(new_tokens - 1):
+    generator.generate_next_token()
+rate = (new_tokens - 1) / (time.perf_counter() - start)
+kv = getattr(generator, "kv_cache_bytes", None)
+used = getattr(generator, "kv_cache_used_bytes", None)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({{"peak": peak, "rate": rate, "kv": kv, "used": used}}))
+"""
+
+
+def run(engine: str, folder: Path, prompt: int, new: int, initial: int | None) -> dict:
+    code = CHILD.format(root=str(ROOT), args=(engine, str(folder), prompt, new, initial))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    args = parser.parse_args(argv)
+    runs = {
+        "reference": run("reference", args.model, args.prompt_tokens, args.new_tokens, None),
+        "genai (growing)": run("genai", args.model, args.prompt_tokens, args.new_tokens, None),
+        "genai (full size)": run("genai", args.model, args.prompt_tokens, args.new_tokens, 0),
+    }
+    mib = 1024 * 1024
+    print(f"model {args.model}, prompt {args.prompt_tokens}, new {args.new_tokens}, "
+          "max_length = context length")  # fmt: skip
+    print(f"{'engine':<18} {'peak RSS MiB':>12} {'KV alloc MiB':>12} {'KV used MiB':>11} "
+          f"{'decode tok/s':>12}")  # fmt: skip
+    for name, r in runs.items():
+        kv = f"{r['kv'] / mib:.1f}" if r["kv"] is not None else "-"
+        used = f"{r['used'] / mib:.1f}" if r["used"] is not None else "-"
+        print(f"{name:<18} {r['peak'] / mib:>12.0f} {kv:>12} {used:>11} {r['rate']:>12.1f}")
+    grow, ref, full = runs["genai (growing)"], runs["reference"], runs["genai (full size)"]
+    print(f"KV allocated / used: {grow['kv'] / grow['used']:.2f}x (target <= 1.5x)")
+    print(f"peak RSS genai / reference: {grow['peak'] / ref['peak']:.2f}x (target <= 0.5x)")
+    print(f"decode growing / full-size buffer: {grow['rate'] / full['rate']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
