@@ -1,6 +1,7 @@
 """The ``genai`` command line (also ``python -m genai``).
 
 genai generate [-m MODEL_DIR] "prompt" [--chat] [--max-length N] [--threads N] [-v]
+genai chat [-m MODEL_DIR] [--system TEXT] [--max-new-tokens N] [--threads N] [-v]
 genai build INPUT -o OUT [--precision int4|fp16|fp32] [--all-logits]
 genai pull [--force] [-q]
 genai providers [--json] [--devices] [--plugins]
@@ -59,6 +60,28 @@ def _build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="print prefill ms and decode tok/s to stderr"
     )
     gen.set_defaults(handler=_generate)
+
+    chat = commands.add_parser(
+        "chat",
+        help="chat with a model in the terminal (multi-turn, streaming)",
+        description="A multi-turn chat: each line you type is a user message; the reply streams "
+        "as it is produced. The conversation's KV cache is reused between turns. "
+        "Ctrl-D or /exit ends it.",
+    )
+    chat.add_argument(
+        "-m",
+        "--model",
+        metavar="DIR",
+        help="model folder (default: the default model, pulled on first use)",
+    )
+    chat.add_argument("--system", metavar="TEXT", help="system message")
+    chat.add_argument(
+        "--max-new-tokens", type=int, default=DEFAULT_NEW_TOKENS, metavar="N",
+        help=f"longest reply in tokens (default {DEFAULT_NEW_TOKENS})",
+    )  # fmt: skip
+    chat.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
+    chat.add_argument("-v", "--verbose", action="store_true", help="print tok/s per reply")
+    chat.set_defaults(handler=_chat)
 
     prov = commands.add_parser(
         "providers",
@@ -189,23 +212,89 @@ def _conformance(args: argparse.Namespace) -> int:
     return 1 if failed or code not in (0, 5) or not results else 0
 
 
-def _generate(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace):
+    """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``."""
     import genai
 
     if args.model is None:
         from .builder.cli import ensure_default_model
 
         args.model = str(ensure_default_model(progress=True))  # progress goes to stderr
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     config = genai.Config(args.model)
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError("--threads must be >= 1")
         config.overlay({"model": {"decoder": {"session_options": {
             "intra_op_num_threads": args.threads}}}})  # fmt: skip
-    started = time.perf_counter()
     model = genai.Model(config)
-    tokenizer = genai.Tokenizer(model)
+    return config, model, genai.Tokenizer(model)
+
+
+def _chat(args: argparse.Namespace) -> int:
+    import genai
+
+    if args.max_new_tokens < 1:
+        raise ValueError("--max-new-tokens must be >= 1")
+    config, model, tokenizer = _load(args)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=config.context_length)
+    generator = genai.Generator(model, params)
+    messages: list[dict[str, str]] = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    interactive = sys.stdin.isatty()
+    out = sys.stdout
+    while True:
+        if interactive:
+            out.write("> ")
+            out.flush()
+        line = sys.stdin.readline()
+        if not line or line.strip() == "/exit":
+            return 0
+        if not line.strip():
+            continue
+        messages.append({"role": "user", "content": line.rstrip("\n")})
+        prompt = tokenizer.encode(
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        )
+        # Reuse the KV cache: keep the common prefix with what the model has seen, feed the rest.
+        seen = generator.get_sequence(0) if generator.token_count() else prompt[:0]
+        common = 0
+        limit = min(len(seen), len(prompt) - 1)
+        while common < limit and seen[common] == prompt[common]:
+            common += 1
+        if len(prompt) + args.max_new_tokens > config.context_length:
+            raise ValueError(
+                f"the conversation ({len(prompt)} tokens) no longer fits the context "
+                f"({config.context_length}) with a {args.max_new_tokens}-token reply"
+            )
+        if common < generator.token_count():
+            generator.rewind_to(common)
+        generator.append_tokens(prompt[common:])
+        stream = tokenizer.create_stream()
+        reply: list[int] = []
+        started = time.perf_counter()
+        while not generator.is_done() and len(reply) < args.max_new_tokens:
+            generator.generate_next_token()
+            token = int(generator.get_next_tokens()[0])
+            if token in tokenizer.eos_token_ids:
+                break
+            reply.append(token)
+            out.write(stream.decode(token))
+            out.flush()
+        out.write("\n")
+        if args.verbose and reply:
+            rate = len(reply) / (time.perf_counter() - started)
+            print(f"[{len(reply)} tokens, {rate:.1f} tok/s]", file=sys.stderr)
+        messages.append({"role": "assistant", "content": tokenizer.decode(reply)})
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import genai
+
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    started = time.perf_counter()
+    config, model, tokenizer = _load(args)
     if args.chat:
         messages = [{"role": "user", "content": prompt}]
         if args.system:

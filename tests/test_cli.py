@@ -61,3 +61,42 @@ def test_python_dash_m_and_usage_errors():
         [sys.executable, "-m", "genai", "generate"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 2 and "usage:" in result.stderr
+
+
+def test_chat_reuses_the_cache_and_matches_fresh_generation(fixture_folders):
+    """Two turns through ``genai chat``: each reply equals a fresh greedy generation on the
+    whole templated conversation (so reusing the KV cache between turns changes nothing)."""
+    folder = fixture_folders["gqa"]
+    turns = ["abc de", "fed cba"]
+    result = subprocess.run(
+        [sys.executable, "-m", "genai", "chat", "-m", str(folder), "--max-new-tokens", "12"],
+        input="\n".join(turns) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    replies = result.stdout.split("\n")[:2]
+    model = genai.Model(folder)
+    tokenizer = genai.Tokenizer(model)
+    messages = []
+    for turn, reply in zip(turns, replies, strict=True):
+        messages.append({"role": "user", "content": turn})
+        ids = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=len(ids) + 12)
+        generator = genai.Generator(model, params)
+        generator.append_tokens(ids)
+        while not generator.is_done():
+            generator.generate_next_token()
+        new = generator.get_sequence(0)[len(ids) :]
+        assert reply == tokenizer.decode(new)
+        messages.append({"role": "assistant", "content": tokenizer.decode(new)})
+
+
+def test_chat_rejects_bad_options(fixture_folders):
+    result = subprocess.run(
+        [sys.executable, "-m", "genai", "chat", "-m", str(fixture_folders["gqa"]),
+         "--max-new-tokens", "0"],
+        input="hi\n", capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1 and "--max-new-tokens must be >= 1" in result.stderr
