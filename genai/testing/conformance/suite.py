@@ -191,6 +191,16 @@ class ConformanceFixtures:
     ) -> genai.Model:
         return genai.Model(self.config(model_dir, provider, options, **search))
 
+    def provider_model(
+        self,
+        model_dir: Path,
+        provider: ExecutionProvider,
+        options: Mapping[str, str] | None,
+        share: bool,
+    ) -> genai.Model:
+        """The model on the provider under test with the given KV layout."""
+        return self.model(model_dir, provider.name, options, past_present_share_buffer=share)
+
     def model_pair(
         self,
         model_dir: Path,
@@ -200,7 +210,7 @@ class ConformanceFixtures:
     ) -> tuple[genai.Model, genai.Model]:
         """The model on the provider under test, and on cpu (the parity baseline)."""
         return (
-            self.model(model_dir, provider.name, options, past_present_share_buffer=share),
+            self.provider_model(model_dir, provider, options, share),
             self.model(model_dir, "cpu", past_present_share_buffer=share),
         )
 
@@ -434,12 +444,7 @@ class RewindContinuousTests(ConformanceFixtures):
         genai_model_dir: Path,
     ) -> None:
         share = self.default_layout(genai_provider)
-        model = self.model(
-            genai_model_dir,
-            genai_provider.name,
-            genai_provider_options,
-            past_present_share_buffer=share,
-        )
+        model = self.provider_model(genai_model_dir, genai_provider, genai_provider_options, share)
         first, second = self.prompts(model, 2)
         gen = self.generator(model, [first])
         for _ in range(4):
@@ -464,12 +469,7 @@ class RewindContinuousTests(ConformanceFixtures):
         genai_model_dir: Path,
     ) -> None:
         share = self.default_layout(genai_provider)
-        model = self.model(
-            genai_model_dir,
-            genai_provider.name,
-            genai_provider_options,
-            past_present_share_buffer=share,
-        )
+        model = self.provider_model(genai_model_dir, genai_provider, genai_provider_options, share)
         prompt = self.prompts(model, 1)[0]
         gen = self.generator(model, [prompt])
         for _ in range(10):
