@@ -13,6 +13,7 @@ without the GIL. State lives there:
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,9 +27,24 @@ from .kv_cache import make_kv_cache
 
 if TYPE_CHECKING:
     from .generator_params import GeneratorParams
-    from .model import Model
+    from .model import DecoderIO, Model
 
-__all__ = ["Generator"]
+__all__ = ["Generator", "KVSnapshot"]
+
+
+@dataclass(frozen=True)
+class KVSnapshot:
+    """Tokens and KV cache of a generator at one point (see `Generator.snapshot`)."""
+
+    io: DecoderIO
+    layout: str
+    tokens: np.ndarray
+    kv: list[np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the snapshot holds."""
+        return self.tokens.nbytes + sum(a.nbytes for a in self.kv)
 
 
 class Generator:
@@ -346,6 +362,38 @@ class Generator:
             raise NotImplementedError("rewind_to(n > 0) needs batch_size 1 and num_beams 1")
         self._loop.rewind(length)
         self._kv.truncate(self._loop.computed)
+
+    def snapshot(self) -> KVSnapshot:
+        """The state after the tokens so far (tokens and their KV cache), to start other
+        generators from (`restore`) without recomputing them: e.g. after a system prompt.
+        Batch 1, beam 1."""
+        if self.rows != 1:
+            raise NotImplementedError("snapshot needs batch_size 1 and num_beams 1")
+        length = self._loop.length
+        if length < 1:
+            raise GenerationError("nothing to snapshot: append tokens first")
+        return KVSnapshot(
+            io=self._io,
+            layout=type(self._kv).__name__,
+            tokens=self._sequences[:, :length].copy(),
+            kv=self._kv.export(length - 1),
+        )
+
+    def restore(self, snapshot: KVSnapshot) -> None:
+        """Continue from ``snapshot`` (made by `snapshot` on a generator of the same model and
+        KV layout): the same tokens follow as after appending those tokens here."""
+        if self._loop.length:
+            raise GenerationError("restore needs a fresh generator (no tokens appended)")
+        if self.rows != 1:
+            raise NotImplementedError("restore needs batch_size 1 and num_beams 1")
+        if snapshot.io != self._io or snapshot.layout != type(self._kv).__name__:
+            raise ValueError("the snapshot comes from another model or KV layout")
+        length = snapshot.tokens.shape[1]
+        if length > self.max_length:
+            raise ValueError(f"the snapshot's {length} tokens exceed max_length {self.max_length}")
+        self._kv.load(snapshot.kv, length)
+        self._loop.kv_capacity = self._kv.capacity
+        self._loop.restore(snapshot.tokens)
 
     @property
     def kv_cache_bytes(self) -> int:

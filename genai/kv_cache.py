@@ -51,6 +51,14 @@ class KVCache:
         """Make room for ``needed`` positions; returns the capacity (-1: unlimited)."""
         return -1
 
+    def export(self, positions: int) -> list[np.ndarray]:
+        """Copies of every cache tensor's first ``positions`` positions (a snapshot)."""
+        raise NotImplementedError
+
+    def load(self, arrays: list[np.ndarray], length: int) -> None:
+        """Fill the cache from `export` output, with room for a sequence of ``length``."""
+        raise NotImplementedError
+
     def reorder(self, order: np.ndarray) -> None:
         """Batch row i takes the cache of row ``order[i]`` (beam search), in place."""
         for view in self._row_views():
@@ -150,6 +158,16 @@ class SharedKVCache(KVCache):
     def _row_views(self) -> list[np.ndarray]:
         return [b.reshape(b.shape[0], -1).view(np.uint8) for b in self._buffers]
 
+    def export(self, positions: int) -> list[np.ndarray]:
+        return [b[:, :, :positions, :].copy() for b in self._buffers]
+
+    def load(self, arrays: list[np.ndarray], length: int) -> None:
+        if len(arrays) != len(self._buffers):
+            raise ValueError("the snapshot has another number of KV tensors")
+        self.ensure(length, 0)
+        for buf, array in zip(self._buffers, arrays, strict=True):
+            buf[:, :, : array.shape[2], :] = array
+
 
 class GrowingKVCache(KVCache):
     """Past/present layout: presents become the next pasts; starts with zero length."""
@@ -184,6 +202,18 @@ class GrowingKVCache(KVCache):
     @property
     def nbytes(self) -> int:
         return sum(self.session.input_value(name).nbytes for name in self.pasts)
+
+    def export(self, positions: int) -> list[np.ndarray]:
+        return [
+            np.take(self.session.input_value(name), np.arange(positions), self._axis)
+            for name in self.pasts
+        ]
+
+    def load(self, arrays: list[np.ndarray], length: int) -> None:
+        if len(arrays) != len(self.pasts):
+            raise ValueError("the snapshot has another number of KV tensors")
+        for name, array in zip(self.pasts, arrays, strict=True):
+            self.session.bind_input(name, np.ascontiguousarray(array))
 
     def _row_views(self) -> list[np.ndarray]:
         # After a run the pasts hold the presents' memory (handed over without copies).

@@ -247,6 +247,22 @@ cdef class DecoderLoop:
         self.all_done = False
         self.done[:] = 0
 
+    def restore(self, tokens):
+        """Start from a snapshot: ``tokens`` [batch, n] are the sequence so far and the KV
+        cache (restored by the caller) holds the first n - 1 positions; the next run feeds
+        the last token (its logits continue the sequence)."""
+        cdef Py_ssize_t n = tokens.shape[1], b, i
+        self.reset()
+        np.asarray(self.sequences)[:, :n] = tokens
+        self.length = n
+        self.prompt_length = n
+        self.computed = n - 1
+        self.mask_length = n - 1
+        for b in range(self.batch):
+            self.next_position[b] = n - 1
+            for i in range(n - 1):
+                store_index(self.mask_buf, self.mask_elem, b * (n - 1) + i, 1)
+
     def run(self, bint prompt):
         """Run the model on the pending tokens (GIL released)."""
         cdef int rc
