@@ -166,9 +166,9 @@ class Generator:
             raise ValueError(
                 f"appending {count} tokens to {length} exceeds max_length {self.max_length}"
             )
-        if length and self.rows > 1:
+        if length and self.num_beams > 1:
             raise NotImplementedError(
-                "continuous decoding (append_tokens after the first call) needs batch_size 1"
+                "continuous decoding (append_tokens after the first call) needs num_beams 1"
             )
         self._loop.append(array)
         self._loop.run(length == 0)

@@ -371,6 +371,16 @@ cdef class DecoderLoop:
             return LOOP_ERR_NOTHING
         if self.kv_capacity >= 0 and stop > self.kv_capacity:
             return LOOP_NEED_GROW  # before touching any state
+        if not prompt and batch > 1 and count > 1:
+            # Continuing a batch: one token per run (GroupQueryAttention takes several new
+            # tokens on top of a past only at batch 1); the last run's logits are the ones kept.
+            for i in range(count):
+                self.length = start + i + 1
+                rc = self.run_pending(False)
+                if rc != 0:
+                    self.length = stop
+                    return rc
+            return 0
         for b in range(batch):
             for i in range(count):
                 store_index(self.ids_buf, self.ids_elem, b * count + i,
