@@ -584,3 +584,20 @@ def test_sampling_support_parity(og_model, options):
     }
     allowed = set(np.flatnonzero(_exact(logits, **options) > 0))
     assert theirs == allowed
+
+
+@pytest.mark.parametrize("vocab", [32000, 151936])
+def test_block_bounded_top_k_keeps_tie_order(vocab):
+    """Large vocabularies take the block-maximum bound path of top-k: with heavy ties at the
+    boundary it must still keep the lowest ids, token for token as the twin's full sort."""
+    rng = np.random.default_rng(vocab)
+    logits = np.zeros((1, vocab), np.float32)
+    logits[0, rng.choice(vocab, 20, replace=False)] = 3.0  # 20 clear winners, then a sea of ties
+    logits[0, rng.choice(vocab, 7, replace=False)] = -np.inf
+    out_k = np.zeros(1, np.int32)
+    out_t = np.zeros(1, np.int32)
+    for u in np.linspace(0.0, 0.999, 97):
+        uniforms = np.array([u])
+        kernels.sample(logits, uniforms, out_k, do_sample=True, top_k=50, temperature=0.5)
+        reference.sample(logits, uniforms, out_t, do_sample=True, top_k=50, temperature=0.5)
+        assert out_k[0] == out_t[0]

@@ -499,6 +499,79 @@ cdef Py_ssize_t _select_top(
     return k
 
 
+cdef float _kth_largest(float* a, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
+    """The k-th largest (1-based) of ``a[:n]`` (no NaN), by quickselect; reorders ``a``."""
+    cdef Py_ssize_t lo = 0, hi = n - 1, target = k - 1, i, j
+    cdef float pivot, tmp
+    while lo < hi:
+        pivot = a[lo + (hi - lo) // 2]
+        i, j = lo, hi
+        while i <= j:  # descending Hoare partition
+            while a[i] > pivot:
+                i += 1
+            while a[j] < pivot:
+                j -= 1
+            if i <= j:
+                tmp = a[i]
+                a[i] = a[j]
+                a[j] = tmp
+                i += 1
+                j -= 1
+        if target <= j:
+            hi = j
+        elif target >= i:
+            lo = i
+        else:
+            break
+    return a[target]
+
+
+cdef Py_ssize_t _select_top_blocks(
+    const float* row, Py_ssize_t vocab, Py_ssize_t k, Candidate* h, float* work,
+) noexcept nogil:
+    """`_select_top` for k much smaller than the number of 64-logit blocks: the k-th largest
+    block maximum is a lower bound of the k-th best logit (the block maxima are k distinct
+    entries), so one pass computes the block maxima, a quickselect finds that bound, and only
+    the blocks reaching it are scanned -- the heap sees ~k insertions instead of ~k ln(V/k).
+    ``work`` holds 2 * ceil(vocab / 64) floats. Same result and tie order as `_select_top`."""
+    cdef Py_ssize_t nblocks = (vocab + SCAN_BLOCK - 1) // SCAN_BLOCK, b, j, start, stop, n = 0
+    cdef float* maxima = work
+    cdef float* sel = work + nblocks
+    cdef float bound, thr = 0.0, v
+    cdef int bad = 0
+    for b in range(nblocks):
+        start = b * SCAN_BLOCK
+        stop = start + SCAN_BLOCK if start + SCAN_BLOCK < vocab else vocab
+        maxima[b] = block_max(row + start, stop - start, &bad)
+        if bad:  # checked per block: block_max reports on the block it was given
+            return -1
+        sel[b] = maxima[b]
+    bound = _kth_largest(sel, nblocks, k)
+    for b in range(nblocks):
+        if maxima[b] < bound or (n == k and maxima[b] <= thr):
+            continue
+        start = b * SCAN_BLOCK
+        stop = start + SCAN_BLOCK if start + SCAN_BLOCK < vocab else vocab
+        for j in range(start, stop):
+            v = row[j]
+            if v < bound:
+                continue
+            if n < k:
+                h[n].value = v
+                h[n].index = <int32_t>j
+                n += 1
+                if n == k:
+                    _heapify(h, k)
+                    thr = h[0].value
+            elif v > thr:  # index order: an equal value later is worse
+                h[0].value = v
+                h[0].index = <int32_t>j
+                _sift_down(h, k, 0)
+                thr = h[0].value
+    _heap_to_rank_order(h, k)
+    return k
+
+
 cdef Py_ssize_t _first_index_of(const float* row, Py_ssize_t vocab, float value) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(vocab):
@@ -748,7 +821,10 @@ cdef Py_ssize_t sample_row(
     if top_k >= vocab:
         top_k = 0
     if not greedy and top_k > 0:
-        if _select_top(row, vocab, top_k, cand) < 0:
+        if vocab >= 8 * SCAN_BLOCK * top_k:
+            if _select_top_blocks(row, vocab, top_k, cand, <float*>mass) < 0:
+                return -1
+        elif _select_top(row, vocab, top_k, cand) < 0:
             return -1
         n_sel = top_k
         m = cand[0].value
