@@ -1,6 +1,7 @@
 """Peak memory and KV bytes at max_length = context length, each engine in its own process.
 
-    PYTHONPATH=. python benchmarks/memory.py [-m MODEL_DIR] [--prompt-tokens 128] [--new-tokens 256]
+    PYTHONPATH=. python benchmarks/memory.py [-m MODEL_DIR] [--prompt-tokens 128]
+        [--new-tokens 256] [--speed-rounds N]
 
 SmolLM2 int4 by default (context 8192): a 128-token prompt and 256 new tokens with max_length
 left at the context length, the setting that makes the reference allocate and zero-fill the
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument(
+        "--speed-rounds", type=int, default=0, help="also compare decode speed in one process"
+    )
     args = parser.parse_args(argv)
     runs = {
         "reference": run("reference", args.model, args.prompt_tokens, args.new_tokens, None),
@@ -85,8 +89,50 @@ def main(argv: list[str] | None = None) -> int:
     grow, ref, full = runs["genai (growing)"], runs["reference"], runs["genai (full size)"]
     print(f"KV allocated / used: {grow['kv'] / grow['used']:.2f}x (target <= 1.5x)")
     print(f"peak RSS genai / reference: {grow['peak'] / ref['peak']:.2f}x (target <= 0.5x)")
-    print(f"decode growing / full-size buffer: {grow['rate'] / full['rate']:.2f}x")
+    ratio = grow["rate"] / full["rate"]
+    print(f"decode growing / full-size buffer (separate processes): {ratio:.2f}x")
+    if args.speed_rounds:
+        ratio = interleaved_speed(
+            args.model, args.prompt_tokens, args.new_tokens, args.speed_rounds
+        )
+        print(f"decode growing / full-size buffer (one process, ABBA, medians): {ratio:.3f}x")
     return 0
+
+
+def interleaved_speed(folder: Path, prompt: int, new: int, rounds: int) -> float:
+    """Decode tok/s of the growing vs the full-size shared buffer in one process, alternating
+    which goes first each round; the ratio of the medians."""
+    import json as _json
+    import statistics
+    import time
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    import genai
+
+    config = genai.Config(folder)
+    config.overlay(_json.dumps({"model": {"eos_token_id": [49151]}}))
+    model = genai.Model(config)
+    ids = genai.Tokenizer(model).encode("The history of the city begins. " * 60)
+    ids = np.ascontiguousarray(np.resize(ids, prompt), dtype=np.int32)
+
+    def rate(initial: int) -> float:
+        params = genai.GeneratorParams(model)
+        params.set_search_options(kv_initial_capacity=initial)  # max_length: the context
+        generator = genai.Generator(model, params)
+        generator.append_tokens(ids)
+        generator.generate_next_token()
+        start = time.perf_counter()
+        for _ in range(new - 1):
+            generator.generate_next_token()
+        return (new - 1) / (time.perf_counter() - start)
+
+    rates: dict[int, list[float]] = {128: [], 0: []}
+    for index in range(rounds):
+        for initial in (128, 0) if index % 2 == 0 else (0, 128):
+            rates[initial].append(rate(initial))
+    return statistics.median(rates[128]) / statistics.median(rates[0])
 
 
 if __name__ == "__main__":
