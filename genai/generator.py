@@ -358,8 +358,8 @@ class Generator:
         current = self._loop.length
         if not 0 <= length <= current:
             raise ValueError(f"cannot rewind to {length}: the sequence has {current} tokens")
-        if length and self.rows > 1:
-            raise NotImplementedError("rewind_to(n > 0) needs batch_size 1 and num_beams 1")
+        if length and self.num_beams > 1:
+            raise NotImplementedError("rewind_to(n > 0) needs num_beams 1")
         self._loop.rewind(length)
         self._kv.truncate(self._loop.computed)
 

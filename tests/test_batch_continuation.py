@@ -38,3 +38,31 @@ def test_each_row_continues_like_a_fresh_run(fixture_folders, case):
         np.testing.assert_array_equal(
             generator.get_sequence(row)[-10:], fresh.sequences[0][len(history) :]
         )
+
+
+@pytest.mark.parametrize("case", ["gqa", "gqa-noshare", "optimum", "gpt2"])
+def test_rewind_then_append_at_batch_2(fixture_folders, case):
+    """rewind_to inside the generated part of a padded batch, then append: each row equals a
+    fresh batch-1 run of its unpadded prompt, the generated tokens kept, and the new ones."""
+    folder = fixture_folders[case]
+    model = genai.Model(folder)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=48, batch_size=2)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(BATCH)
+    for _ in range(8):
+        generator.generate_next_token()
+    keep = BATCH.shape[1] + 3
+    kept = [generator.get_sequence(row)[BATCH.shape[1] : keep] for row in range(2)]
+    generator.rewind_to(keep)
+    generator.append_tokens(APPENDED)
+    for _ in range(10):
+        generator.generate_next_token()
+    reference = og.Model(str(folder))
+    for row in range(2):
+        prompt = BATCH[row][: 3 if row else 7]
+        history = np.concatenate([prompt, kept[row], APPENDED[row]])
+        fresh = greedy(og, reference, history, len(history) + 10)
+        np.testing.assert_array_equal(
+            generator.get_sequence(row)[-10:], fresh.sequences[0][len(history) :]
+        )

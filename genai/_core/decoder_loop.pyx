@@ -238,11 +238,26 @@ cdef class DecoderLoop:
     def rewind(self, Py_ssize_t length):
         """Keep the first ``length`` tokens; the KV of all but the last of them is kept so
         the next run recomputes that token's logits."""
+        cdef Py_ssize_t b, i, old = self.mask_length, kept, ones
+        cdef int size = 8 if self.mask_elem == ELEM_INT64 else 4
         self.length = length
         self.computed = min(self.computed, max(length - 1, 0))
-        self.mask_length = min(self.mask_length, self.computed)
+        kept = min(old, self.computed)
+        if self.batch > 1 and kept < old:
+            # keep each row's first `kept` mask columns: [batch, old] -> [batch, kept] in place
+            for b in range(1, self.batch):
+                memmove((<char*>self.mask_buf) + b * kept * size,
+                        (<char*>self.mask_buf) + b * old * size, kept * size)
+        self.mask_length = kept
         for b in range(self.batch):
-            self.next_position[b] = self.computed
+            # a row's next position counts its unmasked tokens (right padding is masked)
+            ones = 0
+            for i in range(kept):
+                if self.mask_elem == ELEM_INT64:
+                    ones += (<int64_t*>self.mask_buf)[b * kept + i] != 0
+                else:
+                    ones += (<int32_t*>self.mask_buf)[b * kept + i] != 0
+            self.next_position[b] = ones
         self.logits_ready = False
         self.all_done = False
         self.done[:] = 0
