@@ -12,3 +12,28 @@ cdef bint commit_row_tokens(
     int32_t[:, ::1] sequences, Py_ssize_t length, int32_t[::1] tokens,
     const int32_t[::1] eos_ids, uint8_t[::1] done, int32_t pad_id,
 ) noexcept nogil
+
+
+# Raw-buffer forms of the mask / position kernels, for the decode loop (`wide`: int64 buffers,
+# else int32). The `def` wrappers in bookkeeping.pyx call the same functions.
+cdef inline void store_index(void* buf, bint wide, Py_ssize_t i, int64_t value) noexcept nogil:
+    if wide:
+        (<int64_t*>buf)[i] = value
+    else:
+        (<int32_t*>buf)[i] = <int32_t>value
+
+cdef inline int64_t load_index(const void* buf, bint wide, Py_ssize_t i) noexcept nogil:
+    if wide:
+        return (<const int64_t*>buf)[i]
+    return (<const int32_t*>buf)[i]
+
+cdef void prefill_rows(
+    const int32_t* tokens, Py_ssize_t token_stride, Py_ssize_t batch, Py_ssize_t count,
+    int32_t pad_id, void* mask, void* positions, Py_ssize_t out_stride, bint wide,
+    int32_t* last_index, int64_t* real_count,
+) noexcept nogil
+cdef void grow_mask(void* mask, bint wide, Py_ssize_t batch, Py_ssize_t old_length) noexcept nogil
+cdef void write_positions(
+    void* positions, bint wide, int64_t* next_position, Py_ssize_t batch, Py_ssize_t count,
+    Py_ssize_t stride,
+) noexcept nogil

@@ -3,7 +3,9 @@
 decode, greedy argmax, and committing chosen tokens (pad after EOS, done flags).
 
 Every kernel works on caller-owned buffers (the arrays bound to ORT through IOBinding) and
-writes in place. The loops are ``nogil``; the wrappers release the GIL only when the work is
+writes in place. The mask/position kernels have raw-buffer `cdef` forms (declared in the
+.pxd) that the decode loop (`decoder_loop.pyx`) calls inside its nogil step; the `def`
+wrappers here call the same functions, so the NumPy-twin tests cover what the loop runs. The loops are ``nogil``; the wrappers release the GIL only when the work is
 large (`NOGIL_MIN_WORK` elements): under a busy Python thread, each release costs up to a
 whole switch interval (5 ms) to take the GIL back, far more than these microsecond loops.
 `genai._core.reference` holds the NumPy twin of each kernel.
@@ -12,8 +14,31 @@ whole switch interval (5 ms) to take the GIL back, far more than these microseco
 #: Elements of work from which a kernel releases the GIL.
 NOGIL_MIN_WORK = 1 << 20
 
-from libc.stdint cimport int32_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t
+
+import numpy as np
 from libc.string cimport memcpy, memmove
+
+
+cdef void prefill_rows(
+    const int32_t* tokens, Py_ssize_t token_stride, Py_ssize_t batch, Py_ssize_t count,
+    int32_t pad_id, void* mask, void* positions, Py_ssize_t out_stride, bint wide,
+    int32_t* last_index, int64_t* real_count,
+) noexcept nogil:
+    cdef Py_ssize_t b, i, n
+    cdef const int32_t* row
+    for b in range(batch):
+        row = tokens + b * token_stride
+        n = count
+        while n > 0 and row[n - 1] == pad_id:
+            n -= 1
+        for i in range(count):
+            store_index(mask, wide, b * out_stride + i, 1 if i < n else 0)
+            if positions != NULL:
+                store_index(positions, wide, b * out_stride + i, i if i < n else 0)
+        last_index[b] = <int32_t>(n - 1 if n > 0 else 0)
+        if real_count != NULL:
+            real_count[b] = n
 
 
 def prefill_inputs(
@@ -27,33 +52,41 @@ def prefill_inputs(
     row of padding only). ``mask``/``positions`` may be wider than ``tokens``: only the first
     ``tokens.shape[1]`` columns are written. ``positions`` may have zero rows (no position input).
     """
-    cdef Py_ssize_t b, i, n
     cdef Py_ssize_t batch = tokens.shape[0], length = tokens.shape[1]
     cdef bint with_positions = positions.shape[0] > 0
-    for b in range(batch):
-        n = length
-        while n > 0 and tokens[b, n - 1] == pad_id:
-            n -= 1
-        for i in range(length):
-            mask[b, i] = 1 if i < n else 0
-            if with_positions:
-                positions[b, i] = i if i < n else 0
-        last_index[b] = n - 1 if n > 0 else 0
+    if tokens.strides[1] != sizeof(int32_t):
+        raise ValueError("tokens rows must be contiguous")
+    if with_positions and positions.shape[1] != mask.shape[1]:
+        raise ValueError("mask and positions must have the same width")
+    if batch == 0 or length == 0:
+        return
+    prefill_rows(
+        &tokens[0, 0], tokens.strides[0] // sizeof(int32_t), batch, length, pad_id,
+        &mask[0, 0], &positions[0, 0] if with_positions else NULL, mask.shape[1],
+        index_t is int64_t, &last_index[0], NULL,
+    )
+
+
+cdef void grow_mask(void* mask, bint wide, Py_ssize_t batch, Py_ssize_t old_length) noexcept nogil:
+    cdef Py_ssize_t b = batch - 1, new_length = old_length + 1
+    cdef size_t size = 8 if wide else 4
+    while b >= 0:
+        if b > 0:
+            memmove((<char*>mask) + b * new_length * size,
+                    (<char*>mask) + b * old_length * size, old_length * size)
+        store_index(mask, wide, b * new_length + old_length, 1)
+        b -= 1
 
 
 def append_mask_column(index_t[::1] mask, Py_ssize_t batch, Py_ssize_t old_length):
     """Grow a contiguous [batch, old_length] mask stored at the start of ``mask`` into
     [batch, old_length + 1] in place, with a trailing 1 on every row."""
-    cdef Py_ssize_t b, new_length = old_length + 1
-    cdef size_t row_bytes = old_length * sizeof(mask[0])
-    if mask.shape[0] < batch * new_length:
-        raise ValueError(f"mask buffer of {mask.shape[0]} cannot hold {batch}x{new_length}")
-    b = batch - 1
-    while b >= 0:
-        if b > 0:
-            memmove(&mask[b * new_length], &mask[b * old_length], row_bytes)
-        mask[b * new_length + old_length] = 1
-        b -= 1
+    if mask.shape[0] < batch * (old_length + 1):
+        raise ValueError(
+            f"mask buffer of {mask.shape[0]} cannot hold {batch}x{old_length + 1}"
+        )
+    if batch:
+        grow_mask(&mask[0], index_t is int64_t, batch, old_length)
 
 
 def fill_mask_ones(index_t[::1] mask, Py_ssize_t start, Py_ssize_t stop):
@@ -63,14 +96,30 @@ def fill_mask_ones(index_t[::1] mask, Py_ssize_t start, Py_ssize_t stop):
         mask[i] = 1
 
 
+cdef void write_positions(
+    void* positions, bint wide, int64_t* next_position, Py_ssize_t batch, Py_ssize_t count,
+    Py_ssize_t stride,
+) noexcept nogil:
+    cdef Py_ssize_t b, i
+    for b in range(batch):
+        for i in range(count):
+            store_index(positions, wide, b * stride + i, next_position[b] + i)
+        next_position[b] += count
+
+
 def advance_positions(index_t[:, ::1] positions, index_t[::1] next_position, Py_ssize_t count):
     """Write ``count`` consecutive positions per row starting at ``next_position[b]`` into
     ``positions[b, :count]`` and advance ``next_position`` by ``count``."""
-    cdef Py_ssize_t b, i
-    for b in range(positions.shape[0]):
-        for i in range(count):
-            positions[b, i] = next_position[b] + i
-        next_position[b] += count
+    cdef Py_ssize_t b, batch = positions.shape[0]
+    if positions.shape[1] < count:
+        raise ValueError("positions are narrower than count")
+    cdef int64_t[::1] nxt = np.asarray(next_position, dtype=np.int64).copy()
+    if batch and count:
+        write_positions(
+            &positions[0, 0], index_t is int64_t, &nxt[0], batch, count, positions.shape[1]
+        )
+    for b in range(batch):
+        next_position[b] = nxt[b]
 
 
 cdef Py_ssize_t argmax_row(const float* row, Py_ssize_t n) noexcept nogil:

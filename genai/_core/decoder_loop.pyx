@@ -18,7 +18,15 @@ from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memmove
 
-from genai._core.bookkeeping cimport argmax_row, commit_row_tokens
+from genai._core.bookkeeping cimport (
+    argmax_row,
+    commit_row_tokens,
+    grow_mask,
+    load_index,
+    prefill_rows,
+    store_index,
+    write_positions,
+)
 from genai._core.native_session cimport NS_MAX_DIMS, NativeSession
 from genai._core.ort_api cimport ELEM_FLOAT, ELEM_FLOAT16, ELEM_INT32, ELEM_INT64
 from genai._core.sampling cimport Sampler
@@ -36,13 +44,6 @@ cdef enum:
     LOOP_ERR_NOTHING = -102
     LOOP_ERR_LOGITS = -103
     LOOP_NEED_GROW = -104  # not an error: the KV cache must grow before this run
-
-
-cdef inline void store_index(void* buf, int elem, Py_ssize_t i, int64_t value) noexcept nogil:
-    if elem == ELEM_INT64:
-        (<int64_t*>buf)[i] = value
-    else:
-        (<int32_t*>buf)[i] = <int32_t>value
 
 
 cdef inline float half_to_float(uint16_t h) noexcept nogil:
@@ -253,10 +254,7 @@ cdef class DecoderLoop:
             # a row's next position counts its unmasked tokens (right padding is masked)
             ones = 0
             for i in range(kept):
-                if self.mask_elem == ELEM_INT64:
-                    ones += (<int64_t*>self.mask_buf)[b * kept + i] != 0
-                else:
-                    ones += (<int32_t*>self.mask_buf)[b * kept + i] != 0
+                ones += load_index(self.mask_buf, size == 8, b * kept + i) != 0
             self.next_position[b] = ones
         self.logits_ready = False
         self.all_done = False
@@ -276,7 +274,7 @@ cdef class DecoderLoop:
         for b in range(self.batch):
             self.next_position[b] = n - 1
             for i in range(n - 1):
-                store_index(self.mask_buf, self.mask_elem, b * (n - 1) + i, 1)
+                store_index(self.mask_buf, self.mask_elem == ELEM_INT64, b * (n - 1) + i, 1)
 
     def run(self, bint prompt):
         """Run the model on the pending tokens (GIL released)."""
@@ -374,13 +372,13 @@ cdef class DecoderLoop:
 
     cdef int run_pending(self, bint prompt) noexcept nogil:
         cdef Py_ssize_t batch = self.batch, start = self.computed, stop = self.length
-        cdef Py_ssize_t count = stop - start, b, i, n, old, new_len, total, _
+        cdef Py_ssize_t count = stop - start, b, i, total, _
         cdef int64_t shape[3]
         cdef int64_t out_shape[NS_MAX_DIMS]
         cdef size_t out_ndim = 0
         cdef void* out_data = NULL
         cdef int rc
-        cdef int mask_size = 8 if self.mask_elem == ELEM_INT64 else 4
+        cdef bint wide = self.mask_elem == ELEM_INT64
         if count <= 0:
             self.error_message = b"no pending tokens to run"
             return LOOP_ERR_NOTHING
@@ -398,47 +396,25 @@ cdef class DecoderLoop:
             return 0
         for b in range(batch):
             for i in range(count):
-                store_index(self.ids_buf, self.ids_elem, b * count + i,
+                store_index(self.ids_buf, self.ids_elem == ELEM_INT64, b * count + i,
                             self.sequences[b, start + i])
         if prompt:
             # Right-padded prompt: trailing pad tokens get mask 0 and position 0.
-            for b in range(batch):
-                n = count
-                while n > 0 and self.sequences[b, n - 1] == self.pad_id:
-                    n -= 1
-                for i in range(count):
-                    store_index(self.mask_buf, self.mask_elem, b * count + i, 1 if i < n else 0)
-                    store_index(self.pos_buf, self.mask_elem, b * count + i, i if i < n else 0)
-                self.last_index[b] = <int32_t>(n - 1 if n > 0 else 0)
-                self.next_position[b] = n
+            prefill_rows(&self.sequences[0, 0], self.max_length, batch, count, self.pad_id,
+                         self.mask_buf, self.pos_buf, count, wide, self.last_index,
+                         self.next_position)
             self.mask_length = count
-        elif batch == 1:
-            # Batch 1: the mask is all ones of the total length.
-            for i in range(self.mask_length, stop):
-                store_index(self.mask_buf, self.mask_elem, i, 1)
-            self.mask_length = stop
-            for i in range(count):
-                store_index(self.pos_buf, self.mask_elem, i, self.next_position[0] + i)
-            self.next_position[0] += count
-            self.last_index[0] = <int32_t>(count - 1)
         else:
-            # Batch > 1: each row's mask grows by a trailing 1 per token.
-            for _ in range(count):
-                old = self.mask_length
-                new_len = old + 1
-                b = batch - 1
-                while b >= 0:
-                    if b > 0:
-                        memmove((<char*>self.mask_buf) + b * new_len * mask_size,
-                                (<char*>self.mask_buf) + b * old * mask_size, old * mask_size)
-                    store_index(self.mask_buf, self.mask_elem, b * new_len + old, 1)
-                    b -= 1
-                self.mask_length = new_len
+            if batch == 1:  # the mask is all ones of the total length
+                for i in range(self.mask_length, stop):
+                    store_index(self.mask_buf, wide, i, 1)
+                self.mask_length = stop
+            else:  # each row's mask grows by a trailing 1 per token
+                for _ in range(count):
+                    grow_mask(self.mask_buf, wide, batch, self.mask_length)
+                    self.mask_length += 1
+            write_positions(self.pos_buf, wide, self.next_position, batch, count, count)
             for b in range(batch):
-                for i in range(count):
-                    store_index(self.pos_buf, self.mask_elem, b * count + i,
-                                self.next_position[b] + i)
-                self.next_position[b] += count
                 self.last_index[b] = <int32_t>(count - 1)
 
         shape[0] = batch
