@@ -5,8 +5,9 @@ decode, greedy argmax, and committing chosen tokens (pad after EOS, done flags).
 Every kernel works on caller-owned buffers (the arrays bound to ORT through IOBinding) and
 writes in place. The mask/position kernels have raw-buffer `cdef` forms (declared in the
 .pxd) that the decode loop (`decoder_loop.pyx`) calls inside its nogil step; the `def`
-wrappers here call the same functions, so the NumPy-twin tests cover what the loop runs. The loops are ``nogil``; the wrappers release the GIL only when the work is
-large (`NOGIL_MIN_WORK` elements): under a busy Python thread, each release costs up to a
+wrappers here call the same functions, so the NumPy-twin tests cover what the loop runs.
+The loops are ``nogil``; the wrappers release the GIL only when the work is large
+(`NOGIL_MIN_WORK` elements): under a busy Python thread, each release costs up to a
 whole switch interval (5 ms) to take the GIL back, far more than these microsecond loops.
 `genai._core.reference` holds the NumPy twin of each kernel.
 """
