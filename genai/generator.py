@@ -64,6 +64,8 @@ class Generator:
         self.rows = batch = self.batch_size * self.num_beams
         self.max_length = max_length = self.search.max_length
         self.vocab_size = io.vocab_size
+        self._eos = np.asarray(config.eos_token_ids, dtype=np.int32)
+        pad_id = int(config.get("model.pad_token_id", 0))
         if search.do_sample and search.top_k > io.vocab_size:
             raise SearchOptionError(
                 f"top_k ({search.top_k}) must be less than or equal to vocab_size ({io.vocab_size})"
@@ -81,8 +83,8 @@ class Generator:
                 self.batch_size,
                 self.num_beams,
                 io.vocab_size,
-                np.asarray(config.eos_token_ids, np.int32),
-                int(config.get("model.pad_token_id", 0)),
+                self._eos,
+                pad_id,
                 search.length_penalty,
                 search.early_stopping,
             )
@@ -114,8 +116,8 @@ class Generator:
             batch=batch,
             vocab=io.vocab_size,
             max_length=max_length,
-            pad_id=int(config.get("model.pad_token_id", 0)),
-            eos_ids=np.asarray(config.eos_token_ids, dtype=np.int32),
+            pad_id=pad_id,
+            eos_ids=self._eos,
             id_dtype=io.id_dtype,
             mask_dtype=io.mask_dtype,
             logits_dtype=io.logits_dtype,
@@ -127,7 +129,6 @@ class Generator:
         )
         self._sequences = self._loop.array("sequences")
         self._logits_rows = self._loop.array("logits_rows")
-        self._eos = np.asarray(config.eos_token_ids, dtype=np.int32)
 
     # --- feeding tokens -------------------------------------------------------------------------
     def append_tokens(self, tokens: np.ndarray | list[int] | list[list[int]]) -> None:
