@@ -26,6 +26,7 @@ from .errors import GenerationError, SearchOptionError
 from .kv_cache import make_kv_cache
 
 if TYPE_CHECKING:
+    from .adapters import Adapters
     from .generator_params import GeneratorParams
     from .model import DecoderIO, Model
 
@@ -97,6 +98,11 @@ class Generator:
                 )
         # Each generator binds its own buffers: it gets its own binding on the shared session.
         self._session = session = model.session.new_binding()
+        # Inputs beyond ids/mask/positions/KV that every run needs (e.g. LoRA weights, bound to
+        # their empty base values until an adapter is activated).
+        model.bind_extra_inputs(session)
+        #: Names of the adapters activated on this generator (see `set_active_adapter`).
+        self.active_adapters: list[str] = []
         self._kv = make_kv_cache(
             io,
             model.provider,
@@ -173,6 +179,11 @@ class Generator:
             )
         self._loop.append(array)
         self._loop.run(length == 0)
+
+    def set_active_adapter(self, adapters: Adapters, name: str) -> None:
+        """Activate the LoRA adapter ``name`` loaded in ``adapters`` for this generator's
+        runs; several adapters may be active at once (onnxruntime-genai's API)."""
+        adapters._activate(self, name)
 
     # --- steps ----------------------------------------------------------------------------------
     def generate_next_token(self) -> None:

@@ -185,6 +185,10 @@ class Model:
         except Exception as exc:  # ORT's own errors: name the file
             raise RuntimeError(f"onnxruntime could not load {path}: {exc}") from exc
 
+    def bind_extra_inputs(self, session: NativeSession) -> None:
+        """Bind the inputs a run needs beyond ids, mask, positions and KV on a new binding
+        (none yet; LoRA weight inputs will bind their base values here)."""
+
     def __repr__(self) -> str:
         return f"Model({str(self.path)!r}, type={self.type!r}, provider={self.provider.name!r})"
 
