@@ -1,6 +1,7 @@
 """genai: run generative ONNX models with onnxruntime-genai's API (``import genai as og``)."""
 
 from ._version import __version__
+from .adapters import Adapters
 from .config import Config
 from .errors import (
     ConfigError,
@@ -16,6 +17,7 @@ from .providers import list_providers, register_execution_provider_library
 from .tokenizer import Tokenizer, TokenizerStream
 
 __all__ = [
+    "Adapters",
     "Config",
     "ConfigError",
     "GenerationError",

@@ -4,7 +4,8 @@ of the decoder graph's inputs and outputs."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from .config import Config
 from .errors import ConfigError
 from .providers import ExecutionProvider, get_provider
 
-__all__ = ["DecoderIO", "Model", "default_intra_op_threads"]
+__all__ = ["DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
 
 _SUPPORTED_DTYPES = {np.dtype(t) for t in (np.float32, np.float16, np.int64, np.int32)}
 
@@ -99,6 +100,34 @@ class DecoderIO:
     vocab_size: int
 
 
+#: A LoRA weight input: ``lora_A`` / ``lora_B`` as a name component (``...q_proj.lora_A.weight``).
+_LORA_NAME = re.compile(r"(?:^|[./_])lora_([AB])(?=[./_]|$)")
+_LORA_DTYPES = {np.dtype(np.float32), np.dtype(np.float16)}
+
+
+@dataclass(frozen=True)
+class LoraInput:
+    """A LoRA weight input of the decoder graph: ``A`` ``[in, rank]`` or ``B`` ``[rank, out]``.
+
+    Adapter files (`genai.Adapters`) override these by name; without an adapter each generator
+    binds `base`, which has rank 0 (or zeros of the fixed rank), so the branch adds nothing.
+    """
+
+    name: str
+    #: ``"A"`` or ``"B"``.
+    kind: str
+    dtype: np.dtype
+    #: The declared shape; the rank dimension is ``rank_axis`` (1 for A, 0 for B).
+    shape: tuple[int | str, ...]
+    rank_axis: int
+    #: The other input of the A/B pair.
+    partner: str
+    #: The declared rank when the graph fixes it (an int), else None (a dynamic dimension).
+    max_rank: int | None
+    #: The value bound when no adapter is active (read-only).
+    base: np.ndarray = field(repr=False, compare=False)
+
+
 class Model:
     """A generative model loaded from an onnxruntime-genai model folder.
 
@@ -126,6 +155,8 @@ class Model:
         self.session = self._create_session()
         self.provider.check_session(self.session)
         self.io = _describe_io(self.config, self.session)
+        #: The graph's LoRA weight inputs by name (empty for a model without adapters).
+        self.lora_inputs: dict[str, LoraInput] = _describe_lora_inputs(self.config, self.session)
 
     @property
     def type(self) -> str:
@@ -186,8 +217,10 @@ class Model:
             raise RuntimeError(f"onnxruntime could not load {path}: {exc}") from exc
 
     def bind_extra_inputs(self, session: NativeSession) -> None:
-        """Bind the inputs a run needs beyond ids, mask, positions and KV on a new binding
-        (none yet; LoRA weight inputs will bind their base values here)."""
+        """Bind the inputs a run needs beyond ids, mask, positions and KV on a new binding:
+        each LoRA weight input gets its base value (rank 0: the model without adapters)."""
+        for name, spec in self.lora_inputs.items():
+            session.bind_input(name, spec.base)
 
     def __repr__(self) -> str:
         return f"Model({str(self.path)!r}, type={self.type!r}, provider={self.provider.name!r})"
@@ -288,6 +321,45 @@ def _describe_io(config: Config, session: NativeSession) -> DecoderIO:
         head_size=head_size,
         vocab_size=int(vocab),
     )
+
+
+def _describe_lora_inputs(config: Config, session: NativeSession) -> dict[str, LoraInput]:
+    """The graph inputs named ``...lora_A...`` / ``...lora_B...``, checked to be 2-D float
+    A/B pairs whose only dynamic dimension (if any) is the rank."""
+    where = f"the graph {config.decoder.get('filename', 'model.onnx')}"
+    dtypes = session.input_dtypes
+    shapes = session.input_shapes
+    found: dict[str, LoraInput] = {}
+    for name, shape in shapes.items():
+        match = _LORA_NAME.search(name)
+        if match is None:
+            continue
+        kind = match.group(1)
+        partner = name[: match.start(1)] + ("B" if kind == "A" else "A") + name[match.end(1) :]
+        dtype = dtypes[name]
+        if dtype is None or np.dtype(dtype) not in _LORA_DTYPES:
+            raise ConfigError(
+                f"LoRA input {name!r} of {where} has type {dtype}; float32 or float16 expected"
+            )
+        if partner not in shapes:
+            raise ConfigError(f"LoRA input {name!r} of {where} has no partner input {partner!r}")
+        rank_axis = 1 if kind == "A" else 0
+        if len(shape) != 2 or not isinstance(shape[1 - rank_axis], int) or shape[1 - rank_axis] < 0:
+            layout = "[in, rank]" if kind == "A" else "[rank, out]"
+            raise ConfigError(
+                f"LoRA input {name!r} of {where} has shape {list(shape)}; expected {layout} "
+                "with a fixed in/out size"
+            )
+        declared = shape[rank_axis]
+        max_rank = declared if isinstance(declared, int) and declared >= 0 else None
+        base_shape = list(shape)
+        base_shape[rank_axis] = max_rank or 0
+        base = np.zeros(base_shape, np.dtype(dtype))
+        base.flags.writeable = False
+        found[name] = LoraInput(
+            name, kind, np.dtype(dtype), tuple(shape), rank_axis, partner, max_rank, base
+        )
+    return found
 
 
 def _layer_names(template: str, num_layers: int) -> tuple[str, ...]:
