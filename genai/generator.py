@@ -8,13 +8,20 @@ without the GIL. State lives there:
 * ``sequences`` [batch, max_length] and ``length``: every token so far (prompt included);
 * ``computed``: how many of them the KV cache holds; a run feeds ``sequences[:, computed:length]``;
 * the logits rows [batch, vocab] the next token is chosen from, and whether they are current.
+
+Guidance (`GeneratorParams.set_guidance`) and stop strings (search option ``stop``) add a
+Python stage around that step: make the logits current, apply each row's token mask
+(`genai.guidance.TokenConstraint`), let the loop choose and commit, then feed the chosen tokens
+to the constraints and the stop-string matchers; a row that hits a stop string is flagged done
+(padded from then on, as after EOS). Without them the step stays one native call.
 """
 
 from __future__ import annotations
 
 import copy
+import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +31,7 @@ from ._core.sampling import Sampler
 from .beam_search import BeamScorer
 from .errors import GenerationError, SearchOptionError
 from .kv_cache import make_kv_cache
+from .stop import StopStringMatcher
 
 if TYPE_CHECKING:
     from .adapters import Adapters
@@ -31,6 +39,18 @@ if TYPE_CHECKING:
     from .model import DecoderIO, Model
 
 __all__ = ["Generator", "KVSnapshot"]
+
+#: One `genai.Tokenizer` per model, built on first need (stop strings, guidance).
+_TOKENIZERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _tokenizer_of(model: Model) -> Any:
+    found = _TOKENIZERS.get(model)
+    if found is None:
+        from .tokenizer import Tokenizer
+
+        found = _TOKENIZERS[model] = Tokenizer(model)
+    return found
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,12 @@ class Generator:
         self._sampler = None
         self._beams: BeamScorer | None = None
         if self.num_beams > 1:
+            if params.guidance is not None:
+                raise SearchOptionError(
+                    "guidance (set_guidance) does not work with beam search (num_beams > 1)"
+                )
+            if search.stop:
+                raise SearchOptionError("stop strings do not work with beam search (num_beams > 1)")
             if search.do_sample:
                 raise SearchOptionError(
                     "beam search (num_beams > 1) does not sample: set do_sample=False"
@@ -135,6 +161,40 @@ class Generator:
         )
         self._sequences = self._loop.array("sequences")
         self._logits_rows = self._loop.array("logits_rows")
+        self._done = self._loop.array("done")
+        #: where the tokens counted by max_new_tokens start (the end of the last append)
+        self._gen_start = 0
+        #: the sequence length at which the rows stop: max_length, or sooner by max_new_tokens
+        self._stop_length = max_length
+        # --- the Python stage: guidance and stop strings (None when unused) ---
+        self._constraints: list[Any] | None = None
+        self._ff_tokens = False
+        if params.guidance is not None:
+            from .guidance import TokenConstraint
+
+            kind, data = params.guidance
+            tokenizer = _tokenizer_of(model)
+            self._constraints = [
+                TokenConstraint.create(
+                    tokenizer, kind, data, vocab_size=io.vocab_size, eos_token_id=int(self._eos[0])
+                )
+                for _ in range(batch)
+            ]
+            # as the reference: fast-forward only at batch 1 (every row shares one sequence
+            # length here)
+            self._ff_tokens = params.guidance_ff_tokens and batch == 1
+            for constraint in self._constraints:
+                constraint.enable_ff_tokens = self._ff_tokens
+        self._stops: list[StopStringMatcher] | None = None
+        self._streams: list[Any] | None = None
+        if search.stop:
+            self._stops = [StopStringMatcher(search.stop) for _ in range(batch)]
+            tokenizer = _tokenizer_of(model)
+            self._streams = [tokenizer.create_stream() for _ in range(batch)]
+        self._python_stage = self._constraints is not None or self._stops is not None
+        #: per row: "stop" once a stop string matched (other reasons are read from the loop)
+        self._finish: list[str | None] = [None] * batch
+        self._all_finished = False
 
     # --- feeding tokens -------------------------------------------------------------------------
     def append_tokens(self, tokens: np.ndarray | list[int] | list[list[int]]) -> None:
@@ -178,6 +238,7 @@ class Generator:
                 "continuous decoding (append_tokens after the first call) needs num_beams 1"
             )
         self._loop.append(array)
+        self._new_generation()
         self._loop.run(length == 0)
 
     def set_active_adapter(self, adapters: Adapters, name: str) -> None:
@@ -192,14 +253,95 @@ class Generator:
         loop = self._loop
         if not loop.logits_ready and loop.length == 0:
             raise GenerationError("call append_tokens before generate_next_token")
-        if loop.length >= self.max_length:
-            raise GenerationError(f"the sequence reached max_length {self.max_length}")
+        if loop.length >= self._stop_length:
+            if loop.length >= self.max_length:
+                raise GenerationError(f"the sequence reached max_length {self.max_length}")
+            raise GenerationError(
+                f"the rows generated max_new_tokens ({self.search.max_new_tokens}) tokens"
+            )
+        if self._python_stage:
+            self._guided_step()
+            return
         if self._beams is None:
             loop.step()
             return
         if not loop.logits_ready:
             loop.run(False)
         self._beam_step()
+
+    # --- the Python stage (guidance, stop strings) ----------------------------------------------
+    def _new_generation(self) -> None:
+        """After appending a prompt: max_new_tokens counts from here; constraints, stop
+        matching and finish reasons start over."""
+        self._gen_start = self._loop.length
+        self._stop_length = self.max_length
+        if self.search.max_new_tokens:
+            self._stop_length = min(self.max_length, self._gen_start + self.search.max_new_tokens)
+        self._finish = [None] * self.rows
+        self._all_finished = False
+        for constraint in self._constraints or ():
+            constraint.reset()
+        for matcher in self._stops or ():
+            matcher.reset()
+        for stream in self._streams or ():
+            stream.reset()
+
+    def _guided_step(self) -> None:
+        loop, done = self._loop, self._done
+        active = [r for r in range(self.rows) if not done[r]]
+        constraints = self._constraints
+        if constraints is not None:
+            if not loop.logits_ready:
+                loop.run(False)  # the next masks are computed meanwhile, on llguidance's side
+            logits = self._logits_rows
+            for r in active:
+                constraints[r].fill_mask(logits[r])  # stage 1 of the chain
+        loop.step()
+        tokens = loop.array("next_tokens")
+        forced: list[int] = []
+        for r in active:
+            token = int(tokens[r])
+            if constraints is not None:
+                forced = constraints[r].advance(token)
+            if self._stops is not None:
+                self._match_stop(r, token)
+        # fast-forward (batch 1): append the forced tokens; the next step runs them at once
+        for token in forced:
+            if done[0] or loop.all_done or loop.length >= self._stop_length:
+                break
+            loop.push_tokens(np.array([token], dtype=np.int32), False)
+            if self._stops is not None:
+                self._match_stop(0, token)
+        self._all_finished = bool(done.all())
+
+    def _match_stop(self, row: int, token: int) -> None:
+        assert self._stops is not None and self._streams is not None
+        matcher = self._stops[row]
+        _, stopped = matcher.push(self._streams[row].decode(token))
+        if stopped and not self._done[row]:
+            self._finish[row] = "stop"
+            self._done[row] = 1  # padded from now on, as after EOS
+
+    def _replay(self, length: int) -> None:
+        """Bring constraints and stop matchers to the sequence's first ``length`` tokens (after
+        a rewind): start over and feed the generated part again."""
+        self._gen_start = min(self._gen_start, length)
+        generated = self._sequences[:, self._gen_start : length]
+        self._finish = [None] * self.rows
+        self._all_finished = False
+        for r in range(self.rows):
+            if self._constraints is not None:
+                constraint = self._constraints[r]
+                constraint.reset()
+                for token in generated[r]:
+                    if constraint.is_finished:
+                        break
+                    constraint.advance(int(token))
+            if self._stops is not None and self._streams is not None:
+                self._stops[r].reset()
+                self._streams[r].reset()
+                for token in generated[r]:
+                    self._match_stop(r, int(token))
 
     def _beam_step(self) -> None:
         loop, beams, search = self._loop, self._beams, self.search
@@ -233,7 +375,8 @@ class Generator:
         limit = self.max_length if max_new_tokens is None else int(max_new_tokens)
         if limit < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {limit}")
-        if self._beams is None:
+        limit = min(limit, max(self._stop_length - loop.length, 0))
+        if self._beams is None and not self._python_stage:
             return loop.steps(limit)
         made = 0
         while made < limit and not self.is_done():
@@ -278,10 +421,31 @@ class Generator:
             self._sampler.seed(int(seed), row=row, stream=0)  # as a batch-1 run with that seed
 
     def is_done(self) -> bool:
-        """True when every row emitted EOS (beam search: every batch entry has its
-        hypotheses) or the sequence reached max_length."""
+        """True when every row finished (EOS, a stop string; beam search: every batch entry has
+        its hypotheses) or the sequence reached max_length or max_new_tokens."""
         loop = self._loop
-        return loop.all_done or loop.length >= self.max_length
+        return loop.all_done or loop.length >= self._stop_length or self._all_finished
+
+    def finish_reason(self, row: int = 0) -> str | None:
+        """Why row ``row`` finished (beyond the reference): ``"eos"`` (an EOS token, including
+        the one guidance forces once its grammar is complete), ``"stop"`` (a stop string,
+        search option ``stop``), ``"length"`` (max_length or max_new_tokens), or None while it
+        is still generating. With beam search ``row`` is a batch entry."""
+        if not 0 <= row < self.batch_size:
+            raise IndexError(f"row {row} outside [0, {self.batch_size})")
+        loop = self._loop
+        if self._beams is not None:
+            if loop.all_done:
+                return "eos"
+            return "length" if loop.length >= self._stop_length else None
+        reason = self._finish[row]
+        if reason is not None:
+            return reason
+        if self._done[row]:
+            return "eos"
+        if loop.length >= self._stop_length:
+            return "length"
+        return None
 
     # --- reading state --------------------------------------------------------------------------
     def get_next_tokens(self) -> np.ndarray:
@@ -374,6 +538,13 @@ class Generator:
             raise NotImplementedError("rewind_to(n > 0) needs num_beams 1")
         self._loop.rewind(length)
         self._kv.truncate(self._loop.computed)
+        if self._python_stage:
+            self._replay(length)
+        else:
+            self._gen_start = min(self._gen_start, length)
+        self._stop_length = self.max_length
+        if self.search.max_new_tokens:
+            self._stop_length = min(self.max_length, self._gen_start + self.search.max_new_tokens)
 
     def snapshot(self) -> KVSnapshot:
         """The state after the tokens so far (tokens and their KV cache), to start other
@@ -406,6 +577,7 @@ class Generator:
         self._kv.load(snapshot.kv, length)
         self._loop.kv_capacity = self._kv.capacity
         self._loop.restore(snapshot.tokens)
+        self._new_generation()
 
     @property
     def kv_cache_bytes(self) -> int:

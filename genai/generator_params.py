@@ -25,11 +25,17 @@ class GeneratorParams:
         self.model = model
         self.search = SearchOptions()
         self.search.update(**(model.config.get("search", {}) or {}))
+        #: (type, data) from `set_guidance`, or None
         self.guidance: tuple[str, str] | None = None
+        self.guidance_ff_tokens = False
         self.logit_bias: dict[int, float] = {}
 
     def set_search_options(self, **options: Any) -> None:
-        """Set search options by name (unknown names and wrong types raise)."""
+        """Set search options by name (unknown names and wrong types raise).
+
+        Beyond the reference: ``max_new_tokens`` (0 = no limit) and ``stop`` (a str or a list
+        of str, matched on the decoded text; ``[]`` clears), see `Generator.finish_reason`.
+        """
         self.search.update(**options)
 
     def get_search_options(self) -> dict[str, float | bool]:
@@ -52,6 +58,23 @@ class GeneratorParams:
             checked[int(token)] = float(value)
         self.logit_bias = checked
 
-    def set_guidance(self, kind: str, data: str) -> None:
-        """Constrained decoding (json_schema | regex | lark_grammar). Not available yet."""
-        raise NotImplementedError("guidance (constrained decoding) is not implemented yet")
+    def set_guidance(self, type: str, data: str, enable_ff_tokens: bool = False) -> None:
+        """Constrain every row's output (onnxruntime-genai's API): ``type`` is
+        ``"json_schema"`` (``data``: the schema as a JSON string), ``"regex"`` or
+        ``"lark_grammar"`` (llguidance's Lark dialect). The token mask is the first stage of
+        the logits chain; once the grammar is complete the row can only emit EOS.
+        ``enable_ff_tokens``: append the tokens the grammar forces without running the model
+        for each (batch 1 only, as the reference). ``set_guidance("", "")`` clears it.
+
+        Raises `genai.guidance.GuidanceError` (a ValueError) for an unknown type or an invalid
+        schema, regex or grammar, with llguidance's message. Needs ``llguidance``.
+        """
+        if type == "" and data == "":
+            self.guidance = None
+            self.guidance_ff_tokens = False
+            return
+        from .guidance import check_guidance
+
+        check_guidance(type, data)
+        self.guidance = (type, data)
+        self.guidance_ff_tokens = bool(enable_ff_tokens)

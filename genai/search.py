@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import SearchOptionError
+from .stop import check_stop_strings
 
 __all__ = ["MAX_BATCH_SIZE", "SearchOptions"]
 
@@ -56,6 +57,12 @@ class SearchOptions:
     #: reference); it grows on demand, by `kv_growth_factor`, in blocks of this many tokens
     kv_initial_capacity: int = 128
     kv_growth_factor: float = 1.5
+    #: stop after this many generated tokens (counted from the last append_tokens; 0 = no
+    #: limit beyond max_length); `Generator.finish_reason` then says "length"
+    max_new_tokens: int = 0
+    #: stop strings: a row stops once its decoded text contains one (matched across token
+    #: boundaries, see `genai.stop`); `Generator.finish_reason` then says "stop"
+    stop: tuple[str, ...] = ()
 
     #: Options the reference does not have: left out of `as_reference_dict` while at default.
     EXTENSIONS = (
@@ -66,6 +73,8 @@ class SearchOptions:
         "top_logprobs",
         "kv_initial_capacity",
         "kv_growth_factor",
+        "max_new_tokens",
+        "stop",
     )
 
     @classmethod
@@ -83,11 +92,12 @@ class SearchOptions:
                 )
             setattr(self, name, _coerce(name, value, types[name]))
 
-    def as_reference_dict(self) -> dict[str, float | bool]:
-        """Options as the reference's ``get_search_options`` returns them: numbers as floats."""
+    def as_reference_dict(self) -> dict[str, float | bool | list[str]]:
+        """Options as the reference's ``get_search_options`` returns them: numbers as floats
+        (extensions only when changed; ``stop`` as a list of str)."""
         defaults = SearchOptions()
         return {
-            name: value if isinstance(value, bool) else float(value)
+            name: _reference_value(value)
             for name, value in sorted(dataclasses.asdict(self).items())
             if name not in self.EXTENSIONS or value != getattr(defaults, name)
         }
@@ -136,6 +146,7 @@ class SearchOptions:
             self.kv_initial_capacity >= 0,
             f"kv_initial_capacity ({self.kv_initial_capacity}) must be >= 0",
         )
+        need(self.max_new_tokens >= 0, f"max_new_tokens ({self.max_new_tokens}) must be >= 0")
         need(
             self.kv_growth_factor > 1.0,
             f"kv_growth_factor ({self.kv_growth_factor}) must be > 1",
@@ -176,7 +187,20 @@ class SearchOptions:
         return not self.do_sample or self.top_k == 1 or self.temperature == 0.0
 
 
+def _reference_value(value: Any) -> float | bool | list[str]:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    return float(value)
+
+
 def _coerce(name: str, value: Any, kind: Any) -> Any:
+    if name == "stop":
+        try:
+            return check_stop_strings(value)
+        except (TypeError, ValueError) as exc:
+            raise SearchOptionError(f"stop: {exc}") from None
     kind = {"bool": bool, "int": int, "float": float}.get(kind, kind)
     if kind is bool:
         if not isinstance(value, bool):

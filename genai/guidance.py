@@ -1,0 +1,341 @@
+"""Constrained decoding: a token mask per batch row from a JSON schema, a regex or a Lark grammar.
+
+`TokenConstraint` wraps one `llguidance.LLMatcher` built over the model's ``tokenizer.json``
+(as onnxruntime-genai's ``set_guidance`` does). The generator calls, for every row of every step:
+
+1. `TokenConstraint.fill_mask` on the row's logits: disallowed ids become the lowest float
+   (the first stage of the logits chain, before min_length, penalties and the choice);
+2. `TokenConstraint.advance` with the chosen token: the matcher consumes it and, when
+   fast-forward is on, returns the tokens the grammar forces next.
+
+Once the grammar is complete (`TokenConstraint.is_finished`) the mask allows only the
+end-of-sequence token, as the reference: the row then ends with EOS.
+
+The next mask is computed on a worker thread as soon as a token is consumed, so with the
+generator's order (advance, run the model, fill the mask) llguidance's work overlaps the model
+run instead of adding to it (llguidance releases the GIL while it computes).
+
+``llguidance`` is an optional dependency (``pip install genai-runtime[guidance]``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
+
+__all__ = [
+    "GUIDANCE_TYPES",
+    "LOWEST",
+    "GuidanceError",
+    "TokenConstraint",
+    "apply_bitmask",
+    "check_guidance",
+    "load_llguidance",
+]
+
+#: The guidance types onnxruntime-genai accepts, in its order.
+GUIDANCE_TYPES = ("json_schema", "regex", "lark_grammar")
+
+#: Value written to disallowed logits (the reference's ``numeric_limits<float>::lowest()``).
+LOWEST = float(np.finfo(np.float32).min)
+
+_TOKENIZERS: dict[tuple[str, int, int], Any] = {}
+_TOKENIZERS_LOCK = threading.Lock()
+_EXECUTOR: ThreadPoolExecutor | None = None
+_EXECUTOR_LOCK = threading.Lock()
+
+
+# For each byte value: the 8 ids it covers as uint32 AND-masks (all ones where the bit is set)
+# and OR-values (the lowest float's bits where it is not): banned -> LOWEST without branches.
+_BITS = (np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1
+_KEEP = np.where(_BITS == 1, np.uint32(0xFFFFFFFF), np.uint32(0)).astype(np.uint32)
+_BAN = np.where(_BITS == 1, np.uint32(0), np.float32(LOWEST).view(np.uint32)).astype(np.uint32)
+
+
+def _mask_words(block: np.ndarray, words: np.ndarray) -> None:
+    """Apply ``words`` (int32 [k], bit j of word w = id 32 w + j allowed) to ``block``
+    (float32 [k, 32]) in place."""
+    as_bits = block.view(np.uint32)
+    by_byte = words.view(np.uint8)
+    as_bits &= _KEEP[by_byte].reshape(as_bits.shape)
+    as_bits |= _BAN[by_byte].reshape(as_bits.shape)
+
+
+def apply_bitmask(logits_row: np.ndarray, bitmask: np.ndarray) -> None:
+    """Set the ids whose bit is clear in ``bitmask`` (int32 [ceil(vocab / 32)], llguidance's
+    layout: bit j of word w is id 32 w + j) to the lowest float in ``logits_row`` (float32
+    [vocab], contiguous), in place.
+
+    Works a 32-id word at a time: only words that are neither all allowed nor all banned are
+    expanded bit by bit, and when few words allow anything the row is filled with the lowest
+    float and just those words are restored. Grammar masks are mostly such runs.
+    """
+    vocab = logits_row.shape[0]
+    whole = vocab // 32
+    if whole * 32 != vocab:  # ragged tail: plain per-id path for the last ids
+        tail = np.unpackbits(bitmask[whole:].view(np.uint8), bitorder="little")[
+            : vocab - whole * 32
+        ]
+        logits_row[whole * 32 :][tail == 0] = LOWEST
+        bitmask = bitmask[:whole]
+        logits_row = logits_row[: whole * 32]
+    block = logits_row.reshape(-1, 32)
+    some = np.flatnonzero(bitmask)
+    if some.size * 4 < bitmask.size:  # mostly banned: fill, then restore the allowed words
+        kept = block[some]
+        logits_row.fill(LOWEST)
+        _mask_words(kept, bitmask[some])
+        block[some] = kept
+        return
+    partial = np.flatnonzero(bitmask != -1)
+    if partial.size:
+        kept = block[partial]
+        _mask_words(kept, bitmask[partial])
+        block[partial] = kept
+
+
+class GuidanceError(ValueError):
+    """Bad guidance: unknown type, invalid schema / regex / grammar, or a token the grammar
+    does not allow."""
+
+
+def load_llguidance() -> Any:
+    """Import ``llguidance`` or explain how to install it."""
+    try:
+        import llguidance
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "constrained decoding needs llguidance: pip install 'genai-runtime[guidance]'"
+        ) from exc
+    return llguidance
+
+
+def _grammar(kind: str, data: str) -> str:
+    """The llguidance grammar (JSON string) for ``kind`` / ``data``; raises `GuidanceError`."""
+    llg = load_llguidance()
+    if not isinstance(kind, str) or kind not in GUIDANCE_TYPES:
+        raise GuidanceError(
+            f"unsupported guidance type {kind!r} (only json_schema, regex and lark_grammar are "
+            "supported)"
+        )
+    if not isinstance(data, str):
+        raise TypeError(f"guidance data must be a str, got {type(data).__name__}")
+    if not data:
+        raise GuidanceError(f"{kind} guidance needs non-empty data")
+    if kind == "json_schema":
+        try:
+            schema = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise GuidanceError(f"json_schema guidance is not valid JSON: {exc}") from None
+        if not isinstance(schema, dict | bool):
+            raise GuidanceError("json_schema guidance must be a JSON object")
+        return llg.LLMatcher.grammar_from_json_schema(data)
+    if kind == "regex":
+        return llg.LLMatcher.grammar_from_regex(data)
+    return llg.LLMatcher.grammar_from_lark(data)
+
+
+def check_guidance(kind: str, data: str, tokenizer: Any | None = None) -> str:
+    """Validate guidance without a model: returns the llguidance grammar, raises
+    `GuidanceError` with llguidance's message for an invalid schema, regex or grammar."""
+    grammar = _grammar(kind, data)
+    llg = load_llguidance()
+    is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
+    if is_error:
+        raise GuidanceError(f"invalid {kind} guidance: {messages[0] if messages else grammar}")
+    return grammar
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="genai-guidance")
+        return _EXECUTOR
+
+
+def llg_tokenizer(path: str | Path, vocab_size: int, eos_token_id: int) -> Any:
+    """The `llguidance.LLTokenizer` of a ``tokenizer.json`` (built once per file, vocabulary
+    size and EOS id: building one takes a few hundred milliseconds)."""
+    key = (str(Path(path).resolve()), int(vocab_size), int(eos_token_id))
+    with _TOKENIZERS_LOCK:
+        found = _TOKENIZERS.get(key)
+        if found is None:
+            llg = load_llguidance()
+            found = llg.LLTokenizer(key[0], n_vocab=key[1], eos_token=key[2])
+            _TOKENIZERS[key] = found
+        return found
+
+
+class TokenConstraint:
+    """The token constraint of one batch row: which tokens may come next.
+
+    Create with `create`; then per step `fill_mask` (before the choice) and `advance` (with
+    the chosen token). Not thread-safe: one row, one caller.
+    """
+
+    def __init__(
+        self,
+        matcher: Any,
+        vocab_size: int,
+        eos_token_id: int,
+        *,
+        kind: str = "",
+        enable_ff_tokens: bool = False,
+    ) -> None:
+        self._matcher = matcher
+        self.kind = kind
+        self.vocab_size = int(vocab_size)
+        self.eos_token_id = int(eos_token_id)
+        self.enable_ff_tokens = bool(enable_ff_tokens)
+        self._bits = np.zeros((self.vocab_size + 31) // 32, dtype=np.int32)
+        self._pending: Future[None] | None = None
+        self._ended = False  # EOS consumed: nothing may follow
+        self._start_mask()
+
+    @classmethod
+    def create(
+        cls,
+        tokenizer: Tokenizer,
+        kind: str,
+        data: str,
+        *,
+        enable_ff_tokens: bool = False,
+        vocab_size: int | None = None,
+        eos_token_id: int | None = None,
+    ) -> TokenConstraint:
+        """A constraint over ``tokenizer``'s vocabulary (its folder's ``tokenizer.json``).
+
+        ``kind``: ``json_schema`` (a JSON schema as a string), ``regex`` or ``lark_grammar``
+        (llguidance's Lark dialect). ``vocab_size`` (default: the tokenizer's, i.e. the
+        model's) and ``eos_token_id`` (default: the first EOS id, the token allowed once the
+        grammar is complete) may be overridden. Raises `GuidanceError` with llguidance's
+        message for an invalid schema, regex or grammar.
+        """
+        file = Path(tokenizer.path) / "tokenizer.json"
+        if not file.is_file():
+            raise GuidanceError(f"guidance needs the model's tokenizer.json; {file} is missing")
+        vocab = int(vocab_size if vocab_size is not None else tokenizer.vocab_size)
+        eos = int(eos_token_id if eos_token_id is not None else tokenizer.eos_token_ids[0])
+        return cls.from_llg_tokenizer(
+            llg_tokenizer(file, vocab, eos), kind, data, enable_ff_tokens=enable_ff_tokens
+        )
+
+    @classmethod
+    def from_llg_tokenizer(
+        cls, llg_tok: Any, kind: str, data: str, *, enable_ff_tokens: bool = False
+    ) -> TokenConstraint:
+        """A constraint over an existing `llguidance.LLTokenizer` (its vocabulary size and EOS
+        token are used)."""
+        llg = load_llguidance()
+        grammar = _grammar(kind, data)
+        matcher = llg.LLMatcher(llg_tok, grammar, log_level=0)
+        if matcher.is_error():
+            raise GuidanceError(f"invalid {kind} guidance: {matcher.get_error()}")
+        return cls(
+            matcher,
+            llg_tok.vocab_size,
+            llg_tok.eos_token,
+            kind=kind,
+            enable_ff_tokens=enable_ff_tokens,
+        )
+
+    # --- the mask ----------------------------------------------------------------------------
+    def _compute(self) -> None:
+        # llguidance releases the GIL while it computes: this overlaps the model run
+        self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+
+    def _start_mask(self) -> None:
+        if self._matcher.is_stopped():
+            self._pending = None
+            return
+        self._pending = _executor().submit(self._compute)
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def allowed_tokens(self) -> np.ndarray:
+        """The ids allowed next, int64 ascending (for tests and debugging)."""
+        row = np.zeros(self.vocab_size, dtype=np.float32)
+        self.fill_mask(row)
+        return np.flatnonzero(row != LOWEST)
+
+    def fill_mask(self, logits_row: np.ndarray) -> None:
+        """Set every disallowed id of ``logits_row`` (float32 [vocab], writable) to the lowest
+        float, in place. Once the grammar is complete only the EOS token stays allowed."""
+        if logits_row.shape != (self.vocab_size,):
+            raise ValueError(
+                f"logits row must have shape ({self.vocab_size},), got {logits_row.shape}"
+            )
+        if self._ended:
+            raise GuidanceError("the constrained sequence already ended with EOS")
+        self._wait()
+        matcher = self._matcher
+        if matcher.is_error():
+            raise GuidanceError(f"guidance failed: {matcher.get_error()}")
+        if matcher.is_stopped():
+            eos = logits_row[self.eos_token_id]
+            logits_row.fill(LOWEST)
+            logits_row[self.eos_token_id] = eos
+            return
+        apply_bitmask(logits_row, self._bits)
+
+    # --- consuming tokens --------------------------------------------------------------------
+    def advance(self, token: int) -> list[int]:
+        """Consume the chosen ``token``; returns the tokens the grammar forces next when
+        fast-forward is enabled (already consumed here: append them to the sequence), else
+        ``[]``. Raises `GuidanceError` if the grammar does not allow ``token``."""
+        self._wait()
+        matcher = self._matcher
+        token = int(token)
+        if self._ended:
+            raise GuidanceError("the constrained sequence already ended with EOS")
+        if not matcher.consume_token(token):
+            raise GuidanceError(
+                f"token {token} is not allowed by the {self.kind or 'guidance'} grammar: "
+                f"{matcher.get_error().splitlines()[0] if matcher.get_error() else ''}"
+            )
+        if token == self.eos_token_id:
+            self._ended = True
+            return []
+        forced: list[int] = []
+        if self.enable_ff_tokens and not matcher.is_stopped():
+            forced = [int(t) for t in matcher.compute_ff_tokens()]
+            if forced and not matcher.consume_tokens(forced):
+                raise GuidanceError(f"guidance failed: {matcher.get_error()}")
+        self._start_mask()
+        return forced
+
+    @property
+    def is_finished(self) -> bool:
+        """True once the grammar is complete: no token but EOS may follow (stop this row)."""
+        self._wait()
+        return self._ended or self._matcher.is_stopped()
+
+    @property
+    def is_accepting(self) -> bool:
+        """True when the text so far is a complete match (EOS would be allowed)."""
+        self._wait()
+        return bool(self._matcher.is_accepting())
+
+    def reset(self) -> None:
+        """Back to the start of the grammar (a new sequence)."""
+        self._wait()
+        self._matcher.reset()
+        self._ended = False
+        self._start_mask()
+
+    def close(self) -> None:
+        """Wait for a mask computation still running (call before dropping the constraint
+        mid-computation, e.g. in tests that count threads)."""
+        self._wait()
