@@ -6,6 +6,7 @@ genai build INPUT -o OUT [--precision int4|fp16|fp32] [--all-logits]
 genai pull [--force] [-q]
 genai providers [--json] [--devices] [--plugins]
 genai conformance PROVIDER [--model DIR] [--report FILE.json] [-o KEY=VALUE]... [--xfails FILE]
+genai serve [-m MODEL_DIR] [--host 127.0.0.1] [--port 8000] [--max-slots N] [--threads N] ...
 
 Plugins add subcommands through the ``register_commands`` hook.
 """
@@ -120,6 +121,8 @@ def _build_parser() -> argparse.ArgumentParser:
     conf.add_argument("-v", "--verbose", action="store_true", help="pytest's verbose output")
     conf.set_defaults(handler=_conformance)
 
+    _add_serve_command(commands)
+
     from .builder.cli import add_build_commands
 
     add_build_commands(commands)
@@ -128,6 +131,71 @@ def _build_parser() -> argparse.ArgumentParser:
 
     plugins.hook().register_commands(commands=commands)
     return parser
+
+
+def _add_serve_command(commands: argparse._SubParsersAction) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="serve an OpenAI-compatible HTTP API with continuous batching",
+        description="Serve /v1/chat/completions, /v1/completions, /v1/models, /health and "
+        "/metrics (needs the 'serve' extra: pip install 'genai-runtime[serve]'). "
+        "See docs/serving.md.",
+    )
+    serve.add_argument(
+        "-m",
+        "--model",
+        metavar="DIR",
+        help="model folder (default: the default model, pulled on first use)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--served-model-name", metavar="NAME", help="model id of the API")
+    serve.add_argument(
+        "--max-slots", type=int, default=16, metavar="N", help="sequences decoded together"
+    )
+    serve.add_argument(
+        "--max-queue", type=int, default=64, metavar="N", help="waiting requests before 429"
+    )
+    serve.add_argument(
+        "--timeout", type=float, default=600.0, metavar="S", help="request timeout in seconds"
+    )
+    serve.add_argument(
+        "--prefill-chunk", type=int, default=64, metavar="N", help="prompt tokens per step"
+    )
+    serve.add_argument(
+        "--prefix-cache-mb", type=int, default=256, metavar="MB", help="prompt-prefix KV cache"
+    )
+    serve.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
+    serve.add_argument("--log-level", default="info", help="uvicorn log level")
+    serve.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from .serve.app import ServeEngine
+        from .serve.server import run_server
+    except ImportError as exc:
+        raise RuntimeError(
+            f"genai serve needs the 'serve' extra (pip install 'genai-runtime[serve]'): {exc}"
+        ) from exc
+    _, model, tokenizer = _load(args)
+    engine = ServeEngine(
+        model,
+        tokenizer,
+        model_name=args.served_model_name,
+        max_slots=args.max_slots,
+        max_queue=args.max_queue,
+        request_timeout=args.timeout,
+        prefill_chunk=args.prefill_chunk,
+        prefix_cache_mb=args.prefix_cache_mb,
+    )
+    print(
+        f"genai serve: {engine.model_name} on http://{args.host}:{args.port}/v1 "
+        f"({type(engine.runner).__name__}, {args.max_slots} slots)",
+        file=sys.stderr,
+    )
+    run_server(engine, args.host, args.port, log_level=args.log_level)
+    return 0
 
 
 def _providers(args: argparse.Namespace) -> int:

@@ -1,0 +1,712 @@
+"""The OpenAI-compatible HTTP API (FastAPI on uvicorn) over the continuous-batching
+`Scheduler`.
+
+Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (server-sent events with
+``stream: true``), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus).
+Errors have OpenAI's body ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
+request, 404 for an unknown model or path, 429 when the queue is full, 408 when a request
+ran past its timeout, 500 for a failure inside the engine.
+
+The event loop only parses, tokenizes and formats: model steps run on the scheduler thread
+with the GIL released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .batch_runner import make_batch_runner
+from .metrics import ServerMetrics
+from .protocol import APIError, ChatCompletionRequest, CompletionRequest, error_body
+from .scheduler import GenerationRequest, QueueFullError, SamplingOptions, Scheduler
+
+__all__ = ["ServeEngine", "create_app"]
+
+log = logging.getLogger("genai.serve")
+
+
+class ServeEngine:
+    """A model, its tokenizer and the scheduler that serves it (one per process or replica)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        model_name: str | None = None,
+        max_slots: int = 16,
+        max_queue: int = 64,
+        request_timeout: float = 600.0,
+        prefill_chunk: int = 64,
+        prefix_cache_mb: int = 256,
+        initial_capacity: int = 256,
+    ) -> None:
+        if max_slots < 2:
+            raise ValueError("max_slots must be >= 2")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.model_name = model_name or Path(str(model.path)).name
+        self.context_length = int(model.config.context_length)
+        self.vocab_size = int(model.io.vocab_size)
+        self.metrics = ServerMetrics()
+        options: dict[str, int] = {"max_chunk": prefill_chunk}
+        self.runner = make_batch_runner(model, max_slots, **options)
+        if hasattr(self.runner, "ensure"):
+            self.runner.ensure(min(initial_capacity, self.context_length))
+        eos = [int(e) for e in model.config.eos_token_ids]
+        self.scheduler = Scheduler(
+            self.runner,
+            tokenizer,
+            eos,
+            max_queue=max_queue,
+            request_timeout=request_timeout,
+            prefill_chunk=prefill_chunk,
+            prefix_cache_bytes=prefix_cache_mb << 20,
+            metrics=self.metrics,
+        )
+        self.created = int(time.time())
+
+    @classmethod
+    def from_path(
+        cls, path: str | Path, *, threads: int | None = None, **options: Any
+    ) -> ServeEngine:
+        """Load the model folder ``path`` (``threads``: ORT intra-op threads)."""
+        import genai
+
+        config = genai.Config(str(path))
+        if threads is not None:
+            if threads < 1:
+                raise ValueError("threads must be >= 1")
+            config.overlay(
+                {"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}
+            )
+        model = genai.Model(config)
+        return cls(model, genai.Tokenizer(model), **options)
+
+    def start(self) -> None:
+        """Start the scheduler thread."""
+        self.scheduler.start()
+
+    def shutdown(self) -> None:
+        """Stop the scheduler thread."""
+        self.scheduler.shutdown()
+
+    @functools.lru_cache(maxsize=65536)  # noqa: B019 - one engine per process
+    def token_text(self, token: int) -> str:
+        """The text of one token (for log-probabilities)."""
+        return self.tokenizer.decode([token])
+
+    def constraint_factory(self, kind: str, data: str) -> Any:
+        """A `TokenConstraint` (validated now: a bad schema raises here, not in the
+        scheduler)."""
+        from ..guidance import TokenConstraint
+
+        return TokenConstraint.create(self.tokenizer, kind, data, vocab_size=self.vocab_size)
+
+
+@dataclass
+class _Choice:
+    """A choice being collected."""
+
+    text: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
+    finish_reason: str | None = None
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass
+class _Prepared:
+    """A validated request, ready to submit."""
+
+    kind: str  # "chat" | "completion"
+    body: ChatCompletionRequest | CompletionRequest
+    sequences: list[GenerationRequest]
+    prompt_tokens: int
+    tools: list[dict[str, Any]] | None = None
+
+
+def _validation_message(exc: ValidationError | RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return str(exc), None
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    message = first.get("msg", "invalid request")
+    return (f"{param}: {message}" if param else message), param
+
+
+def create_app(engine: ServeEngine, *, manage_engine: bool = True) -> FastAPI:
+    """The FastAPI app serving ``engine``; with ``manage_engine`` the app's lifespan starts
+    and stops its scheduler."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if manage_engine:
+            engine.start()
+        try:
+            yield
+        finally:
+            if manage_engine:
+                engine.shutdown()
+
+    app = FastAPI(title="genai serve", version="1", lifespan=lifespan)
+    app.state.engine = engine
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(exc)
+        return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("request failed")
+        return JSONResponse(
+            error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"),
+            status_code=500,
+        )
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        sched = engine.scheduler
+        return {"status": "ok", "running": sched.running, "waiting": sched.queue_depth}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(engine.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": engine.model_name,
+                    "object": "model",
+                    "created": engine.created,
+                    "owned_by": "genai",
+                    "max_model_len": engine.context_length,
+                }
+            ],
+        }
+
+    @app.get("/v1/models/{name}")
+    async def model_info(name: str) -> dict[str, Any]:
+        if name != engine.model_name:
+            raise APIError(f"the model {name!r} does not exist", 404, code="model_not_found")
+        return {"id": name, "object": "model", "created": engine.created, "owned_by": "genai"}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = await _parse(request, ChatCompletionRequest)
+        prepared = await _prepare_chat(engine, body)
+        return await _respond(engine, request, prepared)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body = await _parse(request, CompletionRequest)
+        prepared = await _prepare_completion(engine, body)
+        return await _respond(engine, request, prepared)
+
+    return app
+
+
+async def _parse(request: Request, model: type) -> Any:
+    try:
+        raw = await request.body()
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise APIError("the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        message, param = _validation_message(exc)
+        raise APIError(message, param=param) from None
+
+
+# --- building requests ----------------------------------------------------------------------------
+def _check_model(engine: ServeEngine, name: str) -> None:
+    if name and name != engine.model_name:
+        raise APIError(
+            f"the model {name!r} does not exist; this server serves {engine.model_name!r}",
+            404,
+            param="model",
+            code="model_not_found",
+        )
+
+
+def _sampling(
+    engine: ServeEngine, body: Any, n_logprobs: int | None, index: int
+) -> SamplingOptions:
+    bias: dict[int, float] = {}
+    for key, value in (body.logit_bias or {}).items():
+        token = int(key)
+        if not 0 <= token < engine.vocab_size:
+            raise APIError(
+                f"logit_bias token id {token} is outside the vocabulary [0, {engine.vocab_size})",
+                param="logit_bias",
+            )
+        bias[token] = float(value)
+    seed = body.seed
+    if seed is not None:
+        if not -(2**63) <= seed < 2**64:
+            raise APIError("seed is out of range", param="seed")
+        seed = (seed + index) % 2**63  # each choice its own stream
+    return SamplingOptions(
+        temperature=1.0 if body.temperature is None else float(body.temperature),
+        top_p=1.0 if body.top_p is None else float(body.top_p),
+        top_k=body.top_k,
+        min_p=body.min_p,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        repetition_penalty=body.repetition_penalty,
+        seed=seed,
+        logit_bias=bias,
+        logprobs=n_logprobs,
+    )
+
+
+def _limit(engine: ServeEngine, prompt_len: int, requested: int | None) -> int:
+    if prompt_len == 0:
+        raise APIError("the prompt is empty", param="prompt")
+    room = engine.context_length - prompt_len
+    if room < 1:
+        raise APIError(
+            f"the prompt has {prompt_len} tokens; the model's context is {engine.context_length}",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    if requested is None:
+        return room
+    if requested > room:
+        raise APIError(
+            f"max_tokens {requested} + prompt {prompt_len} tokens exceed the model's context "
+            f"of {engine.context_length} tokens",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    return requested
+
+
+async def _constraints(
+    engine: ServeEngine, kind: str, data: str, count: int, param: str
+) -> list[Any]:
+    try:
+        return await asyncio.to_thread(
+            lambda: [engine.constraint_factory(kind, data) for _ in range(count)]
+        )
+    except ImportError as exc:
+        raise APIError(f"{param} is not available on this server: {exc}", param=param) from None
+    except (ValueError, TypeError) as exc:
+        raise APIError(f"invalid {param}: {exc}", param=param) from None
+
+
+async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Prepared:
+    _check_model(engine, body.model)
+    try:
+        messages = [m.for_template() for m in body.messages]
+    except ValueError as exc:
+        raise APIError(str(exc), param="messages") from None
+    tools = body.tools if body.tools and body.tool_choice != "none" else None
+    if body.response_format and tools:
+        raise APIError("use either response_format or tools, not both", param="response_format")
+    try:
+        text = engine.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True
+        )
+    except Exception as exc:
+        raise APIError(f"could not apply the chat template: {exc}", param="messages") from None
+    ids = np.asarray(engine.tokenizer.encode(text), np.int32)
+    try:
+        n_logprobs = body.n_logprobs
+    except ValueError as exc:
+        raise APIError(str(exc), param="top_logprobs") from None
+    max_new = _limit(engine, len(ids), body.new_tokens_limit)
+    guidance: tuple[str, str] | None = None
+    param = "response_format"
+    if body.response_format:
+        kind = body.response_format.get("type")
+        if kind == "json_schema":
+            spec = body.response_format.get("json_schema") or {}
+            schema = spec.get("schema")
+            if schema is None:
+                raise APIError("response_format.json_schema.schema is missing", param=param)
+            guidance = ("json_schema", json.dumps(schema))
+        elif kind == "json_object":
+            guidance = ("json_schema", json.dumps({"type": "object"}))
+        elif kind != "text":
+            raise APIError(f"unsupported response_format type {kind!r}", param=param)
+    elif tools:
+        from ..tools import tool_call_guidance
+
+        param = "tools"
+        try:
+            guidance = tool_call_guidance(tools, body.tool_choice or "auto")
+        except (ValueError, TypeError) as exc:
+            raise APIError(f"invalid tools: {exc}", param="tools") from None
+    constraints = (
+        await _constraints(engine, guidance[0], guidance[1], body.n, param) if guidance else None
+    )
+    sequences = []
+    for i in range(body.n):
+        factory = None
+        if constraints is not None:
+            factory = functools.partial(lambda c: c, constraints[i])
+        sequences.append(
+            GenerationRequest(
+                prompt=ids,
+                max_new_tokens=max_new,
+                sampling=_sampling(engine, body, n_logprobs, i),
+                stop=body.stops,
+                constraint_factory=factory,
+                index=i,
+                ignore_eos=body.ignore_eos,
+            )
+        )
+    return _Prepared("chat", body, sequences, len(ids), tools)
+
+
+async def _prepare_completion(engine: ServeEngine, body: CompletionRequest) -> _Prepared:
+    _check_model(engine, body.model)
+    if body.suffix:
+        raise APIError("suffix is not supported", param="suffix")
+    try:
+        prompts = body.prompts()
+    except ValueError as exc:
+        raise APIError(str(exc), param="prompt") from None
+    if len(prompts) * body.n > 64:
+        raise APIError("at most 64 choices (prompts x n) per request", param="n")
+    sequences = []
+    prompt_tokens = 0
+    for p, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            ids = np.asarray(engine.tokenizer.encode(prompt), np.int32)
+        else:
+            ids = np.asarray(prompt, np.int64)
+            if ids.size and (ids.min() < 0 or ids.max() >= engine.vocab_size):
+                raise APIError("prompt token ids are outside the vocabulary", param="prompt")
+            ids = ids.astype(np.int32)
+        prompt_tokens += len(ids)
+        max_new = _limit(engine, len(ids), body.new_tokens_limit)
+        for i in range(body.n):
+            index = p * body.n + i
+            sequences.append(
+                GenerationRequest(
+                    prompt=ids,
+                    max_new_tokens=max_new,
+                    sampling=_sampling(engine, body, body.n_logprobs, index),
+                    stop=body.stops,
+                    index=index,
+                    ignore_eos=body.ignore_eos,
+                )
+            )
+    return _Prepared("completion", body, sequences, prompt_tokens)
+
+
+# --- answering ------------------------------------------------------------------------------------
+async def _respond(engine: ServeEngine, request: Request, prepared: _Prepared) -> Response:
+    try:
+        handle = engine.scheduler.submit(prepared.sequences)
+    except QueueFullError as exc:
+        engine.metrics.requests.labels("rejected").inc()
+        raise APIError(str(exc), 429, code="queue_full") from None
+    engine.metrics.prompt_tokens.inc(prepared.prompt_tokens)
+    rid = ("chatcmpl-" if prepared.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+    if prepared.body.stream:
+        return StreamingResponse(
+            _stream(engine, prepared, handle, rid),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    return await _complete(engine, request, prepared, handle, rid)
+
+
+async def _collect(handle: Any, count: int) -> list[_Choice]:
+    choices = [_Choice() for _ in range(count)]
+    async for event in handle:
+        choice = choices[event.index]
+        choice.text.append(event.text)
+        choice.tokens.extend(event.tokens)
+        if event.logprobs:
+            choice.logprobs.extend(event.logprobs)
+        if event.finish_reason is not None:
+            choice.finish_reason = event.finish_reason
+            choice.completion_tokens = event.completion_tokens
+            choice.error = event.error
+    return choices
+
+
+def _raise_for(engine: ServeEngine, choices: Sequence[_Choice]) -> None:
+    reasons = {c.finish_reason for c in choices}
+    if "error" in reasons:
+        engine.metrics.requests.labels("error").inc()
+        error = next(c.error for c in choices if c.finish_reason == "error")
+        raise APIError(f"generation failed: {error}", 500)
+    if "timeout" in reasons:
+        engine.metrics.requests.labels("timeout").inc()
+        raise APIError("the request ran past its timeout", 408, code="timeout")
+
+
+async def _complete(
+    engine: ServeEngine, request: Request, prepared: _Prepared, handle: Any, rid: str
+) -> Response:
+    task = asyncio.ensure_future(_collect(handle, len(prepared.sequences)))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.5)
+            if done:
+                break
+            if await request.is_disconnected():
+                handle.cancel()
+                task.cancel()
+                engine.metrics.requests.labels("disconnected").inc()
+                return Response(status_code=499)
+    except asyncio.CancelledError:
+        handle.cancel()
+        task.cancel()
+        raise
+    choices = task.result()
+    _raise_for(engine, choices)
+    engine.metrics.requests.labels("ok").inc()
+    completion_tokens = sum(c.completion_tokens for c in choices)
+    usage = {
+        "prompt_tokens": prepared.prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prepared.prompt_tokens + completion_tokens,
+    }
+    created = int(time.time())
+    if prepared.kind == "chat":
+        out = []
+        for i, c in enumerate(choices):
+            text = "".join(c.text)
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            finish = c.finish_reason
+            if prepared.tools:
+                calls = _tool_calls(text)
+                if calls:
+                    message = {"role": "assistant", "content": None, "tool_calls": calls}
+                    finish = "tool_calls"
+            out.append(
+                {
+                    "index": i,
+                    "message": message,
+                    "logprobs": _chat_logprobs(engine, c.tokens, c.logprobs)
+                    if prepared.body.n_logprobs is not None
+                    else None,
+                    "finish_reason": finish,
+                }
+            )
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": engine.model_name,
+                "choices": out,
+                "usage": usage,
+                "system_fingerprint": "genai",
+            }
+        )
+    out = [
+        {
+            "index": i,
+            "text": "".join(c.text),
+            "logprobs": _completion_logprobs(engine, c.tokens, c.logprobs)
+            if prepared.body.n_logprobs is not None
+            else None,
+            "finish_reason": c.finish_reason,
+        }
+        for i, c in enumerate(choices)
+    ]
+    return JSONResponse(
+        {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": engine.model_name,
+            "choices": out,
+            "usage": usage,
+            "system_fingerprint": "genai",
+        }
+    )
+
+
+def _tool_calls(text: str) -> list[dict[str, Any]]:
+    from ..tools import parse_tool_calls
+
+    try:
+        return parse_tool_calls(text)
+    except Exception:  # not a call: plain text
+        return []
+
+
+def _chat_logprobs(
+    engine: ServeEngine, tokens: list[int], info: list[tuple[float, list[tuple[int, float]]]]
+) -> dict[str, Any]:
+    content = []
+    for token, (lp, alts) in zip(tokens, info, strict=False):
+        text = engine.token_text(token)
+        content.append(
+            {
+                "token": text,
+                "logprob": lp,
+                "bytes": list(text.encode()),
+                "top_logprobs": [
+                    {
+                        "token": engine.token_text(t),
+                        "logprob": a,
+                        "bytes": list(engine.token_text(t).encode()),
+                    }
+                    for t, a in alts
+                ],
+            }
+        )
+    return {"content": content}
+
+
+def _completion_logprobs(
+    engine: ServeEngine, tokens: list[int], info: list[tuple[float, list[tuple[int, float]]]]
+) -> dict[str, Any]:
+    texts = [engine.token_text(t) for t in tokens]
+    offsets, pos = [], 0
+    for t in texts:
+        offsets.append(pos)
+        pos += len(t)
+    return {
+        "tokens": texts,
+        "token_logprobs": [lp for lp, _ in info],
+        "top_logprobs": [{engine.token_text(t): a for t, a in alts} for _, alts in info],
+        "text_offset": offsets,
+    }
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _stream(
+    engine: ServeEngine, prepared: _Prepared, handle: Any, rid: str
+) -> AsyncIterator[bytes]:
+    body = prepared.body
+    chat = prepared.kind == "chat"
+    created = int(time.time())
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    count = len(prepared.sequences)
+    completion_tokens = [0] * count
+    started = [False] * count
+    buffered = [[] for _ in range(count)]  # tool calls are sent whole at the end
+    want_lp = body.n_logprobs is not None
+
+    def chunk(index: int, delta: Any, finish: str | None, logprobs: Any = None) -> bytes:
+        if chat:
+            choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        else:
+            choice = {"index": index, "text": delta, "logprobs": logprobs, "finish_reason": finish}
+        return _sse(
+            {
+                "id": rid,
+                "object": obj,
+                "created": created,
+                "model": engine.model_name,
+                "system_fingerprint": "genai",
+                "choices": [choice],
+            }
+        )
+
+    finished_ok = False
+    try:
+        async for event in handle:
+            i = event.index
+            if event.finish_reason in ("error", "timeout"):
+                engine.metrics.requests.labels(event.finish_reason).inc()
+                status = 500 if event.finish_reason == "error" else 408
+                message = (
+                    f"generation failed: {event.error}"
+                    if event.finish_reason == "error"
+                    else "the request ran past its timeout"
+                )
+                yield _sse(APIError(message, status).body())
+                finished_ok = True
+                handle.cancel()
+                return
+            lp = None
+            if want_lp and event.logprobs:
+                lp = (
+                    _chat_logprobs(engine, event.tokens, event.logprobs)
+                    if chat
+                    else _completion_logprobs(engine, event.tokens, event.logprobs)
+                )
+            if chat and not started[i]:
+                started[i] = True
+                yield chunk(i, {"role": "assistant", "content": ""}, None)
+            if prepared.tools:
+                buffered[i].append(event.text)
+            elif event.text or lp:
+                yield chunk(i, {"content": event.text} if chat else event.text, None, lp)
+            if event.finish_reason is not None:
+                completion_tokens[i] = event.completion_tokens
+                finish = event.finish_reason
+                if prepared.tools:
+                    text = "".join(buffered[i])
+                    calls = _tool_calls(text)
+                    if calls:
+                        finish = "tool_calls"
+                        delta = {"tool_calls": [dict(c, index=k) for k, c in enumerate(calls)]}
+                    else:
+                        delta = {"content": text}
+                    yield chunk(i, delta, None)
+                yield chunk(i, {} if chat else "", finish)
+        finished_ok = True
+        engine.metrics.requests.labels("ok").inc()
+        if body.include_usage:
+            total = sum(completion_tokens)
+            yield _sse(
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": engine.model_name,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": prepared.prompt_tokens,
+                        "completion_tokens": total,
+                        "total_tokens": prepared.prompt_tokens + total,
+                    },
+                }
+            )
+        yield b"data: [DONE]\n\n"
+    finally:
+        if not finished_ok:
+            handle.cancel()  # the client went away: free the slots
+            engine.metrics.requests.labels("disconnected").inc()

@@ -1,0 +1,322 @@
+"""Slot-based batch runners: the model side of continuous batching.
+
+A runner owns ``max_slots`` slots; each holds one sequence's KV cache. Two kinds of runs:
+
+* `prefill(slot, tokens)` feeds a chunk of tokens to one slot (a newcomer's prompt, a piece of
+  it, or tokens forced by a grammar) and returns the logits after its last token;
+* `decode(tokens)` feeds one token to each of the slots ``0..n-1`` in ONE batched model run
+  and returns their logits ``[n, vocab]``.
+
+`SlotBatchRunner` (GroupQueryAttention graphs with a shared past/present KV buffer, the
+layout the reference's builder writes): every K/V tensor is one ``[max_slots, kv_heads,
+capacity, head]`` buffer. Slot ``b`` is the contiguous block ``buffer[b]``: a prefill binds it
+as a batch-1 view; a decode step binds ``buffer[:n]``. Each row's past length comes from its
+own attention-mask row (GQA computes ``seqlens_k = sum(mask) - 1`` per row and writes the new
+entry there, rotary included), so rows of different lengths decode together without padding
+tokens. Capacity grows geometrically with the longest sequence. Active slots are kept compact
+(``0..n-1``): `release` moves the last slot into the freed one.
+
+`GeneratorBatchRunner` is the fallback for other layouts (separate past/present tensors,
+position_ids, combined K/V): one batch-1 `Generator` per slot, run one after another in a
+decode step. Same interface and tokens, no batching speed-up.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..buffers import aligned_zeros
+
+if TYPE_CHECKING:
+    from ..model import Model
+
+__all__ = ["BatchRunner", "GeneratorBatchRunner", "SlotBatchRunner", "make_batch_runner"]
+
+
+class BatchRunner:
+    """Common interface of the runners (see the module docstring)."""
+
+    max_slots: int
+    vocab_size: int
+    #: Tokens each slot's KV cache holds.
+    lengths: np.ndarray
+    #: Longest sequence a slot may hold (the model's context length).
+    max_length: int
+    #: True when `decode` runs every slot in one batched model run.
+    batched: bool = False
+
+    def prefill(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+        """Feed ``tokens`` to ``slot`` after its cached ones; the logits after the last."""
+        raise NotImplementedError
+
+    def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
+        """Feed ``tokens[b]`` to slot b for b < len(tokens) in one step; logits [n, vocab].
+        Rows with ``advance[b]`` False (default: all True) are fillers: their slot's length
+        is left as it was (a prefill later overwrites what the step wrote there)."""
+        raise NotImplementedError
+
+    def release(self, slot: int, active: int) -> int | None:
+        """Free ``slot`` among the ``active`` compact slots 0..active-1: the last active slot
+        moves into it. Returns the index that moved (now ``slot``), or None."""
+        raise NotImplementedError
+
+    def reset(self, slot: int) -> None:
+        """Empty ``slot`` for a new sequence."""
+        raise NotImplementedError
+
+    def load_prefix(self, slot: int, kv: list[np.ndarray], length: int) -> None:
+        """Fill ``slot`` with a cached prefix (arrays from `export_prefix`) of ``length``."""
+        raise NotImplementedError
+
+    def export_prefix(self, slot: int, length: int) -> list[np.ndarray] | None:
+        """Copies of ``slot``'s first ``length`` KV positions (None: prefix reuse
+        unsupported)."""
+        return None
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes allocated for KV caches."""
+        return 0
+
+
+class SlotBatchRunner(BatchRunner):
+    """Continuous batching over one shared-buffer GQA session (see the module docstring)."""
+
+    batched = True
+
+    def __init__(
+        self,
+        model: Model,
+        max_slots: int = 16,
+        *,
+        initial_capacity: int = 256,
+        growth_factor: float = 1.5,
+        block: int = 64,
+        max_chunk: int = 256,
+    ) -> None:
+        io = self.io = model.io
+        if not supports_slots(model):
+            raise ValueError("SlotBatchRunner needs a GQA graph with a shared past/present buffer")
+        self.model = model
+        self.max_slots = max_slots
+        self.vocab_size = io.vocab_size
+        self.max_length = int(model.config.context_length)
+        self.block = block
+        self.growth_factor = growth_factor
+        self.max_chunk = max_chunk
+        self.lengths = np.zeros(max_slots, np.int64)
+        self._decode = model.session.new_binding()
+        self._prefill = model.session.new_binding()
+        model.bind_extra_inputs(self._decode)
+        model.bind_extra_inputs(self._prefill)
+        self._pairs = [
+            (past, present)
+            for pk, ck, pv, cv in zip(
+                io.past_keys, io.present_keys, io.past_values, io.present_values, strict=True
+            )
+            for past, present in ((pk, ck), (pv, cv))
+        ]
+        self._buffers: list[np.ndarray] = []
+        self.capacity = 0
+        self._version = 0
+        self._allocate(min(self.max_length, max(block, initial_capacity)))
+        # Inputs and outputs, allocated once for the largest shapes and bound as prefixes.
+        self._ids = np.zeros(max(max_slots, max_chunk), io.id_dtype)
+        self._mask = np.zeros(0, io.mask_dtype)
+        self._grow_mask()
+        self._decode_logits = np.zeros((max_slots, self.vocab_size), io.logits_dtype)
+        self._prefill_logits = np.zeros((max_chunk, self.vocab_size), io.logits_dtype)
+        self._decode_bound: tuple[int, int] = (-1, -1)  # (rows, buffer version)
+        self._prefill_bound: tuple[int, int] = (-1, -1)  # (slot, buffer version)
+
+    # --- memory ---------------------------------------------------------------------------------
+    def _allocate(self, capacity: int) -> None:
+        io = self.io
+        shape = (self.max_slots, io.kv_heads, capacity, io.head_size)
+        old, filled = self._buffers, self.capacity
+        self._buffers = []
+        for index in range(len(self._pairs)):
+            buf = aligned_zeros(shape, io.kv_dtype)
+            if old and filled:
+                buf[:, :, :filled, :] = old[index][:, :, :filled, :]
+            self._buffers.append(buf)
+        self.capacity = capacity
+        self._version += 1
+
+    def _grow_mask(self) -> None:
+        self._mask = np.ones(self.max_slots * (self.capacity + 1), self.io.mask_dtype)
+
+    def ensure(self, needed: int) -> None:
+        """Grow every slot's capacity to at least ``needed`` positions."""
+        if needed <= self.capacity:
+            return
+        if needed > self.max_length:
+            raise ValueError(f"{needed} positions exceed the context length {self.max_length}")
+        target = max(needed, int(self.capacity * self.growth_factor))
+        target = -(-target // self.block) * self.block
+        self._allocate(min(target, self.max_length))
+        self._grow_mask()
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(b.nbytes for b in self._buffers)
+
+    # --- runs -----------------------------------------------------------------------------------
+    def _bind_kv(self, session, rows: slice) -> None:
+        for (past, present), buf in zip(self._pairs, self._buffers, strict=True):
+            view = buf[rows]
+            session.bind_input(past, view)
+            session.bind_output(present, view)
+
+    def prefill(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+        count = len(tokens)
+        if not 0 < count <= self.max_chunk:
+            raise ValueError(f"a prefill chunk holds 1..{self.max_chunk} tokens, got {count}")
+        past = int(self.lengths[slot])
+        total = past + count
+        self.ensure(total)
+        session = self._prefill
+        if self._prefill_bound != (slot, self._version):
+            self._bind_kv(session, slice(slot, slot + 1))
+            self._prefill_bound = (slot, self._version)
+        io = self.io
+        self._ids[:count] = tokens
+        session.bind_input(io.input_ids, self._ids, (1, count))
+        if io.attention_mask is not None:
+            session.bind_input(io.attention_mask, self._mask, (1, total))
+        session.bind_output(io.logits, self._prefill_logits, (1, count, self.vocab_size))
+        session.run()
+        self.lengths[slot] = total
+        return self._prefill_logits[count - 1].astype(np.float32, copy=False)
+
+    def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
+        rows = len(tokens)
+        if not 0 < rows <= self.max_slots:
+            raise ValueError(f"decode needs 1..{self.max_slots} rows, got {rows}")
+        lengths = self.lengths[:rows]
+        width = int(lengths.max()) + 1
+        self.ensure(width)
+        session = self._decode
+        if self._decode_bound != (rows, self._version):
+            self._bind_kv(session, slice(0, rows))
+            self._decode_bound = (rows, self._version)
+        io = self.io
+        self._ids[:rows] = tokens
+        session.bind_input(io.input_ids, self._ids, (rows, 1))
+        mask = self._mask[: rows * width].reshape(rows, width)
+        # Row b attends to its own past plus the new token: ones then zeros.
+        mask[:] = np.arange(width)[None, :] <= lengths[:, None]
+        session.bind_input(io.attention_mask, mask)
+        session.bind_output(io.logits, self._decode_logits, (rows, 1, self.vocab_size))
+        session.run()
+        mask[:] = 1  # prefill binds prefixes of the same buffer as all ones
+        if advance is None:
+            self.lengths[:rows] += 1
+        else:
+            self.lengths[:rows] += np.asarray(advance[:rows], bool)
+        return self._decode_logits[:rows].astype(np.float32, copy=False)
+
+    # --- slots ----------------------------------------------------------------------------------
+    def release(self, slot: int, active: int) -> int | None:
+        last = active - 1
+        moved = None
+        if slot != last:
+            used = int(self.lengths[last])
+            for buf in self._buffers:
+                buf[slot, :, :used, :] = buf[last, :, :used, :]
+            self.lengths[slot] = used
+            moved = last
+        self.lengths[last] = 0
+        return moved
+
+    def reset(self, slot: int) -> None:
+        """Empty ``slot`` (its KV positions are overwritten by the next prefill)."""
+        self.lengths[slot] = 0
+
+    def export_prefix(self, slot: int, length: int) -> list[np.ndarray]:
+        return [buf[slot, :, :length, :].copy() for buf in self._buffers]
+
+    def load_prefix(self, slot: int, kv: list[np.ndarray], length: int) -> None:
+        self.ensure(length)
+        for buf, array in zip(self._buffers, kv, strict=True):
+            buf[slot, :, :length, :] = array[:, :length, :]
+        self.lengths[slot] = length
+
+
+class GeneratorBatchRunner(BatchRunner):
+    """Fallback for KV layouts without per-row lengths: a batch-1 `Generator` per slot; a
+    decode step runs them one after another (same tokens, no batching speed-up)."""
+
+    batched = False
+
+    def __init__(self, model: Model, max_slots: int = 16, *, max_chunk: int = 256) -> None:
+        from ..generator_params import GeneratorParams
+
+        self.model = model
+        self.max_slots = max_slots
+        self.max_chunk = max_chunk
+        self.vocab_size = model.io.vocab_size
+        self.max_length = int(model.config.context_length)
+        self.lengths = np.zeros(max_slots, np.int64)
+        self._params = GeneratorParams(model)
+        self._params.set_search_options(max_length=self.max_length)
+        self._gens: list = [None] * max_slots
+
+    def _generator(self, slot: int):
+        from ..generator import Generator
+
+        if self._gens[slot] is None:
+            self._gens[slot] = Generator(self.model, self._params)
+        return self._gens[slot]
+
+    def prefill(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+        gen = self._generator(slot)
+        gen.append_tokens(np.asarray(tokens, np.int32))
+        self.lengths[slot] += len(tokens)
+        return gen.get_logits()[0, 0]
+
+    def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
+        out = np.zeros((len(tokens), self.vocab_size), np.float32)
+        for row, token in enumerate(tokens):
+            if advance is None or advance[row]:
+                out[row] = self.prefill(row, np.asarray([token]))
+        return out
+
+    def release(self, slot: int, active: int) -> int | None:
+        last = active - 1
+        self._gens[slot] = None
+        self.lengths[slot] = 0
+        if slot != last:
+            self._gens[slot], self._gens[last] = self._gens[last], None
+            self.lengths[slot], self.lengths[last] = self.lengths[last], 0
+            return last
+        return None
+
+    def reset(self, slot: int) -> None:
+        self._gens[slot] = None
+        self.lengths[slot] = 0
+
+
+def supports_slots(model: Model) -> bool:
+    """True when ``model``'s graph suits `SlotBatchRunner`: GroupQueryAttention-style inputs
+    (ids + attention mask, no position_ids), split K/V, shared past/present buffer."""
+    io = model.io
+    share = bool(model.config.get("search.past_present_share_buffer", False))
+    return (
+        share
+        and io.attention_mask is not None
+        and io.position_ids is None
+        and not io.combined_kv
+        and "shared" in model.provider.capabilities.kv_layouts
+        and bool(io.past_keys)
+    )
+
+
+def make_batch_runner(model: Model, max_slots: int = 16, **options: int) -> BatchRunner:
+    """The best runner for ``model``: `SlotBatchRunner` when its layout allows, else the
+    `GeneratorBatchRunner` fallback."""
+    if supports_slots(model):
+        return SlotBatchRunner(model, max_slots, **options)
+    return GeneratorBatchRunner(model, max_slots, max_chunk=options.get("max_chunk", 256))

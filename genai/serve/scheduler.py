@@ -1,0 +1,642 @@
+"""Continuous batching: a scheduler thread that runs every active request in one batched
+model step at a time.
+
+Requests (`GenerationRequest`) wait in a bounded queue; the scheduler thread admits them into
+free KV slots of a `BatchRunner` at step boundaries. Each iteration it
+
+1. drops cancelled / timed-out requests (their slots are freed at once);
+2. admits waiting requests into free slots (a cached prompt prefix is copied into the slot);
+3. runs ONE prefill chunk (at most ``prefill_chunk`` tokens) of one newcomer, so a long
+   prompt is spread over several iterations while the others keep decoding;
+4. runs one decode step for every slot that is generating, in one batched model run, and
+   samples each row with its own options, RNG stream, logit bias and grammar constraint.
+
+Results go back to the asyncio side through ``loop.call_soon_threadsafe`` into a per-request
+`asyncio.Queue` (`RequestHandle`). The model runs release the GIL, so the event loop keeps
+serving HTTP while a step runs.
+
+Exactness: ONNX Runtime's CPU kernels take another code path for a single row (M = 1: the
+matrix-vector kernels) than for several; any two rows' logits are bit-identical whatever else
+is in a batch of two or more rows, but differ by ~1e-5 from a single-row run. A decode step
+therefore always runs at least two rows (an idle slot fills in), so a request's tokens do not
+depend on what else is running. Prefill chunk boundaries are multiples of ``prefill_chunk``
+from the start of the prompt, and cached prefixes are reused at those boundaries only, so a
+prompt's KV is bit-identical whether or not its prefix came from the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._core.sampling import Sampler
+from .batch_runner import BatchRunner
+
+__all__ = [
+    "Event",
+    "GenerationRequest",
+    "PrefixCache",
+    "QueueFullError",
+    "RequestHandle",
+    "SamplingOptions",
+    "Scheduler",
+]
+
+log = logging.getLogger("genai.serve")
+
+
+class QueueFullError(RuntimeError):
+    """The waiting queue is full (HTTP 429)."""
+
+
+@dataclass
+class SamplingOptions:
+    """Per-request choice options (OpenAI names mapped onto the sampler's)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    #: None: no log-probabilities; N >= 0: the chosen token's and N alternatives.
+    logprobs: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        """True when the choice is the argmax."""
+        return self.temperature == 0.0 or self.top_k == 1
+
+    def sampler_options(self) -> dict[str, Any]:
+        """Options for `Sampler.configure`."""
+        p = self.top_p if 0.0 < self.top_p < 1.0 else 0.0
+        return {
+            "do_sample": not self.greedy,
+            "temperature": self.temperature if self.temperature > 0 else 1.0,
+            "top_k": self.top_k,
+            "top_p": p,
+            "min_p": self.min_p,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "repetition_penalty": self.repetition_penalty,
+        }
+
+
+@dataclass
+class GenerationRequest:
+    """One sequence to generate (a choice of an API request)."""
+
+    prompt: np.ndarray
+    max_new_tokens: int
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    stop: Sequence[str] = ()
+    #: Made in the scheduler thread when the request is admitted (grammar constraints).
+    constraint_factory: Callable[[], Any] | None = None
+    #: Index of the choice in the API response.
+    index: int = 0
+    ignore_eos: bool = False
+
+
+@dataclass
+class Event:
+    """What a request produced in one step: new text (possibly empty) and the tokens behind
+    it; the last event of a sequence has ``finish_reason`` set ("stop", "length", "timeout",
+    "cancelled", "error")."""
+
+    index: int
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)
+    #: Per token: (logprob, [(id, logprob), ...]) when log-probabilities were asked for.
+    logprobs: list[tuple[float, list[tuple[int, float]]]] | None = None
+    finish_reason: str | None = None
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    error: str | None = None
+
+
+class RequestHandle:
+    """The asyncio side of a group of sequences (the choices of one API request): iterate
+    the events with ``async for``; `cancel` stops them at the next step boundary."""
+
+    def __init__(self, scheduler: Scheduler, count: int, loop: asyncio.AbstractEventLoop):
+        self._scheduler = scheduler
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._loop = loop
+        self._remaining = count
+        self.cancelled = False
+        self.created = time.monotonic()
+        self.first_token_at: float | None = None
+
+    def _put(self, event: Event) -> None:  # scheduler thread
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:  # the loop is closed: nobody is listening
+            self.cancelled = True
+
+    def cancel(self) -> None:
+        """Stop generating (the client went away); frees the slots at the next step."""
+        if not self.cancelled:
+            self.cancelled = True
+            self._scheduler._wake()
+
+    def __aiter__(self) -> RequestHandle:
+        return self
+
+    async def __anext__(self) -> Event:
+        if self._remaining <= 0:
+            raise StopAsyncIteration
+        event = await self._queue.get()
+        if event.finish_reason is not None:
+            self._remaining -= 1
+        return event
+
+
+@dataclass
+class _Sequence:
+    """Scheduler-thread state of one sequence."""
+
+    request: GenerationRequest
+    handle: RequestHandle
+    deadline: float
+    enqueued: float
+    slot: int = -1
+    #: Tokens to feed before the next choice (the prompt, then forced tokens).
+    pending: np.ndarray | None = None
+    prefilling: bool = True
+    history: np.ndarray = field(default_factory=lambda: np.zeros((1, 0), np.int32))
+    length: int = 0
+    generated: int = 0
+    cached: int = 0
+    sampler: Any = None
+    stream: Any = None
+    stopper: Any = None
+    constraint: Any = None
+    next_token: int = -1
+    finished: str | None = None
+    first_token: bool = True
+
+
+class PrefixCache:
+    """KV of prompt prefixes (cut at prefill-chunk boundaries), least recently used first
+    out, bounded by bytes."""
+
+    def __init__(self, max_bytes: int, block: int) -> None:
+        self.max_bytes = max_bytes
+        self.block = block
+        self._entries: collections.OrderedDict[bytes, tuple[np.ndarray, list[np.ndarray]]] = (
+            collections.OrderedDict()
+        )
+        self.nbytes = 0
+        self.hits = 0
+        self.reused_tokens = 0
+
+    def lookup(self, prompt: np.ndarray) -> tuple[int, list[np.ndarray] | None]:
+        """The longest cached block-aligned prefix of ``prompt`` that leaves at least one
+        token to run: (length, kv arrays) or (0, None)."""
+        best, best_key = 0, None
+        for key, (tokens, _) in self._entries.items():
+            n = min(len(tokens), len(prompt) - 1)
+            n -= n % self.block
+            if n <= best:
+                continue
+            same = np.flatnonzero(tokens[:n] != prompt[:n])
+            n = int(same[0]) if same.size else n
+            n -= n % self.block
+            if n > best:
+                best, best_key = n, key
+        if best_key is None:
+            return 0, None
+        self._entries.move_to_end(best_key)
+        self.hits += 1
+        self.reused_tokens += best
+        return best, self._entries[best_key][1]
+
+    def covers(self, prompt: np.ndarray, length: int) -> bool:
+        """True when an entry already holds ``prompt[:length]``."""
+        for tokens, _ in self._entries.values():
+            if len(tokens) >= length and np.array_equal(tokens[:length], prompt[:length]):
+                return True
+        return False
+
+    def add(self, tokens: np.ndarray, kv: list[np.ndarray]) -> None:
+        """Store the KV of ``tokens`` (a block-aligned prompt prefix)."""
+        size = sum(a.nbytes for a in kv)
+        if size > self.max_bytes:
+            return
+        key = tokens.tobytes()
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return
+        self._entries[key] = (tokens.copy(), kv)
+        self.nbytes += size
+        while self.nbytes > self.max_bytes:
+            _, (_, old) = self._entries.popitem(last=False)
+            self.nbytes -= sum(a.nbytes for a in old)
+
+
+class Scheduler:
+    """Runs `GenerationRequest`s on a `BatchRunner` with continuous batching (see the module
+    docstring). Start with `start`, stop with `shutdown`."""
+
+    def __init__(
+        self,
+        runner: BatchRunner,
+        tokenizer: Any,
+        eos_token_ids: Sequence[int],
+        *,
+        max_queue: int = 64,
+        request_timeout: float = 600.0,
+        prefill_chunk: int = 64,
+        prefix_cache_bytes: int = 256 << 20,
+        metrics: Any = None,
+    ) -> None:
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.eos = np.asarray(list(eos_token_ids), np.int32)
+        self._eos_set = {int(e) for e in self.eos}
+        self.max_queue = max_queue
+        self.request_timeout = request_timeout
+        self.prefill_chunk = min(prefill_chunk, getattr(runner, "max_chunk", prefill_chunk))
+        self.prefix_cache = (
+            PrefixCache(prefix_cache_bytes, self.prefill_chunk)
+            if prefix_cache_bytes > 0 and runner.export_prefix(0, 0) is not None
+            else None
+        )
+        self.metrics = metrics
+        self._waiting: collections.deque[_Sequence] = collections.deque()
+        self._active: list[_Sequence] = []  # index == slot
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._counter = itertools.count()
+        #: Tokens generated since start (all requests).
+        self.generated_tokens = 0
+        self.steps = 0
+        self.decode_rows = 0
+
+    # --- public (asyncio side) -------------------------------------------------------------------
+    @property
+    def queue_depth(self) -> int:
+        """Sequences waiting for a slot."""
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        """Sequences holding a slot."""
+        return len(self._active)
+
+    def start(self) -> None:
+        """Start the scheduler thread."""
+        if self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="genai-scheduler", daemon=True)
+            self._thread.start()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop the thread; sequences still running end with finish_reason "cancelled"."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def submit(
+        self,
+        requests: Sequence[GenerationRequest],
+        loop: asyncio.AbstractEventLoop | None = None,
+        timeout: float | None = None,
+    ) -> RequestHandle:
+        """Queue ``requests`` (the choices of one API request); raises `QueueFullError` when
+        the queue cannot take them all."""
+        loop = loop or asyncio.get_running_loop()
+        handle = RequestHandle(self, len(requests), loop)
+        now = time.monotonic()
+        deadline = now + (self.request_timeout if timeout is None else timeout)
+        with self._cond:
+            if len(self._waiting) + len(requests) > self.max_queue:
+                raise QueueFullError(
+                    f"the server is busy: {len(self._waiting)} requests are waiting "
+                    f"(queue limit {self.max_queue}); retry later"
+                )
+            for request in requests:
+                self._waiting.append(_Sequence(request, handle, deadline, now))
+            self._cond.notify_all()
+        return handle
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    # --- the scheduler thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._waiting and not self._active:
+                    self._cond.wait()
+                if self._stopping:
+                    break
+            try:
+                self._iteration()
+            except Exception as exc:  # a bug or an ORT failure: fail the running requests
+                log.exception("scheduler step failed")
+                for seq in list(self._active):
+                    self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
+                self._release_finished()
+        with self._cond:
+            pending = list(self._waiting) + list(self._active)
+            self._waiting.clear()
+        for seq in pending:
+            seq.handle._put(Event(seq.request.index, finish_reason="cancelled"))
+        self._active.clear()
+
+    def _iteration(self) -> None:
+        now = time.monotonic()
+        # 1. cancellations and timeouts
+        for seq in self._active:
+            if seq.handle.cancelled:
+                self._finish(seq, "cancelled")
+            elif now > seq.deadline:
+                self._finish(seq, "timeout")
+        with self._cond:
+            keep: collections.deque[_Sequence] = collections.deque()
+            dropped = []
+            for seq in self._waiting:
+                if seq.handle.cancelled or now > seq.deadline:
+                    dropped.append(seq)
+                else:
+                    keep.append(seq)
+            self._waiting = keep
+        for seq in dropped:
+            reason = "cancelled" if seq.handle.cancelled else "timeout"
+            seq.handle._put(Event(seq.request.index, finish_reason=reason))
+        self._release_finished()
+        # 2. admissions
+        while len(self._active) < self.runner.max_slots:
+            with self._cond:
+                if not self._waiting:
+                    break
+                seq = self._waiting.popleft()
+            try:
+                self._admit(seq)
+            except Exception as exc:
+                log.exception("could not start a request")
+                seq.handle._put(Event(seq.request.index, finish_reason="error", error=str(exc)))
+        if self.metrics is not None:
+            self.metrics.set_load(len(self._waiting), len(self._active))
+        # 3. one prefill chunk for the oldest newcomer
+        for seq in self._active:
+            if seq.prefilling and seq.finished is None:
+                self._prefill_chunk(seq)
+                break
+        # 4. one decode step for every generating slot
+        decoding = [s for s in self._active if not s.prefilling and s.finished is None]
+        if decoding:
+            self._decode_step()
+        self._release_finished()
+        if self.metrics is not None:
+            self.metrics.set_load(len(self._waiting), len(self._active))
+        self.steps += 1
+
+    def _admit(self, seq: _Sequence) -> None:
+        request = seq.request
+        prompt = np.asarray(request.prompt, np.int32)
+        slot = len(self._active)
+        seq.slot = slot
+        self._active.append(seq)
+        self.runner.reset(slot)
+        total = len(prompt) + request.max_new_tokens + 8
+        seq.history = np.zeros((1, total), np.int32)
+        seq.history[0, : len(prompt)] = prompt
+        seq.length = len(prompt)
+        options = request.sampling
+        seq.sampler = Sampler(
+            1, self.runner.vocab_size, seed=-1 if options.seed is None else options.seed
+        )
+        seq.sampler.configure(**options.sampler_options())
+        if options.logit_bias:
+            seq.sampler.set_logit_bias(
+                None, list(options.logit_bias), list(options.logit_bias.values())
+            )
+        seq.stream = self.tokenizer.create_stream()
+        if request.stop:
+            from ..stop import StopStringMatcher
+
+            seq.stopper = StopStringMatcher(list(request.stop))
+        if request.constraint_factory is not None:
+            seq.constraint = request.constraint_factory()
+        cached = 0
+        if self.prefix_cache is not None:
+            cached, kv = self.prefix_cache.lookup(prompt)
+            if kv is not None:
+                self.runner.load_prefix(slot, kv, cached)
+                if self.metrics is not None:
+                    self.metrics.prefix_hit(cached)
+        seq.cached = cached
+        seq.pending = prompt[cached:]
+        seq.prefilling = True
+
+    def _prefill_chunk(self, seq: _Sequence) -> None:
+        runner = self.runner
+        done = int(runner.lengths[seq.slot])
+        chunk = self.prefill_chunk
+        # end at the next multiple of the chunk size (block-aligned boundaries)
+        count = min(len(seq.pending), chunk - done % chunk)
+        if done + len(seq.pending) > runner.max_length:
+            self._finish(seq, "length")
+            return
+        logits = runner.prefill(seq.slot, seq.pending[:count])
+        seq.pending = seq.pending[count:]
+        if len(seq.pending):
+            return
+        # the prompt (or forced tokens) is in: choose the next token
+        seq.prefilling = False
+        if self.prefix_cache is not None and seq.generated == 0:
+            self._remember_prefix(seq)
+        self._choose(seq, logits.reshape(1, -1))
+
+    def _remember_prefix(self, seq: _Sequence) -> None:
+        prompt = np.asarray(seq.request.prompt, np.int32)
+        chunk = self.prefill_chunk
+        aligned = (len(prompt) - 1) // chunk * chunk
+        if aligned <= seq.cached or aligned <= 0:
+            return
+        cache = self.prefix_cache
+        if cache.covers(prompt, aligned):
+            return
+        kv = self.runner.export_prefix(seq.slot, aligned)
+        if kv is not None:
+            cache.add(prompt[:aligned], kv)
+
+    def _decode_step(self) -> None:
+        runner = self.runner
+        active = self._active
+        rows = len(active)
+        if rows < 2 and runner.batched:
+            rows = min(2, runner.max_slots)  # see the module docstring: never a 1-row step
+        tokens = np.zeros(rows, np.int64)
+        advance = np.zeros(rows, bool)
+        for seq in active:
+            if not seq.prefilling and seq.finished is None:
+                tokens[seq.slot] = seq.next_token
+                advance[seq.slot] = True
+        logits = runner.decode(tokens, advance)
+        self.decode_rows += int(advance.sum())
+        for seq in active:
+            if advance[seq.slot]:
+                self._choose(seq, logits[seq.slot : seq.slot + 1])
+
+    def _choose(self, seq: _Sequence, logits: np.ndarray) -> None:
+        """Choose, record and emit the next token of ``seq`` from its logits row [1, vocab]."""
+        request = seq.request
+        options = request.sampling
+        if seq.constraint is not None:
+            seq.constraint.fill_mask(logits[0])
+        if request.ignore_eos and seq.constraint is None:
+            logits[0, self.eos] = np.finfo(np.float32).min
+        out = np.zeros(1, np.int32)
+        lp = tid = tlp = None
+        if options.logprobs is not None:
+            lp = np.zeros(1, np.float32)
+            n_top = max(options.logprobs, 0)
+            tid = np.zeros((1, max(n_top, 1)), np.int32)
+            tlp = np.zeros((1, max(n_top, 1)), np.float32)
+        seq.sampler.sample_batch(
+            logits,
+            seq.history,
+            seq.length,
+            self.eos,
+            out,
+            prompt_lengths=len(request.prompt),
+            logprobs=lp,
+            top_ids=tid,
+            top_logprobs=tlp,
+        )
+        token = int(out[0])
+        tokens = [token]
+        forced: list[int] = []
+        if seq.constraint is not None and token not in self._eos_set:
+            forced = seq.constraint.advance(token)
+        elif seq.constraint is not None:
+            seq.constraint.advance(token)
+        tokens.extend(forced)
+        logprob_info = None
+        if lp is not None:
+            n_top = options.logprobs or 0
+            alts = [(int(tid[0, j]), float(tlp[0, j])) for j in range(n_top)]
+            logprob_info = [(float(lp[0]), alts)] + [(0.0, []) for _ in forced]
+        self._emit(seq, tokens, logprob_info)
+
+    def _emit(self, seq: _Sequence, tokens: list[int], logprob_info: Any) -> None:
+        request = seq.request
+        text_parts = []
+        finish = None
+        emitted: list[int] = []
+        for token in tokens:
+            if token in self._eos_set and not request.ignore_eos:
+                finish = "stop"
+                break
+            emitted.append(token)
+            seq.history[0, seq.length] = token
+            seq.length += 1
+            seq.generated += 1
+            piece = seq.stream.decode(token)
+            if seq.stopper is not None and piece:
+                piece, stopped = seq.stopper.push(piece)
+                text_parts.append(piece)
+                if stopped:
+                    finish = "stop"
+                    break
+            else:
+                text_parts.append(piece)
+            if seq.generated >= request.max_new_tokens:
+                finish = "length"
+                break
+            if seq.length >= self.runner.max_length:
+                finish = "length"
+                break
+        if finish is None and seq.constraint is not None and seq.constraint.is_finished:
+            finish = "stop"
+        if finish is not None:
+            tail = seq.stream.flush()
+            if seq.stopper is None:
+                text_parts.append(tail)
+            elif not seq.stopper.stopped:
+                piece, stopped = seq.stopper.push(tail) if tail else ("", False)
+                text_parts.append(piece)
+                if not stopped:
+                    text_parts.append(seq.stopper.flush())
+        self.generated_tokens += len(emitted)
+        if self.metrics is not None:
+            self.metrics.tokens(len(emitted))
+            if seq.first_token:
+                self.metrics.first_token(time.monotonic() - seq.enqueued)
+        seq.first_token = False
+        if logprob_info is not None:
+            logprob_info = logprob_info[: len(emitted)]
+        event = Event(
+            request.index,
+            text="".join(text_parts),
+            tokens=emitted,
+            logprobs=logprob_info,
+            finish_reason=finish,
+            completion_tokens=seq.generated,
+            prompt_tokens=len(request.prompt),
+            cached_tokens=seq.cached,
+        )
+        if finish is not None:
+            seq.finished = finish
+        else:
+            # the next run feeds the chosen token (and forced ones) to the model
+            fed = emitted
+            if len(fed) == 1:
+                seq.next_token = fed[0]
+            else:
+                seq.pending = np.asarray(fed, np.int32)
+                seq.prefilling = True
+        seq.handle._put(event)
+
+    def _finish(self, seq: _Sequence, reason: str, error: str | None = None) -> None:
+        if seq.finished is None:
+            seq.finished = reason
+            seq.handle._put(
+                Event(
+                    seq.request.index,
+                    finish_reason=reason,
+                    completion_tokens=seq.generated,
+                    prompt_tokens=len(seq.request.prompt),
+                    error=error,
+                )
+            )
+
+    def _release_finished(self) -> None:
+        """Free the slots of finished sequences, keeping the active ones compact."""
+        slot = 0
+        while slot < len(self._active):
+            seq = self._active[slot]
+            if seq.finished is None:
+                slot += 1
+                continue
+            if seq.constraint is not None:
+                with contextlib.suppress(Exception):
+                    seq.constraint.close()
+            moved = self.runner.release(slot, len(self._active))
+            last = self._active.pop()
+            if moved is not None:
+                self._active[slot] = last
+                last.slot = slot
+            # re-check the same index: it now holds the moved sequence

@@ -1,0 +1,74 @@
+"""Running the app with uvicorn (``genai serve``), in the foreground or in a background thread
+(tests, benchmarks)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+from .app import ServeEngine, create_app
+
+__all__ = ["BackgroundServer", "free_port", "run_server"]
+
+
+def run_server(
+    engine: ServeEngine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"
+) -> None:
+    """Serve ``engine`` until interrupted."""
+    import uvicorn
+
+    uvicorn.run(create_app(engine), host=host, port=port, log_level=log_level, access_log=False)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class BackgroundServer:
+    """uvicorn serving ``engine`` on ``host``:``port`` in a daemon thread; a context manager
+    that waits until the server accepts connections and stops it on exit."""
+
+    def __init__(
+        self, engine: ServeEngine, host: str = "127.0.0.1", port: int | None = None, **config: Any
+    ) -> None:
+        import uvicorn
+
+        self.engine = engine
+        self.host = host
+        self.port = port or free_port(host)
+        options = {"log_level": "warning", "access_log": False, **config}
+        self._server = uvicorn.Server(
+            uvicorn.Config(create_app(engine), host=host, port=self.port, **options)
+        )
+        self._thread = threading.Thread(target=self._server.run, name="genai-uvicorn", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BackgroundServer:
+        """Start and wait until the server is up."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start on {self.url}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the server (and the engine's scheduler, through the app's lifespan)."""
+        self._server.should_exit = True
+        self._thread.join(timeout)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
