@@ -230,15 +230,14 @@ def _check_params(path: Path, params: dict[str, np.ndarray], lora: Mapping[str, 
                 f"{where}: parameter {pname!r} has no partner {spec.partner!r} (LoRA parameters "
                 "come in A/B pairs)"
             )
-        partner = lora[spec.partner]
-        rank, partner_rank = (
-            params[pname].shape[spec.rank_axis],
-            params[spec.partner].shape[partner.rank_axis],
-        )
-        if rank != partner_rank:
+        if spec.kind != "A":
+            continue
+        rank_a = params[pname].shape[spec.rank_axis]
+        rank_b = params[spec.partner].shape[lora[spec.partner].rank_axis]
+        if rank_a != rank_b:
             raise AdapterError(
-                f"{where}: parameter {pname!r} has rank {rank} but {spec.partner!r} has rank "
-                f"{partner_rank}"
+                f"{where}: parameter {pname!r} has rank {rank_a} but {spec.partner!r} has rank "
+                f"{rank_b}"
             )
 
 
