@@ -601,3 +601,89 @@ def test_block_bounded_top_k_keeps_tie_order(vocab):
         kernels.sample(logits, uniforms, out_k, do_sample=True, top_k=50, temperature=0.5)
         reference.sample(logits, uniforms, out_t, do_sample=True, top_k=50, temperature=0.5)
         assert out_k[0] == out_t[0]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_load_logits_checks_dtype_and_shape(impl):
+    sampler = impl.Sampler(2, 100)
+    rows = np.zeros((2, 100), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        sampler.load_logits(np.zeros((2, 100)), rows)
+    with pytest.raises(ValueError, match=r"rows=2, vocab=100"):
+        sampler.load_logits(np.zeros((1, 100), np.float32), rows)
+    source = np.arange(200, dtype=np.float32).reshape(2, 1, 100)
+    sampler.load_logits(source[:, :, ::-1], rows)  # non-contiguous input is copied right
+    np.testing.assert_array_equal(rows, source[:, 0, ::-1])
+
+
+@pytest.mark.parametrize("vocab", [32000, 151936])
+def test_load_logits_maxima_follow_every_stage(vocab):
+    """`load_logits` records block maxima for the bounded top-k; the stages then move logits
+    (penalties on the history, a large bias, min_length on the best token): the refreshed
+    maxima must give exactly the twin's tokens and processed rows, and a NaN is still named."""
+    rng = np.random.default_rng(vocab)
+    rows, prompt, steps = 4, 40, 4
+    options = [
+        {"do_sample": True, "top_k": 50, "temperature": 0.7, "repetition_penalty": 1.5},
+        {"do_sample": True, "top_k": 40, "top_p": 0.9, "presence_penalty": 9.0,
+         "frequency_penalty": 2.0},
+        {"do_sample": True, "top_k": 30, "min_length": 1000, "no_repeat_ngram_size": 1},
+        {"do_sample": True, "top_k": 50, "repetition_penalty": 0.5},  # raises negatives' mass
+    ]  # fmt: skip
+    samplers = []
+    for impl in (kernels, reference):
+        sampler = impl.Sampler(rows, vocab, seed=11)
+        for row, opts in enumerate(options):
+            sampler.configure(row, **opts)
+        sampler.set_logit_bias(1, [vocab - 3, 5], [60.0, 40.0])  # low logits become the best
+        samplers.append(sampler)
+    sequences = np.zeros((rows, prompt + steps), np.int32)
+    for step in range(steps):
+        logits = (rng.standard_normal((rows, vocab)) * 3).astype(np.float32)
+        best = np.argsort(logits, axis=1)[:, -8:]  # the history holds each row's best tokens
+        sequences[:, :8] = best
+        sequences[:, 8:prompt] = rng.integers(0, vocab, (rows, prompt - 8))
+        eos = np.array([int(best[2, -1])], np.int32)  # min_length bans row 2's best token
+        outs = []
+        for sampler in samplers:
+            buf = np.zeros((rows, vocab), np.float32)
+            sampler.load_logits(logits, buf)
+            out = np.zeros(rows, np.int32)
+            sampler.sample_batch(buf, sequences, prompt + step, eos, out, prompt_lengths=20)
+            outs.append((out, buf))
+        np.testing.assert_array_equal(outs[0][1], outs[1][1])
+        np.testing.assert_array_equal(outs[0][0], outs[1][0])
+        sequences[:, prompt + step] = outs[0][0]
+    bad = (rng.standard_normal((rows, vocab)) * 3).astype(np.float32)
+    bad[3, 7] = np.nan
+    buf = np.zeros((rows, vocab), np.float32)
+    samplers[0].load_logits(bad, buf)
+    with pytest.raises(ValueError, match="row 3"):
+        samplers[0].sample_batch(buf, sequences, prompt, eos, np.zeros(rows, np.int32))
+
+
+def test_stale_block_maxima_are_never_used():
+    """Maxima hold for one chain call on the loaded rows: a second call, `forget_logits`, or
+    other rows must scan afresh (here the rows change so that stale maxima would mislead)."""
+    vocab = 32000
+    sampler = kernels.Sampler(1, vocab, seed=1)
+    sampler.configure(do_sample=True, top_k=50, temperature=0.01)
+    history = np.zeros((1, 1), np.int32)
+    eos = np.zeros(0, np.int32)
+    buf = np.zeros((1, vocab), np.float32)
+    out = np.zeros(1, np.int32)
+    sampler.load_logits(np.zeros((1, vocab), np.float32), buf)
+    buf[0, 12345] = 100.0  # written after loading: stale maxima would miss this block
+    sampler.forget_logits()
+    sampler.sample_batch(buf, history, 0, eos, out)
+    assert out[0] == 12345
+    sampler.load_logits(np.zeros((1, vocab), np.float32), buf)
+    sampler.sample_batch(buf, history, 0, eos, out)  # consumes the maxima
+    buf[0, 777] = 100.0
+    sampler.sample_batch(buf, history, 0, eos, out)
+    assert out[0] == 777
+    other = np.zeros((1, vocab), np.float32)
+    other[0, 31000] = 100.0
+    sampler.load_logits(np.zeros((1, vocab), np.float32), buf)
+    sampler.sample_batch(other, history, 0, eos, out)  # not the loaded rows
+    assert out[0] == 31000

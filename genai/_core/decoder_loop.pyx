@@ -463,6 +463,8 @@ cdef class DecoderLoop:
         self.last_run_count = count
         self.logits_ready = True
         self.ran_once = True
+        if self.sampler is not None:
+            self.sampler.maxima_valid = 0  # the rows were rewritten: drop load_logits' maxima
         return 0
 
     cdef object raise_error(self, int rc):

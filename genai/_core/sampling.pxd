@@ -104,6 +104,14 @@ cdef class Sampler:
     cdef float* bias_values      # [rows, bias_capacity]
     cdef int32_t* bias_count     # [rows]
     cdef Py_ssize_t bias_capacity
+    # Block maxima recorded by `load_logits` ([rows, ceil(vocab / 64)]), valid for the next
+    # chain call on `maxima_of` only; per-row NaN flags; dirty-block scratch of the refresh.
+    cdef float* maxima
+    cdef uint8_t* maxima_nan
+    cdef uint8_t* block_dirty
+    cdef int32_t* dirty_list
+    cdef const float* maxima_of
+    cdef public bint maxima_valid
     cdef _grow_bias(self, Py_ssize_t capacity)
     # The whole chain for `rows` rows sharing one length (the decode loop's entry point):
     # returns the first row holding a NaN, or -1. Same semantics as `sample_batch`.

@@ -31,12 +31,15 @@ import os
 
 import numpy as np
 
+cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.float cimport FLT_MAX
 from libc.math cimport INFINITY, isfinite, log
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
+
+cnp.import_array()
 
 cdef extern from *:
     """
@@ -78,6 +81,49 @@ cdef extern from *:
     #endif
         for (; i < n; i++) {
             float v = x[i];
+            bad |= v != v;
+            best = v > best ? v : best;
+        }
+        *has_nan = bad;
+        return best;
+    }
+
+    /* dst[0..n) = src[0..n) and the largest value like genai_block_max, in one pass. */
+    static float genai_copy_block_max(const float* src, float* dst, Py_ssize_t n,
+                                      int* has_nan) {
+        Py_ssize_t i = 0;
+        float best = -INFINITY;
+        int bad = 0;
+    #ifdef GENAI_SAMPLING_SSE2
+        if (n >= 16) {
+            __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+            __m128 u = _mm_setzero_ps();
+            for (; i + 16 <= n; i += 16) {
+                __m128 a = _mm_loadu_ps(src + i), b = _mm_loadu_ps(src + i + 4);
+                __m128 c = _mm_loadu_ps(src + i + 8), d = _mm_loadu_ps(src + i + 12);
+                _mm_storeu_ps(dst + i, a);
+                _mm_storeu_ps(dst + i + 4, b);
+                _mm_storeu_ps(dst + i + 8, c);
+                _mm_storeu_ps(dst + i + 12, d);
+                u = _mm_or_ps(u, _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(a, a),
+                                                     _mm_cmpunord_ps(b, b)),
+                                           _mm_or_ps(_mm_cmpunord_ps(c, c),
+                                                     _mm_cmpunord_ps(d, d))));
+                m0 = _mm_max_ps(m0, a);
+                m1 = _mm_max_ps(m1, b);
+                m2 = _mm_max_ps(m2, c);
+                m3 = _mm_max_ps(m3, d);
+            }
+            m0 = _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3));
+            m0 = _mm_max_ps(m0, _mm_shuffle_ps(m0, m0, _MM_SHUFFLE(1, 0, 3, 2)));
+            m0 = _mm_max_ps(m0, _mm_shuffle_ps(m0, m0, _MM_SHUFFLE(2, 3, 0, 1)));
+            best = _mm_cvtss_f32(m0);
+            bad = _mm_movemask_ps(u) != 0;
+        }
+    #endif
+        for (; i < n; i++) {
+            float v = src[i];
+            dst[i] = v;
             bad |= v != v;
             best = v > best ? v : best;
         }
@@ -169,6 +215,9 @@ cdef extern from *:
     }
     """
     float block_max "genai_block_max"(const float* x, Py_ssize_t n, int* has_nan) noexcept nogil
+    float copy_block_max "genai_copy_block_max"(
+        const float* src, float* dst, Py_ssize_t n, int* has_nan,
+    ) noexcept nogil
     double exp_neg "genai_exp_neg1"(double d) noexcept nogil
     void exp_rel "genai_exp_rel"(
         const float* x, Py_ssize_t n, double m, double inv_t, double* d, double* e,
@@ -528,24 +577,31 @@ cdef float _kth_largest(float* a, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
 
 cdef Py_ssize_t _select_top_blocks(
     const float* row, Py_ssize_t vocab, Py_ssize_t k, Candidate* h, float* work,
+    const float* given,
 ) noexcept nogil:
     """`_select_top` for k much smaller than the number of 64-logit blocks: the k-th largest
     block maximum is a lower bound of the k-th best logit (the block maxima are k distinct
     entries), so one pass computes the block maxima, a quickselect finds that bound, and only
     the blocks reaching it are scanned -- the heap sees ~k insertions instead of ~k ln(V/k).
-    ``work`` holds 2 * ceil(vocab / 64) floats. Same result and tie order as `_select_top`."""
+    ``work`` holds 2 * ceil(vocab / 64) floats. ``given`` (may be NULL): the block maxima,
+    exact and NaN-free, computed while the row was copied in (`Sampler.load_logits`). Same
+    result and tie order as `_select_top`."""
     cdef Py_ssize_t nblocks = (vocab + SCAN_BLOCK - 1) // SCAN_BLOCK, b, j, start, stop, n = 0
     cdef float* maxima = work
     cdef float* sel = work + nblocks
     cdef float bound, thr = 0.0, v
     cdef int bad = 0
-    for b in range(nblocks):
-        start = b * SCAN_BLOCK
-        stop = start + SCAN_BLOCK if start + SCAN_BLOCK < vocab else vocab
-        maxima[b] = block_max(row + start, stop - start, &bad)
-        if bad:  # checked per block: block_max reports on the block it was given
-            return -1
-        sel[b] = maxima[b]
+    if given != NULL:
+        maxima = <float*>given
+        memcpy(sel, given, nblocks * sizeof(float))
+    else:
+        for b in range(nblocks):
+            start = b * SCAN_BLOCK
+            stop = start + SCAN_BLOCK if start + SCAN_BLOCK < vocab else vocab
+            maxima[b] = block_max(row + start, stop - start, &bad)
+            if bad:  # checked per block: block_max reports on the block it was given
+                return -1
+            sel[b] = maxima[b]
     bound = _kth_largest(sel, nblocks, k)
     for b in range(nblocks):
         if maxima[b] < bound or (n == k and maxima[b] <= thr):
@@ -800,7 +856,19 @@ cdef Py_ssize_t sample_row(
     Py_ssize_t top_k, float top_p, float min_p, ChoiceScratch* scratch,
     float* logprob, int32_t* top_ids, float* top_logprobs, Py_ssize_t n_top,
 ) noexcept nogil:
-    """Choose one token from a processed row; -1 when the row holds a NaN.
+    return _sample_row(row, vocab, u, greedy, temperature, top_k, top_p, min_p, scratch,
+                       logprob, top_ids, top_logprobs, n_top, NULL)
+
+
+cdef Py_ssize_t _sample_row(
+    const float* row, Py_ssize_t vocab, double u, bint greedy, float temperature,
+    Py_ssize_t top_k, float top_p, float min_p, ChoiceScratch* scratch,
+    float* logprob, int32_t* top_ids, float* top_logprobs, Py_ssize_t n_top,
+    const float* maxima,
+) noexcept nogil:
+    """`sample_row` with optional precomputed block maxima (see `_select_top_blocks`).
+
+    Choose one token from a processed row; -1 when the row holds a NaN.
 
     Greedy: argmax, ties -> lowest id. Sampling: top-k (0 or >= vocab: off) by a k-heap,
     probabilities ``exp((x - max) / T)``, top-p (only for 0 < p < 1: shortest rank-order prefix
@@ -822,7 +890,7 @@ cdef Py_ssize_t sample_row(
         top_k = 0
     if not greedy and top_k > 0:
         if vocab >= 8 * SCAN_BLOCK * top_k:
-            if _select_top_blocks(row, vocab, top_k, cand, <float*>mass) < 0:
+            if _select_top_blocks(row, vocab, top_k, cand, <float*>mass, maxima) < 0:
                 return -1
         elif _select_top(row, vocab, top_k, cand) < 0:
             return -1
@@ -927,19 +995,63 @@ cdef void scratch_free(ChoiceScratch* scratch) noexcept nogil:
 # The whole chain over a batch
 # ---------------------------------------------------------------------------------------------
 
+cdef inline void _mark_block(Sampler sp, Py_ssize_t token, Py_ssize_t* n_dirty) noexcept nogil:
+    cdef Py_ssize_t b
+    if 0 <= token < sp.vocab:
+        b = token // SCAN_BLOCK
+        if not sp.block_dirty[b]:
+            sp.block_dirty[b] = 1
+            sp.dirty_list[n_dirty[0]] = <int32_t>b
+            n_dirty[0] += 1
+
+
+cdef int _refresh_maxima(
+    Sampler sp, Py_ssize_t r, const float* row, const int32_t* seq, Py_ssize_t length,
+    const int32_t* eos, Py_ssize_t n_eos, float* maxima,
+) noexcept nogil:
+    """Recompute the block maxima of row ``r`` over the blocks the processing stages may
+    have changed (history tokens, EOS ids, logit-bias ids); -1 when one now holds a NaN."""
+    cdef RowParams* p = &sp.params[r]
+    cdef Py_ssize_t i, b, start, stop, n_dirty = 0
+    cdef int bad = 0, any_bad = 0
+    if (p.repetition_penalty != 1.0 or p.no_repeat_ngram_size > 0
+            or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0):
+        for i in range(length):
+            _mark_block(sp, seq[i], &n_dirty)
+    if p.min_length > 0:
+        for i in range(n_eos):
+            _mark_block(sp, eos[i], &n_dirty)
+    for i in range(sp.bias_count[r]):
+        _mark_block(sp, sp.bias_ids[r * sp.bias_capacity + i], &n_dirty)
+    for i in range(n_dirty):
+        b = sp.dirty_list[i]
+        sp.block_dirty[b] = 0
+        start = b * SCAN_BLOCK
+        stop = start + SCAN_BLOCK if start + SCAN_BLOCK < sp.vocab else sp.vocab
+        maxima[b] = block_max(row + start, stop - start, &bad)
+        any_bad |= bad
+    return -1 if any_bad else 0
+
+
 cdef Py_ssize_t _chain_rows(
     Sampler sp, float* logits, Py_ssize_t rows, const int32_t* seqs, Py_ssize_t seq_stride,
     const int32_t* lengths, const int32_t* starts, const int32_t* eos, Py_ssize_t n_eos,
     const uint8_t* done, int32_t* out, float* logprobs, int32_t* top_ids, float* top_lps,
     Py_ssize_t n_top,
 ) noexcept nogil:
-    """Run the chain on every row not flagged done; returns the first row holding a NaN or -1."""
+    """Run the chain on every row not flagged done; returns the first row holding a NaN or -1.
+
+    When ``logits`` are the rows `Sampler.load_logits` just filled, the block maxima it
+    computed are used (after refreshing the blocks the stages touched) and then dropped."""
     cdef Py_ssize_t r, token, vocab = sp.vocab
+    cdef Py_ssize_t nblocks = (vocab + SCAN_BLOCK - 1) // SCAN_BLOCK
     cdef float* row
+    cdef float* maxima = NULL
     cdef const int32_t* seq
     cdef RowParams* p
     cdef double u
-    cdef bint greedy
+    cdef bint greedy, use_maxima = sp.maxima_valid and logits == sp.maxima_of
+    sp.maxima_valid = 0  # good for this call only
     for r in range(rows):
         if done != NULL and done[r]:
             continue
@@ -959,11 +1071,16 @@ cdef Py_ssize_t _chain_rows(
             sp.bias_values + r * sp.bias_capacity, sp.bias_count[r],
         )
         greedy = not p.do_sample or p.temperature == 0.0 or p.top_k == 1
-        token = sample_row(
+        maxima = NULL
+        if use_maxima and not sp.maxima_nan[r]:
+            maxima = sp.maxima + r * nblocks
+            if _refresh_maxima(sp, r, row, seq, lengths[r], eos, n_eos, maxima) < 0:
+                maxima = NULL  # a stage made a NaN: the plain path reports it
+        token = _sample_row(
             row, vocab, u, greedy, p.temperature, p.top_k, p.top_p, p.min_p, &sp.scratch,
             logprobs + r if logprobs != NULL else NULL,
             top_ids + r * n_top if n_top > 0 else NULL,
-            top_lps + r * n_top if n_top > 0 else NULL, n_top,
+            top_lps + r * n_top if n_top > 0 else NULL, n_top, maxima,
         )
         if token < 0:
             return r
@@ -1038,13 +1155,23 @@ cdef class Sampler:
         self.length_buf = <int32_t*>PyMem_Malloc(rows * sizeof(int32_t))
         self.start_buf = <int32_t*>PyMem_Malloc(rows * sizeof(int32_t))
         self.bias_count = <int32_t*>PyMem_Malloc(rows * sizeof(int32_t))
+        cdef Py_ssize_t nblocks = (vocab + SCAN_BLOCK - 1) // SCAN_BLOCK
+        self.maxima = <float*>PyMem_Malloc(rows * nblocks * sizeof(float))
+        self.maxima_nan = <uint8_t*>PyMem_Malloc(rows * sizeof(uint8_t))
+        self.block_dirty = <uint8_t*>PyMem_Malloc(nblocks * sizeof(uint8_t))
+        self.dirty_list = <int32_t*>PyMem_Malloc(nblocks * sizeof(int32_t))
+        self.maxima_valid = 0
+        self.maxima_of = NULL
         self.bias_capacity = 0
         self.bias_ids = NULL
         self.bias_values = NULL
         if (scratch_alloc(&self.scratch, vocab) != 0 or self.params == NULL
                 or self.seen == NULL or self.counts == NULL or self.length_buf == NULL
-                or self.start_buf == NULL or self.bias_count == NULL):
+                or self.start_buf == NULL or self.bias_count == NULL or self.maxima == NULL
+                or self.maxima_nan == NULL or self.block_dirty == NULL
+                or self.dirty_list == NULL):
             raise MemoryError()
+        memset(self.block_dirty, 0, nblocks * sizeof(uint8_t))
         memset(self.seen, 0, vocab * sizeof(uint8_t))
         memset(self.counts, 0, vocab * sizeof(int32_t))
         memset(self.bias_count, 0, rows * sizeof(int32_t))
@@ -1066,6 +1193,53 @@ cdef class Sampler:
         PyMem_Free(self.bias_count)
         PyMem_Free(self.bias_ids)
         PyMem_Free(self.bias_values)
+        PyMem_Free(self.maxima)
+        PyMem_Free(self.maxima_nan)
+        PyMem_Free(self.block_dirty)
+        PyMem_Free(self.dirty_list)
+
+    def load_logits(self, logits, cnp.ndarray rows_out not None):
+        """Copy ``logits`` ([rows, vocab], [rows, 1, vocab] or flat; float32) into
+        ``rows_out`` (C-contiguous float32 [rows, vocab]) and record each 64-logit block's
+        maximum on the way, so the next `sample_rows_nogil` on ``rows_out`` skips that pass
+        (the maxima hold for that one call; any other write to ``rows_out`` must be followed
+        by `forget_logits`). Raises TypeError / ValueError for a wrong dtype or shape."""
+        cdef cnp.ndarray src = logits if cnp.PyArray_Check(logits) else np.asarray(logits)
+        cdef Py_ssize_t r, b, start, stop, vocab = self.vocab
+        cdef Py_ssize_t nblocks = (vocab + SCAN_BLOCK - 1) // SCAN_BLOCK
+        cdef const float* sp
+        cdef float* dp
+        cdef float* mx
+        cdef int bad = 0, any_bad
+        if src.dtype.num != cnp.NPY_FLOAT32:
+            raise TypeError(f"logits must be float32, got {np.asarray(logits).dtype}")
+        if src.size != self.rows * vocab or src.ndim not in (1, 2, 3):
+            raise ValueError(
+                f"logits must hold [rows={self.rows}, vocab={vocab}], got shape {np.shape(logits)}"
+            )
+        if (rows_out.dtype.num != cnp.NPY_FLOAT32 or rows_out.size != self.rows * vocab
+                or not cnp.PyArray_IS_C_CONTIGUOUS(rows_out)):
+            raise ValueError("rows_out must be C-contiguous float32 [rows, vocab]")
+        if not cnp.PyArray_IS_C_CONTIGUOUS(src):
+            src = np.ascontiguousarray(src)
+        sp = <const float*>cnp.PyArray_DATA(src)
+        dp = <float*>cnp.PyArray_DATA(rows_out)
+        with nogil:
+            for r in range(self.rows):
+                mx = self.maxima + r * nblocks
+                any_bad = 0
+                for b in range(nblocks):
+                    start = r * vocab + b * SCAN_BLOCK
+                    stop = SCAN_BLOCK if (b + 1) * SCAN_BLOCK <= vocab else vocab - b * SCAN_BLOCK
+                    mx[b] = copy_block_max(sp + start, dp + start, stop, &bad)
+                    any_bad |= bad
+                self.maxima_nan[r] = <uint8_t>any_bad
+        self.maxima_of = dp
+        self.maxima_valid = 1
+
+    def forget_logits(self):
+        """Drop the block maxima of `load_logits` (call after writing the rows otherwise)."""
+        self.maxima_valid = 0
 
     def configure(self, row=None, **options):
         """Set options of one row (``row``) or of every row (None); options not named keep

@@ -398,6 +398,20 @@ class Sampler:
         for r in self._rows_of(row):
             self._bias[r] = (ids.astype(np.int32), biases.copy())
 
+    def load_logits(self, logits, rows_out):
+        """Copy ``logits`` into ``rows_out`` (the kernel also records block maxima)."""
+        logits = np.asarray(logits)
+        if logits.dtype != np.float32:
+            raise TypeError(f"logits must be float32, got {logits.dtype}")
+        if logits.size != self.rows * self.vocab or logits.ndim not in (1, 2, 3):
+            raise ValueError(
+                f"logits must hold [rows={self.rows}, vocab={self.vocab}], got shape {logits.shape}"
+            )
+        rows_out.reshape(-1)[:] = logits.reshape(-1)
+
+    def forget_logits(self):
+        """Nothing to forget: the twin keeps no maxima."""
+
     def seed(self, seed=-1, row=None, stream=None):
         if row is None:
             self.rng.seed(seed)
