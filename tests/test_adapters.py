@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -625,3 +626,21 @@ def test_peft_command_line(lora: dict, tmp_path: pathlib.Path) -> None:
         [*command, str(tmp_path / "none"), str(out)], capture_output=True, text=True, cwd=cwd
     )
     assert failed.returncode == 1 and "adapter_config.json" in failed.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# docs/adapters.md
+# --------------------------------------------------------------------------------------------
+
+
+def test_docs_example_runs() -> None:
+    root = pathlib.Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "adapters.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == ["base", "['math']", "['math',"]
+    assert len({line.rsplit("[", 1)[-1] for line in lines}) == 3  # three different continuations
