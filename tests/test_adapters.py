@@ -240,15 +240,23 @@ def test_activating_twice_changes_nothing(lora: dict, adapters: genai.Adapters) 
     np.testing.assert_array_equal(generator.get_logits()[0, -1], once[0])
 
 
-def test_adapter_survives_kv_growth_and_batch(tmp_path: pathlib.Path) -> None:
-    """GQA layout (LoRA on the packed qkv_proj), a KV cache that starts at 8 positions and grows:
-    every step still runs with the adapter's weights, at batch 2 with right padding too."""
-    folder = write_lora_decoder(tmp_path, layout="gqa", targets=("qkv_proj", "up_proj"))
-    params = write_lora_adapter(folder, tmp_path / "g.onnx_adapter", rank=3, seed=7)
+@pytest.fixture(scope="module")
+def gqa_lora(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """GQA layout with LoRA on the packed qkv_proj and on up_proj; adapter ``g`` (rank 3)."""
+    root = tmp_path_factory.mktemp("gqa-lora")
+    folder = write_lora_decoder(root, layout="gqa", targets=("qkv_proj", "up_proj"))
+    params = write_lora_adapter(folder, root / "g.onnx_adapter", rank=3, seed=7)
+    return {"folder": folder, "file": root / "g.onnx_adapter", "params": params}
+
+
+def test_adapter_survives_kv_growth_and_batch(gqa_lora: dict) -> None:
+    """A KV cache that starts at 8 positions and grows (shared-buffer GQA layout): every step
+    still runs with the adapter's weights, at batch 2 with right padding too."""
+    folder = gqa_lora["folder"]
     model = genai.Model(folder)
     adapters = genai.Adapters(model)
-    adapters.load(tmp_path / "g.onnx_adapter", "g")
-    weights = merged(graph_weights(folder), params)
+    adapters.load(gqa_lora["file"], "g")
+    weights = merged(graph_weights(folder), gqa_lora["params"])
     seq, logits = run(genai, model, adapters, ["g"], steps=30, kv_initial_capacity=8)
     check_against_numpy(seq, logits, weights)
 
@@ -460,6 +468,20 @@ def test_parity_with_reference(lora: dict, adapters: genai.Adapters, names: tupl
         ref_adapters.load(str(lora["files"][name]), name)
     seq, logits = run(genai, lora["model"], adapters, names)
     ref_seq, ref_logits = run(og, ref_model, ref_adapters, names)
+    np.testing.assert_array_equal(seq, ref_seq)
+    np.testing.assert_allclose(logits, ref_logits, atol=ATOL, rtol=0)
+
+
+def test_parity_with_reference_gqa(gqa_lora: dict) -> None:
+    og = pytest.importorskip("onnxruntime_genai")
+    model = genai.Model(gqa_lora["folder"])
+    adapters = genai.Adapters(model)
+    adapters.load(gqa_lora["file"], "g")
+    ref_model = og.Model(str(gqa_lora["folder"]))
+    ref_adapters = og.Adapters(ref_model)
+    ref_adapters.load(str(gqa_lora["file"]), "g")
+    seq, logits = run(genai, model, adapters, ["g"], steps=20)
+    ref_seq, ref_logits = run(og, ref_model, ref_adapters, ["g"], steps=20)
     np.testing.assert_array_equal(seq, ref_seq)
     np.testing.assert_allclose(logits, ref_logits, atol=ATOL, rtol=0)
 
