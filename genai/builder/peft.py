@@ -220,7 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="MODEL_DIR",
         help="check the parameters against this model folder's LoRA inputs before writing",
     )
-    parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(_DTYPES),
+        default="float32",
+        help="type of the written arrays; must match the model's LoRA inputs (default float32)",
+    )
     parser.add_argument(
         "--module-map",
         metavar="FROM=TO",
