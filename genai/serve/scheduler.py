@@ -467,7 +467,7 @@ class Scheduler:
         seq.prefilling = False
         if self.prefix_cache is not None and seq.generated == 0:
             self._remember_prefix(seq)
-        self._choose(seq, logits.reshape(1, -1))
+        self._choose_safely(seq, logits.reshape(1, -1))
 
     def _remember_prefix(self, seq: _Sequence) -> None:
         prompt = np.asarray(seq.request.prompt, np.int32)
@@ -498,7 +498,16 @@ class Scheduler:
         self.decode_rows += int(advance.sum())
         for seq in active:
             if advance[seq.slot]:
-                self._choose(seq, logits[seq.slot : seq.slot + 1])
+                self._choose_safely(seq, logits[seq.slot : seq.slot + 1])
+
+    def _choose_safely(self, seq: _Sequence, logits: np.ndarray) -> None:
+        """`_choose`; a failure (e.g. a grammar that cannot continue) ends only this
+        sequence."""
+        try:
+            self._choose(seq, logits)
+        except Exception as exc:
+            log.warning("sequence failed: %s", exc)
+            self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
 
     def _choose(self, seq: _Sequence, logits: np.ndarray) -> None:
         """Choose, record and emit the next token of ``seq`` from its logits row [1, vocab]."""

@@ -1,0 +1,540 @@
+"""genai serve on a tiny GQA fixture model: the batch runner against a batch-1 Generator, the
+scheduler, and the HTTP API through the official openai client (fast tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import genai
+
+pytest.importorskip("fastapi")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+from genai.serve.app import ServeEngine, create_app  # noqa: E402
+from genai.serve.batch_runner import (  # noqa: E402
+    GeneratorBatchRunner,
+    SlotBatchRunner,
+    make_batch_runner,
+)
+from genai.serve.scheduler import (  # noqa: E402
+    GenerationRequest,
+    QueueFullError,
+    SamplingOptions,
+    Scheduler,
+)
+from genai.serve.server import BackgroundServer  # noqa: E402
+
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def gqa_model(fixture_folders):
+    return genai.Model(fixture_folders["gqa"])
+
+
+def alone_greedy(model, prompt, new_tokens):
+    """Greedy tokens of a batch-1 Generator (EOS ends the list, included)."""
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + new_tokens)
+    gen = genai.Generator(model, params)
+    gen.append_tokens(np.asarray(prompt, np.int32))
+    out = []
+    while not gen.is_done():
+        gen.generate_next_token()
+        out.append(int(gen.get_next_tokens()[0]))
+    return out
+
+
+def prompts_of(rng, count, vocab, low=3, high=40):
+    return [
+        rng.integers(3, vocab, size=int(rng.integers(low, high))).astype(np.int32)
+        for _ in range(count)
+    ]
+
+
+# --- batch runner -------------------------------------------------------------------------------
+def test_runner_kind(gqa_model, fixture_folders):
+    assert isinstance(make_batch_runner(gqa_model, 4), SlotBatchRunner)
+    optimum = genai.Model(fixture_folders["optimum"])
+    assert isinstance(make_batch_runner(optimum, 4), GeneratorBatchRunner)
+
+
+@pytest.mark.parametrize("chunk", [4, 256])
+def test_slot_runner_rows_equal_batch1_generator(gqa_model, chunk):
+    """Rows of different lengths decoded together (joining at different steps, prompts fed in
+    chunks) give exactly the tokens of a batch-1 Generator."""
+    rng = np.random.default_rng(1)
+    prompts = prompts_of(rng, 6, gqa_model.io.vocab_size)
+    new = 24
+    expected = [alone_greedy(gqa_model, p, new) for p in prompts]
+    runner = SlotBatchRunner(gqa_model, 8, initial_capacity=8, max_chunk=chunk)
+    got: list[list[int]] = [[] for _ in prompts]
+    pending = [0] * len(prompts)
+    joined = 0
+    for step in range(2 * len(prompts) + new):
+        if step % 2 == 0 and joined < len(prompts):  # a newcomer joins every other step
+            runner.reset(joined)
+            prompt = prompts[joined]
+            for start in range(0, len(prompt), chunk):
+                logits = runner.prefill(joined, prompt[start : start + chunk])
+            pending[joined] = int(np.argmax(logits))
+            got[joined].append(pending[joined])
+            joined += 1
+        rows = max(joined, 2)  # an idle slot fills a one-row step
+        advance = np.zeros(rows, bool)
+        for s in range(joined):
+            advance[s] = len(got[s]) < new and got[s][-1] != EOS
+        if not advance.any():
+            continue
+        tokens = np.array([pending[s] if s < joined else 0 for s in range(rows)])
+        logits = runner.decode(tokens, advance)
+        for s in np.flatnonzero(advance):
+            pending[s] = int(np.argmax(logits[s]))
+            got[s].append(pending[s])
+    assert got == expected
+
+
+def test_slot_runner_release_moves_last_slot(gqa_model):
+    rng = np.random.default_rng(2)
+    prompts = prompts_of(rng, 3, gqa_model.io.vocab_size)
+    runner = SlotBatchRunner(gqa_model, 4, initial_capacity=16)
+    firsts = []
+    for s, p in enumerate(prompts):
+        runner.reset(s)
+        firsts.append(int(np.argmax(runner.prefill(s, p))))
+    assert runner.release(0, 3) == 2  # slot 2 moves into slot 0
+    assert list(runner.lengths[:3]) == [len(prompts[2]), len(prompts[1]), 0]
+    logits = runner.decode(np.array([firsts[2], firsts[1]]))
+    expected = [alone_greedy(gqa_model, prompts[i], 2)[1] for i in (2, 1)]
+    assert [int(np.argmax(row)) for row in logits] == expected
+
+
+def test_prefix_reuse_gives_same_tokens(gqa_model):
+    """A prompt whose block-aligned prefix comes from the cache gives the same tokens."""
+    rng = np.random.default_rng(3)
+    shared = rng.integers(3, 64, size=40).astype(np.int32)
+    prompts = [
+        np.concatenate([shared, rng.integers(3, 64, size=k).astype(np.int32)]) for k in (5, 9)
+    ]
+    tokenizer = genai.Tokenizer(gqa_model)
+    runner = SlotBatchRunner(gqa_model, 4, initial_capacity=16, max_chunk=16)
+    scheduler = Scheduler(runner, tokenizer, [EOS], prefill_chunk=16)
+
+    async def run(prompt):
+        request = GenerationRequest(prompt, 12, SamplingOptions(temperature=0.0))
+        handle = scheduler.submit([request])
+        tokens = []
+        async for event in handle:
+            tokens.extend(event.tokens)
+        return tokens
+
+    scheduler.start()
+    try:
+        first = asyncio.run(run(prompts[0]))
+        second = asyncio.run(run(prompts[1]))
+    finally:
+        scheduler.shutdown()
+    assert scheduler.prefix_cache.hits == 1
+    assert scheduler.prefix_cache.reused_tokens == 32
+    for prompt, tokens in ((prompts[0], first), (prompts[1], second)):
+        expected = alone_greedy(gqa_model, prompt, 12)
+        assert tokens == [t for t in expected if t != EOS]
+
+
+def test_scheduler_queue_full_and_cancel(gqa_model):
+    tokenizer = genai.Tokenizer(gqa_model)
+    runner = SlotBatchRunner(gqa_model, 2, initial_capacity=16)
+    scheduler = Scheduler(runner, tokenizer, [EOS], max_queue=2)  # not started: nothing runs
+
+    async def main():
+        prompt = np.array([5, 6, 7], np.int32)
+        handles = [scheduler.submit([GenerationRequest(prompt, 4)]) for _ in range(2)]
+        with pytest.raises(QueueFullError):
+            scheduler.submit([GenerationRequest(prompt, 4)])
+        handles[0].cancel()
+        scheduler.start()
+        reasons = []
+        for handle in handles:
+            async for event in handle:
+                if event.finish_reason:
+                    reasons.append(event.finish_reason)
+        return reasons
+
+    try:
+        reasons = asyncio.run(main())
+    finally:
+        scheduler.shutdown()
+    assert reasons[0] == "cancelled"
+    assert reasons[1] in ("length", "stop")
+
+
+# --- the HTTP API -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def server(gqa_model):
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=8, max_queue=64)
+    with BackgroundServer(engine) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def model_name(server):
+    return server.engine.model_name
+
+
+def test_models_and_health(server, client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [model_name(server)]
+    health = httpx.get(server.url + "/health").json()
+    assert health["status"] == "ok"
+
+
+def test_chat_completion(server, client):
+    engine = server.engine
+    messages = [{"role": "user", "content": "hello there"}]
+    reply = client.chat.completions.create(
+        model=model_name(server), messages=messages, max_tokens=12, temperature=0
+    )
+    choice = reply.choices[0]
+    prompt = engine.tokenizer.encode(
+        engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    )
+    expected = alone_greedy(engine.model, prompt, 12)
+    assert reply.usage.prompt_tokens == len(prompt)
+    produced = [t for t in expected if t != EOS]
+    assert reply.usage.completion_tokens == len(produced)
+    assert choice.message.content == engine.tokenizer.decode(produced)
+    assert choice.finish_reason == ("stop" if EOS in expected else "length")
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+def test_completion_and_token_prompt(server, client):
+    engine = server.engine
+    ids = engine.tokenizer.encode("abc def")
+    expected = [t for t in alone_greedy(engine.model, ids, 10) if t != EOS]
+    text = client.completions.create(
+        model=model_name(server), prompt="abc def", max_tokens=10, temperature=0
+    )
+    tokens = client.completions.create(
+        model=model_name(server), prompt=[int(t) for t in ids], max_tokens=10, temperature=0
+    )
+    assert text.choices[0].text == tokens.choices[0].text == engine.tokenizer.decode(expected)
+    assert text.usage.completion_tokens == len(expected)
+
+
+def test_streaming_equals_non_streaming(server, client):
+    kwargs = {
+        "model": model_name(server),
+        "messages": [{"role": "user", "content": "stream me"}],
+        "max_tokens": 20,
+        "temperature": 0,
+    }
+    whole = client.chat.completions.create(**kwargs)
+    chunks = list(
+        client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert text == whole.choices[0].message.content
+    assert finishes[-1] == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[0].choices[0].delta.role == "assistant"
+
+
+def test_completion_streaming_logprobs_count_tokens(server, client):
+    stream = client.completions.create(
+        model=model_name(server),
+        prompt="count the tokens",
+        max_tokens=15,
+        temperature=0,
+        logprobs=2,
+        stream=True,
+    )
+    tokens = []
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].logprobs:
+            tokens.extend(chunk.choices[0].logprobs.tokens)
+            assert all(len(t) == 2 for t in chunk.choices[0].logprobs.top_logprobs)
+    whole = client.completions.create(
+        model=model_name(server), prompt="count the tokens", max_tokens=15, temperature=0
+    )
+    assert len(tokens) == whole.usage.completion_tokens
+
+
+def test_chat_logprobs(server, client):
+    reply = client.chat.completions.create(
+        model=model_name(server),
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=6,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    content = reply.choices[0].logprobs.content
+    assert len(content) == reply.usage.completion_tokens
+    for item in content:
+        assert item.logprob <= 0
+        assert len(item.top_logprobs) == 3
+        # greedy: the chosen token is the most likely one
+        assert item.logprob == pytest.approx(item.top_logprobs[0].logprob)
+
+
+def test_stop_string(server, client):
+    kwargs = {"model": model_name(server), "prompt": "stop test", "temperature": 0}
+    full = client.completions.create(**kwargs, max_tokens=30).choices[0].text
+    assert len(full) > 6
+    stop = full[3:5]
+    cut = client.completions.create(**kwargs, max_tokens=30, stop=[stop])
+    assert cut.choices[0].text == full[: full.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+    streamed = client.completions.create(**kwargs, max_tokens=30, stop=stop, stream=True)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == cut.choices[0].text
+
+
+def test_seed_reproducible_and_n(server, client):
+    kwargs = {
+        "model": model_name(server),
+        "messages": [{"role": "user", "content": "random"}],
+        "max_tokens": 16,
+        "temperature": 1.0,
+        "top_p": 0.95,
+    }
+    a = client.chat.completions.create(**kwargs, seed=1234)
+    b = client.chat.completions.create(**kwargs, seed=1234)
+    assert a.choices[0].message.content == b.choices[0].message.content
+    several = client.chat.completions.create(**kwargs, seed=1234, n=3)
+    assert [c.index for c in several.choices] == [0, 1, 2]
+    assert several.choices[0].message.content == a.choices[0].message.content
+    texts = {c.message.content for c in several.choices}
+    assert len(texts) > 1  # each choice has its own stream
+    assert several.usage.completion_tokens >= 3
+
+
+def test_penalties_and_logit_bias(server, client):
+    kwargs = {"model": model_name(server), "prompt": "bias", "max_tokens": 8, "temperature": 0}
+    plain = client.completions.create(**kwargs).choices[0].text
+    engine = server.engine
+    target = 7
+    biased = client.completions.create(**kwargs, logit_bias={str(target): 100})
+    assert biased.choices[0].text == engine.tokenizer.decode([target] * 8)
+    penalised = client.completions.create(**kwargs, presence_penalty=2.0, frequency_penalty=2.0)
+    assert isinstance(penalised.choices[0].text, str)
+    assert plain  # the unbiased run produced text
+
+
+def test_grammar_constraint_in_the_scheduler(gqa_model):
+    """A regex constraint (the fixture vocabulary has no JSON punctuation; JSON schemas and
+    tools are tested on SmolLM2 in test_serve_real.py) while another row runs unconstrained."""
+    pytest.importorskip("llguidance")
+    from genai.guidance import TokenConstraint
+
+    tokenizer = genai.Tokenizer(gqa_model)
+    runner = SlotBatchRunner(gqa_model, 4, initial_capacity=16)
+    scheduler = Scheduler(runner, tokenizer, [EOS])
+
+    def factory():
+        return TokenConstraint.create(tokenizer, "regex", "(yes|no|maybe)")
+
+    async def main():
+        requests = [
+            GenerationRequest(
+                np.array([5, 6, 7, 8], np.int32),
+                20,
+                SamplingOptions(temperature=1.0, seed=s),
+                constraint_factory=factory if s < 3 else None,
+                index=s,
+            )
+            for s in range(4)
+        ]
+        texts = [""] * 4
+        reasons = [""] * 4
+        async for event in scheduler.submit(requests):
+            texts[event.index] += event.text
+            if event.finish_reason:
+                reasons[event.index] = event.finish_reason
+        return texts, reasons
+
+    scheduler.start()
+    try:
+        texts, reasons = asyncio.run(main())
+    finally:
+        scheduler.shutdown()
+    assert texts[:3] and all(t in ("yes", "no", "maybe") for t in texts[:3]), texts
+    assert reasons[:3] == ["stop"] * 3
+    assert reasons[3] in ("stop", "length")
+
+
+def test_concurrent_greedy_requests_equal_alone(server):
+    """8 simultaneous greedy requests each return exactly what the same request gives alone."""
+    prompts = [f"request number {i} " * (1 + i % 3) for i in range(8)]
+    url = server.url + "/v1/completions"
+
+    def ask(prompt):
+        body = {"model": model_name(server), "prompt": prompt, "max_tokens": 40, "temperature": 0}
+        reply = httpx.post(url, json=body, timeout=60)
+        reply.raise_for_status()
+        data = reply.json()
+        return data["choices"][0]["text"], data["usage"]["completion_tokens"]
+
+    alone = [ask(p) for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, prompts))
+    assert together == alone
+
+
+# --- errors -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "temperature": 5}, "temperature"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"999": 1}}, "logit_bias"),
+        ({"messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}, "stop"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
+        (
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": 7}}},
+            },
+            "response_format",
+        ),
+    ],
+)
+def test_malformed_requests_answer_400(server, body, param):
+    reply = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=30)
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert set(error) == {"message", "type", "param", "code"}
+
+
+def test_bad_json_unknown_model_and_path(server, client):
+    reply = httpx.post(
+        server.url + "/v1/completions",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
+    assert reply.status_code == 400
+    assert "not valid JSON" in reply.json()["error"]["message"]
+    with pytest.raises(openai.NotFoundError) as info:
+        client.completions.create(model="no-such-model", prompt="x", max_tokens=2)
+    assert info.value.body["code"] == "model_not_found"
+    assert httpx.get(server.url + "/v1/nothing").status_code == 404
+    # still serving
+    ok = client.completions.create(model=model_name(server), prompt="x", max_tokens=2)
+    assert ok.usage.completion_tokens >= 1
+
+
+def test_metrics_endpoint(server, client):
+    client.completions.create(model=model_name(server), prompt="metrics", max_tokens=3)
+    text = httpx.get(server.url + "/metrics").text
+    for name in (
+        "genai_queue_depth",
+        "genai_running_requests",
+        "genai_generated_tokens_total",
+        "genai_tokens_per_second",
+        "genai_time_to_first_token_seconds_bucket",
+    ):
+        assert name in text
+
+
+def test_disconnect_mid_stream_frees_the_slot(server):
+    engine = server.engine
+    body = {
+        "model": model_name(server),
+        "prompt": "long",
+        "max_tokens": 100,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    before = engine.scheduler.generated_tokens
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream("POST", server.url + "/v1/completions", json=body) as reply,
+    ):
+        lines = reply.iter_lines()
+        next(line for line in lines if line.startswith("data:"))
+    deadline = time.monotonic() + 10
+    while engine.scheduler.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.scheduler.running == 0
+    # the server keeps serving
+    reply = httpx.post(
+        server.url + "/v1/completions",
+        json={"model": model_name(server), "prompt": "after", "max_tokens": 3},
+        timeout=30,
+    )
+    assert reply.status_code == 200
+    assert engine.scheduler.generated_tokens > before
+
+
+# --- queue limits and timeouts with a held scheduler ---------------------------------------------
+@pytest.fixture()
+def held_server(gqa_model):
+    """A server whose scheduler is not started yet: requests wait in the queue."""
+    engine = ServeEngine(
+        gqa_model, genai.Tokenizer(gqa_model), max_slots=2, max_queue=2, request_timeout=0.3
+    )
+    import uvicorn
+
+    from genai.serve.server import free_port
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(engine, manage_engine=False),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield engine, f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(30)
+    engine.shutdown()
+
+
+def test_full_queue_answers_429_and_timeouts_408(held_server):
+    engine, url = held_server
+    body = {"model": engine.model_name, "prompt": "queued", "max_tokens": 4}
+
+    def post():
+        return httpx.post(url + "/v1/completions", json=body, timeout=30)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        waiting = [pool.submit(post) for _ in range(2)]
+        deadline = time.monotonic() + 10
+        while engine.scheduler.queue_depth < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        rejected = post()
+        assert rejected.status_code == 429
+        assert rejected.json()["error"]["type"] == "rate_limit_error"
+        time.sleep(0.4)  # past the 0.3 s timeout while queued
+        engine.start()
+        replies = [f.result() for f in waiting]
+    assert [r.status_code for r in replies] == [408, 408]
+    assert replies[0].json()["error"]["code"] == "timeout"
+    engine.scheduler.request_timeout = 60
+    assert post().status_code == 200
