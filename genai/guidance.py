@@ -164,15 +164,96 @@ def _executor() -> ThreadPoolExecutor:
 
 def llg_tokenizer(path: str | Path, vocab_size: int, eos_token_id: int) -> Any:
     """The `llguidance.LLTokenizer` of a ``tokenizer.json`` (built once per file, vocabulary
-    size and EOS id: building one takes a few hundred milliseconds)."""
+    size and EOS id: building one takes a few hundred milliseconds).
+
+    llguidance reads the file itself, as the reference does; a file whose decoder it does not
+    recognise (e.g. a bare ``Replace`` + ``Fuse`` sequence) is read through `tokenizers`
+    instead, with each token's bytes taken from its vocabulary entry (see `_token_bytes`).
+    """
     key = (str(Path(path).resolve()), int(vocab_size), int(eos_token_id))
     with _TOKENIZERS_LOCK:
         found = _TOKENIZERS.get(key)
         if found is None:
             llg = load_llguidance()
-            found = llg.LLTokenizer(key[0], n_vocab=key[1], eos_token=key[2])
+            try:
+                found = llg.LLTokenizer(key[0], n_vocab=key[1], eos_token=key[2])
+            except ValueError:
+                found = _wrapped_tokenizer(Path(key[0]), key[1], key[2])
             _TOKENIZERS[key] = found
         return found
+
+
+def _byte_level_table() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, character -> byte."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    chars, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            chars[chr(byte)] = byte
+        else:
+            chars[chr(256 + extra)] = byte
+            extra += 1
+    return chars
+
+
+def _mentions(node: Any, kind: str) -> bool:
+    if isinstance(node, dict):
+        return node.get("type") == kind or any(_mentions(v, kind) for v in node.values())
+    if isinstance(node, list):
+        return any(_mentions(v, kind) for v in node)
+    return False
+
+
+def _token_bytes(piece: str, byte_level: dict[str, int] | None) -> bytes:
+    """The bytes a vocabulary entry stands for: byte-level BPE maps each character back to a
+    byte; SentencePiece-style entries use ``▁`` for space and ``<0xNN>`` for raw bytes."""
+    if byte_level is not None:
+        try:
+            return bytes(byte_level[c] for c in piece)
+        except KeyError:
+            return piece.encode("utf-8")
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        try:
+            return bytes([int(piece[3:5], 16)])
+        except ValueError:
+            pass
+    return piece.replace("\u2581", " ").encode("utf-8")
+
+
+def _wrapped_tokenizer(file: Path, vocab_size: int, eos_token_id: int) -> Any:
+    """An LLTokenizer over `tokenizers` for a tokenizer.json llguidance cannot read."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    llg = load_llguidance()
+    spec = json.loads(file.read_text(encoding="utf-8"))
+    hf = HFTokenizer.from_file(str(file))
+    byte_level = _byte_level_table() if _mentions(spec.get("decoder"), "ByteLevel") else None
+    special = {t["id"] for t in spec.get("added_tokens", []) if t.get("special")}
+    tokens = []
+    for i in range(vocab_size):
+        piece = hf.id_to_token(i)
+        if piece is None:
+            tokens.append(b"")
+        elif i in special:
+            tokens.append(piece.encode("utf-8"))
+        else:
+            tokens.append(_token_bytes(piece, byte_level))
+
+    class _Vocabulary:
+        def __init__(self) -> None:
+            self.eos_token_id = eos_token_id
+            self.bos_token_id = None
+            self.special_token_ids = sorted(i for i in special if i < vocab_size)
+            self.tokens = tokens
+
+        def __call__(self, text: str) -> list[int]:
+            if not isinstance(text, str):
+                raise TypeError("text only")
+            return hf.encode(text, add_special_tokens=False).ids
+
+    return llg.LLTokenizer(
+        llg.TokenizerWrapper(_Vocabulary()), n_vocab=vocab_size, eos_token=eos_token_id
+    )
 
 
 class TokenConstraint:
@@ -288,6 +369,11 @@ class TokenConstraint:
             logits_row.fill(LOWEST)
             logits_row[self.eos_token_id] = eos
             return
+        if not self._bits.any():
+            raise GuidanceError(
+                f"the {self.kind or 'guidance'} grammar allows no token of this vocabulary here "
+                "(it needs text the tokenizer cannot produce)"
+            )
         apply_bitmask(logits_row, self._bits)
 
     # --- consuming tokens --------------------------------------------------------------------

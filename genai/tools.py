@@ -64,7 +64,10 @@ def _call_schema(function: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_call_guidance(
-    tools: list[dict[str, Any]], tool_choice: str | dict[str, Any] = "required"
+    tools: list[dict[str, Any]],
+    tool_choice: str | dict[str, Any] = "required",
+    *,
+    parallel_tool_calls: bool = True,
 ) -> tuple[str, str]:
     """Guidance ``(kind, data)`` that makes the model call the given tools.
 
@@ -72,7 +75,8 @@ def tool_call_guidance(
     "parameters"}}``). ``tool_choice``: ``"required"`` (one or more calls to any of the tools),
     ``"auto"`` (plain text not starting with ``<``, or calls), or
     ``{"type": "function", "function": {"name": ...}}`` (calls to that tool only). ``"none"``
-    needs no guidance and raises `ValueError`.
+    needs no guidance and raises `ValueError`. ``parallel_tool_calls`` False allows exactly one
+    call (then EOS), as OpenAI's option of that name; True allows one or more, one per line.
     """
     functions = _functions(tools)
     mode = tool_choice
@@ -95,7 +99,7 @@ def tool_call_guidance(
     schema["x-guidance"] = {"whitespace_flexible": False}
     open_tag, close_tag = json.dumps(TOOL_CALL_OPEN + "\n"), json.dumps("\n" + TOOL_CALL_CLOSE)
     lines = [
-        'calls: call ("\\n" call)*',
+        'calls: call ("\\n" call)*' if parallel_tool_calls else "calls: call",
         f"call: {open_tag} body {close_tag}",
         f"body: %json {json.dumps(schema)}",
     ]
