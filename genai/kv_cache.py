@@ -170,11 +170,18 @@ class SharedKVCache(KVCache):
 
 
 class GrowingKVCache(KVCache):
-    """Past/present layout: presents become the next pasts; starts with zero length."""
+    """Past/present layout: presents become the next pasts; starts with zero length.
 
-    def __init__(self, io: DecoderIO, session: NativeSession, batch: int) -> None:
+    ``device_memory``: ORT allocates the presents where the session produces them (a GPU
+    provider's device memory), so the cache never crosses to the host while decoding; reads,
+    rewinds and beam reorders copy through the host."""
+
+    def __init__(
+        self, io: DecoderIO, session: NativeSession, batch: int, device_memory: bool = False
+    ) -> None:
         self.io = io
         self.session = session
+        self.device_memory = device_memory
         head = (io.kv_heads, 0, io.head_size)
         self._empty_shape = (2, batch, *head) if io.combined_kv else (batch, *head)
         self._axis = 3 if io.combined_kv else 2
@@ -184,7 +191,7 @@ class GrowingKVCache(KVCache):
         for name in self.pasts:
             session.bind_input(name, np.zeros(self._empty_shape, io.kv_dtype))
         for name in self.presents:
-            session.bind_output_to_device(name)
+            session.bind_output_to_device(name, device_memory)
         self._present_to_past = dict(self.handover)
 
     def read(self, name: str) -> np.ndarray | None:
@@ -215,6 +222,19 @@ class GrowingKVCache(KVCache):
         for name, array in zip(self.pasts, arrays, strict=True):
             self.session.bind_input(name, np.ascontiguousarray(array))
 
+    def reorder(self, order: np.ndarray) -> None:
+        if not self.device_memory:
+            super().reorder(order)
+            return
+        # Device memory has no host address: reorder host copies, bound as the next pasts
+        # (the run after copies them in once; its presents are device-resident again).
+        axis = 1 if self.io.combined_kv else 0
+        for name in self.pasts:
+            current = self.session.input_value(name)
+            if current.shape[axis] != len(order):
+                raise ValueError("reorder needs one index per batch row")
+            self.session.bind_input(name, np.ascontiguousarray(np.take(current, order, axis)))
+
     def _row_views(self) -> list[np.ndarray]:
         # After a run the pasts hold the presents' memory (handed over without copies).
         views = []
@@ -240,9 +260,10 @@ def make_kv_cache(
     growth_factor: float = 1.5,
 ) -> KVCache:
     """The cache layout the search options ask for, bound to ``session``; a provider that
-    does not declare the shared layout gets the growing one (same tokens, its own memory)."""
+    does not declare the shared layout gets the growing one (same tokens, its own memory),
+    kept in device memory when the provider places the KV cache on its device."""
     if share_buffer and "shared" in provider.capabilities.kv_layouts:
         return SharedKVCache(
             io, provider, session, batch, max_length, initial_capacity, growth_factor
         )
-    return GrowingKVCache(io, session, batch)
+    return GrowingKVCache(io, session, batch, provider.placement.kv_cache != "cpu")

@@ -74,6 +74,14 @@ cdef class NativeSession:
     # 1 where an output is ORT-allocated (re-bound to the device before every run, so its shape
     # may change between runs).
     cdef unsigned char* output_on_device
+    # Where an ORT-allocated output is allocated: the session's memory info for it (device
+    # memory, owned by the session) or NULL for host memory (cpu_info).
+    cdef const OrtMemoryInfo** output_alloc_info
+    # 1 where that memory info is not host memory (reads need CopyTensors).
+    cdef unsigned char* output_in_device_memory
+    # 1 where the value bound as an input lives in device memory (a rebound device output):
+    # reading it back needs a copy through CopyTensors.
+    cdef unsigned char* input_in_device_memory
     # Position of each output in the IoBinding's output order (ORT keeps the position of the
     # first bind of a name through re-binds; ClearBoundOutputs empties it), -1 when unbound.
     cdef Py_ssize_t* output_bind_pos
@@ -139,7 +147,7 @@ cdef class NativeSession:
                            size_t* ndim) noexcept nogil
 
     cdef _bind_array(self, bint is_output, str name, object array, object shape)
-    cdef object _value_to_array(self, OrtValue* value, str what)
+    cdef object _value_to_array(self, OrtValue* value, str what, bint in_device_memory=*)
 
     cpdef Py_ssize_t input_index(self, str name) except -1
     cpdef Py_ssize_t output_index(self, str name) except -1

@@ -22,6 +22,7 @@ from genai._core.ort_api cimport (
     ORT_ARENA_ALLOCATOR,
     ORT_FAIL,
     ORT_MEM_TYPE_DEFAULT,
+    ORT_MEMINFO_DEVICE_CPU,
     EpDevice,
     OrtAllocator,
     OrtCUDAProviderOptionsV2,
@@ -369,6 +370,10 @@ cdef class NativeSession:
         self.input_values = <OrtValue**>calloc(self.n_inputs + 1, sizeof(OrtValue*))
         self.output_values = <OrtValue**>calloc(self.n_outputs + 1, sizeof(OrtValue*))
         self.output_on_device = <unsigned char*>calloc(self.n_outputs + 1, 1)
+        self.output_alloc_info = <const OrtMemoryInfo**>calloc(self.n_outputs + 1,
+                                                               sizeof(OrtMemoryInfo*))
+        self.input_in_device_memory = <unsigned char*>calloc(self.n_inputs + 1, 1)
+        self.output_in_device_memory = <unsigned char*>calloc(self.n_outputs + 1, 1)
         self.output_bind_pos = <Py_ssize_t*>malloc((self.n_outputs + 1) * sizeof(Py_ssize_t))
         self.input_has_ref = <unsigned char*>calloc(self.n_inputs + 1, 1)
         self.output_has_ref = <unsigned char*>calloc(self.n_outputs + 1, 1)
@@ -377,6 +382,8 @@ cdef class NativeSession:
                 or self.input_types_c == NULL or self.output_types_c == NULL
                 or self.input_values == NULL or self.output_values == NULL
                 or self.output_on_device == NULL or self.output_bind_pos == NULL
+                or self.output_alloc_info == NULL or self.input_in_device_memory == NULL
+                or self.output_in_device_memory == NULL
                 or self.input_has_ref == NULL or self.output_has_ref == NULL
                 or self.out_mark == NULL):
             raise MemoryError()
@@ -532,6 +539,9 @@ cdef class NativeSession:
         free(self.output_types_c)
         self.output_types_c = NULL
         free(self.output_on_device)
+        free(self.output_alloc_info)
+        free(self.input_in_device_memory)
+        free(self.output_in_device_memory)
         self.output_on_device = NULL
         free(self.output_bind_pos)
         self.output_bind_pos = NULL
@@ -601,11 +611,14 @@ cdef class NativeSession:
                 f.ReleaseValue(self.output_values[index])
             self.output_values[index] = value
             self.output_on_device[index] = 0
+            self.output_alloc_info[index] = NULL
+            self.output_in_device_memory[index] = 0
             self._note_output_bound(index)
         else:
             if self.input_values[index] != NULL:
                 f.ReleaseValue(self.input_values[index])
             self.input_values[index] = value
+            self.input_in_device_memory[index] = 0
         return NS_OK
 
     cdef int bind_input_ptr(self, Py_ssize_t index, void* data, const int64_t* shape,
@@ -622,7 +635,11 @@ cdef class NativeSession:
             return self._fail(NS_ERR_STATE, b"NativeSession is not initialised")
         if index < 0 or index >= self.n_outputs:
             return self._fail(NS_ERR_INDEX, b"output index out of range")
-        st = self.fn.BindOutputToDevice(self.binding, self.output_names_c[index], self.cpu_info)
+        st = self.fn.BindOutputToDevice(
+            self.binding, self.output_names_c[index],
+            self.output_alloc_info[index] if self.output_alloc_info[index] != NULL
+            else self.cpu_info,
+        )
         if st != NULL:
             return self._fail_status(st)
         if self.output_values[index] != NULL:
@@ -644,8 +661,11 @@ cdef class NativeSession:
         # it that run's shape): bind it to the device again so ORT allocates for this run.
         for i in range(self.n_outputs):
             if self.output_on_device[i]:
-                st = self.fn.BindOutputToDevice(self.binding, self.output_names_c[i],
-                                                self.cpu_info)
+                st = self.fn.BindOutputToDevice(
+                    self.binding, self.output_names_c[i],
+                    self.output_alloc_info[i] if self.output_alloc_info[i] != NULL
+                    else self.cpu_info,
+                )
                 if st != NULL:
                     return self._fail_status(st)
         st = self.fn.RunWithBinding(self.session, self.run_options, self.binding)
@@ -835,6 +855,7 @@ cdef class NativeSession:
             if self.input_values[i] != NULL:
                 f.ReleaseValue(self.input_values[i])
             self.input_values[i] = value
+            self.input_in_device_memory[i] = self.output_in_device_memory[o]
             self.out_cache[self.output_bind_pos[o]] = NULL
             if self.input_has_ref[i] or (self.output_has_ref[o] and not self.output_on_device[o]):
                 need_gil = True
@@ -979,9 +1000,36 @@ cdef class NativeSession:
         """Bind ``array``'s memory (no copy) as output ``name``; ORT writes into it on run()."""
         self._bind_array(True, name, array, shape)
 
-    def bind_output_to_device(self, str name):
-        """Let ORT allocate output ``name`` (on the CPU) at each run; read it with get_output."""
+    def bind_output_to_device(self, str name, bint device_memory=False):
+        """Let ORT allocate output ``name`` at each run; read it with get_output. In host
+        memory, or with ``device_memory`` where the session produces it (e.g. a GPU EP's KV:
+        re-bound as the next past it never leaves the device; reads copy it back)."""
         cdef Py_ssize_t index = self.output_index(name)
+        cdef const OrtMemoryInfo** infos = NULL
+        cdef int device_type = ORT_MEMINFO_DEVICE_CPU
+        if device_memory:
+            if self.fn.SessionGetMemoryInfoForOutputs == NULL or self.fn.CopyTensors == NULL:
+                from genai._core.ort_api import version
+                raise OrtError(f"onnxruntime {version()} cannot keep outputs in device memory "
+                               "(needs >= 1.23)")
+            infos = <const OrtMemoryInfo**>calloc(self.n_outputs + 1, sizeof(OrtMemoryInfo*))
+            if infos == NULL:
+                raise MemoryError()
+            try:
+                check_status(self.fn.SessionGetMemoryInfoForOutputs(self.session, infos,
+                                                                    self.n_outputs),
+                             "SessionGetMemoryInfoForOutputs")
+                self.output_alloc_info[index] = infos[index]  # owned by the session
+            finally:
+                free(infos)
+            if self.output_alloc_info[index] == NULL:
+                pass  # ORT reports none: host memory
+            elif self.fn.MemoryInfoGetDeviceType != NULL:
+                self.fn.MemoryInfoGetDeviceType(self.output_alloc_info[index], &device_type)
+            self.output_in_device_memory[index] = device_type != ORT_MEMINFO_DEVICE_CPU
+        else:
+            self.output_alloc_info[index] = NULL
+            self.output_in_device_memory[index] = 0
         if self.bind_output_device_index(index) != 0:
             self.raise_last_error()
         self._output_refs[index] = None
@@ -1001,11 +1049,14 @@ cdef class NativeSession:
                 self.input_values[i] = NULL
             self._input_refs[i] = None
             self.input_has_ref[i] = 0
+            self.input_in_device_memory[i] = 0
         for i in range(self.n_outputs):
             if self.output_values[i] != NULL:
                 self.fn.ReleaseValue(self.output_values[i])
                 self.output_values[i] = NULL
             self.output_on_device[i] = 0
+            self.output_alloc_info[i] = NULL
+            self.output_in_device_memory[i] = 0
             self._output_refs[i] = None
             self.output_has_ref[i] = 0
             self.output_bind_pos[i] = -1
@@ -1024,21 +1075,36 @@ cdef class NativeSession:
         """Run the session on its bindings; the GIL is released for the whole run."""
         self.run_checked()
 
-    cdef object _value_to_array(self, OrtValue* value, str what):
+    cdef object _value_to_array(self, OrtValue* value, str what, bint in_device_memory=False):
         cdef int64_t dims[NS_MAX_DIMS]
         cdef size_t ndim = 0, k
         cdef int elem = 0
         cdef void* data = NULL
         cdef cnp.ndarray out
+        cdef OrtValue* host = NULL
+        cdef OrtStatus* st = NULL
         if self._tensor_shape(value, &elem, dims, &ndim) != 0:
             self.raise_last_error()
         dtype = ELEM_TO_DTYPE.get(elem)
         if dtype is None:
             raise TypeError(f"{what}: element type {elem} has no numpy dtype")
-        check_status(self.fn.GetTensorMutableData(value, &data), "GetTensorMutableData")
         out = np.empty(tuple([dims[k] for k in range(ndim)]), dtype=dtype)
-        if out.nbytes:
+        if not out.nbytes:
+            return out
+        if not in_device_memory:
+            check_status(self.fn.GetTensorMutableData(value, &data), "GetTensorMutableData")
             memcpy(cnp.PyArray_DATA(out), data, out.nbytes)
+            return out
+        # Device memory: copy into a host tensor over `out`.
+        cdef OrtEnv* env = ort_env()
+        check_status(self.fn.CreateTensorWithDataAsOrtValue(
+            self.cpu_info, cnp.PyArray_DATA(out), <size_t>out.nbytes, dims, ndim, elem, &host,
+        ), "CreateTensorWithDataAsOrtValue")
+        with nogil:
+            st = self.fn.CopyTensors(env, <const OrtValue* const*>&value, &host,
+                                     NULL, 1)
+        self.fn.ReleaseValue(host)
+        check_status(st, f"CopyTensors ({what} from device memory)")
         return out
 
     def get_output(self, str name):
@@ -1051,7 +1117,8 @@ cdef class NativeSession:
             raise KeyError(f"output {name!r} is not bound")
         if self._output_value(index, &value) != 0:
             self.raise_last_error()
-        return self._value_to_array(value, f"output {name!r}")
+        return self._value_to_array(value, f"output {name!r}",
+                                    self.output_in_device_memory[index])
 
     def input_value(self, str name):
         """A copy (ndarray) of the value bound as input ``name`` (bound from an array, a
@@ -1061,7 +1128,8 @@ cdef class NativeSession:
             raise RuntimeError("NativeSession is not initialised")
         if self.input_values[index] == NULL:
             raise KeyError(f"input {name!r} is not bound")
-        return self._value_to_array(self.input_values[index], f"input {name!r}")
+        return self._value_to_array(self.input_values[index], f"input {name!r}",
+                                    self.input_in_device_memory[index])
 
     def output_value_info(self, str name):
         """``(shape, data address)`` of the value output ``name`` holds after run(): the
@@ -1070,6 +1138,8 @@ cdef class NativeSession:
         cdef int64_t dims[NS_MAX_DIMS]
         cdef size_t ndim = 0, k
         cdef void* data = NULL
+        if self.output_in_device_memory[index]:
+            raise ValueError(f"output {name!r} lives in device memory: no host address")
         cdef int rc = self.output_value_shape(index, dims, &ndim)
         if rc == 0:
             rc = self.output_value_data(index, &data)

@@ -216,6 +216,7 @@ cdef enum:
     # API 23; NULL in OrtFns below 23.
     ORT_SLOT_SessionGetMemoryInfoForInputs = 380
     ORT_SLOT_SessionGetMemoryInfoForOutputs = 381
+    ORT_SLOT_CopyTensors = 386
 
 
 # Typed copies of the OrtApi slots above. Enum-typed parameters are passed as int (same ABI).
@@ -364,6 +365,10 @@ cdef struct OrtFns:
     OrtStatus* (*SessionGetMemoryInfoForOutputs)(const OrtSession* session,
                                                  const OrtMemoryInfo** out,
                                                  size_t num_outputs) noexcept nogil
+    # Copy tensors between devices (e.g. a device KV value to host memory); stream NULL: sync.
+    OrtStatus* (*CopyTensors)(const OrtEnv* env, const OrtValue* const* src_tensors,
+                              OrtValue* const* dst_tensors, void* stream,
+                              size_t num_tensors) noexcept nogil
 
 
 # Loads libonnxruntime once (thread-safe under the GIL) and returns the typed table;

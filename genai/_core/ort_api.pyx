@@ -192,10 +192,12 @@ cdef void _fill(OrtFns* f, const void* const* t, uint32_t api_version) noexcept:
         _set_slot(&f.EpDevice_Device, t, ORT_SLOT_EpDevice_Device)
     f.SessionGetMemoryInfoForInputs = NULL
     f.SessionGetMemoryInfoForOutputs = NULL
+    f.CopyTensors = NULL
     if api_version >= ORT_API_VERSION_SESSION_DEVICES:
         _set_slot(&f.SessionGetMemoryInfoForInputs, t, ORT_SLOT_SessionGetMemoryInfoForInputs)
         _set_slot(&f.SessionGetMemoryInfoForOutputs, t,
                   ORT_SLOT_SessionGetMemoryInfoForOutputs)
+        _set_slot(&f.CopyTensors, t, ORT_SLOT_CopyTensors)
 
 
 cdef uint32_t _api_version_of(str version) noexcept:
