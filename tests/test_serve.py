@@ -141,8 +141,10 @@ def test_prefix_reuse_gives_same_tokens(gqa_model):
         second = asyncio.run(run(prompts[1]))
     finally:
         scheduler.shutdown()
+    common = int(np.flatnonzero(prompts[0] != prompts[1][: len(prompts[0])])[0])
+    assert common >= 40
     assert scheduler.prefix_cache.hits == 1
-    assert scheduler.prefix_cache.reused_tokens == 32
+    assert scheduler.prefix_cache.reused_tokens == common
     for prompt, tokens in ((prompts[0], first), (prompts[1], second)):
         expected = alone_greedy(gqa_model, prompt, 12)
         assert tokens == [t for t in expected if t != EOS]

@@ -6,8 +6,9 @@ free KV slots of a `BatchRunner` at step boundaries. Each iteration it
 
 1. drops cancelled / timed-out requests (their slots are freed at once);
 2. admits waiting requests into free slots (a cached prompt prefix is copied into the slot);
-3. runs ONE prefill chunk (at most ``prefill_chunk`` tokens) of one newcomer, so a long
-   prompt is spread over several iterations while the others keep decoding;
+3. runs prefill chunks (at most ``prefill_chunk`` tokens each, ``prefill_budget`` tokens in
+   all) of the oldest newcomers, so a long prompt is spread over several iterations while
+   the others keep decoding;
 4. runs one decode step for every slot that is generating, in one batched model run, and
    samples each row with its own options, RNG stream, logit bias and grammar constraint.
 
@@ -16,12 +17,13 @@ Results go back to the asyncio side through ``loop.call_soon_threadsafe`` into a
 serving HTTP while a step runs.
 
 Exactness: ONNX Runtime's CPU kernels take another code path for a single row (M = 1: the
-matrix-vector kernels) than for several; any two rows' logits are bit-identical whatever else
-is in a batch of two or more rows, but differ by ~1e-5 from a single-row run. A decode step
-therefore always runs at least two rows (an idle slot fills in), so a request's tokens do not
-depend on what else is running. Prefill chunk boundaries are multiples of ``prefill_chunk``
-from the start of the prompt, and cached prefixes are reused at those boundaries only, so a
-prompt's KV is bit-identical whether or not its prefix came from the cache.
+matrix-vector kernels) than for several. Any row's logits are bit-identical whatever else is
+in a run of two or more rows, and a prompt's KV is bit-identical however it is cut into
+chunks of two or more tokens; a single-row run differs by ~1e-5. So a decode step always runs
+at least two rows (an idle slot fills in), a prefill never leaves a one-token chunk, and a
+cached prefix always leaves at least two prompt tokens to run: a request's tokens do not
+depend on what else is running or on what the prefix cache holds (tests/test_serve*.py check
+both).
 """
 
 from __future__ import annotations
@@ -191,12 +193,13 @@ class _Sequence:
 
 
 class PrefixCache:
-    """KV of prompt prefixes (cut at prefill-chunk boundaries), least recently used first
-    out, bounded by bytes."""
+    """KV of earlier prompts, least recently used first out, bounded by bytes. A new prompt
+    reuses the longest common prefix with any stored prompt (at least ``min_tokens``),
+    leaving at least two tokens to run (see the module docstring)."""
 
-    def __init__(self, max_bytes: int, block: int) -> None:
+    def __init__(self, max_bytes: int, min_tokens: int = 8) -> None:
         self.max_bytes = max_bytes
-        self.block = block
+        self.min_tokens = max(1, min_tokens)
         self._entries: collections.OrderedDict[bytes, tuple[np.ndarray, list[np.ndarray]]] = (
             collections.OrderedDict()
         )
@@ -205,18 +208,17 @@ class PrefixCache:
         self.reused_tokens = 0
 
     def lookup(self, prompt: np.ndarray) -> tuple[int, list[np.ndarray] | None]:
-        """The longest cached block-aligned prefix of ``prompt`` that leaves at least one
-        token to run: (length, kv arrays) or (0, None)."""
+        """The longest cached prefix of ``prompt`` that leaves at least two tokens to run:
+        (length, kv arrays) or (0, None)."""
         best, best_key = 0, None
+        limit = len(prompt) - 2
         for key, (tokens, _) in self._entries.items():
-            n = min(len(tokens), len(prompt) - 1)
-            n -= n % self.block
-            if n <= best:
+            n = min(len(tokens), limit)
+            if n <= max(best, self.min_tokens - 1):
                 continue
-            same = np.flatnonzero(tokens[:n] != prompt[:n])
-            n = int(same[0]) if same.size else n
-            n -= n % self.block
-            if n > best:
+            differ = np.flatnonzero(tokens[:n] != prompt[:n])
+            n = int(differ[0]) if differ.size else n
+            if n > best and n >= self.min_tokens:
                 best, best_key = n, key
         if best_key is None:
             return 0, None
@@ -233,7 +235,7 @@ class PrefixCache:
         return False
 
     def add(self, tokens: np.ndarray, kv: list[np.ndarray]) -> None:
-        """Store the KV of ``tokens`` (a block-aligned prompt prefix)."""
+        """Store the KV of ``tokens`` (a prompt)."""
         size = sum(a.nbytes for a in kv)
         if size > self.max_bytes:
             return
@@ -261,6 +263,7 @@ class Scheduler:
         max_queue: int = 64,
         request_timeout: float = 600.0,
         prefill_chunk: int = 64,
+        prefill_budget: int = 64,
         prefix_cache_bytes: int = 256 << 20,
         metrics: Any = None,
     ) -> None:
@@ -270,9 +273,11 @@ class Scheduler:
         self._eos_set = {int(e) for e in self.eos}
         self.max_queue = max_queue
         self.request_timeout = request_timeout
-        self.prefill_chunk = min(prefill_chunk, getattr(runner, "max_chunk", prefill_chunk))
+        self.prefill_chunk = max(2, min(prefill_chunk, getattr(runner, "max_chunk", prefill_chunk)))
+        #: Prompt tokens fed per iteration at most (whole chunks; at least one chunk).
+        self.prefill_budget = max(prefill_budget, self.prefill_chunk)
         self.prefix_cache = (
-            PrefixCache(prefix_cache_bytes, self.prefill_chunk)
+            PrefixCache(prefix_cache_bytes)
             if prefix_cache_bytes > 0 and runner.export_prefix(0, 0) is not None
             else None
         )
@@ -398,11 +403,13 @@ class Scheduler:
                 seq.handle._put(Event(seq.request.index, finish_reason="error", error=str(exc)))
         if self.metrics is not None:
             self.metrics.set_load(len(self._waiting), len(self._active))
-        # 3. one prefill chunk for the oldest newcomer
-        for seq in self._active:
-            if seq.prefilling and seq.finished is None:
-                self._prefill_chunk(seq)
+        # 3. prefill chunks of the oldest newcomers, up to the per-step token budget
+        budget = self.prefill_budget
+        while budget > 0:
+            newcomers = [s for s in self._active if s.prefilling and s.finished is None]
+            if not newcomers:
                 break
+            budget -= self._prefill_chunk(min(newcomers, key=lambda s: (s.enqueued, s.slot)))
         # 4. one decode step for every generating slot
         decoding = [s for s in self._active if not s.prefilling and s.finished is None]
         if decoding:
@@ -450,42 +457,42 @@ class Scheduler:
         seq.pending = prompt[cached:]
         seq.prefilling = True
 
-    def _prefill_chunk(self, seq: _Sequence) -> None:
+    def _prefill_chunk(self, seq: _Sequence) -> int:
+        """Feed the next chunk of ``seq``'s pending tokens; returns how many."""
         runner = self.runner
         done = int(runner.lengths[seq.slot])
-        chunk = self.prefill_chunk
-        # end at the next multiple of the chunk size (block-aligned boundaries)
-        count = min(len(seq.pending), chunk - done % chunk)
+        count = min(len(seq.pending), self.prefill_chunk)
+        if len(seq.pending) - count == 1:
+            count -= 1  # never leave a one-token chunk (see the module docstring)
         if done + len(seq.pending) > runner.max_length:
             self._finish(seq, "length")
-            return
+            return 0
         logits = runner.prefill(seq.slot, seq.pending[:count])
         seq.pending = seq.pending[count:]
         if len(seq.pending):
-            return
+            return count
         # the prompt (or forced tokens) is in: choose the next token
         seq.prefilling = False
         if self.prefix_cache is not None and seq.generated == 0:
             self._remember_prefix(seq)
         self._choose_safely(seq, logits.reshape(1, -1))
+        return count
 
     def _remember_prefix(self, seq: _Sequence) -> None:
         prompt = np.asarray(seq.request.prompt, np.int32)
-        chunk = self.prefill_chunk
-        aligned = (len(prompt) - 1) // chunk * chunk
-        if aligned <= seq.cached or aligned <= 0:
-            return
         cache = self.prefix_cache
-        if cache.covers(prompt, aligned):
+        if len(prompt) < cache.min_tokens + 2 or cache.covers(prompt, len(prompt)):
             return
-        kv = self.runner.export_prefix(seq.slot, aligned)
+        kv = self.runner.export_prefix(seq.slot, len(prompt))
         if kv is not None:
-            cache.add(prompt[:aligned], kv)
+            cache.add(prompt, kv)
 
     def _decode_step(self) -> None:
         runner = self.runner
         active = self._active
-        rows = len(active)
+        rows = 1 + max(
+            (s.slot for s in active if not s.prefilling and s.finished is None), default=0
+        )
         if rows < 2 and runner.batched:
             rows = min(2, runner.max_slots)  # see the module docstring: never a 1-row step
         tokens = np.zeros(rows, np.int64)
@@ -497,7 +504,7 @@ class Scheduler:
         logits = runner.decode(tokens, advance)
         self.decode_rows += int(advance.sum())
         for seq in active:
-            if advance[seq.slot]:
+            if seq.slot < rows and advance[seq.slot]:
                 self._choose_safely(seq, logits[seq.slot : seq.slot + 1])
 
     def _choose_safely(self, seq: _Sequence, logits: np.ndarray) -> None:

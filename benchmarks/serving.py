@@ -1,0 +1,340 @@
+"""Serving throughput: aggregate generated tokens/s and time to first token (p50/p95) with 1, 4,
+8 and 16 concurrent streams of chat requests.
+
+Engines, each in its own subprocess, run one after another per concurrency level, in
+alternating order between rounds (ABC, CBA, ...):
+
+* ``genai``: ``genai serve`` (continuous batching) in a subprocess, driven over HTTP with
+  streaming chat completions (SSE) from client threads; TTFT is measured at the client;
+* ``ref-engine``: onnxruntime-genai's ``Engine`` (static batching, ``max_batch_size`` 8),
+  driven in-process: no HTTP in its numbers;
+* ``ref-threads``: one onnxruntime-genai ``Generator`` per client thread, in-process.
+
+Every request is a chat prompt (a different question per request) and generates exactly
+``--new-tokens`` tokens (EOS ignored: ``ignore_eos`` / ``min_generated_tokens``), greedy. Each
+stream sends ``--requests`` requests one after another.
+
+    python benchmarks/serving.py [--model DIR] [--streams 1 4 8 16] [--threads N] [--rounds R]
+
+``--threads`` sets the intra-op threads of every engine (default: each engine's default:
+the reference's is half the hardware threads; genai's the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain gravity briefly.",
+    "List three fruits.",
+    "Who wrote Hamlet?",
+    "What is 2+2?",
+    "Tell me a joke about cats.",
+    "Describe a sunset in two sentences.",
+    "Why is the sky blue?",
+    "Name a famous painter.",
+    "How do plants make food?",
+    "What is a prime number?",
+    "Give me a tip for learning to cook.",
+    "What does a compiler do?",
+    "Suggest a name for a dog.",
+    "How far is the Moon?",
+]
+
+
+def _messages(i: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}]
+
+
+def _summary(ttfts: list[float], tokens: int, seconds: float) -> dict[str, float]:
+    ttfts = sorted(ttfts)
+    p95 = ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))]
+    return {
+        "tok_s": tokens / seconds,
+        "ttft_p50": statistics.median(ttfts),
+        "ttft_p95": p95,
+        "tokens": tokens,
+        "seconds": seconds,
+    }
+
+
+# --- workers (each runs in its own process) -------------------------------------------------
+def _run_clients(streams: int, requests: int, one) -> dict[str, float]:
+    """``streams`` threads, each calling ``one(index) -> (ttft, tokens)`` ``requests`` times."""
+    results: list[tuple[float, int]] = []
+    lock = threading.Lock()
+
+    def client(stream: int) -> None:
+        for k in range(requests):
+            ttft, tokens = one(stream * requests + k)
+            with lock:
+                results.append((ttft, tokens))
+
+    threads = [threading.Thread(target=client, args=(s,)) for s in range(streams)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    return _summary([r[0] for r in results], sum(r[1] for r in results), elapsed)
+
+
+def worker_genai(args: argparse.Namespace) -> dict[str, float]:
+    import httpx
+
+    from genai.serve.server import free_port
+
+    port = free_port()
+    command = [sys.executable, "-m", "genai", "serve", "-m", str(args.model), "--port", str(port)]
+    command += ["--log-level", "warning", "--max-slots", str(max(16, max(args.streams)))]
+    if args.threads:
+        command += ["--threads", str(args.threads)]
+    if args.no_prefix_cache:
+        command += ["--prefix-cache-mb", "0"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    server = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("genai serve did not start")
+            time.sleep(0.2)
+        client = httpx.Client(timeout=300)
+
+        def one(i: int) -> tuple[float, int]:
+            body = {
+                "messages": _messages(i),
+                "max_tokens": args.new_tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            start = time.perf_counter()
+            ttft = None
+            tokens = 0
+            with client.stream("POST", url + "/v1/chat/completions", json=body) as reply:
+                for line in reply.iter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    if ttft is None:
+                        ttft = time.perf_counter() - start
+                    chunk = json.loads(line[6:])
+                    if chunk.get("usage"):
+                        tokens = chunk["usage"]["completion_tokens"]
+            return ttft or 0.0, tokens
+
+        _run_clients(min(8, max(args.streams)), 1, one)  # warm-up (batched shapes too)
+        out = {}
+        for streams in args.streams:
+            out[str(streams)] = _run_clients(streams, args.requests, one)
+        return out
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def _ref_model(args: argparse.Namespace, engine: bool):
+    import onnxruntime_genai as og
+
+    config = og.Config(str(args.model))
+    overlay: dict = {}
+    if args.threads:
+        overlay["model"] = {"decoder": {"session_options": {"intra_op_num_threads": args.threads}}}
+    if engine:
+        overlay["engine"] = {"static_batching": {"max_batch_size": 8}}
+    if overlay:
+        config.overlay(json.dumps(overlay))
+    model = og.Model(config)
+    return og, model, og.Tokenizer(model)
+
+
+def _ref_prompts(og, tokenizer, count: int) -> list:
+    import numpy as np
+
+    return [
+        np.asarray(
+            tokenizer.encode(
+                tokenizer.apply_chat_template(json.dumps(_messages(i)), add_generation_prompt=True)
+            ),
+            np.int32,
+        )
+        for i in range(count)
+    ]
+
+
+def worker_ref_threads(args: argparse.Namespace) -> dict[str, float]:
+    og, model, tokenizer = _ref_model(args, engine=False)
+    prompts = _ref_prompts(og, tokenizer, max(args.streams) * args.requests)
+
+    def one(i: int) -> tuple[float, int]:
+        prompt = prompts[i % len(prompts)]
+        params = og.GeneratorParams(model)
+        params.set_search_options(
+            max_length=len(prompt) + args.new_tokens, min_length=len(prompt) + args.new_tokens
+        )
+        start = time.perf_counter()
+        gen = og.Generator(model, params)
+        gen.append_tokens(prompt)
+        gen.generate_next_token()
+        ttft = time.perf_counter() - start
+        tokens = 1
+        while not gen.is_done():
+            gen.generate_next_token()
+            tokens += 1
+        return ttft, tokens
+
+    _run_clients(min(8, max(args.streams)), 1, one)  # warm-up
+    return {str(s): _run_clients(s, args.requests, one) for s in args.streams}
+
+
+def worker_ref_engine(args: argparse.Namespace) -> dict[str, float]:
+    og, model, tokenizer = _ref_model(args, engine=True)
+    prompts = _ref_prompts(og, tokenizer, max(args.streams) * args.requests)
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(256)
+    token_flag = int(og.EngineEventFlags.TOKEN.value)
+    finished_flag = int(og.EngineEventFlags.TURN_FINISHED.value)
+
+    def run_level(streams: int) -> dict[str, float]:
+        # `streams` clients; each submits its next request when the previous one finishes.
+        queue = {s: list(range(s * args.requests, (s + 1) * args.requests)) for s in range(streams)}
+        live: dict[int, tuple[int, float]] = {}  # id(request) -> (stream, start)
+        keep: dict[int, object] = {}
+        ttfts: list[float] = []
+        seen_first: set[int] = set()
+        tokens = 0
+
+        def submit(stream: int) -> None:
+            if not queue[stream]:
+                return
+            i = queue[stream].pop(0)
+            request = engine.create_request()
+            options = og.TurnOptions(request)
+            options.set_max_generated_tokens(args.new_tokens)
+            options.set_min_generated_tokens(args.new_tokens)
+            request.begin_turn(prompts[i % len(prompts)], options)
+            live[id(request)] = (stream, time.perf_counter())
+            keep[id(request)] = request
+
+        start = time.perf_counter()
+        for s in range(streams):
+            submit(s)
+        while engine.has_pending_requests():
+            events = engine.run(buffer)
+            now = time.perf_counter()
+            for k in range(len(events)):
+                event = events[k]
+                key = id(event.request) if event.request is not None else None
+                flags = (
+                    int(event.flags.value) if hasattr(event.flags, "value") else int(event.flags)
+                )
+                stream_start = None
+                for rid, (stream, began) in live.items():
+                    if keep[rid] is event.request or rid == key:
+                        key, stream_start = rid, (stream, began)
+                        break
+                if stream_start is None:
+                    continue
+                if flags & token_flag:
+                    tokens += 1
+                    if key not in seen_first:
+                        seen_first.add(key)
+                        ttfts.append(now - stream_start[1])
+                if flags & finished_flag:
+                    live.pop(key)
+                    keep.pop(key).close()
+                    submit(stream_start[0])
+        return _summary(ttfts, tokens, time.perf_counter() - start)
+
+    saved, args.requests = args.requests, 1
+    run_level(min(8, max(args.streams)))  # warm-up (batched shapes too)
+    args.requests = saved
+    return {str(s): run_level(s) for s in args.streams}
+
+
+WORKERS = {
+    "genai": worker_genai,
+    "ref-engine": worker_ref_engine,
+    "ref-threads": worker_ref_threads,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--requests", type=int, default=2, help="requests per stream")
+    parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, help="intra-op threads of every engine")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--engines", nargs="+", default=list(WORKERS), choices=list(WORKERS))
+    parser.add_argument("--no-prefix-cache", action="store_true", help="genai without it")
+    parser.add_argument("--json", type=Path, help="write all results here")
+    parser.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(WORKERS[args.worker](args)))
+        return
+    results: dict[str, list[dict]] = {name: [] for name in args.engines}
+    for round_ in range(args.rounds):
+        order = args.engines if round_ % 2 == 0 else list(reversed(args.engines))
+        for name in order:
+            command = [sys.executable, __file__, "--worker", name, "--model", str(args.model)]
+            command += ["--streams", *map(str, args.streams), "--requests", str(args.requests)]
+            command += ["--new-tokens", str(args.new_tokens)]
+            if args.threads:
+                command += ["--threads", str(args.threads)]
+            if args.no_prefix_cache:
+                command += ["--no-prefix-cache"]
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                print(out.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"{name} failed")
+            results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(f"round {round_ + 1}: {name} done", file=sys.stderr)
+    threads = args.threads or "default"
+    print(f"\nthreads: {threads}; {args.new_tokens} new tokens/request, {args.requests} "
+          f"requests/stream; medians of {args.rounds} round(s)")  # fmt: skip
+    print(f"{'streams':>7}  {'engine':<12} {'tok/s':>7} {'TTFT p50':>9} {'TTFT p95':>9}")
+    for streams in map(str, args.streams):
+        best_ref = 0.0
+        for name in args.engines:
+            runs = [r[streams] for r in results[name]]
+            tok_s = statistics.median(r["tok_s"] for r in runs)
+            p50 = statistics.median(r["ttft_p50"] for r in runs)
+            p95 = statistics.median(r["ttft_p95"] for r in runs)
+            if name.startswith("ref"):
+                best_ref = max(best_ref, tok_s)
+            print(f"{streams:>7}  {name:<12} {tok_s:7.1f} {p50:8.3f}s {p95:8.3f}s")
+        if "genai" in results and best_ref:
+            ours = statistics.median(r[streams]["tok_s"] for r in results["genai"])
+            print(f"{'':>7}  genai / best reference: {ours / best_ref:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"args": vars(args) | {"model": str(args.model),
+                             "json": str(args.json)}, "results": results}, indent=2))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
