@@ -53,20 +53,7 @@ _EXECUTOR: ThreadPoolExecutor | None = None
 _EXECUTOR_LOCK = threading.Lock()
 
 
-# For each byte value: the 8 ids it covers as uint32 AND-masks (all ones where the bit is set)
-# and OR-values (the lowest float's bits where it is not): banned -> LOWEST without branches.
-_BITS = (np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1
-_KEEP = np.where(_BITS == 1, np.uint32(0xFFFFFFFF), np.uint32(0)).astype(np.uint32)
-_BAN = np.where(_BITS == 1, np.uint32(0), np.float32(LOWEST).view(np.uint32)).astype(np.uint32)
-
-
-def _mask_words(block: np.ndarray, words: np.ndarray) -> None:
-    """Apply ``words`` (int32 [k], bit j of word w = id 32 w + j allowed) to ``block``
-    (float32 [k, 32]) in place."""
-    as_bits = block.view(np.uint32)
-    by_byte = words.view(np.uint8)
-    as_bits &= _KEEP[by_byte].reshape(as_bits.shape)
-    as_bits |= _BAN[by_byte].reshape(as_bits.shape)
+_LOWEST_BITS = np.float32(LOWEST).view(np.uint32)
 
 
 def apply_bitmask(logits_row: np.ndarray, bitmask: np.ndarray) -> None:
@@ -74,32 +61,18 @@ def apply_bitmask(logits_row: np.ndarray, bitmask: np.ndarray) -> None:
     layout: bit j of word w is id 32 w + j) to the lowest float in ``logits_row`` (float32
     [vocab], contiguous), in place.
 
-    Works a 32-id word at a time: only words that are neither all allowed nor all banned are
-    expanded bit by bit, and when few words allow anything the row is filled with the lowest
-    float and just those words are restored. Grammar masks are mostly such runs.
+    Branch-free over the whole row (a handful of NumPy passes, ~50 us at vocab 49152 on a slow
+    core, whatever the mask): each bit becomes a 32-bit AND mask that keeps an allowed logit
+    and clears a banned one, whose bits are then OR-ed with those of the lowest float.
     """
     vocab = logits_row.shape[0]
-    whole = vocab // 32
-    if whole * 32 != vocab:  # ragged tail: plain per-id path for the last ids
-        tail = np.unpackbits(bitmask[whole:].view(np.uint8), bitorder="little")[
-            : vocab - whole * 32
-        ]
-        logits_row[whole * 32 :][tail == 0] = LOWEST
-        bitmask = bitmask[:whole]
-        logits_row = logits_row[: whole * 32]
-    block = logits_row.reshape(-1, 32)
-    some = np.flatnonzero(bitmask)
-    if some.size * 4 < bitmask.size:  # mostly banned: fill, then restore the allowed words
-        kept = block[some]
-        logits_row.fill(LOWEST)
-        _mask_words(kept, bitmask[some])
-        block[some] = kept
-        return
-    partial = np.flatnonzero(bitmask != -1)
-    if partial.size:
-        kept = block[partial]
-        _mask_words(kept, bitmask[partial])
-        block[partial] = kept
+    keep = np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:vocab].astype(np.uint32)
+    np.negative(keep, out=keep)  # 1 -> 0xFFFFFFFF, 0 -> 0
+    as_bits = logits_row.view(np.uint32)
+    as_bits &= keep
+    np.invert(keep, out=keep)
+    keep &= _LOWEST_BITS
+    as_bits |= keep
 
 
 class GuidanceError(ValueError):
@@ -263,6 +236,10 @@ class TokenConstraint:
     the chosen token). Not thread-safe: one row, one caller.
     """
 
+    #: Compute the next mask on a worker thread as soon as a token is consumed (True), or in
+    #: `fill_mask` (False).
+    overlap = True
+
     def __init__(
         self,
         matcher: Any,
@@ -279,7 +256,9 @@ class TokenConstraint:
         self.enable_ff_tokens = bool(enable_ff_tokens)
         self._bits = np.zeros((self.vocab_size + 31) // 32, dtype=np.int32)
         self._pending: Future[None] | None = None
+        self._stale = True  # _bits is not the mask of the current state yet
         self._ended = False  # EOS consumed: nothing may follow
+        self._consumed = 0  # tokens consumed since the start (or the last reset)
         self._start_mask()
 
     @classmethod
@@ -335,15 +314,22 @@ class TokenConstraint:
         self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
 
     def _start_mask(self) -> None:
-        if self._matcher.is_stopped():
-            self._pending = None
-            return
-        self._pending = _executor().submit(self._compute)
+        self._stale = not self._matcher.is_stopped()
+        if self._stale and self.overlap:
+            self._pending = _executor().submit(self._compute)
 
     def _wait(self) -> None:
+        """Wait for a mask computation in flight (before the matcher is touched)."""
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
+            self._stale = False
+
+    def _ensure_mask(self) -> None:
+        self._wait()
+        if self._stale:
+            self._compute()
+            self._stale = False
 
     def allowed_tokens(self) -> np.ndarray:
         """The ids allowed next, int64 ascending (for tests and debugging)."""
@@ -360,7 +346,7 @@ class TokenConstraint:
             )
         if self._ended:
             raise GuidanceError("the constrained sequence already ended with EOS")
-        self._wait()
+        self._ensure_mask()
         matcher = self._matcher
         if matcher.is_error():
             raise GuidanceError(f"guidance failed: {matcher.get_error()}")
@@ -369,11 +355,6 @@ class TokenConstraint:
             logits_row.fill(LOWEST)
             logits_row[self.eos_token_id] = eos
             return
-        if not self._bits.any():
-            raise GuidanceError(
-                f"the {self.kind or 'guidance'} grammar allows no token of this vocabulary here "
-                "(it needs text the tokenizer cannot produce)"
-            )
         apply_bitmask(logits_row, self._bits)
 
     # --- consuming tokens --------------------------------------------------------------------
@@ -386,10 +367,17 @@ class TokenConstraint:
         token = int(token)
         if self._ended:
             raise GuidanceError("the constrained sequence already ended with EOS")
+        self._consumed += 1
         if not matcher.consume_token(token):
+            error = matcher.get_error()
+            message = error.splitlines()[0] if error else ""
+            if not self._stale and not self._bits.any():  # the mask of that step was empty
+                message = (
+                    "the grammar allows no token of this vocabulary here (it needs text the "
+                    f"tokenizer cannot produce); {message}"
+                )
             raise GuidanceError(
-                f"token {token} is not allowed by the {self.kind or 'guidance'} grammar: "
-                f"{matcher.get_error().splitlines()[0] if matcher.get_error() else ''}"
+                f"token {token} is not allowed by the {self.kind or 'guidance'} grammar: {message}"
             )
         if token == self.eos_token_id:
             self._ended = True
@@ -399,6 +387,7 @@ class TokenConstraint:
             forced = [int(t) for t in matcher.compute_ff_tokens()]
             if forced and not matcher.consume_tokens(forced):
                 raise GuidanceError(f"guidance failed: {matcher.get_error()}")
+            self._consumed += len(forced)
         self._start_mask()
         return forced
 
@@ -416,6 +405,9 @@ class TokenConstraint:
 
     def reset(self) -> None:
         """Back to the start of the grammar (a new sequence)."""
+        if self._consumed == 0:  # already there (its first mask may be on its way)
+            return
+        self._consumed = 0
         self._wait()
         self._matcher.reset()
         self._ended = False

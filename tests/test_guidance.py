@@ -507,3 +507,20 @@ def test_permissive_grammar_changes_no_token(smol):
         outs.append(generator.get_sequence(0))
     np.testing.assert_array_equal(outs[0], outs[1])
     assert "Paris" in tokenizer.decode(outs[0][len(ids) :])
+
+
+@pytest.mark.slow
+def test_docs_guidance_examples_run(smollm2_path):
+    """docs/guidance.md's Python blocks, run in order as one script."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "guidance.md").read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"```python\n(.*?)```", doc, flags=re.S))
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "'city': 'Paris'" in result.stdout and "get_weather" in result.stdout
