@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -198,7 +199,12 @@ def create_app(engine: ServeEngine, *, manage_engine: bool = True) -> FastAPI:
     @app.get("/health")
     async def health() -> dict[str, Any]:
         sched = engine.scheduler
-        return {"status": "ok", "running": sched.running, "waiting": sched.queue_depth}
+        return {
+            "status": "ok",
+            "running": sched.running,
+            "waiting": sched.queue_depth,
+            "pid": os.getpid(),
+        }
 
     @app.get("/metrics")
     async def metrics() -> Response:

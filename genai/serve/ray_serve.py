@@ -1,0 +1,125 @@
+"""The same OpenAI-compatible API as a Ray Serve deployment: N replicas (each a `ServeEngine`
+with its own model and continuous-batching scheduler) behind Ray's HTTP proxy, with Ray
+Serve's autoscaling. Needs the ``ray`` extra (``pip install 'genai-runtime[ray]'``).
+
+From Python::
+
+    import ray
+    from ray import serve
+    from genai.serve.ray_serve import build_app
+
+    ray.init(address="auto")                     # or ray.init() for a local head
+    serve.start(http_options={"host": "0.0.0.0", "port": 8000})
+    serve.run(build_app({"model": "/models/smollm2", "num_replicas": 2}), route_prefix="/")
+
+With the Ray CLI (a config file or ``serve run``)::
+
+    serve run genai.serve.ray_serve:build_app model=/models/smollm2 num_replicas=4
+
+or ``genai serve --ray --replicas 4 -m /models/smollm2``. See docs/serving.md for multi-node
+clusters.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+
+from .app import ServeEngine, create_app
+
+__all__ = ["GenaiReplica", "build_app", "deployment_options"]
+
+#: `ServeEngine` options a deployment may set (everything else is a Ray option).
+ENGINE_OPTIONS = (
+    "threads",
+    "model_name",
+    "max_slots",
+    "max_queue",
+    "request_timeout",
+    "prefill_chunk",
+    "prefix_cache_mb",
+)
+
+
+@serve.ingress()
+class GenaiReplica:
+    """One replica: loads the model folder and serves the FastAPI app of `create_app`
+    (Ray runs the app's lifespan, which starts and stops the replica's scheduler)."""
+
+    def __init__(self, model: str, engine_options: dict[str, Any] | None = None) -> None:
+        options = dict(engine_options or {})
+        options.setdefault("model_name", Path(model).name)
+        self.engine = ServeEngine.from_path(model, **options)
+        self.pid = os.getpid()
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return create_app(self.engine)
+
+
+def deployment_options(
+    *,
+    num_replicas: int | str | None = None,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+    target_ongoing_requests: float | None = None,
+    num_cpus: float | None = None,
+    max_ongoing_requests: int | None = None,
+) -> dict[str, Any]:
+    """`serve.deployment` options: a fixed ``num_replicas``, or autoscaling between
+    ``min_replicas`` and ``max_replicas`` aiming at ``target_ongoing_requests`` per replica
+    (default: the replica's slot count)."""
+    options: dict[str, Any] = {}
+    if min_replicas is not None or max_replicas is not None or num_replicas == "auto":
+        options["autoscaling_config"] = {
+            "min_replicas": 1 if min_replicas is None else int(min_replicas),
+            "max_replicas": int(max_replicas or max(min_replicas or 1, 2)),
+            "target_ongoing_requests": float(target_ongoing_requests or 16),
+        }
+    elif num_replicas is not None:
+        options["num_replicas"] = int(num_replicas)
+    if num_cpus is not None:
+        options["ray_actor_options"] = {"num_cpus": float(num_cpus)}
+    # Each replica takes up to max_slots + max_queue requests; more go to another replica.
+    options["max_ongoing_requests"] = int(max_ongoing_requests or 64)
+    return options
+
+
+def build_app(args: dict[str, Any]) -> Any:
+    """A Ray Serve application (for ``serve.run`` or ``serve run module:build_app k=v``).
+
+    ``args``: ``model`` (folder, required; every node needs it at that path), Ray options
+    (``num_replicas``, or ``min_replicas`` / ``max_replicas`` / ``target_ongoing_requests``
+    for autoscaling, ``num_cpus`` per replica, ``max_ongoing_requests``, ``name``), and
+    `ServeEngine` options (``threads``, ``max_slots``, ``max_queue``, ``request_timeout``,
+    ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``). Values may be strings (from the
+    command line).
+    """
+    args = dict(args)
+    model = args.pop("model", None)
+    if not model:
+        raise ValueError("build_app needs args['model'], the model folder")
+    name = str(args.pop("name", "genai"))
+    engine: dict[str, Any] = {}
+    for key in ENGINE_OPTIONS:
+        if key in args:
+            value = args.pop(key)
+            engine[key] = value if key == "model_name" else _number(value)
+    ray_options = {
+        k: _number(v) if k != "num_replicas" or v != "auto" else v for k, v in args.items()
+    }
+    options = deployment_options(**ray_options)
+    if "threads" in engine and "ray_actor_options" not in options:
+        options["ray_actor_options"] = {"num_cpus": float(engine["threads"])}
+    return serve.deployment(GenaiReplica, name=name, **options).bind(str(model), engine)
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return float(value)
+    return value

@@ -1,0 +1,82 @@
+"""The Ray Serve deployment (slow): a Ray head on loopback, 2 replicas of the fixture model
+behind Ray's HTTP proxy, driven with the openai client. Bounded: about a minute."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+ray = pytest.importorskip("ray")
+serve = pytest.importorskip("ray.serve")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ray_app(fixture_folders):
+    from genai.serve.ray_serve import build_app
+    from genai.serve.server import free_port
+
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    port = free_port()
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        app = build_app(
+            {"model": str(fixture_folders["gqa"]), "num_replicas": 2, "num_cpus": 1, "threads": 1}
+        )
+        serve.run(app, name="genai", route_prefix="/", blocking=False)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the Ray Serve app did not come up"
+            time.sleep(0.5)
+        yield url
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_two_replicas_serve_the_openai_api(ray_app):
+    status = serve.status().applications["genai"]
+    replicas = status.deployments["genai"].replica_states
+    assert replicas.get("RUNNING") == 2
+
+    client = openai.OpenAI(base_url=ray_app + "/v1", api_key="unused", max_retries=0)
+    name = client.models.list().data[0].id
+    reply = client.chat.completions.create(
+        model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0
+    )
+    assert reply.usage.completion_tokens >= 1
+    streamed = client.completions.create(
+        model=name, prompt="ray", max_tokens=8, temperature=0, stream=True
+    )
+    text = "".join(c.choices[0].text for c in streamed if c.choices)
+    whole = client.completions.create(model=name, prompt="ray", max_tokens=8, temperature=0)
+    assert text == whole.choices[0].text
+
+    # both replicas answer, with the same tokens
+    def ask(_):
+        health = httpx.get(ray_app + "/health", timeout=30).json()
+        return health["pid"]
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        pids = set(pool.map(ask, range(40)))
+    assert len(pids) == 2
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=name, messages=[], max_tokens=2)
