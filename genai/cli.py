@@ -18,6 +18,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from ._version import __version__
 
@@ -167,10 +168,64 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
+    ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
+    ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
+    ray.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster to join (e.g. 'auto' on a node of a running cluster; "
+        "default: start a local head)",
+    )
+    ray.add_argument("--replicas", type=int, default=1, metavar="N", help="fixed replica count")
+    ray.add_argument("--min-replicas", type=int, metavar="N", help="autoscaling lower bound")
+    ray.add_argument("--max-replicas", type=int, metavar="N", help="autoscaling upper bound")
     serve.set_defaults(handler=_serve)
 
 
+def _serve_ray(args: argparse.Namespace) -> int:
+    try:
+        import ray
+        from ray import serve
+
+        from .serve.ray_serve import build_app
+    except ImportError as exc:
+        raise RuntimeError(
+            f"genai serve --ray needs the 'ray' extra (pip install 'genai-runtime[ray]'): {exc}"
+        ) from exc
+    if args.model is None:
+        from .builder.cli import ensure_default_model
+
+        args.model = str(ensure_default_model(progress=True))
+    options: dict[str, object] = {
+        "model": str(Path(args.model).resolve()),
+        "max_slots": args.max_slots,
+        "max_queue": args.max_queue,
+        "request_timeout": args.timeout,
+        "prefill_chunk": args.prefill_chunk,
+        "prefix_cache_mb": args.prefix_cache_mb,
+    }
+    if args.served_model_name:
+        options["model_name"] = args.served_model_name
+    if args.threads is not None:
+        options["threads"] = args.threads
+    if args.min_replicas is not None or args.max_replicas is not None:
+        options["min_replicas"] = args.min_replicas or 1
+        options["max_replicas"] = args.max_replicas or max(args.min_replicas or 1, 2)
+    else:
+        options["num_replicas"] = args.replicas
+    ray.init(address=args.ray_address)
+    serve.start(http_options={"host": args.host, "port": args.port})
+    print(
+        f"genai serve --ray: {options['model']} on http://{args.host}:{args.port}/v1",
+        file=sys.stderr,
+    )
+    serve.run(build_app(options), name="genai", route_prefix="/", blocking=True)
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
+    if args.ray:
+        return _serve_ray(args)
     try:
         from .serve.app import ServeEngine
         from .serve.server import run_server

@@ -540,3 +540,37 @@ def test_full_queue_answers_429_and_timeouts_408(held_server):
     assert replies[0].json()["error"]["code"] == "timeout"
     engine.scheduler.request_timeout = 60
     assert post().status_code == 200
+
+
+def test_genai_serve_command(fixture_folders):
+    """`genai serve` starts uvicorn on the given port and answers; SIGTERM stops it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from genai.serve.server import free_port
+
+    port = free_port()
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, "-m", "genai", "serve", "-m", str(fixture_folders["gqa"])]
+    command += ["--port", str(port), "--log-level", "warning", "--max-slots", "4"]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except httpx.HTTPError:
+                assert process.poll() is None, process.stderr.read()
+                assert time.monotonic() < deadline, "genai serve did not start"
+                time.sleep(0.1)
+        assert health.json()["status"] == "ok"
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()
+        assert models["data"][0]["id"] == "gqa"
+    finally:
+        process.terminate()
+        # uvicorn shuts down gracefully, then re-raises the signal
+        assert process.wait(30) in (0, -15)
