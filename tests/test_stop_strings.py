@@ -315,3 +315,46 @@ def test_rewind_replays_stop_matching(fixture_folders):
     gen.generate_next_token()
     assert gen.finish_reason(0) == "stop"
     np.testing.assert_array_equal(gen.get_sequence(0)[len(ids) :], free[:k])
+
+
+def test_generate_until_done_honours_stop_strings(fixture_folders):
+    folder = fixture_folders["gqa"]
+    _, tokenizer, plain, ids = generate(folder, max_length=48)
+    run_to_end(plain)
+    free = plain.get_sequence(0)[len(ids) :]
+    stop = tokenizer.decode(free[:10])[-3:]
+    k = next(i for i in range(1, 11) if stop in tokenizer.decode(free[:i]))
+    _, _, gen, _ = generate(folder, max_length=48, stop=stop)
+    assert gen.generate_until_done() == k
+    assert gen.finish_reason(0) == "stop"
+    np.testing.assert_array_equal(gen.get_sequence(0)[len(ids) :], free[:k])
+
+
+@pytest.mark.slow
+def test_stop_string_on_the_real_model(smollm2_path):
+    import json
+
+    model = genai.Model(str(smollm2_path))
+    tokenizer = genai.Tokenizer(model)
+    messages = json.dumps([{"role": "user", "content": "What is the capital of France?"}])
+    ids = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=len(ids) + 64)
+    plain = genai.Generator(model, params)
+    plain.append_tokens(ids)
+    plain.generate_until_done()
+    full = tokenizer.decode(plain.get_sequence(0)[len(ids) :])
+    assert "Paris" in full
+
+    params.set_search_options(stop=["aris"])  # inside the word: the token "Paris" completes it
+    gen = genai.Generator(model, params)
+    gen.append_tokens(ids)
+    stream, matcher, shown = tokenizer.create_stream(), StopStringMatcher(["aris"]), ""
+    while not gen.is_done():
+        gen.generate_next_token()
+        out, _ = matcher.push(stream.decode(int(gen.get_next_tokens()[0])))
+        shown += out
+    assert gen.finish_reason() == "stop"
+    text = tokenizer.decode(gen.get_sequence(0)[len(ids) :])
+    assert text.endswith("Paris")  # the sequence ends with the token that completed it
+    assert shown == full[: full.index("aris")]  # what a streaming client shows
