@@ -297,6 +297,8 @@ class Generator:
             logits = self._logits_rows
             for r in active:
                 constraints[r].fill_mask(logits[r])  # stage 1 of the chain
+            if self._sampler is not None:
+                self._sampler.forget_logits()  # set_logits' block maxima predate the mask
         loop.step()
         tokens = loop.array("next_tokens")
         forced: list[int] = []
@@ -488,6 +490,12 @@ class Generator:
     def set_logits(self, logits: np.ndarray) -> None:
         """Replace the logits the next token is chosen from ([batch, vocab] or
         [batch, 1, vocab], float32)."""
+        sampler = self._sampler
+        if sampler is not None:
+            # Copies in and records block maxima on the way (the top-k then skips that pass).
+            sampler.load_logits(logits, self._logits_rows)
+            self._loop.set_logits_ready()
+            return
         array = np.asarray(logits)
         if array.dtype != np.float32:
             raise TypeError(f"logits must be float32, got {array.dtype}")

@@ -229,3 +229,40 @@ def test_min_length_parity_with_reference(fixture_folders, case):
         mine = greedy(genai, ours, PROMPT, len(PROMPT) + 40, min_length=min_length)
         theirs = greedy(og, ref, PROMPT, len(PROMPT) + 40, min_length=min_length)
         assert_same_run(mine, theirs)
+
+
+def test_set_logits_at_a_large_vocabulary_matches_the_numpy_chain(tmp_path):
+    """set_logits copies the row in while recording block maxima for the bounded top-k; each
+    step must still choose exactly what the NumPy twin chooses from the same logits, history
+    and RNG stream (penalties and a bias move the maxima of the history's blocks)."""
+    from genai._core import sampling_reference
+    from genai.testing.models import write_gqa_decoder
+
+    vocab = 32000
+    folder = write_gqa_decoder(tmp_path, vocab_size=vocab, hidden_size=64, name="v32k")
+    model = genai.Model(folder)
+    options = dict(do_sample=True, top_k=50, top_p=0.9, temperature=0.7, repetition_penalty=1.5)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=64, random_seed=77, **options)
+    params.set_logit_bias({5: 30.0})
+    generator = genai.Generator(model, params)
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, vocab, 24).astype(np.int32)
+    generator.append_tokens(prompt)
+    twin = sampling_reference.Sampler(1, vocab, seed=77)
+    twin.configure(**options)
+    twin.set_logit_bias(None, [5], [30.0])
+    eos = np.asarray(model.config.eos_token_ids, np.int32)
+    for _ in range(12):
+        history = generator.get_sequence(0).astype(np.int32)
+        logits = (rng.standard_normal(vocab) * 3).astype(np.float32)
+        logits[history[:8]] += 20.0  # the best tokens are penalised history tokens
+        generator.get_logits()
+        generator.set_logits(logits[None, :])
+        generator.generate_next_token()
+        out = np.zeros(1, np.int32)
+        twin.sample_batch(
+            logits[None, :].copy(), history[None, :], len(history), eos, out,
+            prompt_lengths=len(prompt),
+        )  # fmt: skip
+        assert generator.get_next_tokens()[0] == out[0]
