@@ -37,3 +37,9 @@ cdef void write_positions(
     void* positions, bint wide, int64_t* next_position, Py_ssize_t batch, Py_ssize_t count,
     Py_ssize_t stride,
 ) noexcept nogil
+
+# Beam reorder: row i = old row order[i], each row moved once (``work``: 3 * n ints).
+cdef Py_ssize_t move_rows_raw(
+    unsigned char* rows, Py_ssize_t n, Py_ssize_t width, const int32_t* order,
+    unsigned char* scratch, Py_ssize_t chunks, Py_ssize_t nbytes, int32_t* work,
+) noexcept nogil

@@ -228,18 +228,105 @@ def gather_rows(
         _gather_rows(logits, index, out)
 
 
-def reorder_rows(unsigned char[:, ::1] rows, const int32_t[::1] order,
-                 unsigned char[:, ::1] scratch):
-    """``rows[i] = old rows[order[i]]`` in place (beam search: KV and sequence rows follow
-    their beams). ``rows`` is any buffer viewed as [n, row_bytes]; ``scratch`` [n, row_bytes]
-    is caller-owned, so nothing is allocated per step."""
-    cdef Py_ssize_t i, n = rows.shape[0], width = rows.shape[1]
-    if order.shape[0] != n or scratch.shape[0] < n or scratch.shape[1] != width:
-        raise ValueError("order/scratch do not match the rows")
+cdef inline void _copy_row(unsigned char* dst, const unsigned char* src, Py_ssize_t chunks,
+                           Py_ssize_t stride, Py_ssize_t nbytes) noexcept nogil:
+    cdef Py_ssize_t k
+    for k in range(chunks):
+        memcpy(dst + k * stride, src + k * stride, nbytes)
+
+
+cdef Py_ssize_t move_rows_raw(
+    unsigned char* rows, Py_ssize_t n, Py_ssize_t width, const int32_t* order,
+    unsigned char* scratch, Py_ssize_t chunks, Py_ssize_t nbytes, int32_t* work,
+) noexcept nogil:
+    """``row i = old row order[i]`` in place, moving each row at most once (see `move_rows`).
+    ``work`` holds 3 * n ints. Returns the number of row copies (scratch ones included)."""
+    cdef int32_t* refs = work          # pending readers of each row's old content
+    cdef int32_t* stack = work + n     # rows whose old content nobody needs any more
+    cdef int32_t* written = work + 2 * n
+    cdef Py_ssize_t i, j, src, top = 0, copies = 0
+    cdef Py_ssize_t stride = width // chunks
+    for i in range(n):
+        refs[i] = 0
+        written[i] = 0
+    for i in range(n):
+        if order[i] != i:
+            refs[order[i]] += 1
+    for i in range(n):
+        if order[i] != i and refs[i] == 0:
+            stack[top] = <int32_t>i
+            top += 1
+    # Trees first: a row is overwritten once every row that reads its old content has read it.
+    while top > 0:
+        top -= 1
+        i = stack[top]
+        src = order[i]
+        _copy_row(rows + i * width, rows + src * width, chunks, stride, nbytes)
+        written[i] = 1
+        copies += 1
+        refs[src] -= 1
+        if refs[src] == 0 and order[src] != src and not written[src]:
+            stack[top] = <int32_t>src
+            top += 1
+    # What is left are disjoint cycles: one row of scratch each.
+    for i in range(n):
+        if order[i] == i or written[i]:
+            continue
+        _copy_row(scratch, rows + i * width, chunks, stride, nbytes)
+        j = i
+        while order[j] != i:
+            _copy_row(rows + j * width, rows + order[j] * width, chunks, stride, nbytes)
+            written[j] = 1
+            copies += 1
+            j = order[j]
+        _copy_row(rows + j * width, scratch, chunks, stride, nbytes)
+        written[j] = 1
+        copies += 2
+    return copies
+
+
+def move_rows(unsigned char[:, ::1] rows, const int32_t[::1] order, unsigned char[::1] scratch,
+              Py_ssize_t chunks=1, Py_ssize_t chunk_bytes=-1):
+    """``rows[i] = old rows[order[i]]`` in place (beam search: KV rows follow their beams),
+    moving each row once: a row that keeps its own content (``order[i] == i``) is not touched,
+    a row whose old content others still need is overwritten after they copied it, and each
+    cycle of the permutation goes through ``scratch`` (one row, caller-owned). Each row is
+    ``chunks`` equal pieces (e.g. the heads of a ``[batch, heads, capacity, head]`` cache) of
+    which only the first ``chunk_bytes`` are moved (-1: whole pieces), so a cache's unfilled
+    capacity is never copied. Returns the number of row copies made (scratch ones included)."""
+    cdef Py_ssize_t i, copies, n = rows.shape[0], width = rows.shape[1]
+    cdef int32_t[::1] work
+    if order.shape[0] != n:
+        raise ValueError("order needs one entry per row")
+    if chunks < 1 or width % chunks:
+        raise ValueError(f"rows of {width} bytes do not split into {chunks} chunks")
+    if chunk_bytes < 0:
+        chunk_bytes = width // chunks
+    if chunk_bytes > width // chunks:
+        raise ValueError("chunk_bytes exceeds the chunk size")
+    if scratch.shape[0] < width:
+        raise ValueError("scratch is smaller than one row")
     for i in range(n):
         if not 0 <= order[i] < n:
             raise IndexError(f"row {order[i]} outside [0, {n})")
+    if n == 0 or chunk_bytes == 0:
+        return 0
+    work = np.empty(3 * n, np.int32)
     with nogil:
-        for i in range(n):
-            memcpy(&scratch[i, 0], &rows[order[i], 0], width)
-        memcpy(&rows[0, 0], &scratch[0, 0], n * width)
+        copies = move_rows_raw(&rows[0, 0], n, width, &order[0], &scratch[0], chunks,
+                               chunk_bytes, &work[0])
+    return copies
+
+
+def reorder_rows(unsigned char[:, ::1] rows, const int32_t[::1] order,
+                 unsigned char[:, ::1] scratch):
+    """``rows[i] = old rows[order[i]]`` in place (`move_rows` over whole rows; ``scratch``
+    [>= 1, row_bytes] is caller-owned, so nothing is allocated per step)."""
+    if order.shape[0] != rows.shape[0] or scratch.shape[0] < 1 or scratch.shape[1] != rows.shape[1]:
+        raise ValueError("order/scratch do not match the rows")
+    if rows.shape[0] == 0 or rows.shape[1] == 0:
+        for i in range(order.shape[0]):
+            if not 0 <= order[i] < rows.shape[0]:
+                raise IndexError(f"row {order[i]} outside [0, {rows.shape[0]})")
+        return
+    move_rows(rows, order, scratch[0])

@@ -73,3 +73,30 @@ def reorder_rows(rows, order, scratch):
     if ((order < 0) | (order >= rows.shape[0])).any():
         raise IndexError("row outside the buffer")
     rows[:] = rows[order]
+
+
+def move_rows(rows, order, scratch, chunks=1, chunk_bytes=-1):
+    """See `genai._core.bookkeeping.move_rows` (same result; the copy count is the minimum the
+    kernel reaches: one per moved row plus one per cycle, which goes through scratch)."""
+    n, width = rows.shape
+    if order.shape[0] != n:
+        raise ValueError("order needs one entry per row")
+    if ((order < 0) | (order >= n)).any():
+        raise IndexError("row outside the buffer")
+    if chunk_bytes < 0:
+        chunk_bytes = width // chunks
+    pieces = rows.reshape(n, chunks, width // chunks)
+    pieces[:, :, :chunk_bytes] = pieces[order, :, :chunk_bytes]
+    moved = order != np.arange(n)
+    # cycles of the moved rows' "reads from" graph (trees hanging off them are copied first)
+    state = np.zeros(n, np.int8)  # 0 unseen, 1 on the current path, 2 finished
+    cycles = 0
+    for start in range(n):
+        path, row = [], start
+        while moved[row] and state[row] == 0:
+            state[row] = 1
+            path.append(row)
+            row = int(order[row])
+        cycles += bool(moved[row] and state[row] == 1)
+        state[path] = 2
+    return int(moved.sum()) + cycles
