@@ -93,6 +93,7 @@ _SLIDING_WINDOW = {
     "slide_key_value_cache": _BOOL,
     "slide_inputs": _BOOL,
     "layers": (list,),
+    "cache_slack": _INT,
 }
 
 _DECODER: dict[str, Any] = {
@@ -351,12 +352,40 @@ class Config:
         decoder = model.get("decoder")
         if decoder is not None and "filename" in decoder:
             self.resolve_file(decoder["filename"], "model.decoder.filename", must_exist=False)
+        if decoder is not None and decoder.get("sliding_window") is not None:
+            self._check_sliding_window(decoder)
         max_length = self.get("search.max_length", 0)
         if max_length and max_length > model["context_length"]:
             raise ConfigError(
                 f"search.max_length ({max_length}) exceeds model.context_length "
                 f"({model['context_length']}) in {self.file}"
             )
+
+    def _check_sliding_window(self, decoder: dict[str, Any]) -> None:
+        """``model.decoder.sliding_window``: a positive ``window_size``, a non-negative
+        ``cache_slack``, and ``layers`` naming distinct decoder layers."""
+        where = f"model.decoder.sliding_window in {self.file}"
+        window = decoder["sliding_window"]
+        size = window.get("window_size")
+        if size is None:
+            raise ConfigError(f"{where} needs window_size")
+        if size <= 0:
+            raise ConfigError(f"{where}: window_size must be > 0, got {size}")
+        slack = window.get("cache_slack", 0)
+        if slack < 0:
+            raise ConfigError(f"{where}: cache_slack must be >= 0, got {slack}")
+        layers = window.get("layers", [])
+        num_layers = decoder.get("num_hidden_layers")
+        for layer in layers:
+            if isinstance(layer, bool) or not isinstance(layer, int | float) or layer != int(layer):
+                raise ConfigError(f"{where}: layers must be layer indices, got {layer!r}")
+            if layer < 0 or (num_layers is not None and layer >= num_layers):
+                limit = f"[0, {num_layers})" if num_layers is not None else ">= 0"
+                raise ConfigError(
+                    f"{where}: layer {int(layer)} is outside the decoder's layers {limit}"
+                )
+        if len({int(layer) for layer in layers}) != len(layers):
+            raise ConfigError(f"{where}: layers {layers} lists a layer twice")
 
     # --- editing (the reference's API) ------------------------------------------------------------
     def overlay(self, json_text: str | Mapping[str, Any]) -> None:

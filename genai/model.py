@@ -98,6 +98,17 @@ class DecoderIO:
     kv_heads: int
     head_size: int
     vocab_size: int
+    #: Sliding-window attention (``model.decoder.sliding_window``): the window W in positions
+    #: (0: none). The graph's local layers attend to the last W positions and, built for a
+    #: windowed cache (GroupQueryAttention ``sliding_window_cache=1``), keep a cache of a
+    #: fixed capacity of at least W that the op compacts itself (see `genai.kv_cache`).
+    window_size: int = 0
+    #: The layers with a windowed cache (``sliding_window.layers``; every layer when the config
+    #: lists none, as the reference).
+    window_layers: tuple[int, ...] = ()
+    #: ``sliding_window.cache_slack``: positions kept beyond the window (0: the provider's
+    #: default, 16 on the CPU).
+    window_slack: int = 0
 
 
 #: A LoRA weight input: ``lora_A`` / ``lora_B`` as a name component (``...q_proj.lora_A.weight``).
@@ -302,6 +313,7 @@ def _describe_io(config: Config, session: NativeSession) -> DecoderIO:
         raise ConfigError(f"model.vocab_size is missing in {config.file}")
     id_dtype = dtype_of(input_ids, inputs, "input")
     mask_dtype = dtype_of(mask, inputs, "input") if mask else id_dtype
+    window_size, window_layers, window_slack = _sliding_window(config, num_layers)
     return DecoderIO(
         input_ids=input_ids,
         attention_mask=mask,
@@ -320,7 +332,29 @@ def _describe_io(config: Config, session: NativeSession) -> DecoderIO:
         kv_heads=kv_heads,
         head_size=head_size,
         vocab_size=int(vocab),
+        window_size=window_size,
+        window_layers=window_layers,
+        window_slack=window_slack,
     )
+
+
+def _sliding_window(config: Config, num_layers: int) -> tuple[int, tuple[int, ...], int]:
+    """(window, windowed layers, slack) from ``model.decoder.sliding_window`` (validated by
+    `Config`); (0, (), 0) without one. Windows slid by the engine over the inputs and a static
+    cache (QNN-style ``slide_inputs`` / ``slide_key_value_cache``) are another graph contract,
+    refused here."""
+    block = config.decoder.get("sliding_window")
+    if not block:
+        return 0, (), 0
+    for key in ("slide_key_value_cache", "slide_inputs"):
+        if block.get(key):
+            raise NotImplementedError(
+                f"model.decoder.sliding_window.{key} = true in {config.file}: windows slid over "
+                "the inputs or a static KV cache (QNN-style models) are not supported; "
+                "GroupQueryAttention local layers (sliding_window_cache) are"
+            )
+    layers = tuple(sorted(int(i) for i in block.get("layers") or ())) or tuple(range(num_layers))
+    return int(block["window_size"]), layers, int(block.get("cache_slack", 0))
 
 
 def _describe_lora_inputs(config: Config, session: NativeSession) -> dict[str, LoraInput]:
