@@ -497,6 +497,10 @@ def write_gqa_decoder(
     pad_token_id: int = 0,
     bos_token_id: int = 1,
     name: str = "gqa-decoder",
+    sliding_window: int | None = None,
+    local_layers: Sequence[int] | None = None,
+    window_cache: bool = True,
+    cache_slack: int | None = None,
 ) -> pathlib.Path:
     """Write a builder-style GroupQueryAttention decoder folder into ``out_dir / name``.
 
@@ -507,10 +511,28 @@ def write_gqa_decoder(
     (``do_rotary=1``, cos/sin caches of ``context_length`` rows), so there is no ``position_ids``.
     ``search.past_present_share_buffer`` is ``share_buffer`` (GQA handles both layouts).
     Same arguments as :func:`write_optimum_decoder` give the same weights and function.
+
+    ``sliding_window`` W (Gemma-2/3-style local attention): the layers in ``local_layers``
+    (default: the even ones, as Gemma 2) attend to the last W positions only
+    (``local_window_size=W``) and, with ``window_cache``, keep a window-sized KV cache that the
+    op compacts itself (``sliding_window_cache=1``, as the reference's builder exports for the
+    CPU); the other layers are global. The config gets the builder's
+    ``model.decoder.sliding_window`` block (``window_size``, ``layers``, ``cache_slack`` when
+    given). ``window_cache=False`` writes window-masked layers with full-length caches and no
+    ``sliding_window`` block (what the builder emits for other execution providers).
     """
     dims = _Dims(
         vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, context_length, gqa=True
     )
+    local: tuple[int, ...] = ()
+    if sliding_window is not None:
+        if sliding_window <= 0:
+            raise ValueError(f"sliding_window must be > 0, got {sliding_window}")
+        local = tuple(range(0, num_layers, 2)) if local_layers is None else tuple(local_layers)
+        if any(not 0 <= i < num_layers for i in local):
+            raise ValueError(f"local_layers {list(local)} outside [0, {num_layers})")
+    elif local_layers:
+        raise ValueError("local_layers needs sliding_window")
     ids_type = _id_elem_type(id_dtype)
     w = _llama_weights(dims, seed, (bos_token_id, eos_token_id, pad_token_id))
     cos, sin = _rotary_tables(dims)
@@ -567,8 +589,9 @@ def write_gqa_decoder(
             scale=float(1.0 / np.sqrt(dims.head_size)),
             do_rotary=1,
             rotary_interleaved=0,
-            local_window_size=-1,
+            local_window_size=sliding_window if i in local else -1,
             softcap=0.0,
+            **({"sliding_window_cache": 1} if i in local and window_cache else {}),
         )
         attn = g.op("MatMul", attn, g.weight(f"{p}.attn.o_proj.weight", w[f"{i}.o"]))
         ln2 = g.weight(f"{p}.post_attention_layernorm.weight", w[f"{i}.ln2"])
@@ -584,7 +607,7 @@ def write_gqa_decoder(
     hidden, _ = _skip_rms_norm(g, residual, mlp_out, final_norm)
     g.op("MatMul", hidden, g.weight("lm_head.weight", w["lm_head"]), out="logits")
 
-    return _write_folder(
+    folder = _write_folder(
         out_dir,
         name,
         g.model(),
@@ -597,6 +620,20 @@ def write_gqa_decoder(
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
     )
+    if local and window_cache:
+        path = folder / "genai_config.json"
+        config = json.loads(path.read_text())
+        block: dict[str, object] = {
+            "window_size": sliding_window,
+            "slide_key_value_cache": False,
+            "slide_inputs": False,
+            "layers": list(local),
+        }
+        if cache_slack is not None:
+            block["cache_slack"] = cache_slack
+        config["model"]["decoder"]["sliding_window"] = block
+        path.write_text(json.dumps(config, indent=4) + "\n")
+    return folder
 
 
 def write_optimum_decoder(
