@@ -1,42 +1,146 @@
 """KV-cache layouts, bound to the decoder session once.
 
-* `SharedKVCache` — ``past_present_share_buffer``: one ``[batch, kv_heads, max_length, head]``
+* `SharedKVCache` — ``past_present_share_buffer``: one ``[batch, kv_heads, capacity, head]``
   buffer per layer for K and for V, bound once as both the past input and the present output;
-  the graph (GroupQueryAttention) writes new entries in place.
+  the graph (GroupQueryAttention) writes new entries in place. Capacity grows on demand.
 * `GrowingKVCache` — the default layout: past starts empty; after each run the decode loop
   hands each present output to its past input without copying (ORT allocates the presents).
   Handles combined K/V (GPT-2 ``past_%d``).
+
+**Sliding-window layers** (``model.decoder.sliding_window``, `DecoderIO.window_layers`): the
+graph's GroupQueryAttention runs with ``local_window_size=W`` and ``sliding_window_cache=1``,
+so the op indexes a cache of a fixed capacity C >= W itself: after a step that leaves a row
+with T tokens, cache rows ``[0, L)`` hold its last L positions in order, with
+``L = T`` while ``T <= C`` and ``L = T - G * ceil((T - C) / G)``, ``G = C - W + 1``, after
+(`resident_rows`): it evicts ``G`` positions at once by compaction. Both layouts give those
+layers a buffer of C positions (`window_capacity`: W plus the provider's slack, 16 on the CPU,
+as the reference) instead of ``max_length``; the other layers keep the full length. Rewinds,
+snapshots and restores re-lay the resident rows for the new token count (`relayout`), which
+works as long as the positions the next token attends to (the last W - 1) are still resident.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core.bookkeeping import reorder_rows
+from ._core.bookkeeping import move_rows
+from .errors import GenerationError
 
 if TYPE_CHECKING:
     from ._core.native_session import NativeSession
     from .model import DecoderIO
     from .providers import ExecutionProvider
 
-__all__ = ["GrowingKVCache", "KVCache", "SharedKVCache", "make_kv_cache"]
+__all__ = [
+    "GrowingKVCache",
+    "KVCache",
+    "SharedKVCache",
+    "make_kv_cache",
+    "relayout",
+    "resident_rows",
+    "window_capacity",
+    "window_capacity_for",
+]
+
+#: Positions kept beyond the window by default, per provider (the reference's defaults: the CPU
+#: kernel scans the whole cache, so a little slack amortises compaction; CUDA requires C == W;
+#: TensorRT-RTX evicts inside the provider). A provider may set ``kv_window_slack`` itself;
+#: one without a value keeps full-length caches for sliding-window layers, as the reference.
+DEFAULT_WINDOW_SLACK = {"cpu": 16, "cuda": 0, "NvTensorRtRtx": 0}
+
+
+def window_capacity(io: DecoderIO, provider: ExecutionProvider | None, max_length: int) -> int:
+    """Positions the cache of a sliding-window layer holds: W + slack (``cache_slack`` from the
+    config, else the provider's default), at most ``max_length`` but never below W (the op
+    needs C >= W). 0 when the model has no windowed layers or the provider keeps them at full
+    length."""
+    if not io.window_size or not io.window_layers:
+        return 0
+    slack = getattr(provider, "kv_window_slack", None)
+    if slack is None and provider is not None:
+        slack = DEFAULT_WINDOW_SLACK.get(provider.name)
+    if slack is None:
+        return 0
+    if io.window_slack > 0:
+        slack = io.window_slack
+    return max(io.window_size, min(io.window_size + int(slack), max_length))
+
+
+def window_capacity_for(io: DecoderIO, provider: ExecutionProvider | None, max_length: int) -> int:
+    """The capacity a cache gives its sliding-window layers: `window_capacity`, or, for a
+    provider that keeps them at full length, ``max_length`` (at least W: the op rejects a
+    smaller cache). 0 without windowed layers."""
+    if not io.window_size or not io.window_layers:
+        return 0
+    return window_capacity(io, provider, max_length) or max(io.window_size, max_length)
+
+
+def resident_rows(tokens: int, capacity: int, window: int) -> int:
+    """How many positions a windowed cache of ``capacity`` holds after ``tokens`` tokens
+    (GroupQueryAttention ``sliding_window_cache=1``): all of them up to the capacity, then the
+    op evicts ``capacity - window + 1`` at a time."""
+    if tokens <= capacity:
+        return tokens
+    group = capacity - window + 1
+    return tokens - group * math.ceil((tokens - capacity) / group)
+
+
+def relayout(
+    rows: np.ndarray, first: int, tokens: int, capacity: int, window: int, out: np.ndarray
+) -> int:
+    """Lay out a windowed cache for a row with ``tokens`` tokens from ``rows`` ``[heads, k,
+    head]``, which hold positions ``[first, first + k)``: ``out[:, :L]`` (``out`` is ``[heads,
+    >= L, head]``, it may share memory with ``rows``) receives positions ``[tokens - L,
+    tokens)``, ``L = resident_rows(tokens, capacity, window)``. Positions ``rows`` lacks are
+    zero-filled when they are out of the next token's window (before ``tokens - window + 1``);
+    a missing position inside it raises `GenerationError` (see `check_relayout`). Returns L."""
+    check_relayout(first, rows.shape[1], tokens, capacity, window)
+    length = resident_rows(tokens, capacity, window)
+    if length == 0:
+        return 0
+    start = tokens - length
+    lo = max(start, first)  # the first position copied; those before it are out of the window
+    kept = rows[:, lo - first : tokens - first].copy()
+    out[:, : lo - start] = 0
+    out[:, lo - start : length] = kept
+    return length
+
+
+def check_relayout(first: int, count: int, tokens: int, capacity: int, window: int) -> None:
+    """Raise `GenerationError` unless ``count`` rows holding positions ``[first, first +
+    count)`` contain what a windowed cache needs after ``tokens`` tokens: every resident
+    position the next token attends to (its last ``window - 1`` predecessors)."""
+    length = resident_rows(tokens, capacity, window)
+    if length == 0:
+        return
+    needed = max(tokens - length, tokens - window + 1)
+    if needed < first or first + count < tokens:
+        raise GenerationError(
+            f"the sliding-window KV cache no longer holds positions {needed}..{tokens - 1} "
+            f"(it keeps positions {first}..{first + count - 1} of a row): a rewind or snapshot "
+            f"can go back only while the last {window - 1} positions before it are resident"
+        )
 
 
 class KVCache:
-    """Common interface: what the decode loop hands over, reading and truncating."""
+    """Common interface: what the decode loop hands over, reading, truncating, reordering."""
 
     #: (present output, past input) names the decode loop re-binds after every run.
     handover: list[tuple[str, str]]
+    #: The decode loop following this cache (set by `attach_loop`), or None.
+    _loop: Any = None
 
     def read(self, name: str) -> np.ndarray | None:
         """A copy of the past/present tensor ``name``, or None if it is not a KV name."""
         raise NotImplementedError
 
     def truncate(self, length: int) -> None:
-        """Keep the first ``length`` positions."""
+        """Keep the first ``length`` positions (sliding-window layers were re-laid already by
+        the loop's rewind hook)."""
         raise NotImplementedError
 
     @property
@@ -52,33 +156,111 @@ class KVCache:
         return -1
 
     def export(self, positions: int) -> list[np.ndarray]:
-        """Copies of every cache tensor's first ``positions`` positions (a snapshot)."""
+        """Copies of every cache tensor's first ``positions`` positions (a snapshot; batch 1).
+        A sliding-window layer's tensor holds its resident positions before ``positions``."""
         raise NotImplementedError
 
     def load(self, arrays: list[np.ndarray], length: int) -> None:
-        """Fill the cache from `export` output, with room for a sequence of ``length``."""
+        """Fill the cache from `export` output, with room for a sequence of ``length`` (the
+        cache then holds ``length - 1`` positions)."""
         raise NotImplementedError
 
+    # --- the decode loop ----------------------------------------------------------------------
+    def attach_loop(self, loop: Any) -> None:
+        """Follow ``loop`` (a `DecoderLoop`; it calls this when built with this cache's
+        ``ensure``): token counts for reorders and windowed layers, and the rewind hook that
+        re-lays sliding-window rows before the loop commits a rewind."""
+        self._loop = loop
+        if self._windowed_names():
+            loop.kv_rewind = self._rewind_windows
+
+    def _row_tokens(self) -> np.ndarray:
+        """Each row's token count (what GroupQueryAttention's ``seqlens_k + 1`` says)."""
+        if self._loop is None:
+            raise RuntimeError("this KV cache is not attached to a decode loop")
+        return self._loop.row_tokens()
+
+    def _filled(self) -> int:
+        """Positions any row may occupy (the longest row); the capacity when unknown."""
+        return int(self._loop.computed) if self._loop is not None else -1
+
+    # --- sliding-window layers ----------------------------------------------------------------
+    #: Positions of a sliding-window layer's cache (0: none).
+    window_capacity: int = 0
+
+    def _windowed_names(self) -> list[str]:
+        """The past inputs of sliding-window layers (empty without them)."""
+        return []
+
+    def _window_get(self, name: str) -> np.ndarray:
+        """A host array [batch, heads, capacity, head] of windowed past ``name`` to edit."""
+        raise NotImplementedError
+
+    def _window_put(self, name: str, array: np.ndarray) -> None:
+        """Store an edited `_window_get` array back."""
+        raise NotImplementedError
+
+    def _rewind_windows(self, before: np.ndarray, after: np.ndarray) -> None:
+        """Re-lay each row of every windowed layer from ``before`` to ``after`` tokens; every
+        row is checked first, so a refused rewind changes nothing."""
+        window, capacity = self.io.window_size, self.window_capacity
+        names = self._windowed_names()
+        spans = []
+        for t_old, t_new in zip(before.tolist(), after.tolist(), strict=True):
+            have = resident_rows(t_old, capacity, window)
+            check_relayout(t_old - have, have, t_new, capacity, window)
+            # rows already where the shorter layout wants them need no move
+            still = resident_rows(t_new, capacity, window) == have - (t_old - t_new)
+            spans.append((t_old, t_new, have, still))
+        if all(still for *_, still in spans):
+            return
+        for name in names:
+            array = self._window_get(name)
+            for b, (t_old, t_new, have, still) in enumerate(spans):
+                if not still:
+                    relayout(array[b, :, :have], t_old - have, t_new, capacity, window, array[b])
+            self._window_put(name, array)
+
+    def _export_window(self, array: np.ndarray, positions: int) -> np.ndarray:
+        """Batch 1: the resident positions before ``positions`` of a windowed past."""
+        tokens = int(self._row_tokens()[0])
+        window, capacity = self.io.window_size, self.window_capacity
+        have = resident_rows(tokens, capacity, window)
+        length = resident_rows(positions, capacity, window)
+        out = np.zeros((array.shape[0], array.shape[1], capacity, array.shape[3]), array.dtype)
+        for b in range(array.shape[0]):
+            relayout(array[b, :, :have], tokens - have, positions, capacity, window, out[b])
+        return out[:, :, :length].copy()
+
+    def _load_window(self, array: np.ndarray, positions: int, out: np.ndarray) -> None:
+        """Lay exported rows (positions ending at ``positions``) into ``out`` [batch, heads,
+        capacity, head] for this cache's capacity."""
+        window, capacity = self.io.window_size, self.window_capacity
+        first = positions - array.shape[2]
+        for b in range(array.shape[0]):
+            relayout(array[b], first, positions, capacity, window, out[b])
+
+    # --- beam search --------------------------------------------------------------------------
     def reorder(self, order: np.ndarray) -> None:
-        """Batch row i takes the cache of row ``order[i]`` (beam search), in place."""
-        for view in self._row_views():
+        """Batch row i takes the cache of row ``order[i]`` (beam search), in place: each row
+        moves at most once, rows that keep their own beam are not touched, and only filled
+        positions are copied (`genai._core.bookkeeping.move_rows`)."""
+        order = np.ascontiguousarray(order, dtype=np.int32)
+        for view, chunks, chunk_bytes in self._row_blocks():
             if view.shape[0] != len(order):
                 raise ValueError("reorder needs one index per batch row")
-            scratch = self._scratch.get(view.shape)
-            if scratch is None:
-                scratch = self._scratch[view.shape] = np.empty(view.shape, np.uint8)
-            reorder_rows(view, order, scratch)
+            move_rows(view, order, self._scratch_row(view.shape[1]), chunks, chunk_bytes)
 
-    def _row_views(self) -> list[np.ndarray]:
-        """Every cache tensor as uint8 [batch, bytes per row] views over its memory."""
+    def _row_blocks(self) -> list[tuple[np.ndarray, int, int]]:
+        """Every cache tensor as (uint8 [batch, bytes per row] view over its memory, pieces
+        per row, bytes to move per piece)."""
         raise NotImplementedError
 
-    @property
-    def _scratch(self) -> dict[tuple[int, ...], np.ndarray]:
-        cache = self.__dict__.get("_scratch_buffers")
-        if cache is None:
-            cache = self.__dict__["_scratch_buffers"] = {}
-        return cache
+    def _scratch_row(self, width: int) -> np.ndarray:
+        scratch = self.__dict__.get("_scratch")
+        if scratch is None or scratch.shape[0] < width:
+            scratch = self.__dict__["_scratch"] = np.empty(width, np.uint8)
+        return scratch
 
 
 class SharedKVCache(KVCache):
@@ -87,7 +269,8 @@ class SharedKVCache(KVCache):
     Capacity starts at ``initial_capacity`` tokens (0: ``max_length`` at once, as the
     reference) and grows geometrically by ``growth_factor``, in whole blocks, up to
     ``max_length``: a larger buffer is allocated, the filled positions copied, and the new
-    buffers re-bound. Only what is allocated is zero-filled.
+    buffers re-bound. Only what is allocated is zero-filled. Sliding-window layers follow the
+    same capacity up to ``window_capacity`` positions (at least W), and stay there.
     """
 
     def __init__(
@@ -99,6 +282,7 @@ class SharedKVCache(KVCache):
         max_length: int,
         initial_capacity: int = 0,
         growth_factor: float = 1.5,
+        window_capacity: int | None = None,
     ) -> None:
         if io.combined_kv:
             raise ValueError("past_present_share_buffer does not support combined past_%d KV")
@@ -106,28 +290,48 @@ class SharedKVCache(KVCache):
         self.batch, self.max_length = batch, max_length
         self.block = max(1, initial_capacity) if initial_capacity else max_length
         self.growth_factor = growth_factor
+        if window_capacity is None:
+            window_capacity = window_capacity_for(io, provider, max_length)
+        self.window_capacity = window_capacity
+        windowed = set(io.window_layers) if window_capacity else set()
+        #: Per buffer (layer-major, K then V): whether its layer has a windowed cache.
+        self._windowed = [i in windowed for i in range(io.num_layers) for _ in (0, 1)]
         self.handover = []
         self._buffers: list[np.ndarray] = []
         self._by_name: dict[str, np.ndarray] = {}
+        self._names: list[str] = []
         self.capacity = 0
         self._allocate(min(max_length, initial_capacity or max_length), filled=0)
 
+    def _buffer_capacity(self, capacity: int, windowed: bool) -> int:
+        if not windowed:
+            return capacity
+        return max(self.io.window_size, min(self.window_capacity, capacity))
+
     def _allocate(self, capacity: int, filled: int) -> None:
         io = self.io
-        shape = (self.batch, io.kv_heads, capacity, io.head_size)
         old = self._buffers
-        self._buffers, self._by_name = [], {}
+        self._buffers, self._by_name, self._names = [], {}, []
         names = zip(io.past_keys, io.present_keys, io.past_values, io.present_values, strict=True)
         index = 0
         for past_k, present_k, past_v, present_v in names:
             for past, present in ((past_k, present_k), (past_v, present_v)):
-                buf = self.provider.allocate(shape, io.kv_dtype)
-                if old and filled:
-                    buf[:, :, :filled, :] = old[index][:, :, :filled, :]
-                self.session.bind_input(past, buf)
-                self.session.bind_output(present, buf)
+                size = self._buffer_capacity(capacity, self._windowed[index])
+                previous = old[index] if old else None
+                if previous is not None and previous.shape[2] == size:
+                    buf = previous  # a windowed layer at its full capacity: nothing to do
+                else:
+                    buf = self.provider.allocate((self.batch, io.kv_heads, size, io.head_size),
+                                                 io.kv_dtype)  # fmt: skip
+                    # (a windowed buffer below its final capacity has evicted nothing yet)
+                    if previous is not None and filled:
+                        keep = min(filled, previous.shape[2])
+                        buf[:, :, :keep, :] = previous[:, :, :keep, :]
+                    self.session.bind_input(past, buf)
+                    self.session.bind_output(present, buf)
                 self._by_name[past] = self._by_name[present] = buf
                 self._buffers.append(buf)
+                self._names.append(past)
                 index += 1
         self.capacity = capacity
 
@@ -148,25 +352,51 @@ class SharedKVCache(KVCache):
         return None if buf is None else buf.copy()
 
     def truncate(self, length: int) -> None:
-        # Positions past `length` are masked out by the attention mask and overwritten later.
+        # Positions past `length` are masked out by the attention mask and overwritten later
+        # (sliding-window rows were re-laid by the loop's rewind hook).
         return
 
     @property
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self._buffers)
 
-    def _row_views(self) -> list[np.ndarray]:
-        return [b.reshape(b.shape[0], -1).view(np.uint8) for b in self._buffers]
+    def _row_blocks(self) -> list[tuple[np.ndarray, int, int]]:
+        filled = self._filled()
+        blocks = []
+        for buf in self._buffers:
+            batch, heads, size, head = buf.shape
+            used = size if filled < 0 else min(filled, size)
+            view = buf.reshape(batch, -1).view(np.uint8)
+            blocks.append((view, heads, used * head * buf.itemsize))
+        return blocks
+
+    def _windowed_names(self) -> list[str]:
+        return [n for n, w in zip(self._names, self._windowed, strict=True) if w]
+
+    def _window_get(self, name: str) -> np.ndarray:
+        return self._by_name[name]  # host memory, edited in place
+
+    def _window_put(self, name: str, array: np.ndarray) -> None:
+        return
 
     def export(self, positions: int) -> list[np.ndarray]:
-        return [b[:, :, :positions, :].copy() for b in self._buffers]
+        out = []
+        for buf, windowed in zip(self._buffers, self._windowed, strict=True):
+            if windowed:
+                out.append(self._export_window(buf, positions))
+            else:
+                out.append(buf[:, :, :positions, :].copy())
+        return out
 
     def load(self, arrays: list[np.ndarray], length: int) -> None:
         if len(arrays) != len(self._buffers):
             raise ValueError("the snapshot has another number of KV tensors")
         self.ensure(length, 0)
-        for buf, array in zip(self._buffers, arrays, strict=True):
-            buf[:, :, : array.shape[2], :] = array
+        for buf, array, windowed in zip(self._buffers, arrays, self._windowed, strict=True):
+            if windowed:
+                self._load_window(array, length - 1, buf)
+            else:
+                buf[:, :, : array.shape[2], :] = array
 
 
 class GrowingKVCache(KVCache):
@@ -174,22 +404,37 @@ class GrowingKVCache(KVCache):
 
     ``device_memory``: ORT allocates the presents where the session produces them (a GPU
     provider's device memory), so the cache never crosses to the host while decoding; reads,
-    rewinds and beam reorders copy through the host."""
+    rewinds and beam reorders copy through the host. Sliding-window layers start from a
+    zero past of ``window_capacity`` positions and the op keeps that size (the reference
+    cannot run this layout with such layers: their op rejects an empty past)."""
 
     def __init__(
-        self, io: DecoderIO, session: NativeSession, batch: int, device_memory: bool = False
+        self,
+        io: DecoderIO,
+        session: NativeSession,
+        batch: int,
+        device_memory: bool = False,
+        window_capacity: int | None = None,
     ) -> None:
         self.io = io
         self.session = session
         self.device_memory = device_memory
+        if window_capacity is None:
+            window_capacity = _default_window_capacity(io)
+        self.window_capacity = window_capacity
         head = (io.kv_heads, 0, io.head_size)
         self._empty_shape = (2, batch, *head) if io.combined_kv else (batch, *head)
         self._axis = 3 if io.combined_kv else 2
         self.pasts = (*io.past_keys, *io.past_values)
         self.presents = (*io.present_keys, *io.present_values)
         self.handover = list(zip(self.presents, self.pasts, strict=True))
-        for name in self.pasts:
-            session.bind_input(name, np.zeros(self._empty_shape, io.kv_dtype))
+        windowed = set(io.window_layers) if window_capacity and not io.combined_kv else set()
+        layers = (*range(len(io.past_keys)), *range(len(io.past_values)))
+        self._windowed = [layer in windowed for layer in layers]
+        for name, is_windowed in zip(self.pasts, self._windowed, strict=True):
+            shape = (batch, io.kv_heads, window_capacity, io.head_size)
+            session.bind_input(name, np.zeros(shape if is_windowed else self._empty_shape,
+                                              io.kv_dtype))  # fmt: skip
         for name in self.presents:
             session.bind_output_to_device(name, device_memory)
         self._present_to_past = dict(self.handover)
@@ -201,7 +446,9 @@ class GrowingKVCache(KVCache):
         return self.session.input_value(past)
 
     def truncate(self, length: int) -> None:
-        for name in self.pasts:
+        for name, windowed in zip(self.pasts, self._windowed, strict=True):
+            if windowed:
+                continue  # re-laid by the loop's rewind hook; its size stays the capacity
             current = self.session.input_value(name)
             kept = np.take(current, np.arange(min(length, current.shape[self._axis])), self._axis)
             self.session.bind_input(name, np.ascontiguousarray(kept))
@@ -211,16 +458,34 @@ class GrowingKVCache(KVCache):
         return sum(self.session.input_value(name).nbytes for name in self.pasts)
 
     def export(self, positions: int) -> list[np.ndarray]:
-        return [
-            np.take(self.session.input_value(name), np.arange(positions), self._axis)
-            for name in self.pasts
-        ]
+        out = []
+        for name, windowed in zip(self.pasts, self._windowed, strict=True):
+            current = self.session.input_value(name)
+            if windowed:
+                out.append(self._export_window(current, positions))
+            else:
+                out.append(np.take(current, np.arange(positions), self._axis))
+        return out
 
     def load(self, arrays: list[np.ndarray], length: int) -> None:
         if len(arrays) != len(self.pasts):
             raise ValueError("the snapshot has another number of KV tensors")
-        for name, array in zip(self.pasts, arrays, strict=True):
+        for name, array, windowed in zip(self.pasts, arrays, self._windowed, strict=True):
+            if windowed:
+                b, heads, _, head = array.shape
+                buf = np.zeros((b, heads, self.window_capacity, head), array.dtype)
+                self._load_window(array, length - 1, buf)
+                array = buf
             self.session.bind_input(name, np.ascontiguousarray(array))
+
+    def _windowed_names(self) -> list[str]:
+        return [n for n, w in zip(self.pasts, self._windowed, strict=True) if w]
+
+    def _window_get(self, name: str) -> np.ndarray:
+        return np.array(self.session.input_value(name))  # a host copy to edit
+
+    def _window_put(self, name: str, array: np.ndarray) -> None:
+        self.session.bind_input(name, np.ascontiguousarray(array))
 
     def reorder(self, order: np.ndarray) -> None:
         if not self.device_memory:
@@ -235,18 +500,27 @@ class GrowingKVCache(KVCache):
                 raise ValueError("reorder needs one index per batch row")
             self.session.bind_input(name, np.ascontiguousarray(np.take(current, order, axis)))
 
-    def _row_views(self) -> list[np.ndarray]:
-        # After a run the pasts hold the presents' memory (handed over without copies).
-        views = []
+    def _row_blocks(self) -> list[tuple[np.ndarray, int, int]]:
+        # After a run the pasts hold the presents' memory (handed over without copies), whose
+        # positions are all filled: whole rows move.
+        blocks = []
         for name in self.presents:
             shape, address = self.session.output_value_info(name)
             nbytes = int(np.prod(shape)) * self.io.kv_dtype.itemsize
             raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
             if self.io.combined_kv:  # [2, batch, ...]: each half is its own [batch, ...] block
-                views.extend(raw.reshape(2, shape[1], -1))
+                blocks.extend((half, 1, half.shape[1]) for half in raw.reshape(2, shape[1], -1))
             else:
-                views.append(raw.reshape(shape[0], -1))
-        return views
+                view = raw.reshape(shape[0], -1)
+                blocks.append((view, 1, view.shape[1]))
+        return blocks
+
+
+def _default_window_capacity(io: DecoderIO) -> int:
+    """The capacity of sliding-window layers for a cache built without one: the CPU's."""
+    if not io.window_size or not io.window_layers:
+        return 0
+    return io.window_size + (io.window_slack or DEFAULT_WINDOW_SLACK["cpu"])
 
 
 def make_kv_cache(
@@ -261,9 +535,15 @@ def make_kv_cache(
 ) -> KVCache:
     """The cache layout the search options ask for, bound to ``session``; a provider that
     does not declare the shared layout gets the growing one (same tokens, its own memory),
-    kept in device memory when the provider places the KV cache on its device."""
+    kept in device memory when the provider places the KV cache on its device.
+
+    Sliding-window layers get `window_capacity_for` positions."""
+    windows = window_capacity_for(io, provider, max_length)
     if share_buffer and "shared" in provider.capabilities.kv_layouts:
         return SharedKVCache(
-            io, provider, session, batch, max_length, initial_capacity, growth_factor
-        )
-    return GrowingKVCache(io, session, batch, provider.placement.kv_cache != "cpu")
+            io, provider, session, batch, max_length, initial_capacity, growth_factor,
+            window_capacity=windows,
+        )  # fmt: skip
+    return GrowingKVCache(
+        io, session, batch, provider.placement.kv_cache != "cpu", window_capacity=windows
+    )

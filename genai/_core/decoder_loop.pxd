@@ -43,6 +43,9 @@ cdef class DecoderLoop:
     # Python callable that grows it: grow(needed, filled) -> new capacity
     cdef public Py_ssize_t kv_capacity
     cdef object grow
+    # called as kv_rewind(before, after) with each row's token count before a rewind changes
+    # anything (sliding-window caches re-lay their rows; raising refuses the rewind)
+    cdef public object kv_rewind
 
     # growing (past/present) KV: present output i is re-bound as past input i after each run
     cdef Py_ssize_t n_kv_pairs

@@ -125,7 +125,8 @@ cdef class DecoderLoop:
         ``logprobs`` >= 0 (needs a sampler) records the chosen token's log-probability and
         that many top alternatives per step. ``grow_kv(needed, filled) -> capacity`` grows a
         shared-buffer KV cache holding ``kv_capacity`` positions (-1: no limit) before a run
-        that would not fit."""
+        that would not fit; a KV cache with an ``attach_loop(loop)`` method, whose ``ensure``
+        is passed as ``grow_kv``, is handed the loop (see `rewind`)."""
         cdef Py_ssize_t i
         self.sess = session
         self._arrays = {}
@@ -160,6 +161,7 @@ cdef class DecoderLoop:
         self.sampler = sampler
         self.grow = grow_kv
         self.kv_capacity = kv_capacity
+        self.kv_rewind = None
         if logprobs >= 0:
             if sampler is None:
                 raise ValueError("logprobs need a sampler")
@@ -180,6 +182,11 @@ cdef class DecoderLoop:
                 self.kv_out[i] = session.output_index(present)
                 self.kv_in[i] = session.input_index(past)
         self.reset()
+        # The KV cache whose `ensure` grows (a bound method) may follow the loop: its
+        # `attach_loop(loop)` reads token counts (row_tokens) and sets `kv_rewind`.
+        attach = getattr(getattr(grow_kv, "__self__", None), "attach_loop", None)
+        if attach is not None:
+            attach(self)
 
     def __dealloc__(self):
         free(self.kv_out)
@@ -202,6 +209,10 @@ cdef class DecoderLoop:
         """A view of one of the loop's buffers: sequences [batch, max_length], logits_rows
         [batch, vocab], next_tokens [batch], step_logits [batch, 1, vocab]."""
         return self._arrays[name]
+
+    def row_tokens(self):
+        """Each row's token count in the KV cache (its unmasked positions), int64 [batch]."""
+        return np.asarray(self._arrays["next_position"]).copy()
 
     def input_view(self, str which):
         """The last run's input_ids / attention_mask / position_ids as a [batch, n] view."""
@@ -238,12 +249,25 @@ cdef class DecoderLoop:
 
     def rewind(self, Py_ssize_t length):
         """Keep the first ``length`` tokens; the KV of all but the last of them is kept so
-        the next run recomputes that token's logits."""
-        cdef Py_ssize_t b, i, old = self.mask_length, kept, ones
+        the next run recomputes that token's logits. ``kv_rewind(before, after)``, when set,
+        is called first with each row's token count (unmasked positions) before and after the
+        rewind; if it raises, nothing changed."""
+        cdef Py_ssize_t b, i, old = self.mask_length, kept, computed
         cdef int size = 8 if self.mask_elem == ELEM_INT64 else 4
+        cdef bint wide = size == 8
+        computed = min(self.computed, max(length - 1, 0))
+        kept = min(old, computed)
+        # a row's token count is its unmasked columns (right padding is masked)
+        after = np.zeros(self.batch, np.int64)
+        cdef int64_t[::1] counts = after
+        for b in range(self.batch):
+            for i in range(kept):
+                counts[b] += load_index(self.mask_buf, wide, b * old + i) != 0
+        if self.kv_rewind is not None:
+            before = np.asarray(self._arrays["next_position"]).copy()
+            self.kv_rewind(before, after)
         self.length = length
-        self.computed = min(self.computed, max(length - 1, 0))
-        kept = min(old, self.computed)
+        self.computed = computed
         if self.batch > 1 and kept < old:
             # keep each row's first `kept` mask columns: [batch, old] -> [batch, kept] in place
             for b in range(1, self.batch):
@@ -251,11 +275,7 @@ cdef class DecoderLoop:
                         (<char*>self.mask_buf) + b * old * size, kept * size)
         self.mask_length = kept
         for b in range(self.batch):
-            # a row's next position counts its unmasked tokens (right padding is masked)
-            ones = 0
-            for i in range(kept):
-                ones += load_index(self.mask_buf, size == 8, b * kept + i) != 0
-            self.next_position[b] = ones
+            self.next_position[b] = counts[b]
         self.logits_ready = False
         self.all_done = False
         self.done[:] = 0
