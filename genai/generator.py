@@ -490,21 +490,11 @@ class Generator:
     def set_logits(self, logits: np.ndarray) -> None:
         """Replace the logits the next token is chosen from ([batch, vocab] or
         [batch, 1, vocab], float32)."""
-        sampler = self._sampler
-        if sampler is not None:
+        if self._sampler is not None:
             # Copies in and records block maxima on the way (the top-k then skips that pass).
-            sampler.load_logits(logits, self._logits_rows)
-            self._loop.set_logits_ready()
-            return
-        array = np.asarray(logits)
-        if array.dtype != np.float32:
-            raise TypeError(f"logits must be float32, got {array.dtype}")
-        if array.size != self.rows * self.vocab_size or array.ndim not in (1, 2, 3):
-            raise ValueError(
-                f"logits must hold [rows={self.rows}, vocab={self.vocab_size}], "
-                f"got shape {array.shape}"
-            )
-        self._logits_rows[:] = array.reshape(self.rows, self.vocab_size)
+            self._sampler.load_logits(logits, self._logits_rows)
+        else:
+            self._logits_rows[:] = sampling.check_logits(logits, self.rows, self.vocab_size)
         self._loop.set_logits_ready()
 
     def get_output(self, name: str) -> np.ndarray:

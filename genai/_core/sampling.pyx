@@ -51,44 +51,8 @@ cdef extern from *:
     #define GENAI_SAMPLING_SSE2 1
     #endif
 
-    /* Largest value of x[0..n) (-inf when n == 0); *has_nan = 1 when any value is NaN. */
-    static float genai_block_max(const float* x, Py_ssize_t n, int* has_nan) {
-        Py_ssize_t i = 0;
-        float best = -INFINITY;
-        int bad = 0;
-    #ifdef GENAI_SAMPLING_SSE2
-        if (n >= 16) {
-            __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-            __m128 u = _mm_setzero_ps();
-            for (; i + 16 <= n; i += 16) {
-                __m128 a = _mm_loadu_ps(x + i), b = _mm_loadu_ps(x + i + 4);
-                __m128 c = _mm_loadu_ps(x + i + 8), d = _mm_loadu_ps(x + i + 12);
-                u = _mm_or_ps(u, _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(a, a),
-                                                     _mm_cmpunord_ps(b, b)),
-                                           _mm_or_ps(_mm_cmpunord_ps(c, c),
-                                                     _mm_cmpunord_ps(d, d))));
-                m0 = _mm_max_ps(m0, a);
-                m1 = _mm_max_ps(m1, b);
-                m2 = _mm_max_ps(m2, c);
-                m3 = _mm_max_ps(m3, d);
-            }
-            m0 = _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3));
-            m0 = _mm_max_ps(m0, _mm_shuffle_ps(m0, m0, _MM_SHUFFLE(1, 0, 3, 2)));
-            m0 = _mm_max_ps(m0, _mm_shuffle_ps(m0, m0, _MM_SHUFFLE(2, 3, 0, 1)));
-            best = _mm_cvtss_f32(m0);
-            bad = _mm_movemask_ps(u) != 0;
-        }
-    #endif
-        for (; i < n; i++) {
-            float v = x[i];
-            bad |= v != v;
-            best = v > best ? v : best;
-        }
-        *has_nan = bad;
-        return best;
-    }
-
-    /* dst[0..n) = src[0..n) and the largest value like genai_block_max, in one pass. */
+    /* Largest value of src[0..n) (-inf when n == 0); *has_nan = 1 when any value is NaN.
+       When dst is not NULL the values are also copied there, in the same pass. */
     static float genai_copy_block_max(const float* src, float* dst, Py_ssize_t n,
                                       int* has_nan) {
         Py_ssize_t i = 0;
@@ -101,10 +65,12 @@ cdef extern from *:
             for (; i + 16 <= n; i += 16) {
                 __m128 a = _mm_loadu_ps(src + i), b = _mm_loadu_ps(src + i + 4);
                 __m128 c = _mm_loadu_ps(src + i + 8), d = _mm_loadu_ps(src + i + 12);
-                _mm_storeu_ps(dst + i, a);
-                _mm_storeu_ps(dst + i + 4, b);
-                _mm_storeu_ps(dst + i + 8, c);
-                _mm_storeu_ps(dst + i + 12, d);
+                if (dst) {
+                    _mm_storeu_ps(dst + i, a);
+                    _mm_storeu_ps(dst + i + 4, b);
+                    _mm_storeu_ps(dst + i + 8, c);
+                    _mm_storeu_ps(dst + i + 12, d);
+                }
                 u = _mm_or_ps(u, _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(a, a),
                                                      _mm_cmpunord_ps(b, b)),
                                            _mm_or_ps(_mm_cmpunord_ps(c, c),
@@ -123,12 +89,16 @@ cdef extern from *:
     #endif
         for (; i < n; i++) {
             float v = src[i];
-            dst[i] = v;
+            if (dst) dst[i] = v;
             bad |= v != v;
             best = v > best ? v : best;
         }
         *has_nan = bad;
         return best;
+    }
+
+    static inline float genai_block_max(const float* x, Py_ssize_t n, int* has_nan) {
+        return genai_copy_block_max(x, NULL, n, has_nan);
     }
 
     /* exp(-d) for d >= 0: Cody-Waite reduction by ln 2 and a degree-12 Taylor polynomial
@@ -1088,6 +1058,17 @@ cdef Py_ssize_t _chain_rows(
     return -1
 
 
+def check_logits(logits, Py_ssize_t rows, Py_ssize_t vocab):
+    """``logits`` as a C-contiguous float32 [rows, vocab] array: [rows, vocab], [rows, 1, vocab]
+    or flat input; TypeError for another dtype, ValueError for another size."""
+    array = np.asarray(logits)
+    if array.dtype != np.float32:
+        raise TypeError(f"logits must be float32, got {array.dtype}")
+    if array.size != rows * vocab or array.ndim not in (1, 2, 3):
+        raise ValueError(f"logits must hold [rows={rows}, vocab={vocab}], got shape {array.shape}")
+    return np.ascontiguousarray(array).reshape(rows, vocab)
+
+
 _OPTION_NAMES = (
     "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
     "presence_penalty", "frequency_penalty", "no_repeat_ngram_size", "min_length",
@@ -1204,24 +1185,23 @@ cdef class Sampler:
         maximum on the way, so the next `sample_rows_nogil` on ``rows_out`` skips that pass
         (the maxima hold for that one call; any other write to ``rows_out`` must be followed
         by `forget_logits`). Raises TypeError / ValueError for a wrong dtype or shape."""
-        cdef cnp.ndarray src = logits if cnp.PyArray_Check(logits) else np.asarray(logits)
+        cdef cnp.ndarray src
         cdef Py_ssize_t r, b, start, stop, vocab = self.vocab
         cdef Py_ssize_t nblocks = (vocab + SCAN_BLOCK - 1) // SCAN_BLOCK
         cdef const float* sp
         cdef float* dp
         cdef float* mx
         cdef int bad = 0, any_bad
-        if src.dtype.num != cnp.NPY_FLOAT32:
-            raise TypeError(f"logits must be float32, got {np.asarray(logits).dtype}")
-        if src.size != self.rows * vocab or src.ndim not in (1, 2, 3):
-            raise ValueError(
-                f"logits must hold [rows={self.rows}, vocab={vocab}], got shape {np.shape(logits)}"
-            )
+        if (cnp.PyArray_Check(logits) and (<cnp.ndarray>logits).dtype.num == cnp.NPY_FLOAT32
+                and (<cnp.ndarray>logits).size == self.rows * vocab
+                and 1 <= (<cnp.ndarray>logits).ndim <= 3
+                and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>logits)):
+            src = <cnp.ndarray>logits  # the common case, checked without Python calls
+        else:
+            src = check_logits(logits, self.rows, vocab)
         if (rows_out.dtype.num != cnp.NPY_FLOAT32 or rows_out.size != self.rows * vocab
                 or not cnp.PyArray_IS_C_CONTIGUOUS(rows_out)):
             raise ValueError("rows_out must be C-contiguous float32 [rows, vocab]")
-        if not cnp.PyArray_IS_C_CONTIGUOUS(src):
-            src = np.ascontiguousarray(src)
         sp = <const float*>cnp.PyArray_DATA(src)
         dp = <float*>cnp.PyArray_DATA(rows_out)
         with nogil:

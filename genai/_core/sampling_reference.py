@@ -14,6 +14,8 @@ import os
 
 import numpy as np
 
+from genai._core.sampling import check_logits  # validation shared with the kernel
+
 __all__ = [
     "LOWEST",
     "RowRng",
@@ -400,14 +402,7 @@ class Sampler:
 
     def load_logits(self, logits, rows_out):
         """Copy ``logits`` into ``rows_out`` (the kernel also records block maxima)."""
-        logits = np.asarray(logits)
-        if logits.dtype != np.float32:
-            raise TypeError(f"logits must be float32, got {logits.dtype}")
-        if logits.size != self.rows * self.vocab or logits.ndim not in (1, 2, 3):
-            raise ValueError(
-                f"logits must hold [rows={self.rows}, vocab={self.vocab}], got shape {logits.shape}"
-            )
-        rows_out.reshape(-1)[:] = logits.reshape(-1)
+        rows_out.reshape(self.rows, self.vocab)[:] = check_logits(logits, self.rows, self.vocab)
 
     def forget_logits(self):
         """Nothing to forget: the twin keeps no maxima."""
