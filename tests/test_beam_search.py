@@ -101,3 +101,34 @@ def test_reorder_rows_kernel(impl):
     np.testing.assert_array_equal(rows, expected)
     with pytest.raises(IndexError):
         impl.reorder_rows(rows, np.array([0, 1, 2, 3, 5], np.int32), np.empty_like(rows))
+
+
+@pytest.mark.parametrize("case", ["gqa", "gqa-noshare", "gpt2"])
+def test_kv_reorder_moves_rows_and_only_filled_positions(fixture_folders, case):
+    """`KVCache.reorder` against NumPy indexing of the cache read before; in the shared
+    buffer, positions past the filled ones stay as they were (they are never copied)."""
+    model = genai.Model(fixture_folders[case])
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=40, batch_size=4, kv_initial_capacity=0)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(np.array([[5, 9, 12, 7], [30, 31, 8, 4], [6, 7, 8, 9], [3, 4, 5, 6]]))
+    for _ in range(3):
+        generator.generate_next_token()
+    generator.get_logits()  # the pending token runs: 7 positions filled
+    cache = generator._kv
+    names = [*model.io.past_keys, *model.io.past_values]
+    shared = hasattr(cache, "_buffers")
+    if shared:  # mark the unfilled capacity of every row differently
+        for buf in cache._buffers:
+            buf[:, :, 7:] = np.arange(4, dtype=buf.dtype)[:, None, None, None]
+    before = {name: cache.read(name) for name in names}
+    order = np.array([2, 2, 0, 1], np.int32)
+    cache.reorder(order)
+    for name in names:
+        after, old = cache.read(name), before[name]
+        axis = 1 if model.io.combined_kv else 0
+        np.testing.assert_array_equal(
+            np.take(after, np.arange(7), axis=-2), np.take(np.take(old, order, axis), range(7), -2)
+        )
+        if shared:
+            np.testing.assert_array_equal(after[:, :, 7:], old[:, :, 7:])

@@ -112,3 +112,58 @@ def test_gather_rows(impl):
     np.testing.assert_array_equal(out, np.stack([logits[0, 3], logits[1, 1]]))
     with pytest.raises(IndexError):
         impl.gather_rows(logits, np.array([4, 0], np.int32), out)
+
+
+def _orders(rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    """Beam-like orders: any mapping, a permutation, one beam forked, the identity."""
+    forked = np.arange(n, dtype=np.int32)
+    forked[int(rng.integers(0, n))] = int(rng.integers(0, n))
+    return [
+        rng.integers(0, n, n).astype(np.int32),
+        rng.permutation(n).astype(np.int32),
+        forked,
+        np.arange(n, dtype=np.int32),
+    ]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("seed", range(40))
+def test_move_rows_matches_fancy_indexing(impl, seed):
+    rng = np.random.default_rng(seed)
+    n, chunks, chunk = int(rng.integers(1, 9)), int(rng.integers(1, 4)), int(rng.integers(1, 7))
+    moved = int(rng.integers(0, chunk + 1))
+    for order in _orders(rng, n):
+        rows = rng.integers(0, 255, size=(n, chunks * chunk), dtype=np.uint8)
+        expected = rows.reshape(n, chunks, chunk).copy()
+        expected[:, :, :moved] = expected[order, :, :moved]  # the tail of each chunk stays
+        impl.move_rows(rows, order, np.empty(rows.shape[1], np.uint8), chunks, moved)
+        np.testing.assert_array_equal(rows.reshape(n, chunks, chunk), expected)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(
+    ("order", "copies"),
+    [
+        ([0, 1, 2, 3], 0),  # every beam keeps its cache: nothing moves
+        ([0, 0, 2, 3], 1),  # beam 1 continues beam 0: one row
+        ([1, 0, 2, 3], 3),  # a swap: one cycle through scratch
+        ([1, 2, 3, 0], 5),  # a 4-cycle
+        ([0, 0, 0, 0], 3),  # everything from beam 0
+        ([1, 1, 0, 0], 3),  # 1 stays; 2 and 3 read the old 0 before 0 takes 1: no scratch
+    ],
+)
+def test_move_rows_copies_each_row_once(impl, order, copies):
+    rows = np.arange(4 * 6, dtype=np.uint8).reshape(4, 6)
+    expected = rows[order].copy()
+    order = np.array(order, np.int32)
+    assert impl.move_rows(rows, order, np.empty(6, np.uint8)) == copies
+    np.testing.assert_array_equal(rows, expected)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_move_rows_rejects_bad_input(impl):
+    rows = np.zeros((3, 4), np.uint8)
+    with pytest.raises(IndexError):
+        impl.move_rows(rows, np.array([0, 1, 3], np.int32), np.empty(4, np.uint8))
+    with pytest.raises(ValueError):
+        impl.move_rows(rows, np.array([0, 1], np.int32), np.empty(4, np.uint8))
