@@ -56,7 +56,9 @@ QUESTIONS = [
 
 
 def _messages(i: int) -> list[dict[str, str]]:
-    return [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}]
+    """Request ``i``'s chat: a question tagged with ``i``, so no two requests of a run share
+    more than the chat template's system prefix (no prompt is answered from a cache)."""
+    return [{"role": "user", "content": f"({i}) {QUESTIONS[i % len(QUESTIONS)]}"}]
 
 
 def _summary(ttfts: list[float], tokens: int, seconds: float) -> dict[str, float]:
@@ -72,14 +74,15 @@ def _summary(ttfts: list[float], tokens: int, seconds: float) -> dict[str, float
 
 
 # --- workers (each runs in its own process) -------------------------------------------------
-def _run_clients(streams: int, requests: int, one) -> dict[str, float]:
-    """``streams`` threads, each calling ``one(index) -> (ttft, tokens)`` ``requests`` times."""
+def _run_clients(streams: int, requests: int, one, base: int = 0) -> dict[str, float]:
+    """``streams`` threads, each calling ``one(base + index) -> (ttft, tokens)`` ``requests``
+    times (indices differ between calls with different ``base``)."""
     results: list[tuple[float, int]] = []
     lock = threading.Lock()
 
     def client(stream: int) -> None:
         for k in range(requests):
-            ttft, tokens = one(stream * requests + k)
+            ttft, tokens = one(base + stream * requests + k)
             with lock:
                 results.append((ttft, tokens))
 
@@ -144,11 +147,11 @@ def worker_genai(args: argparse.Namespace) -> dict[str, float]:
                         tokens = chunk["usage"]["completion_tokens"]
             return ttft or 0.0, tokens
 
-        _run_clients(min(8, max(args.streams)), 1, one)  # warm-up (batched shapes too)
-        out = {}
-        for streams in args.streams:
-            out[str(streams)] = _run_clients(streams, args.requests, one)
-        return out
+        _run_clients(min(8, max(args.streams)), 1, one, 10_000)  # warm-up (batched shapes too)
+        return {
+            str(s): _run_clients(s, args.requests, one, 1000 * (k + 1))
+            for k, s in enumerate(args.streams)
+        }
     finally:
         server.terminate()
         server.wait(30)
@@ -169,26 +172,27 @@ def _ref_model(args: argparse.Namespace, engine: bool):
     return og, model, og.Tokenizer(model)
 
 
-def _ref_prompts(og, tokenizer, count: int) -> list:
-    import numpy as np
+class _RefPrompts:
+    """Request i's prompt ids for the reference (same text as the HTTP requests)."""
 
-    return [
-        np.asarray(
-            tokenizer.encode(
-                tokenizer.apply_chat_template(json.dumps(_messages(i)), add_generation_prompt=True)
-            ),
-            np.int32,
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def __getitem__(self, i: int):
+        import numpy as np
+
+        text = self.tokenizer.apply_chat_template(
+            json.dumps(_messages(i)), add_generation_prompt=True
         )
-        for i in range(count)
-    ]
+        return np.asarray(self.tokenizer.encode(text), np.int32)
 
 
 def worker_ref_threads(args: argparse.Namespace) -> dict[str, float]:
     og, model, tokenizer = _ref_model(args, engine=False)
-    prompts = _ref_prompts(og, tokenizer, max(args.streams) * args.requests)
+    prompts = _RefPrompts(tokenizer)
 
     def one(i: int) -> tuple[float, int]:
-        prompt = prompts[i % len(prompts)]
+        prompt = prompts[i]
         params = og.GeneratorParams(model)
         params.set_search_options(
             max_length=len(prompt) + args.new_tokens, min_length=len(prompt) + args.new_tokens
@@ -204,21 +208,27 @@ def worker_ref_threads(args: argparse.Namespace) -> dict[str, float]:
             tokens += 1
         return ttft, tokens
 
-    _run_clients(min(8, max(args.streams)), 1, one)  # warm-up
-    return {str(s): _run_clients(s, args.requests, one) for s in args.streams}
+    _run_clients(min(8, max(args.streams)), 1, one, 10_000)  # warm-up
+    return {
+        str(s): _run_clients(s, args.requests, one, 1000 * (k + 1))
+        for k, s in enumerate(args.streams)
+    }
 
 
 def worker_ref_engine(args: argparse.Namespace) -> dict[str, float]:
     og, model, tokenizer = _ref_model(args, engine=True)
-    prompts = _ref_prompts(og, tokenizer, max(args.streams) * args.requests)
+    prompts = _RefPrompts(tokenizer)
     engine = og.Engine(model)
     buffer = engine.create_event_buffer(256)
     token_flag = int(og.EngineEventFlags.TOKEN.value)
     finished_flag = int(og.EngineEventFlags.TURN_FINISHED.value)
 
-    def run_level(streams: int) -> dict[str, float]:
+    def run_level(streams: int, base: int) -> dict[str, float]:
         # `streams` clients; each submits its next request when the previous one finishes.
-        queue = {s: list(range(s * args.requests, (s + 1) * args.requests)) for s in range(streams)}
+        queue = {
+            s: list(range(base + s * args.requests, base + (s + 1) * args.requests))
+            for s in range(streams)
+        }
         live: dict[int, tuple[int, float]] = {}  # id(request) -> (stream, start)
         keep: dict[int, object] = {}
         ttfts: list[float] = []
@@ -233,7 +243,7 @@ def worker_ref_engine(args: argparse.Namespace) -> dict[str, float]:
             options = og.TurnOptions(request)
             options.set_max_generated_tokens(args.new_tokens)
             options.set_min_generated_tokens(args.new_tokens)
-            request.begin_turn(prompts[i % len(prompts)], options)
+            request.begin_turn(prompts[i], options)
             live[id(request)] = (stream, time.perf_counter())
             keep[id(request)] = request
 
@@ -268,9 +278,9 @@ def worker_ref_engine(args: argparse.Namespace) -> dict[str, float]:
         return _summary(ttfts, tokens, time.perf_counter() - start)
 
     saved, args.requests = args.requests, 1
-    run_level(min(8, max(args.streams)))  # warm-up (batched shapes too)
+    run_level(min(8, max(args.streams)), 10_000)  # warm-up (batched shapes too)
     args.requests = saved
-    return {str(s): run_level(s) for s in args.streams}
+    return {str(s): run_level(s, 1000 * (k + 1)) for k, s in enumerate(args.streams)}
 
 
 WORKERS = {

@@ -574,3 +574,26 @@ def test_genai_serve_command(fixture_folders):
         process.terminate()
         # uvicorn shuts down gracefully, then re-raises the signal
         assert process.wait(30) in (0, -15)
+
+
+def test_fallback_runner_serves_other_layouts(fixture_folders):
+    """A model without the shared-buffer GQA layout is served by the batch-1 fallback with
+    the same tokens as a Generator."""
+    model = genai.Model(fixture_folders["optimum"])
+    engine = ServeEngine(model, genai.Tokenizer(model), max_slots=4)
+    assert isinstance(engine.runner, GeneratorBatchRunner)
+    prompts = ["first prompt", "second, longer prompt here", "third"]
+    expected = []
+    for prompt in prompts:
+        ids = engine.tokenizer.encode(prompt)
+        tokens = [t for t in alone_greedy(model, ids, 12) if t != EOS]
+        expected.append(engine.tokenizer.decode(tokens))
+    with BackgroundServer(engine) as srv:
+
+        def ask(prompt):
+            body = {"model": "", "prompt": prompt, "max_tokens": 12, "temperature": 0}
+            return httpx.post(srv.url + "/v1/completions", json=body, timeout=60).json()
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            replies = list(pool.map(ask, prompts))
+    assert [r["choices"][0]["text"] for r in replies] == expected

@@ -407,6 +407,8 @@ async def _prepare_completion(engine: ServeEngine, body: CompletionRequest) -> _
     _check_model(engine, body.model)
     if body.suffix:
         raise APIError("suffix is not supported", param="suffix")
+    if body.echo:
+        raise APIError("echo is not supported", param="echo")
     try:
         prompts = body.prompts()
     except ValueError as exc:

@@ -190,6 +190,7 @@ class _Sequence:
     next_token: int = -1
     finished: str | None = None
     first_token: bool = True
+    looked_up: bool = False
 
 
 class PrefixCache:
@@ -446,20 +447,31 @@ class Scheduler:
             seq.stopper = StopStringMatcher(list(request.stop))
         if request.constraint_factory is not None:
             seq.constraint = request.constraint_factory()
-        cached = 0
-        if self.prefix_cache is not None:
-            cached, kv = self.prefix_cache.lookup(prompt)
-            if kv is not None:
-                self.runner.load_prefix(slot, kv, cached)
-                if self.metrics is not None:
-                    self.metrics.prefix_hit(cached)
-        seq.cached = cached
-        seq.pending = prompt[cached:]
+        seq.cached = 0
+        seq.pending = prompt
         seq.prefilling = True
+        # the prefix cache is consulted at the first prefill chunk: a newcomer admitted with
+        # others then reuses the prompt of one whose prefill finished meanwhile
+
+    def _reuse_prefix(self, seq: _Sequence) -> None:
+        """Copy the longest cached prefix of ``seq``'s prompt into its slot."""
+        seq.looked_up = True
+        if self.prefix_cache is None:
+            return
+        prompt = seq.pending
+        cached, kv = self.prefix_cache.lookup(prompt)
+        if kv is not None:
+            self.runner.load_prefix(seq.slot, kv, cached)
+            seq.cached = cached
+            seq.pending = prompt[cached:]
+            if self.metrics is not None:
+                self.metrics.prefix_hit(cached)
 
     def _prefill_chunk(self, seq: _Sequence) -> int:
         """Feed the next chunk of ``seq``'s pending tokens; returns how many."""
         runner = self.runner
+        if not seq.looked_up:
+            self._reuse_prefix(seq)
         done = int(runner.lengths[seq.slot])
         count = min(len(seq.pending), self.prefill_chunk)
         if len(seq.pending) - count == 1:
