@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -313,7 +314,7 @@ def _describe_io(config: Config, session: NativeSession) -> DecoderIO:
         raise ConfigError(f"model.vocab_size is missing in {config.file}")
     id_dtype = dtype_of(input_ids, inputs, "input")
     mask_dtype = dtype_of(mask, inputs, "input") if mask else id_dtype
-    window_size, window_layers, window_slack = _sliding_window(config, num_layers)
+    window_size, window_layers, window_slack = _sliding_window(config, num_layers, present_k)
     return DecoderIO(
         input_ids=input_ids,
         attention_mask=mask,
@@ -338,11 +339,18 @@ def _describe_io(config: Config, session: NativeSession) -> DecoderIO:
     )
 
 
-def _sliding_window(config: Config, num_layers: int) -> tuple[int, tuple[int, ...], int]:
+def _sliding_window(
+    config: Config, num_layers: int, present_keys: tuple[str, ...]
+) -> tuple[int, tuple[int, ...], int]:
     """(window, windowed layers, slack) from ``model.decoder.sliding_window`` (validated by
-    `Config`); (0, (), 0) without one. Windows slid by the engine over the inputs and a static
-    cache (QNN-style ``slide_inputs`` / ``slide_key_value_cache``) are another graph contract,
-    refused here."""
+    `Config`); (0, (), 0) without one.
+
+    A listed layer keeps a window-sized cache only if its GroupQueryAttention evicts by
+    itself (``sliding_window_cache=1``); one exported without it (e.g. for TensorRT-RTX, which
+    evicts inside the provider) keeps a full-length cache, with a warning. A listed layer's
+    ``local_window_size`` must be the config's ``window_size``. Windows slid by the engine over
+    the inputs and a static cache (QNN-style ``slide_inputs`` / ``slide_key_value_cache``) are
+    another graph contract, refused here."""
     block = config.decoder.get("sliding_window")
     if not block:
         return 0, (), 0
@@ -353,8 +361,55 @@ def _sliding_window(config: Config, num_layers: int) -> tuple[int, tuple[int, ..
                 "the inputs or a static KV cache (QNN-style models) are not supported; "
                 "GroupQueryAttention local layers (sliding_window_cache) are"
             )
+    window = int(block["window_size"])
     layers = tuple(sorted(int(i) for i in block.get("layers") or ())) or tuple(range(num_layers))
-    return int(block["window_size"]), layers, int(block.get("cache_slack", 0))
+    ops = _attention_attributes(config, present_keys)
+    kept, full = [], []
+    for layer in layers:
+        attrs = ops.get(layer)
+        if attrs is None:  # no GroupQueryAttention found for it: trust the config (reference)
+            kept.append(layer)
+            continue
+        op_window = attrs.get("local_window_size", -1)
+        if op_window != window:
+            raise ConfigError(
+                f"model.decoder.sliding_window.window_size = {window} in {config.file}, but "
+                f"layer {layer}'s GroupQueryAttention has local_window_size {op_window}"
+            )
+        (kept if attrs.get("sliding_window_cache", 0) == 1 else full).append(layer)
+    if full:
+        warnings.warn(
+            f"sliding_window lists layers {full} whose GroupQueryAttention lacks "
+            f"sliding_window_cache=1 ({config.file}): they keep full-length KV caches",
+            stacklevel=4,
+        )
+    return window, tuple(kept), int(block.get("cache_slack", 0))
+
+
+def _attention_attributes(config: Config, present_keys: tuple[str, ...]) -> dict[int, dict]:
+    """Integer attributes of the GroupQueryAttention node writing each layer's present key, by
+    layer (read from the graph without its external weights)."""
+    import onnx
+
+    filename = config.decoder.get("filename", "model.onnx")
+    data = config.model_data(filename)
+    try:
+        if data is not None:
+            graph = onnx.load_model_from_string(data).graph
+        else:
+            path = config.resolve_file(filename, "model.decoder.filename")
+            graph = onnx.load_model(str(path), load_external_data=False).graph
+    except Exception:  # an unreadable graph: ORT reports it when it loads the session
+        return {}
+    layer_of = {name: i for i, name in enumerate(present_keys)}
+    found: dict[int, dict] = {}
+    for node in graph.node:
+        if node.op_type != "GroupQueryAttention" or len(node.output) < 2:
+            continue
+        layer = layer_of.get(node.output[1])
+        if layer is not None:
+            found[layer] = {a.name: a.i for a in node.attribute if a.type == a.INT}
+    return found
 
 
 def _describe_lora_inputs(config: Config, session: NativeSession) -> dict[str, LoraInput]:

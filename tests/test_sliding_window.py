@@ -440,9 +440,33 @@ def test_qnn_style_windows_are_refused(folders, tmp_path):
         genai.Model(folder)
 
 
-def test_layers_default_to_every_layer(folders, tmp_path):
-    config = json.loads((folders["shared"] / "genai_config.json").read_text())
+def test_layers_default_to_every_layer(tmp_path):
+    folder = write_gqa_decoder(tmp_path, num_layers=3, sliding_window=WINDOW, local_layers=range(3))
+    config = json.loads((folder / "genai_config.json").read_text())
     del config["model"]["decoder"]["sliding_window"]["layers"]
-    target = edit_config(folders["shared"], tmp_path)
-    (target / "genai_config.json").write_text(json.dumps(config))
-    assert genai.Model(target).io.window_layers == tuple(range(LAYERS))
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    assert genai.Model(folder).io.window_layers == (0, 1, 2)
+
+
+def test_the_config_window_must_be_the_ops(folders, tmp_path):
+    with pytest.raises(ConfigError, match="local_window_size 8"):
+        genai.Model(edit_config(folders["shared"], tmp_path, window_size=16))
+
+
+def test_layers_without_a_window_cache_in_the_graph_keep_full_caches(folders, tmp_path):
+    """A config block over a graph without sliding_window_cache (as exported for TensorRT-RTX):
+    window-sized caches would break it, so those layers keep full length."""
+    config = json.loads((folders["shared"] / "genai_config.json").read_text())
+    target = tmp_path / "masked-with-block"
+    target.mkdir()
+    for item in folders["masked"].iterdir():
+        (target / item.name).write_bytes(item.read_bytes())
+    masked = json.loads((target / "genai_config.json").read_text())
+    masked["model"]["decoder"]["sliding_window"] = config["model"]["decoder"]["sliding_window"]
+    (target / "genai_config.json").write_text(json.dumps(masked))
+    with pytest.warns(UserWarning, match=r"layers \[0, 2\] .* keep full-length KV caches"):
+        model = genai.Model(target)
+    assert model.io.window_layers == ()
+    ours = greedy(genai, model, PROMPT, MAX_LENGTH)
+    theirs = greedy(og, og.Model(str(folders["masked"])), PROMPT, MAX_LENGTH)
+    assert_same_run(ours, theirs)
