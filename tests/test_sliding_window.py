@@ -63,7 +63,7 @@ def assert_close_logits(ours, theirs, atol: float = 1e-4) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("initial", [0, 8], ids=["full-up-front", "growing-capacity"])
+@pytest.mark.parametrize("initial", [0, 4, 16], ids=["up-front", "grow-from-4", "grow-from-16"])
 @pytest.mark.parametrize("prompt", [PROMPT, BATCH], ids=["batch1", "batch2"])
 @pytest.mark.parametrize("layout", ["shared", "growing"])
 def test_tokens_and_logits_match_the_reference_past_the_window(folders, layout, prompt, initial):
@@ -72,6 +72,29 @@ def test_tokens_and_logits_match_the_reference_past_the_window(folders, layout, 
     assert ours.token_count == MAX_LENGTH > 4 * CAPACITY
     assert_same_run(ours, theirs)
     assert_close_logits(ours, theirs)
+
+
+@pytest.mark.parametrize("layout", ["shared", "growing"])
+@pytest.mark.parametrize("prompt", [PROMPT, BATCH], ids=["batch1", "batch2"])
+def test_continuous_decoding_past_the_window_equals_a_fresh_run(folders, layout, prompt):
+    """append_tokens after the local caches compacted: multi-token steps over a compacted cache
+    (batch 1) and one token per run (batch 2) continue exactly like the reference's fresh run."""
+    prompt = np.atleast_2d(prompt)
+    model = genai.Model(folders[layout])
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=MAX_LENGTH, batch_size=prompt.shape[0])
+    generator = genai.Generator(model, params)
+    generator.append_tokens(prompt)
+    for _ in range(30):  # 41 tokens: compacted at 25
+        generator.generate_next_token()
+    extra = np.tile(np.array([11, 13, 17, 19, 23, 29, 31], np.int32), (prompt.shape[0], 1))
+    generator.append_tokens(extra)
+    for _ in range(20):
+        generator.generate_next_token()
+    continued = np.array([generator.get_sequence(b) for b in range(prompt.shape[0])])
+    prefix = continued[:, : prompt.shape[1] + 30 + extra.shape[1]]
+    fresh = greedy(og, og.Model(str(folders["shared"])), prefix, continued.shape[1])
+    np.testing.assert_array_equal(continued, np.array(fresh.sequences))
 
 
 def test_window_cache_computes_what_window_masking_does(folders):
