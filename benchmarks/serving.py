@@ -108,6 +108,7 @@ def worker_genai(args: argparse.Namespace) -> dict[str, float]:
         command += ["--threads", str(args.threads)]
     if args.no_prefix_cache:
         command += ["--prefix-cache-mb", "0"]
+    command += args.server_args.split()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     server = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -300,6 +301,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--engines", nargs="+", default=list(WORKERS), choices=list(WORKERS))
     parser.add_argument("--no-prefix-cache", action="store_true", help="genai without it")
+    parser.add_argument("--server-args", default="", help="more `genai serve` options")
     parser.add_argument("--json", type=Path, help="write all results here")
     parser.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -317,6 +319,8 @@ def main() -> None:
                 command += ["--threads", str(args.threads)]
             if args.no_prefix_cache:
                 command += ["--no-prefix-cache"]
+            if args.server_args:
+                command += ["--server-args", args.server_args]
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
             if out.returncode != 0:

@@ -167,6 +167,13 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
         "--prefix-cache-mb", type=int, default=256, metavar="MB", help="prompt-prefix KV cache"
     )
     serve.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
+    serve.add_argument(
+        "--switch-interval",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="set Python's GIL switch interval (default: keep Python's 0.005)",
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
     ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
@@ -243,6 +250,7 @@ def _serve(args: argparse.Namespace) -> int:
         request_timeout=args.timeout,
         prefill_chunk=args.prefill_chunk,
         prefix_cache_mb=args.prefix_cache_mb,
+        switch_interval=args.switch_interval or None,
     )
     print(
         f"genai serve: {engine.model_name} on http://{args.host}:{args.port}/v1 "
