@@ -9,6 +9,7 @@ weights with window-masked full-length caches (``window_cache=False``) and again
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -19,7 +20,13 @@ from onnx import numpy_helper
 
 import genai
 from genai.errors import ConfigError, GenerationError
-from genai.kv_cache import check_relayout, relayout, resident_rows
+from genai.kv_cache import (
+    check_relayout,
+    relayout,
+    resident_rows,
+    window_capacity,
+    window_capacity_for,
+)
 from genai.testing.models import write_gqa_decoder
 from tests.parity import assert_same_run, greedy
 
@@ -239,6 +246,27 @@ def test_window_capacity(folders, folder, max_length, capacity):
     generator.append_tokens(PROMPT[:4])
     assert generator.get_output("present.0.key").shape[2] == capacity
     assert generator.get_output("present.1.key").shape[2] == max_length
+
+
+def test_window_capacity_per_provider(folders):
+    """The reference's per-provider sizes: CPU W + 16, CUDA and TensorRT-RTX exactly W (their
+    kernels), others full length; cache_slack overrides the default; a provider may say."""
+    io = genai.Model(folders["shared"]).io
+
+    class Provider:
+        def __init__(self, name: str, **attrs: int) -> None:
+            self.name = name
+            self.__dict__.update(attrs)
+
+    assert window_capacity(io, Provider("cpu"), 1000) == WINDOW + 16
+    assert window_capacity(io, Provider("cuda"), 1000) == WINDOW
+    assert window_capacity(io, Provider("NvTensorRtRtx"), 1000) == WINDOW
+    assert window_capacity(io, Provider("DML"), 1000) == 0
+    assert window_capacity_for(io, Provider("DML"), 1000) == 1000
+    assert window_capacity(io, Provider("plugin", kv_window_slack=3), 1000) == WINDOW + 3
+    sized = dataclasses.replace(io, window_slack=5)
+    assert window_capacity(sized, Provider("cpu"), 1000) == WINDOW + 5
+    assert window_capacity(dataclasses.replace(io, window_layers=()), Provider("cpu"), 100) == 0
 
 
 def test_slack_from_the_config_matches_the_reference(folders):
