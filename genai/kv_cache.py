@@ -155,6 +155,23 @@ class KVCache:
         """Make room for ``needed`` positions; returns the capacity (-1: unlimited)."""
         return -1
 
+    io: DecoderIO
+    #: Rows (batch entries x beams) and, per cache tensor, whether its layer is windowed.
+    batch: int
+    _windowed: list[bool]
+
+    def used_bytes(self, positions: int) -> int:
+        """Bytes that ``positions`` positions per row occupy in every cache tensor; a
+        sliding-window layer holds only its resident ones (`resident_rows`)."""
+        io = self.io
+        per_position = self.batch * io.kv_heads * io.head_size * io.kv_dtype.itemsize
+        if io.combined_kv:
+            per_position *= 2  # past_%d holds K and V
+        held = positions
+        if any(self._windowed):
+            held = resident_rows(positions, self.window_capacity, io.window_size)
+        return sum((held if windowed else positions) * per_position for windowed in self._windowed)
+
     def export(self, positions: int) -> list[np.ndarray]:
         """Copies of every cache tensor's first ``positions`` positions (a snapshot; batch 1).
         A sliding-window layer's tensor holds its resident positions before ``positions``."""
@@ -418,6 +435,7 @@ class GrowingKVCache(KVCache):
     ) -> None:
         self.io = io
         self.session = session
+        self.batch = batch
         self.device_memory = device_memory
         if window_capacity is None:
             window_capacity = _default_window_capacity(io)

@@ -102,3 +102,17 @@ def test_real_model_at_full_context_allocates_what_it_uses(smollm2_path):
     full = 2 * io.num_layers * io.kv_heads * 8192 * io.head_size * 4
     assert generator.kv_cache_bytes <= 1.5 * generator.kv_cache_used_bytes + full / 64
     assert generator.kv_cache_bytes < full / 10
+
+
+@pytest.mark.parametrize("case", ["gqa", "gqa-noshare", "gpt2"])
+def test_used_bytes_agree_with_the_generator(fixture_folders, case):
+    """`KVCache.used_bytes` (what sliding-window layers need) equals the Generator's count on
+    models without windows."""
+    model = genai.Model(fixture_folders[case])
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=40, batch_size=2)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(BATCH)
+    generator.generate_until_done(9)
+    computed = generator._loop.computed
+    assert generator._kv.used_bytes(computed) == generator.kv_cache_used_bytes > 0

@@ -213,6 +213,24 @@ def test_local_layers_hold_window_plus_slack(folders, layout):
     assert generator.kv_cache_bytes == expected
 
 
+@pytest.mark.parametrize("layout", ["shared", "growing"])
+def test_used_bytes_count_resident_positions(folders, layout):
+    model = genai.Model(folders[layout])
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=MAX_LENGTH)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(PROMPT)
+    generator.generate_until_done(50)
+    computed = generator.token_count() - 1
+    unit = per_position_bytes(model)
+    held = resident_rows(computed, CAPACITY, WINDOW)
+    assert held < CAPACITY < computed
+    assert generator._kv.used_bytes(computed) == unit * (2 * held + 2 * computed)
+    plain = genai.Model(folders["global"])
+    other = genai.Generator(plain, genai.GeneratorParams(plain))
+    assert other._kv.used_bytes(computed) == unit * LAYERS * computed
+
+
 def layer_shared(layout: str) -> bool:
     return layout == "shared"
 
