@@ -338,8 +338,8 @@ class SharedKVCache(KVCache):
                 if previous is not None and previous.shape[2] == size:
                     buf = previous  # a windowed layer at its full capacity: nothing to do
                 else:
-                    buf = self.provider.allocate((self.batch, io.kv_heads, size, io.head_size),
-                                                 io.kv_dtype)  # fmt: skip
+                    shape = (self.batch, io.kv_heads, size, io.head_size)
+                    buf = self.provider.allocate(shape, io.kv_dtype)
                     # (a windowed buffer below its final capacity has evicted nothing yet)
                     if previous is not None and filled:
                         keep = min(filled, previous.shape[2])
@@ -449,10 +449,10 @@ class GrowingKVCache(KVCache):
         windowed = set(io.window_layers) if window_capacity and not io.combined_kv else set()
         layers = (*range(len(io.past_keys)), *range(len(io.past_values)))
         self._windowed = [layer in windowed for layer in layers]
+        window_shape = (batch, io.kv_heads, window_capacity, io.head_size)
         for name, is_windowed in zip(self.pasts, self._windowed, strict=True):
-            shape = (batch, io.kv_heads, window_capacity, io.head_size)
-            session.bind_input(name, np.zeros(shape if is_windowed else self._empty_shape,
-                                              io.kv_dtype))  # fmt: skip
+            shape = window_shape if is_windowed else self._empty_shape
+            session.bind_input(name, np.zeros(shape, io.kv_dtype))
         for name in self.presents:
             session.bind_output_to_device(name, device_memory)
         self._present_to_past = dict(self.handover)
@@ -559,9 +559,15 @@ def make_kv_cache(
     windows = window_capacity_for(io, provider, max_length)
     if share_buffer and "shared" in provider.capabilities.kv_layouts:
         return SharedKVCache(
-            io, provider, session, batch, max_length, initial_capacity, growth_factor,
+            io,
+            provider,
+            session,
+            batch,
+            max_length,
+            initial_capacity,
+            growth_factor,
             window_capacity=windows,
-        )  # fmt: skip
+        )
     return GrowingKVCache(
         io, session, batch, provider.placement.kv_cache != "cpu", window_capacity=windows
     )
