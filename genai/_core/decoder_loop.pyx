@@ -264,8 +264,7 @@ cdef class DecoderLoop:
             for i in range(kept):
                 counts[b] += load_index(self.mask_buf, wide, b * old + i) != 0
         if self.kv_rewind is not None:
-            before = np.asarray(self._arrays["next_position"]).copy()
-            self.kv_rewind(before, after)
+            self.kv_rewind(self.row_tokens(), after)
         self.length = length
         self.computed = computed
         if self.batch > 1 and kept < old:
