@@ -585,7 +585,6 @@ class Generator:
 
     @property
     def kv_cache_used_bytes(self) -> int:
-        """Bytes of the KV cache the tokens so far occupy (every layer, K and V)."""
-        io = self._io
-        per_token = 2 * io.num_layers * io.kv_heads * io.head_size * io.kv_dtype.itemsize
-        return self.rows * self._loop.computed * per_token
+        """Bytes of the KV cache the tokens so far occupy (every layer, K and V; a
+        sliding-window layer only its resident positions)."""
+        return self._kv.used_bytes(self._loop.computed)
