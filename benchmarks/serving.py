@@ -320,7 +320,7 @@ def main() -> None:
             if args.no_prefix_cache:
                 command += ["--no-prefix-cache"]
             if args.server_args:
-                command += ["--server-args", args.server_args]
+                command += [f"--server-args={args.server_args}"]
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
             if out.returncode != 0:

@@ -174,6 +174,12 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
         metavar="S",
         help="set Python's GIL switch interval (default: keep Python's 0.005)",
     )
+    serve.add_argument(
+        "--no-overlap",
+        action="store_true",
+        help="run prefill chunks and decode steps one after the other (default: at the "
+        "same time, on two threads)",
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
     ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
@@ -251,6 +257,7 @@ def _serve(args: argparse.Namespace) -> int:
         prefill_chunk=args.prefill_chunk,
         prefix_cache_mb=args.prefix_cache_mb,
         switch_interval=args.switch_interval or None,
+        overlap_prefill=not args.no_overlap,
     )
     print(
         f"genai serve: {engine.model_name} on http://{args.host}:{args.port}/v1 "

@@ -60,6 +60,7 @@ class ServeEngine:
         prefix_cache_mb: int = 256,
         initial_capacity: int = 256,
         switch_interval: float | None = None,
+        overlap_prefill: bool = True,
     ) -> None:
         if max_slots < 2:
             raise ValueError("max_slots must be >= 2")
@@ -82,6 +83,7 @@ class ServeEngine:
             request_timeout=request_timeout,
             prefill_chunk=prefill_chunk,
             prefix_cache_bytes=prefix_cache_mb << 20,
+            overlap_prefill=overlap_prefill,
             metrics=self.metrics,
         )
         self.created = int(time.time())

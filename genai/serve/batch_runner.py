@@ -85,6 +85,8 @@ class SlotBatchRunner(BatchRunner):
     """Continuous batching over one shared-buffer GQA session (see the module docstring)."""
 
     batched = True
+    #: Set while a prefill and a decode run at the same time: growing would move buffers.
+    frozen = False
 
     def __init__(
         self,
@@ -122,9 +124,12 @@ class SlotBatchRunner(BatchRunner):
         self.capacity = 0
         self._version = 0
         self._allocate(min(self.max_length, max(block, initial_capacity)))
-        # Inputs and outputs, allocated once for the largest shapes and bound as prefixes.
-        self._ids = np.zeros(max(max_slots, max_chunk), io.id_dtype)
+        # Inputs and outputs, allocated once for the largest shapes and bound as prefixes;
+        # prefill and decode have their own (they may run at the same time, on two threads).
+        self._ids = np.zeros(max_slots, io.id_dtype)
+        self._prefill_ids = np.zeros(max_chunk, io.id_dtype)
         self._mask = np.zeros(0, io.mask_dtype)
+        self._prefill_mask = np.zeros(0, io.mask_dtype)
         self._grow_mask()
         self._decode_logits = np.zeros((max_slots, self.vocab_size), io.logits_dtype)
         self._prefill_logits = np.zeros((max_chunk, self.vocab_size), io.logits_dtype)
@@ -146,12 +151,16 @@ class SlotBatchRunner(BatchRunner):
         self._version += 1
 
     def _grow_mask(self) -> None:
-        self._mask = np.ones(self.max_slots * (self.capacity + 1), self.io.mask_dtype)
+        self._mask = np.ones(self.max_slots * self.capacity, self.io.mask_dtype)
+        self._prefill_mask = np.ones(self.capacity, self.io.mask_dtype)
 
     def ensure(self, needed: int) -> None:
-        """Grow every slot's capacity to at least ``needed`` positions."""
+        """Grow every slot's capacity to at least ``needed`` positions (not while a run is in
+        flight: call it before running prefill and decode at the same time)."""
         if needed <= self.capacity:
             return
+        if self.frozen:
+            raise RuntimeError("KV buffers cannot grow while runs are in flight")
         if needed > self.max_length:
             raise ValueError(f"{needed} positions exceed the context length {self.max_length}")
         target = max(needed, int(self.capacity * self.growth_factor))
@@ -176,28 +185,40 @@ class SlotBatchRunner(BatchRunner):
             raise ValueError(f"a prefill chunk holds 1..{self.max_chunk} tokens, got {count}")
         past = int(self.lengths[slot])
         total = past + count
-        self.ensure(total)
+        self.ensure(total + 1)  # the last position stays free for decode filler rows
         session = self._prefill
         if self._prefill_bound != (slot, self._version):
             self._bind_kv(session, slice(slot, slot + 1))
             self._prefill_bound = (slot, self._version)
         io = self.io
-        self._ids[:count] = tokens
-        session.bind_input(io.input_ids, self._ids, (1, count))
-        if io.attention_mask is not None:
-            session.bind_input(io.attention_mask, self._mask, (1, total))
+        self._prefill_ids[:count] = tokens
+        session.bind_input(io.input_ids, self._prefill_ids, (1, count))
+        session.bind_input(io.attention_mask, self._prefill_mask, (1, total))
         session.bind_output(io.logits, self._prefill_logits, (1, count, self.vocab_size))
         session.run()
         self.lengths[slot] = total
         return self._prefill_logits[count - 1].astype(np.float32, copy=False)
 
     def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
+        """See `BatchRunner.decode`. A filler row (``advance[b]`` False) attends to its whole
+        slot and writes its K/V at the slot's last position, which a prefill never uses (it
+        keeps one free): a prefill of that slot may run at the same time on another thread.
+        Only the advancing rows' lengths are read and updated."""
         rows = len(tokens)
         if not 0 < rows <= self.max_slots:
             raise ValueError(f"decode needs 1..{self.max_slots} rows, got {rows}")
-        lengths = self.lengths[:rows]
-        width = int(lengths.max()) + 1
-        self.ensure(width)
+        moving = np.ones(rows, bool) if advance is None else np.asarray(advance[:rows], bool)
+        real = np.flatnonzero(moving)
+        if real.size == 0:
+            raise ValueError("decode needs at least one advancing row")
+        lengths = self.lengths[:rows].copy()
+        if real.size < rows:
+            self.ensure(int(lengths[real].max()) + 2)
+            width = self.capacity
+            lengths[~moving] = width - 1
+        else:
+            width = int(lengths.max()) + 1
+            self.ensure(width)
         session = self._decode
         if self._decode_bound != (rows, self._version):
             self._bind_kv(session, slice(0, rows))
@@ -211,11 +232,7 @@ class SlotBatchRunner(BatchRunner):
         session.bind_input(io.attention_mask, mask)
         session.bind_output(io.logits, self._decode_logits, (rows, 1, self.vocab_size))
         session.run()
-        mask[:] = 1  # prefill binds prefixes of the same buffer as all ones
-        if advance is None:
-            self.lengths[:rows] += 1
-        else:
-            self.lengths[:rows] += np.asarray(advance[:rows], bool)
+        self.lengths[real] += 1
         return self._decode_logits[:rows].astype(np.float32, copy=False)
 
     # --- slots ----------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ free KV slots of a `BatchRunner` at step boundaries. Each iteration it
 4. runs one decode step for every slot that is generating, in one batched model run, and
    samples each row with its own options, RNG stream, logit bias and grammar constraint.
 
+Steps 3 and 4 run at the same time, the prefill on a second thread, when both have work (the
+newcomers' slots are filler rows of that decode step, which never touch a prefill's
+positions; see `SlotBatchRunner.decode`).
+
 Results go back to the asyncio side through ``loop.call_soon_threadsafe`` into a per-request
 `asyncio.Queue` (`RequestHandle`). The model runs release the GIL, so the event loop keeps
 serving HTTP while a step runs.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -266,6 +271,7 @@ class Scheduler:
         prefill_chunk: int = 64,
         prefill_budget: int = 64,
         prefix_cache_bytes: int = 256 << 20,
+        overlap_prefill: bool = True,
         metrics: Any = None,
     ) -> None:
         self.runner = runner
@@ -283,6 +289,9 @@ class Scheduler:
             else None
         )
         self.metrics = metrics
+        #: Run prefill chunks on a second thread while the decode step runs.
+        self.overlap_prefill = overlap_prefill and runner.batched
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._waiting: collections.deque[_Sequence] = collections.deque()
         self._active: list[_Sequence] = []  # index == slot
         self._cond = threading.Condition()
@@ -309,6 +318,10 @@ class Scheduler:
         """Start the scheduler thread."""
         if self._thread is None:
             self._stopping = False
+            if self.overlap_prefill and self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="genai-prefill"
+                )
             self._thread = threading.Thread(target=self._run, name="genai-scheduler", daemon=True)
             self._thread.start()
 
@@ -320,6 +333,9 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def submit(
         self,
@@ -404,17 +420,49 @@ class Scheduler:
                 seq.handle._put(Event(seq.request.index, finish_reason="error", error=str(exc)))
         if self.metrics is not None:
             self.metrics.set_load(len(self._waiting), len(self._active))
-        # 3. prefill chunks of the oldest newcomers, up to the per-step token budget
-        budget = self.prefill_budget
-        while budget > 0:
-            newcomers = [s for s in self._active if s.prefilling and s.finished is None]
-            if not newcomers:
-                break
-            budget -= self._prefill_chunk(min(newcomers, key=lambda s: (s.enqueued, s.slot)))
-        # 4. one decode step for every generating slot
+        # 3. prefill chunks of the oldest newcomers (up to the per-step token budget) and
+        # 4. one decode step for every generating slot: at the same time on two threads when
+        # both have work (the prefill's slots are filler rows of the decode step)
+        plan = self._plan_prefill()
         decoding = [s for s in self._active if not s.prefilling and s.finished is None]
-        if decoding:
-            self._decode_step()
+        inputs = self._decode_inputs(decoding) if decoding else None
+        needed = 0
+        if inputs is not None:
+            real = np.flatnonzero(inputs[1])
+            needed = int(self.runner.lengths[real].max()) + 2
+        planned: dict[int, int] = {}
+        for seq, count in plan:
+            planned[seq.slot] = planned.get(seq.slot, int(self.runner.lengths[seq.slot])) + count
+            needed = max(needed, planned[seq.slot] + 1)
+        if needed and hasattr(self.runner, "ensure"):
+            self.runner.ensure(min(needed, self.runner.max_length))
+        prefilled: list[tuple[_Sequence, np.ndarray]] = []
+        logits = None
+        if plan and inputs is not None and self._pool is not None:
+            self.runner.frozen = True
+            try:
+                future = self._pool.submit(self._run_prefill, plan)
+                try:
+                    logits = self.runner.decode(*inputs)
+                finally:
+                    prefilled = future.result()
+            finally:
+                self.runner.frozen = False
+        else:
+            if plan:
+                prefilled = self._run_prefill(plan)
+            if inputs is not None:
+                logits = self.runner.decode(*inputs)
+        for seq, last in prefilled:
+            # the prompt (or forced tokens) is in: choose the next token
+            seq.prefilling = False
+            if self.prefix_cache is not None and seq.generated == 0:
+                self._remember_prefix(seq)
+            self._choose_safely(seq, last.reshape(1, -1))
+        if logits is not None:
+            self.decode_rows += len(decoding)
+            for seq in decoding:
+                self._choose_safely(seq, logits[seq.slot : seq.slot + 1])
         self._release_finished()
         if self.metrics is not None:
             self.metrics.set_load(len(self._waiting), len(self._active))
@@ -467,28 +515,44 @@ class Scheduler:
             if self.metrics is not None:
                 self.metrics.prefix_hit(cached)
 
-    def _prefill_chunk(self, seq: _Sequence) -> int:
-        """Feed the next chunk of ``seq``'s pending tokens; returns how many."""
-        runner = self.runner
-        if not seq.looked_up:
-            self._reuse_prefix(seq)
-        done = int(runner.lengths[seq.slot])
-        count = min(len(seq.pending), self.prefill_chunk)
-        if len(seq.pending) - count == 1:
-            count -= 1  # never leave a one-token chunk (see the module docstring)
-        if done + len(seq.pending) > runner.max_length:
-            self._finish(seq, "length")
-            return 0
-        logits = runner.prefill(seq.slot, seq.pending[:count])
-        seq.pending = seq.pending[count:]
-        if len(seq.pending):
-            return count
-        # the prompt (or forced tokens) is in: choose the next token
-        seq.prefilling = False
-        if self.prefix_cache is not None and seq.generated == 0:
-            self._remember_prefix(seq)
-        self._choose_safely(seq, logits.reshape(1, -1))
-        return count
+    def _plan_prefill(self) -> list[tuple[_Sequence, int]]:
+        """The prefill chunks of this iteration: (sequence, token count), oldest newcomers
+        first, at most ``prefill_budget`` tokens (at least one chunk)."""
+        plan: list[tuple[_Sequence, int]] = []
+        budget = self.prefill_budget
+        newcomers = sorted(
+            (s for s in self._active if s.prefilling and s.finished is None),
+            key=lambda s: (s.enqueued, s.slot),
+        )
+        for seq in newcomers:
+            if budget <= 0:
+                break
+            if not seq.looked_up:
+                self._reuse_prefix(seq)
+            filled = int(self.runner.lengths[seq.slot])
+            if filled + len(seq.pending) > self.runner.max_length:
+                self._finish(seq, "length")
+                continue
+            left = len(seq.pending)
+            while left and budget > 0:
+                count = min(left, self.prefill_chunk)
+                if left - count == 1:
+                    count -= 1  # never leave a one-token chunk (see the module docstring)
+                plan.append((seq, count))
+                left -= count
+                budget -= count
+        return plan
+
+    def _run_prefill(self, plan: list[tuple[_Sequence, int]]) -> list[tuple[_Sequence, np.ndarray]]:
+        """Run the planned chunks; the logits of the sequences whose pending tokens are all
+        in (copies). May run on the prefill thread: touches only the planned sequences."""
+        done = []
+        for seq, count in plan:
+            logits = self.runner.prefill(seq.slot, seq.pending[:count])
+            seq.pending = seq.pending[count:]
+            if not len(seq.pending):
+                done.append((seq, logits.copy()))
+        return done
 
     def _remember_prefix(self, seq: _Sequence) -> None:
         prompt = np.asarray(seq.request.prompt, np.int32)
@@ -499,25 +563,17 @@ class Scheduler:
         if kv is not None:
             cache.add(prompt, kv)
 
-    def _decode_step(self) -> None:
-        runner = self.runner
-        active = self._active
-        rows = 1 + max(
-            (s.slot for s in active if not s.prefilling and s.finished is None), default=0
-        )
-        if rows < 2 and runner.batched:
-            rows = min(2, runner.max_slots)  # see the module docstring: never a 1-row step
+    def _decode_inputs(self, decoding: list[_Sequence]) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens and advance flags of a decode step over slots 0..max(decoding slot)."""
+        rows = 1 + max(s.slot for s in decoding)
+        if rows < 2 and self.runner.batched:
+            rows = min(2, self.runner.max_slots)  # see the module docstring: never a 1-row step
         tokens = np.zeros(rows, np.int64)
         advance = np.zeros(rows, bool)
-        for seq in active:
-            if not seq.prefilling and seq.finished is None:
-                tokens[seq.slot] = seq.next_token
-                advance[seq.slot] = True
-        logits = runner.decode(tokens, advance)
-        self.decode_rows += int(advance.sum())
-        for seq in active:
-            if seq.slot < rows and advance[seq.slot]:
-                self._choose_safely(seq, logits[seq.slot : seq.slot + 1])
+        for seq in decoding:
+            tokens[seq.slot] = seq.next_token
+            advance[seq.slot] = True
+        return tokens, advance
 
     def _choose_safely(self, seq: _Sequence, logits: np.ndarray) -> None:
         """`_choose`; a failure (e.g. a grammar that cannot continue) ends only this
