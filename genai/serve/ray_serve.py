@@ -44,7 +44,6 @@ ENGINE_OPTIONS = (
 )
 
 
-@serve.ingress()
 class GenaiReplica:
     """One replica: loads the model folder and serves the FastAPI app of `create_app`
     (Ray runs the app's lifespan, which starts and stops the replica's scheduler)."""
@@ -57,6 +56,15 @@ class GenaiReplica:
 
     def __serve_build_asgi_app__(self) -> Any:
         return create_app(self.engine)
+
+
+try:  # late-bound ingress: the app is built per replica, after __init__ loaded the model
+    GenaiReplica = serve.ingress()(GenaiReplica)  # type: ignore[misc]
+except (TypeError, ValueError) as exc:  # pragma: no cover - depends on the Ray version
+    raise ImportError(
+        "genai.serve.ray_serve needs a Ray Serve whose serve.ingress() takes no app "
+        f"(__serve_build_asgi_app__; tested with ray 2.60): {exc}"
+    ) from exc
 
 
 def deployment_options(
