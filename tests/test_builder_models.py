@@ -263,3 +263,36 @@ def test_folder_files_and_tokenizer(ckpt):
     )
     assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert tok.decode(tok.encode(text)) == text.replace("<|im_start|>", "")  # specials skipped
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3_text"])
+def test_window_cache_build_keeps_tokens_and_shrinks_local_caches(ckpt, tmp_path, arch):
+    """`build(window_cache=True)` gives the sliding-window layers window-sized caches (the
+    GroupQueryAttention compacts them) and writes the config block that sizes them: greedy
+    tokens past the window equal the plain build's, in our engine and in the reference."""
+    og = pytest.importorskip("onnxruntime_genai")
+    if not ARCH_CONFIGS[arch].get("sliding_window"):
+        pytest.skip(f"{arch} fixture has no sliding window")
+    plain = ckpt.built(arch, "hf")
+    windowed = build(ckpt.source(arch, "hf"), tmp_path / "w", precision="fp32", window_cache=True)
+    block = json.loads((windowed / "genai_config.json").read_text())["model"]["decoder"][
+        "sliding_window"
+    ]
+    assert block["window_size"] == ARCH_CONFIGS[arch]["sliding_window"] and block["layers"]
+    length = len(PROMPT) + 24  # well past the window
+    want = greedy(genai, genai.Model(plain), PROMPT_IDS, length)
+    mine = greedy(genai, genai.Model(windowed), PROMPT_IDS, length)
+    theirs = greedy(og, og.Model(str(windowed)), PROMPT_IDS, length)
+    assert_same_run(mine, want)
+    assert_same_run(mine, theirs)
+    model = genai.Model(windowed)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=length)
+    gen = genai.Generator(model, params)
+    gen.append_tokens(PROMPT_IDS)
+    gen.generate_until_done()
+    full = genai.Generator(genai.Model(plain), params)
+    full.append_tokens(PROMPT_IDS)
+    full.generate_until_done()
+    # past window + slack (8 + 16 positions) the local layers stop growing
+    assert gen.kv_cache_used_bytes < full.kv_cache_used_bytes

@@ -37,13 +37,25 @@ def _as_list(value: Any) -> list[int]:
     return [int(value)]
 
 
-def genai_config(spec: ModelSpec, eos: list[int] | None = None) -> dict[str, Any]:
-    """The ``genai_config.json`` document for a model built from ``spec``."""
+def genai_config(
+    spec: ModelSpec, eos: list[int] | None = None, window_cache: bool = False
+) -> dict[str, Any]:
+    """The ``genai_config.json`` document for a model built from ``spec`` (with the
+    ``sliding_window`` block when ``window_cache`` gave its local layers window caches)."""
     eos_ids = eos or _as_list(spec.eos_token_id)
     if not eos_ids:
         raise BuildError("the checkpoint names no eos_token_id")
     pad = spec.pad_token_id if spec.pad_token_id is not None else eos_ids[0]
     bos = spec.bos_token_id if spec.bos_token_id is not None else eos_ids[0]
+    decoder_extra: dict[str, Any] = {}
+    local = [i for i, sliding in enumerate(spec.sliding_layers) if sliding]
+    if window_cache and spec.sliding_window and local:
+        decoder_extra["sliding_window"] = {
+            "window_size": int(spec.sliding_window),
+            "slide_key_value_cache": False,
+            "slide_inputs": False,
+            "layers": local,
+        }
     return {
         "model": {
             "bos_token_id": int(bos),
@@ -67,6 +79,7 @@ def genai_config(spec: ModelSpec, eos: list[int] | None = None) -> dict[str, Any
                 "num_attention_heads": spec.num_heads,
                 "num_hidden_layers": spec.num_layers,
                 "num_key_value_heads": spec.num_kv_heads,
+                **decoder_extra,
             },
             "eos_token_id": eos_ids[0] if len(eos_ids) == 1 else eos_ids,
             "pad_token_id": int(pad),
@@ -122,12 +135,17 @@ def build(
     *,
     precision: str = "int4",
     all_logits: bool = False,
+    window_cache: bool = False,
     stage: StageFactory | None = None,
 ) -> Path:
     """Build the model folder ``out_dir`` from a GGUF file or a Hugging Face folder.
 
     ``precision``: ``"int4"`` (MatMulNBits, block 32), ``"fp16"`` or ``"fp32"``.
     ``all_logits``: keep logits for every position (default: the last real token only).
+    ``window_cache``: sliding-window layers (Gemma-2/3) keep window-sized KV caches (their
+    GroupQueryAttention compacts them; both engines then size those caches from the config's
+    ``sliding_window`` block). Off by default: such graphs need the shared-buffer layout in the
+    reference and cannot start from an empty past.
     ``stage``: optional progress reporter (see :data:`StageFactory`).
     """
     source = open_source(input_path)
@@ -135,11 +153,18 @@ def build(
     out.mkdir(parents=True, exist_ok=True)
     spec = source.spec
     update = stage("weights", spec.num_layers + 2) if stage else None
-    write_onnx(source, out, precision=precision, all_logits=all_logits, progress=update)
+    write_onnx(
+        source,
+        out,
+        precision=precision,
+        all_logits=all_logits,
+        progress=update,
+        window_cache=window_cache,
+    )
     tok_update = stage("tokenizer", 1) if stage else None
     _write_tokenizer(source, out)
     eos = _hf_eos(source) if isinstance(source, HFSource) else None
-    config = genai_config(spec, eos)
+    config = genai_config(spec, eos, window_cache)
     (out / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
     if tok_update:
         tok_update(1, 1)

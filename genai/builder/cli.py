@@ -33,6 +33,11 @@ def add_build_commands(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="output logits for every position (default: the last token only, faster prefill)",
     )
+    b.add_argument(
+        "--window-cache",
+        action="store_true",
+        help="sliding-window layers keep window-sized KV caches (Gemma-2/3; less memory)",
+    )
     b.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     b.set_defaults(handler=_build)
 
@@ -59,6 +64,7 @@ def _build(args: argparse.Namespace) -> int:
         args.output,
         precision=args.precision,
         all_logits=args.all_logits,
+        window_cache=args.window_cache,
         stage=reporter.stage if reporter else None,
     )
     if reporter:

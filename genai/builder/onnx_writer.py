@@ -85,8 +85,11 @@ class _GraphWriter(GraphBuilder):
 class _Decoder:
     """Emits the decoder for one spec/precision into a :class:`_GraphWriter`."""
 
-    def __init__(self, g: _GraphWriter, spec: ModelSpec, precision: str) -> None:
+    def __init__(
+        self, g: _GraphWriter, spec: ModelSpec, precision: str, window_cache: bool = False
+    ) -> None:
         self.g, self.spec, self.precision = g, spec, precision
+        self.window_cache = window_cache
         self.ft = g.float_type
 
     # -- building blocks -------------------------------------------------------------------
@@ -357,6 +360,9 @@ class _Decoder:
             rotary_interleaved=0,
             local_window_size=window,
             softcap=float(s.attn_softcap),
+            # Window-sized caches the op compacts itself (the reference's CPU/CUDA export);
+            # genai_config's sliding_window block sizes them.
+            **({"sliding_window_cache": 1} if window > 0 and self.window_cache else {}),
         )[0]
         return self.linear(out, w["o"], f"{p}.attn.o_proj")
 
@@ -369,8 +375,10 @@ def write_onnx(
     all_logits: bool = False,
     progress: Progress | None = None,
     filename: str = "model.onnx",
+    window_cache: bool = False,
 ) -> Path:
-    """Write ``out_dir/model.onnx`` (+ ``model.onnx.data``) for ``source``; returns its path."""
+    """Write ``out_dir/model.onnx`` (+ ``model.onnx.data``) for ``source``; returns its path.
+    ``window_cache``: sliding-window layers keep window-sized caches (``sliding_window_cache``)."""
     if precision not in PRECISIONS:
         raise BuildError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     out = Path(out_dir)
@@ -379,7 +387,7 @@ def write_onnx(
     float_type = TensorProto.FLOAT16 if precision == "fp16" else TensorProto.FLOAT
     g = _GraphWriter(out / f"{filename}.data", float_type)
     try:
-        _Decoder(g, source.spec, precision).build(source, all_logits, progress)
+        _Decoder(g, source.spec, precision, window_cache).build(source, all_logits, progress)
     finally:
         g.finish()
     model = g.model()
