@@ -80,3 +80,22 @@ def test_two_replicas_serve_the_openai_api(ray_app):
     assert len(pids) == 2
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=name, messages=[], max_tokens=2)
+
+
+def test_build_app_options():
+    """Fixed replicas, autoscaling bounds and engine options reach the deployment."""
+    from genai.serve.ray_serve import build_app, deployment_options
+
+    assert deployment_options(num_replicas=3)["num_replicas"] == 3
+    auto = deployment_options(min_replicas=2, max_replicas=6)["autoscaling_config"]
+    assert auto == {"min_replicas": 2, "max_replicas": 6, "target_ongoing_requests": 16.0}
+    app = build_app(
+        {"model": "/m", "min_replicas": "1", "max_replicas": "4", "threads": "2", "max_slots": 8}
+    )
+    deployment = app._bound_deployment
+    config = deployment._deployment_config
+    assert config.autoscaling_config.max_replicas == 4
+    assert deployment.ray_actor_options["num_cpus"] == 2.0
+    assert app._bound_deployment.init_args == ("/m", {"threads": 2, "max_slots": 8})
+    with pytest.raises(ValueError):
+        build_app({})
