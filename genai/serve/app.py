@@ -313,14 +313,16 @@ def _sampling(
     )
 
 
-def _limit(engine: ServeEngine, prompt_len: int, requested: int | None) -> int:
+def _limit(
+    engine: ServeEngine, prompt_len: int, requested: int | None, param: str = "messages"
+) -> int:
     if prompt_len == 0:
-        raise APIError("the prompt is empty", param="prompt")
+        raise APIError("the prompt is empty", param=param)
     room = engine.context_length - prompt_len
     if room < 1:
         raise APIError(
             f"the prompt has {prompt_len} tokens; the model's context is {engine.context_length}",
-            param="messages",
+            param=param,
             code="context_length_exceeded",
         )
     if requested is None:
@@ -357,13 +359,17 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     if body.response_format and tools:
         raise APIError("use either response_format or tools, not both", param="response_format")
-    try:
+
+    def render() -> np.ndarray:
         text = engine.tokenizer.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True
         )
+        return np.asarray(engine.tokenizer.encode(text), np.int32)
+
+    try:  # off the event loop: a long conversation takes a while to render and encode
+        ids = await asyncio.to_thread(render)
     except Exception as exc:
         raise APIError(f"could not apply the chat template: {exc}", param="messages") from None
-    ids = np.asarray(engine.tokenizer.encode(text), np.int32)
     try:
         n_logprobs = body.n_logprobs
     except ValueError as exc:
@@ -436,7 +442,7 @@ async def _prepare_completion(engine: ServeEngine, body: CompletionRequest) -> _
                 raise APIError("prompt token ids are outside the vocabulary", param="prompt")
             ids = ids.astype(np.int32)
         prompt_tokens += len(ids)
-        max_new = _limit(engine, len(ids), body.new_tokens_limit)
+        max_new = _limit(engine, len(ids), body.new_tokens_limit, "prompt")
         for i in range(body.n):
             index = p * body.n + i
             sequences.append(
