@@ -196,3 +196,53 @@ def test_event_loop_answers_during_generation(server):
     prober.join()
     assert len(latencies) >= 5
     assert sorted(latencies)[len(latencies) // 2] < 0.25
+
+
+def test_long_prompt_does_not_stall_running_streams(server):
+    """A ~1500-token prompt (several seconds of prefill) is fed in chunks between decode
+    steps: streams already running keep receiving tokens meanwhile."""
+    engine = server.engine
+    long_text = " ".join(f"Item {i} is a small red box." for i in range(180))
+    assert len(engine.tokenizer.encode(long_text)) > 1200
+    gaps: list[float] = []
+    started = threading.Event()
+
+    def running_stream():
+        body = {
+            "messages": [{"role": "user", "content": "Count from one to one hundred."}],
+            "max_tokens": 120,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        last = None
+        with httpx.stream(
+            "POST", server.url + "/v1/chat/completions", json=body, timeout=300
+        ) as reply:
+            for line in reply.iter_lines():
+                if line.startswith("data: "):
+                    now = time.perf_counter()
+                    if last is not None:
+                        gaps.append(now - last)
+                    last = now
+                    started.set()
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        streams = [pool.submit(running_stream) for _ in range(2)]
+        assert started.wait(60)
+        time.sleep(0.3)
+        t0 = time.perf_counter()
+        long = pool.submit(
+            httpx.post,
+            server.url + "/v1/completions",
+            json={"prompt": long_text, "max_tokens": 4, "temperature": 0},
+            timeout=300,
+        )
+        reply = long.result()
+        long_seconds = time.perf_counter() - t0
+        for s in streams:
+            s.result()
+    assert reply.status_code == 200
+    assert reply.json()["usage"]["prompt_tokens"] > 1200
+    assert long_seconds > 1.0  # the prefill really was long
+    assert max(gaps) < 1.0, f"a running stream stalled for {max(gaps):.2f} s"

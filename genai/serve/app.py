@@ -71,9 +71,9 @@ class ServeEngine:
         self.vocab_size = int(model.io.vocab_size)
         self.metrics = ServerMetrics()
         options: dict[str, int] = {"max_chunk": prefill_chunk}
+        if initial_capacity:
+            options["initial_capacity"] = initial_capacity
         self.runner = make_batch_runner(model, max_slots, **options)
-        if hasattr(self.runner, "ensure"):
-            self.runner.ensure(min(initial_capacity, self.context_length))
         eos = [int(e) for e in model.config.eos_token_ids]
         self.scheduler = Scheduler(
             self.runner,

@@ -13,8 +13,10 @@ capacity, head]`` buffer. Slot ``b`` is the contiguous block ``buffer[b]``: a pr
 as a batch-1 view; a decode step binds ``buffer[:n]``. Each row's past length comes from its
 own attention-mask row (GQA computes ``seqlens_k = sum(mask) - 1`` per row and writes the new
 entry there, rotary included), so rows of different lengths decode together without padding
-tokens. Capacity grows geometrically with the longest sequence. Active slots are kept compact
-(``0..n-1``): `release` moves the last slot into the freed one.
+tokens. Capacity (positions per slot) starts at ``initial_capacity`` and doubles as the
+longest sequence needs: the new buffers are fresh memory maps (no zero-filling pass) and only
+the positions each slot holds are copied. Active slots are kept compact (``0..n-1``): `release`
+moves the last slot into the freed one.
 
 `GeneratorBatchRunner` is the fallback for other layouts (separate past/present tensors,
 position_ids, combined K/V): one batch-1 `Generator` per slot, run one after another in a
@@ -23,16 +25,25 @@ decode step. Same interface and tokens, no batching speed-up.
 
 from __future__ import annotations
 
+import mmap
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from ..buffers import aligned_zeros
 
 if TYPE_CHECKING:
     from ..model import Model
 
 __all__ = ["BatchRunner", "GeneratorBatchRunner", "SlotBatchRunner", "make_batch_runner"]
+
+
+def _lazy_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A zeroed, page-aligned array from a fresh anonymous memory map: no zero-filling pass
+    (numpy's calloc'd zeros are written by glibc once its mmap threshold has grown), pages
+    come from the OS as they are first written."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    region = mmap.mmap(-1, max(1, count * dtype.itemsize))
+    return np.frombuffer(region, dtype, count=count).reshape(shape)
 
 
 class BatchRunner:
@@ -94,7 +105,7 @@ class SlotBatchRunner(BatchRunner):
         max_slots: int = 16,
         *,
         initial_capacity: int = 256,
-        growth_factor: float = 1.5,
+        growth_factor: float = 2.0,
         block: int = 64,
         max_chunk: int = 256,
     ) -> None:
@@ -123,7 +134,8 @@ class SlotBatchRunner(BatchRunner):
         self._buffers: list[np.ndarray] = []
         self.capacity = 0
         self._version = 0
-        self._allocate(min(self.max_length, max(block, initial_capacity)))
+        first = initial_capacity or self.max_length
+        self._allocate(min(self.max_length, max(block, first)))
         # Inputs and outputs, allocated once for the largest shapes and bound as prefixes;
         # prefill and decode have their own (they may run at the same time, on two threads).
         self._ids = np.zeros(max_slots, io.id_dtype)
@@ -140,12 +152,13 @@ class SlotBatchRunner(BatchRunner):
     def _allocate(self, capacity: int) -> None:
         io = self.io
         shape = (self.max_slots, io.kv_heads, capacity, io.head_size)
-        old, filled = self._buffers, self.capacity
+        old = self._buffers
+        used = [(b, int(n)) for b, n in enumerate(self.lengths) if n > 0]
         self._buffers = []
         for index in range(len(self._pairs)):
-            buf = aligned_zeros(shape, io.kv_dtype)
-            if old and filled:
-                buf[:, :, :filled, :] = old[index][:, :, :filled, :]
+            buf = _lazy_zeros(shape, io.kv_dtype)
+            for slot, n in used:  # only what the slots hold
+                buf[slot, :, :n, :] = old[index][slot, :, :n, :]
             self._buffers.append(buf)
         self.capacity = capacity
         self._version += 1
@@ -199,11 +212,13 @@ class SlotBatchRunner(BatchRunner):
         self.lengths[slot] = total
         return self._prefill_logits[count - 1].astype(np.float32, copy=False)
 
-    def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
-        """See `BatchRunner.decode`. A filler row (``advance[b]`` False) attends to its whole
-        slot and writes its K/V at the slot's last position, which a prefill never uses (it
-        keeps one free): a prefill of that slot may run at the same time on another thread.
-        Only the advancing rows' lengths are read and updated."""
+    def decode(
+        self, tokens: np.ndarray, advance: np.ndarray | None = None, filler_at: int = 0
+    ) -> np.ndarray:
+        """See `BatchRunner.decode`. A filler row (``advance[b]`` False) writes its K/V at
+        position ``max(filler_at, every row's length)`` of its slot, past anything the slot
+        holds: pass a ``filler_at`` beyond the positions a prefill running at the same time
+        (another thread) writes. Only the advancing rows' lengths are updated."""
         rows = len(tokens)
         if not 0 < rows <= self.max_slots:
             raise ValueError(f"decode needs 1..{self.max_slots} rows, got {rows}")
@@ -213,12 +228,10 @@ class SlotBatchRunner(BatchRunner):
             raise ValueError("decode needs at least one advancing row")
         lengths = self.lengths[:rows].copy()
         if real.size < rows:
-            self.ensure(int(lengths[real].max()) + 2)
-            width = self.capacity
-            lengths[~moving] = width - 1
-        else:
-            width = int(lengths.max()) + 1
-            self.ensure(width)
+            position = max(int(filler_at), int(lengths.max()))
+            lengths[~moving] = position
+        width = int(lengths.max()) + 1
+        self.ensure(width)
         session = self._decode
         if self._decode_bound != (rows, self._version):
             self._bind_kv(session, slice(0, rows))

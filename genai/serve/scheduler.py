@@ -433,7 +433,9 @@ class Scheduler:
         planned: dict[int, int] = {}
         for seq, count in plan:
             planned[seq.slot] = planned.get(seq.slot, int(self.runner.lengths[seq.slot])) + count
-            needed = max(needed, planned[seq.slot] + 1)
+            # room for the whole prompt at once: one growth, not one per chunk
+            whole = int(self.runner.lengths[seq.slot]) + len(seq.pending) + 1
+            needed = max(needed, planned[seq.slot] + 1, whole)
         if needed and hasattr(self.runner, "ensure"):
             self.runner.ensure(min(needed, self.runner.max_length))
         prefilled: list[tuple[_Sequence, np.ndarray]] = []
@@ -443,7 +445,7 @@ class Scheduler:
             try:
                 future = self._pool.submit(self._run_prefill, plan)
                 try:
-                    logits = self.runner.decode(*inputs)
+                    logits = self.runner.decode(*inputs, filler_at=needed - 1)
                 finally:
                     prefilled = future.result()
             finally:
