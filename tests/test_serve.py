@@ -220,6 +220,21 @@ def test_chat_completion(server, client):
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
 
 
+def test_repeated_prompt_reuses_cached_kv(server, client):
+    kwargs = {
+        "model": model_name(server),
+        "messages": [{"role": "user", "content": "the same question, asked twice"}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    first = client.chat.completions.create(**kwargs)
+    second = client.chat.completions.create(**kwargs)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    # all but the last two prompt tokens come from the cache (see the scheduler's docstring)
+    assert second.usage.prompt_tokens_details.cached_tokens == second.usage.prompt_tokens - 2
+    assert second.choices[0].message.content == first.choices[0].message.content
+
+
 def test_completion_and_token_prompt(server, client):
     engine = server.engine
     ids = engine.tokenizer.encode("abc def")

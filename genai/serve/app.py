@@ -141,7 +141,7 @@ class _Choice:
     logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
     finish_reason: str | None = None
     completion_tokens: int = 0
-    prompt_tokens: int = 0
+    cached_tokens: int = 0
     error: str | None = None
 
 
@@ -487,6 +487,7 @@ async def _collect(handle: Any, count: int) -> list[_Choice]:
         if event.finish_reason is not None:
             choice.finish_reason = event.finish_reason
             choice.completion_tokens = event.completion_tokens
+            choice.cached_tokens = event.cached_tokens
             choice.error = event.error
     return choices
 
@@ -524,10 +525,13 @@ async def _complete(
     _raise_for(engine, choices)
     engine.metrics.requests.labels("ok").inc()
     completion_tokens = sum(c.completion_tokens for c in choices)
+    n = prepared.body.n
     usage = {
         "prompt_tokens": prepared.prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prepared.prompt_tokens + completion_tokens,
+        # prompt tokens whose KV came from the prefix cache (each prompt's first choice)
+        "prompt_tokens_details": {"cached_tokens": sum(c.cached_tokens for c in choices[::n])},
     }
     created = int(time.time())
     if prepared.kind == "chat":
@@ -648,6 +652,7 @@ async def _stream(
     obj = "chat.completion.chunk" if chat else "text_completion"
     count = len(prepared.sequences)
     completion_tokens = [0] * count
+    cached_tokens = [0] * count
     started = [False] * count
     buffered = [[] for _ in range(count)]  # tool calls are sent whole at the end
     want_lp = body.n_logprobs is not None
@@ -700,6 +705,7 @@ async def _stream(
                 yield chunk(i, {"content": event.text} if chat else event.text, None, lp)
             if event.finish_reason is not None:
                 completion_tokens[i] = event.completion_tokens
+                cached_tokens[i] = event.cached_tokens
                 finish = event.finish_reason
                 if prepared.tools:
                     text = "".join(buffered[i])
@@ -726,6 +732,7 @@ async def _stream(
                         "prompt_tokens": prepared.prompt_tokens,
                         "completion_tokens": total,
                         "total_tokens": prepared.prompt_tokens + total,
+                        "prompt_tokens_details": {"cached_tokens": sum(cached_tokens[:: body.n])},
                     },
                 }
             )

@@ -36,7 +36,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import itertools
 import logging
 import threading
 import time
@@ -145,8 +144,6 @@ class RequestHandle:
         self._loop = loop
         self._remaining = count
         self.cancelled = False
-        self.created = time.monotonic()
-        self.first_token_at: float | None = None
 
     def _put(self, event: Event) -> None:  # scheduler thread
         try:
@@ -297,11 +294,10 @@ class Scheduler:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._counter = itertools.count()
         #: Tokens generated since start (all requests).
         self.generated_tokens = 0
+        #: Scheduler iterations so far.
         self.steps = 0
-        self.decode_rows = 0
 
     # --- public (asyncio side) -------------------------------------------------------------------
     @property
@@ -462,7 +458,6 @@ class Scheduler:
                 self._remember_prefix(seq)
             self._choose_safely(seq, last.reshape(1, -1))
         if logits is not None:
-            self.decode_rows += len(decoding)
             for seq in decoding:
                 self._choose_safely(seq, logits[seq.slot : seq.slot + 1])
         self._release_finished()
@@ -705,6 +700,7 @@ class Scheduler:
                     finish_reason=reason,
                     completion_tokens=seq.generated,
                     prompt_tokens=len(seq.request.prompt),
+                    cached_tokens=seq.cached,
                     error=error,
                 )
             )
