@@ -612,3 +612,35 @@ def test_fallback_runner_serves_other_layouts(fixture_folders):
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             replies = list(pool.map(ask, prompts))
     assert [r["choices"][0]["text"] for r in replies] == expected
+
+
+def test_a_request_that_fails_to_start_ends_alone(gqa_model):
+    """A request whose setup fails ends with finish_reason "error"; its slot is freed and
+    the request beside it completes."""
+    tokenizer = genai.Tokenizer(gqa_model)
+    runner = SlotBatchRunner(gqa_model, 2, initial_capacity=16)
+    scheduler = Scheduler(runner, tokenizer, [EOS])
+
+    def broken():
+        raise ValueError("no grammar today")
+
+    async def main():
+        prompt = np.array([5, 6, 7, 8], np.int32)
+        requests = [
+            GenerationRequest(prompt, 5, constraint_factory=broken, index=0),
+            GenerationRequest(prompt, 5, SamplingOptions(temperature=0.0), index=1),
+        ]
+        reasons = {}
+        async for event in scheduler.submit(requests):
+            if event.finish_reason:
+                reasons[event.index] = (event.finish_reason, event.error)
+        return reasons
+
+    scheduler.start()
+    try:
+        reasons = asyncio.run(main())
+    finally:
+        scheduler.shutdown()
+    assert reasons[0][0] == "error" and "no grammar today" in reasons[0][1]
+    assert reasons[1][0] == "length"
+    assert scheduler.running == 0

@@ -413,7 +413,7 @@ class Scheduler:
                 self._admit(seq)
             except Exception as exc:
                 log.exception("could not start a request")
-                seq.handle._put(Event(seq.request.index, finish_reason="error", error=str(exc)))
+                self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
         if self.metrics is not None:
             self.metrics.set_load(len(self._waiting), len(self._active))
         # 3. prefill chunks of the oldest newcomers (up to the per-step token budget) and
@@ -432,8 +432,9 @@ class Scheduler:
             # room for the whole prompt at once: one growth, not one per chunk
             whole = int(self.runner.lengths[seq.slot]) + len(seq.pending) + 1
             needed = max(needed, planned[seq.slot] + 1, whole)
+        needed = min(needed, self.runner.max_length)
         if needed and hasattr(self.runner, "ensure"):
-            self.runner.ensure(min(needed, self.runner.max_length))
+            self.runner.ensure(needed)
         prefilled: list[tuple[_Sequence, np.ndarray]] = []
         logits = None
         if plan and inputs is not None and self._pool is not None:
