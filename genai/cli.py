@@ -58,6 +58,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "at most the context length)",
     )
     gen.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
+    _add_adapter_option(gen)
     gen.add_argument(
         "-v", "--verbose", action="store_true", help="print prefill ms and decode tok/s to stderr"
     )
@@ -82,8 +83,26 @@ def _build_parser() -> argparse.ArgumentParser:
         help=f"longest reply in tokens (default {DEFAULT_NEW_TOKENS})",
     )  # fmt: skip
     chat.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
+    _add_adapter_option(chat)
     chat.add_argument("-v", "--verbose", action="store_true", help="print tok/s per reply")
     chat.set_defaults(handler=_chat)
+
+    from .builder.peft import CONVERT_DESCRIPTION, add_convert_arguments
+
+    adapter = commands.add_parser(
+        "adapter",
+        help="LoRA adapter tools (convert a PEFT adapter to .onnx_adapter)",
+        description="LoRA adapter tools.",
+    )
+    adapter_commands = adapter.add_subparsers(dest="adapter_command", metavar="ACTION")
+    adapter_commands.required = True
+    convert = adapter_commands.add_parser(
+        "convert",
+        help="convert a PEFT LoRA adapter folder into an .onnx_adapter file",
+        description=CONVERT_DESCRIPTION,
+    )
+    add_convert_arguments(convert)
+    convert.set_defaults(handler=_adapter_convert, parser=convert)
 
     prov = commands.add_parser(
         "providers",
@@ -368,6 +387,36 @@ def _load(args: argparse.Namespace):
     return config, model, genai.Tokenizer(model)
 
 
+def _add_adapter_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="FILE[=NAME]",
+        help="activate a LoRA .onnx_adapter file (repeatable; several add up)",
+    )
+
+
+def _activate_adapters(model, generator, specs: list[str]) -> None:
+    """Load each ``FILE[=NAME]`` of ``--adapter`` and activate it on ``generator``."""
+    if not specs:
+        return
+    import genai
+
+    adapters = genai.Adapters(model)
+    for spec in specs:
+        path, sep, name = spec.partition("=")
+        name = name if sep else Path(path).stem
+        adapters.load(path, name)
+        generator.set_active_adapter(adapters, name)  # the generator keeps the bound weights
+
+
+def _adapter_convert(args: argparse.Namespace) -> int:
+    from .builder.peft import run_convert
+
+    return run_convert(args.parser, args)
+
+
 def _chat(args: argparse.Namespace) -> int:
     import genai
 
@@ -377,6 +426,7 @@ def _chat(args: argparse.Namespace) -> int:
     params = genai.GeneratorParams(model)
     params.set_search_options(max_length=config.context_length)
     generator = genai.Generator(model, params)
+    _activate_adapters(model, generator, args.adapter)
     messages: list[dict[str, str]] = []
     if args.system:
         messages.append({"role": "system", "content": args.system})
@@ -446,6 +496,7 @@ def _generate(args: argparse.Namespace) -> int:
     params = genai.GeneratorParams(model)
     params.set_search_options(max_length=max_length)
     generator = genai.Generator(model, params)
+    _activate_adapters(model, generator, args.adapter)
     stream = tokenizer.create_stream()
     loaded = time.perf_counter()
     generator.append_tokens(ids)

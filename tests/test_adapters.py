@@ -666,3 +666,43 @@ def test_docs_example_runs() -> None:
     lines = result.stdout.splitlines()
     assert [line.split(" ", 1)[0] for line in lines] == ["base", "['math']", "['math',"]
     assert len({line.rsplit("[", 1)[-1] for line in lines}) == 3  # three different continuations
+
+
+def test_genai_cli_adapter_convert_and_generate(
+    lora: dict, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`genai adapter convert` writes what the converter writes; `genai generate --adapter
+    FILE=NAME` prints exactly the text the Python API generates with that adapter active."""
+    from genai.cli import main
+
+    write_peft(tmp_path / "peft")
+    out = tmp_path / "cli.onnx_adapter"
+    assert main(["adapter", "convert", str(tmp_path / "peft"), str(out)]) == 0
+    assert "wrote 6 LoRA pairs" in capsys.readouterr().out
+    assert len(read_adapter_file(out)) == 12
+    assert main(["adapter", "convert", str(tmp_path / "none"), str(out)]) == 1
+    capsys.readouterr()
+
+    folder, file = lora["folder"], lora["files"]["a"]
+    model = genai.Model(folder)
+    tokenizer = genai.Tokenizer(model)
+    prompt = "hello world"
+    ids = tokenizer.encode(prompt)
+    texts = {}
+    for active in (False, True):
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=len(ids) + 12)
+        generator = genai.Generator(model, params)
+        if active:
+            loaded = genai.Adapters(model)
+            loaded.load(file, "a")
+            generator.set_active_adapter(loaded, "a")
+        generator.append_tokens(ids)
+        generator.generate_until_done()
+        texts[active] = tokenizer.decode(generator.get_sequence(0)[len(ids) :])
+    assert texts[True] != texts[False]
+    argv = ["generate", "-m", str(folder), prompt, "--max-length", str(len(ids) + 12)]
+    assert main([*argv, "--adapter", f"{file}=a"]) == 0
+    assert capsys.readouterr().out == texts[True] + "\n"
+    assert main(argv) == 0
+    assert capsys.readouterr().out == texts[False] + "\n"

@@ -204,15 +204,15 @@ def _check_against_model(params: Mapping[str, np.ndarray], model_dir: Path, peft
             )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m genai.builder.peft PEFT_DIR OUT.onnx_adapter``: convert a PEFT adapter."""
-    parser = argparse.ArgumentParser(
-        prog="python -m genai.builder.peft",
-        description=(
-            "Convert a PEFT LoRA adapter folder (adapter_config.json + "
-            "adapter_model.safetensors) into an onnxruntime .onnx_adapter file for genai.Adapters."
-        ),
-    )
+CONVERT_DESCRIPTION = (
+    "Convert a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) into an "
+    "onnxruntime .onnx_adapter file for genai.Adapters."
+)
+
+
+def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
+    """The converter's arguments (``python -m genai.builder.peft`` and ``genai adapter
+    convert`` share them)."""
     parser.add_argument("peft_dir", metavar="PEFT_DIR", help="the PEFT adapter folder")
     parser.add_argument("out_path", metavar="OUT", help="the .onnx_adapter file to write")
     parser.add_argument(
@@ -233,7 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="rename a module path component (repeatable; default: self_attn=attn)",
     )
-    args = parser.parse_args(argv)
+
+
+def run_convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Convert as ``args`` (from `add_convert_arguments`) say; 0, or 1 with the error on
+    stderr."""
     module_map = None
     if args.module_map is not None:
         module_map = {}
@@ -255,6 +259,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"wrote {len(params) // 2} LoRA pairs to {args.out_path}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m genai.builder.peft PEFT_DIR OUT.onnx_adapter``: convert a PEFT adapter."""
+    parser = argparse.ArgumentParser(
+        prog="python -m genai.builder.peft", description=CONVERT_DESCRIPTION
+    )
+    add_convert_arguments(parser)
+    return run_convert(parser, parser.parse_args(argv))
 
 
 if __name__ == "__main__":
