@@ -26,6 +26,7 @@ from genai.builder.peft import convert_peft_adapter
 from genai.errors import ConfigError
 from genai.testing.lora import write_lora_adapter, write_lora_decoder
 from genai.testing.models import write_optimum_decoder
+from tests.numpy_decoder import decoder_logits
 
 PROMPT = [5, 9, 12, 7, 20]
 LAYERS, HEADS, KV_HEADS = 2, 4, 2
@@ -57,50 +58,9 @@ def merged(base: dict[str, np.ndarray], *adapters: dict[str, np.ndarray]) -> dic
     return w
 
 
-def _rms(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * weight
-
-
-def _rotary(x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    hd = x.shape[-1]
-    angles = np.outer(positions, 10000.0 ** (-np.arange(0, hd, 2) / hd))
-    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
-    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
-    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-
-
 def numpy_logits(w: dict[str, np.ndarray], tokens: list[int] | np.ndarray) -> np.ndarray:
     """Logits ``[len, vocab]`` of a Llama-style decoder (RMSNorm, rotary, GQA, SwiGLU)."""
-    tokens = np.asarray(tokens)
-    n = len(tokens)
-    x = w["embed_tokens.weight"][tokens]
-    hd = x.shape[1] // HEADS
-    positions = np.arange(n)
-    causal = np.tril(np.ones((n, n), bool))
-    for i in range(LAYERS):
-        p = f"layers.{i}"
-        h = _rms(x, w[f"{p}.input_layernorm.weight"])
-        if f"{p}.attn.qkv_proj.weight" in w:
-            q_w, k_w, v_w = np.split(
-                w[f"{p}.attn.qkv_proj.weight"], [HEADS * hd, (HEADS + KV_HEADS) * hd], axis=1
-            )
-        else:
-            q_w, k_w, v_w = (w[f"{p}.attn.{t}_proj.weight"] for t in "qkv")
-        q = _rotary((h @ q_w).reshape(n, HEADS, hd), positions)
-        k = _rotary((h @ k_w).reshape(n, KV_HEADS, hd), positions)
-        v = (h @ v_w).reshape(n, KV_HEADS, hd)
-        out = np.empty((n, HEADS, hd))
-        for head in range(HEADS):
-            kv = head // (HEADS // KV_HEADS)
-            scores = np.where(causal, q[:, head] @ k[:, kv].T / np.sqrt(hd), -np.inf)
-            probs = np.exp(scores - scores.max(-1, keepdims=True))
-            out[:, head] = (probs / probs.sum(-1, keepdims=True)) @ v[:, kv]
-        x = x + out.reshape(n, HEADS * hd) @ w[f"{p}.attn.o_proj.weight"]
-        h = _rms(x, w[f"{p}.post_attention_layernorm.weight"])
-        gate = h @ w[f"{p}.mlp.gate_proj.weight"]
-        act = gate / (1.0 + np.exp(-gate)) * (h @ w[f"{p}.mlp.up_proj.weight"])
-        x = x + act @ w[f"{p}.mlp.down_proj.weight"]
-    return _rms(x, w["final_norm.weight"]) @ w["lm_head.weight"]
+    return decoder_logits(w, tokens, layers=LAYERS, heads=HEADS, kv_heads=KV_HEADS)
 
 
 # --------------------------------------------------------------------------------------------

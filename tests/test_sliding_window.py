@@ -28,6 +28,7 @@ from genai.kv_cache import (
     window_capacity_for,
 )
 from genai.testing.models import write_gqa_decoder
+from tests.numpy_decoder import decoder_logits
 from tests.parity import assert_same_run, greedy
 
 og = pytest.importorskip("onnxruntime_genai", reason="the reference engine is a test dependency")
@@ -120,48 +121,11 @@ def graph_weights(folder: pathlib.Path) -> dict[str, np.ndarray]:
     return {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
 
 
-def _rms(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * weight
-
-
-def _rotary(x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    hd = x.shape[-1]
-    angles = np.outer(positions, 10000.0 ** (-np.arange(0, hd, 2) / hd))
-    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
-    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
-    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-
-
 def numpy_logits(w: dict[str, np.ndarray], tokens: np.ndarray, window: int | None) -> np.ndarray:
     """Logits ``[len, vocab]``; layers in `LOCAL` see keys j with ``i - j < window``."""
-    n = len(tokens)
-    x = w["embed_tokens.weight"][tokens]
-    hd = HIDDEN // HEADS
-    positions = np.arange(n)
-    causal = positions[None, :] <= positions[:, None]
-    local = causal & (positions[:, None] - positions[None, :] < (window or n + 1))
-    for i in range(LAYERS):
-        p = f"layers.{i}"
-        h = _rms(x, w[f"{p}.input_layernorm.weight"])
-        q_w, k_w, v_w = np.split(
-            w[f"{p}.attn.qkv_proj.weight"], [HEADS * hd, (HEADS + KV_HEADS) * hd], axis=1
-        )
-        q = _rotary((h @ q_w).reshape(n, HEADS, hd), positions)
-        k = _rotary((h @ k_w).reshape(n, KV_HEADS, hd), positions)
-        v = (h @ v_w).reshape(n, KV_HEADS, hd)
-        allowed = local if i in LOCAL else causal
-        out = np.empty((n, HEADS, hd))
-        for head in range(HEADS):
-            kv = head // (HEADS // KV_HEADS)
-            scores = np.where(allowed, q[:, head] @ k[:, kv].T / np.sqrt(hd), -np.inf)
-            probs = np.exp(scores - scores.max(-1, keepdims=True))
-            out[:, head] = (probs / probs.sum(-1, keepdims=True)) @ v[:, kv]
-        x = x + out.reshape(n, HEADS * hd) @ w[f"{p}.attn.o_proj.weight"]
-        h = _rms(x, w[f"{p}.post_attention_layernorm.weight"])
-        gate = h @ w[f"{p}.mlp.gate_proj.weight"]
-        act = gate / (1.0 + np.exp(-gate)) * (h @ w[f"{p}.mlp.up_proj.weight"])
-        x = x + act @ w[f"{p}.mlp.down_proj.weight"]
-    return _rms(x, w["final_norm.weight"]) @ w["lm_head.weight"]
+    return decoder_logits(
+        w, tokens, layers=LAYERS, heads=HEADS, kv_heads=KV_HEADS, local_layers=LOCAL, window=window
+    )
 
 
 @pytest.mark.parametrize("layout", ["shared", "growing"])
