@@ -222,6 +222,7 @@ class Model:
                     else None
                 ),
                 run_config_entries=config.get("model.decoder.run_options") or None,
+                profile_file_prefix=session_cfg.get("enable_profiling") or None,
             )
         except FileNotFoundError:
             raise

@@ -873,3 +873,28 @@ def test_cimport_rebind_nogil(step_model, grow_model, cimport_module):
     np.testing.assert_array_equal(g.get_output("total"), np.float32(28.0))
     want = np.concatenate([np.zeros((1, 1, 4)), np.ones((1, 7, 4))], axis=1)
     np.testing.assert_array_equal(g.input_value("past"), want)
+
+
+def test_enable_profiling_writes_a_trace(fixture_folders, tmp_path):
+    """session_options.enable_profiling (the reference's key) turns ORT's profiler on: the JSON
+    trace holds the model's nodes once the session is released."""
+    import gc
+    import json as _json
+
+    import genai
+
+    prefix = tmp_path / "trace"
+    config = genai.Config(fixture_folders["gqa"])
+    config.overlay({"model": {"decoder": {"session_options": {"enable_profiling": str(prefix)}}}})
+    model = genai.Model(config)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=12)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(np.array([3, 4, 5], np.int32))
+    generator.generate_next_token()
+    del generator, params, model
+    gc.collect()
+    (trace,) = tmp_path.glob("trace*.json")
+    events = _json.loads(trace.read_text())
+    ops = {e.get("args", {}).get("op_name") for e in events}
+    assert "GroupQueryAttention" in ops

@@ -239,7 +239,7 @@ cdef class NativeSession:
                  config_entries=None, providers=None, str log_id="genai", model_bytes=None,
                  enable_cpu_mem_arena=None, enable_mem_pattern=None, log_severity_level=None,
                  custom_ops_library=None, run_config_entries=None,
-                 free_dimension_overrides=None):
+                 free_dimension_overrides=None, profile_file_prefix=None):
         """Create the session.
 
         ``model_path``: the .onnx file; with ``model_bytes`` (the serialized model, e.g. read
@@ -251,6 +251,8 @@ cdef class NativeSession:
         ``run_config_entries``: {key: value} set on the one OrtRunOptions used by every run.
         ``free_dimension_overrides``: {symbolic dimension name: value} fixed for this session
         (AddFreeDimensionOverrideByName; static shapes for EPs that need them).
+        ``profile_file_prefix``: turn on onnxruntime's profiler; the JSON trace
+        (``<prefix>_<date>.json``) is written when the session is released.
         """
         if self.options != NULL:
             raise RuntimeError("NativeSession.__init__ may be called only once")
@@ -290,6 +292,10 @@ cdef class NativeSession:
                 check_status(f.EnableCpuMemArena(opts), "enabling the CPU memory arena")
             else:
                 check_status(f.DisableCpuMemArena(opts), "disabling the CPU memory arena")
+        cdef bytes bprefix
+        if profile_file_prefix:
+            bprefix = os.fsencode(profile_file_prefix)
+            check_status(f.EnableProfiling(opts, bprefix), "enabling profiling")
         if enable_mem_pattern is not None:
             if enable_mem_pattern:
                 check_status(f.EnableMemPattern(opts), "enabling the memory pattern")

@@ -134,6 +134,7 @@ cdef enum:
     ORT_SLOT_CreateSession = 7
     ORT_SLOT_CreateSessionFromArray = 8
     ORT_SLOT_CreateSessionOptions = 10
+    ORT_SLOT_EnableProfiling = 14
     ORT_SLOT_EnableMemPattern = 16
     ORT_SLOT_DisableMemPattern = 17
     ORT_SLOT_EnableCpuMemArena = 18
@@ -233,6 +234,8 @@ cdef struct OrtFns:
                                          const OrtSessionOptions* options,
                                          OrtSession** out) noexcept nogil
     OrtStatus* (*CreateSessionOptions)(OrtSessionOptions** out) noexcept nogil
+    OrtStatus* (*EnableProfiling)(OrtSessionOptions* options,
+                                  const char* profile_file_prefix) noexcept nogil
     OrtStatus* (*EnableMemPattern)(OrtSessionOptions* options) noexcept nogil
     OrtStatus* (*DisableMemPattern)(OrtSessionOptions* options) noexcept nogil
     OrtStatus* (*EnableCpuMemArena)(OrtSessionOptions* options) noexcept nogil

@@ -87,6 +87,7 @@ cdef void _fill(OrtFns* f, const void* const* t, uint32_t api_version) noexcept:
     _set_slot(&f.CreateSession, t, ORT_SLOT_CreateSession)
     _set_slot(&f.CreateSessionFromArray, t, ORT_SLOT_CreateSessionFromArray)
     _set_slot(&f.CreateSessionOptions, t, ORT_SLOT_CreateSessionOptions)
+    _set_slot(&f.EnableProfiling, t, ORT_SLOT_EnableProfiling)
     _set_slot(&f.EnableMemPattern, t, ORT_SLOT_EnableMemPattern)
     _set_slot(&f.DisableMemPattern, t, ORT_SLOT_DisableMemPattern)
     _set_slot(&f.EnableCpuMemArena, t, ORT_SLOT_EnableCpuMemArena)
