@@ -88,6 +88,27 @@ def one_run(
     return 1000 * (prefilled - start), (made - 1) / (done - prefilled)
 
 
+def lockstep_step_ms(engines, models, ids: np.ndarray, new_tokens: int, rounds: int) -> dict:
+    """Median ms of one ``generate_next_token`` per engine, the engines' steps interleaved
+    (which goes first alternates every step) over ``rounds`` generations each."""
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(rounds):
+        generators = {}
+        for name, model in models.items():
+            params = engines[name].GeneratorParams(model)
+            params.set_search_options(max_length=len(ids) + new_tokens)
+            generators[name] = engines[name].Generator(model, params)
+            generators[name].append_tokens(ids)
+            generators[name].generate_next_token()
+        names = list(models)
+        for step in range(new_tokens - 1):
+            for name in names if step % 2 == 0 else names[::-1]:
+                start = time.perf_counter()
+                generators[name].generate_next_token()
+                times[name].append(time.perf_counter() - start)
+    return {name: 1000 * statistics.median(t) for name, t in times.items()}
+
+
 class Spinner:
     """A pure-Python thread counting loop iterations, to measure GIL pressure both ways."""
 
@@ -143,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--spinner", action="store_true", help="also measure beside a busy thread")
+    parser.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="also time single decode steps of the two engines in turn (order rotated each "
+        "step): load changes hit both alike; medians of per-step times",
+    )
     args = parser.parse_args(argv)
 
     folder = args.model
@@ -155,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     ids = prompt_ids(folder, args.prompt_tokens)
     print(f"model {folder}  prompt {len(ids)} tokens  new {args.new_tokens}  rounds {args.rounds}")
     print(f"genai {genai.__version__}  onnxruntime-genai {og.__version__}")
+    # The first ORT session a process creates decodes 4-9 % slower, whichever engine owns it
+    # (memory in 4 KB pages reused from earlier allocations; measured: reference created first ->
+    # the reference is the slow one; a throwaway session first -> both equal within 1-2 %). A
+    # throwaway session, kept alive, takes that slot so neither engine is measured in it.
+    first_session_sink = load(genai, folder, args.threads[0])
     for threads in args.threads:
         models = {"genai": load(genai, folder, threads), "reference": load(og, folder, threads)}
         engines = {"genai": genai, "reference": og}
@@ -178,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
             f"ratio genai/reference: decode tok/s {ours[1] / ref[1]:.3f}x, "
             f"prefill time {ours[0] / ref[0]:.3f}x, per-token time {ref[1] / ours[1]:.3f}x"
         )
+        if args.lockstep:
+            steps = lockstep_step_ms(engines, models, ids, args.new_tokens, args.rounds)
+            print(
+                f"lockstep ({args.rounds} generations each, steps interleaved): median step "
+                f"genai {steps['genai']:.3f} ms, reference {steps['reference']:.3f} ms, "
+                f"per-token time ratio {steps['genai'] / steps['reference']:.3f}x"
+            )
         if args.spinner:
             idle = idle_spin_rate()
             print(
@@ -201,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{label:<33} beside a spinning thread: keeps {beside / alone:.2f} of its "
                     f"decode speed; the thread keeps {spinner.rate / idle:.2f} of its rate"
                 )
+    del first_session_sink
     return 0
 
 
