@@ -7,14 +7,12 @@ independently of the C code. See ``docs/sampling.md`` for the rules both follow.
 
 from __future__ import annotations
 
-import math
-import numbers
 import operator
 import os
 
 import numpy as np
 
-from genai._core.sampling import check_logits  # validation shared with the kernel
+from genai._core.sampling import check_logits, check_options  # validation shared with the kernel
 
 __all__ = [
     "LOWEST",
@@ -332,36 +330,6 @@ _DEFAULTS = {
     "no_repeat_ngram_size": 0,
     "min_length": 0,
 }
-_INTS = ("top_k", "no_repeat_ngram_size", "min_length")
-
-
-def check_options(options):
-    """See `genai._core.sampling.check_options`."""
-    converted = {}
-    for name, value in options.items():
-        if name not in _DEFAULTS:
-            raise TypeError(f"unknown sampling option {name!r}; known: {', '.join(_DEFAULTS)}")
-        if name == "do_sample":
-            converted[name] = bool(value)
-            continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"{name} expects a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be finite, got {value!r}")
-        if name in _INTS:
-            if value != int(value) or value < 0 or value > 2**31 - 1:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-            converted[name] = int(value)
-            continue
-        value = float(value)
-        if name == "temperature" and value < 0:
-            raise ValueError(f"temperature must be >= 0, got {value}")
-        if name in ("top_p", "min_p") and not 0.0 <= value <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {value}")
-        if name == "repetition_penalty" and value <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {value}")
-        converted[name] = value
-    return converted
 
 
 class Sampler:
