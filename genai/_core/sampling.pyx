@@ -830,6 +830,11 @@ cdef Py_ssize_t sample_row(
                        logprob, top_ids, top_logprobs, n_top, NULL)
 
 
+cdef inline bint _takes_block_bound(Py_ssize_t vocab, bint greedy, Py_ssize_t top_k) noexcept nogil:
+    """Whether the choice runs the block-bounded top-k (the one user of block maxima)."""
+    return not greedy and 0 < top_k < vocab and vocab >= 8 * SCAN_BLOCK * top_k
+
+
 cdef Py_ssize_t _sample_row(
     const float* row, Py_ssize_t vocab, double u, bint greedy, float temperature,
     Py_ssize_t top_k, float top_p, float min_p, ChoiceScratch* scratch,
@@ -859,7 +864,7 @@ cdef Py_ssize_t _sample_row(
     if top_k >= vocab:
         top_k = 0
     if not greedy and top_k > 0:
-        if vocab >= 8 * SCAN_BLOCK * top_k:
+        if _takes_block_bound(vocab, greedy, top_k):
             if _select_top_blocks(row, vocab, top_k, cand, <float*>mass, maxima) < 0:
                 return -1
         elif _select_top(row, vocab, top_k, cand) < 0:
@@ -1042,7 +1047,7 @@ cdef Py_ssize_t _chain_rows(
         )
         greedy = not p.do_sample or p.temperature == 0.0 or p.top_k == 1
         maxima = NULL
-        if use_maxima and not sp.maxima_nan[r]:
+        if use_maxima and not sp.maxima_nan[r] and _takes_block_bound(vocab, greedy, p.top_k):
             maxima = sp.maxima + r * nblocks
             if _refresh_maxima(sp, r, row, seq, lengths[r], eos, n_eos, maxima) < 0:
                 maxima = NULL  # a stage made a NaN: the plain path reports it
