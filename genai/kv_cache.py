@@ -29,6 +29,7 @@ import numpy as np
 
 from ._core.bookkeeping import move_rows
 from .errors import GenerationError
+from .providers import CPUProvider
 
 if TYPE_CHECKING:
     from ._core.native_session import NativeSession
@@ -46,12 +47,6 @@ __all__ = [
     "window_capacity_for",
 ]
 
-#: Positions kept beyond the window by default, per provider (the reference's defaults: the CPU
-#: kernel scans the whole cache, so a little slack amortises compaction; CUDA requires C == W;
-#: TensorRT-RTX evicts inside the provider). A provider may set ``kv_window_slack`` itself;
-#: one without a value keeps full-length caches for sliding-window layers, as the reference.
-DEFAULT_WINDOW_SLACK = {"cpu": 16, "cuda": 0, "NvTensorRtRtx": 0}
-
 
 def window_capacity(io: DecoderIO, provider: ExecutionProvider | None, max_length: int) -> int:
     """Positions the cache of a sliding-window layer holds: W + slack (``cache_slack`` from the
@@ -60,9 +55,7 @@ def window_capacity(io: DecoderIO, provider: ExecutionProvider | None, max_lengt
     length."""
     if not io.window_size or not io.window_layers:
         return 0
-    slack = getattr(provider, "kv_window_slack", None)
-    if slack is None and provider is not None:
-        slack = DEFAULT_WINDOW_SLACK.get(provider.name)
+    slack = getattr(provider, "kv_window_slack", None)  # declared by the provider
     if slack is None:
         return 0
     if io.window_slack > 0:
@@ -538,7 +531,7 @@ def _default_window_capacity(io: DecoderIO) -> int:
     """The capacity of sliding-window layers for a cache built without one: the CPU's."""
     if not io.window_size or not io.window_layers:
         return 0
-    return io.window_size + (io.window_slack or DEFAULT_WINDOW_SLACK["cpu"])
+    return io.window_size + (io.window_slack or CPUProvider.kv_window_slack)
 
 
 def make_kv_cache(

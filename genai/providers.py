@@ -195,6 +195,10 @@ class ExecutionProvider:
     #: Memory device type ("GPU", "NPU") some session input or output must use once the session
     #: exists; None skips the check (see `check_session`).
     session_memory_device: ClassVar[str | None] = None
+    #: Positions a sliding-window layer's cache keeps beyond its window (W + slack, see
+    #: `genai.kv_cache.window_capacity`); None keeps those layers at full length, as the
+    #: reference does for providers without a windowed cache.
+    kv_window_slack: ClassVar[int | None] = None
     #: Conformance tests known to fail, {test function name: reason}: reported as xfail.
     known_failures: ClassVar[Mapping[str, str]] = {}
 
@@ -417,6 +421,9 @@ class CPUProvider(ExecutionProvider):
     requires = ("onnxruntime",)
     description = "ONNX Runtime's CPU EP (built in; the default)"
     known_options = frozenset()
+    # The CPU kernel scans the whole window cache, so a little slack amortises compaction
+    # (the reference's default).
+    kv_window_slack = 16
 
     def unavailable_reason(self) -> str | None:
         try:

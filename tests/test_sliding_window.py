@@ -231,24 +231,31 @@ def test_window_capacity(folders, folder, max_length, capacity):
 
 
 def test_window_capacity_per_provider(folders):
-    """The reference's per-provider sizes: CPU W + 16, CUDA and TensorRT-RTX exactly W (their
-    kernels), others full length; cache_slack overrides the default; a provider may say."""
+    """The reference's per-provider sizes, declared by each provider (`kv_window_slack`): CPU
+    W + 16, CUDA and TensorRT-RTX exactly W (their kernels), others full length; cache_slack
+    overrides the default; a third-party provider may say."""
+    from genai.providers import ExecutionProvider, get_provider
+    from tests.test_providers import load_provider_package
+
     io = genai.Model(folders["shared"]).io
+    cpu = get_provider("cpu")
+    cuda = load_provider_package("cuda").CUDAProvider()
+    trt = load_provider_package("tensorrt_rtx").TensorRTRTXProvider()
+    dml = load_provider_package("directml").DirectMLProvider()
 
-    class Provider:
-        def __init__(self, name: str, **attrs: int) -> None:
-            self.name = name
-            self.__dict__.update(attrs)
+    class Plugin(ExecutionProvider):
+        name = "plugin"
+        kv_window_slack = 3
 
-    assert window_capacity(io, Provider("cpu"), 1000) == WINDOW + 16
-    assert window_capacity(io, Provider("cuda"), 1000) == WINDOW
-    assert window_capacity(io, Provider("NvTensorRtRtx"), 1000) == WINDOW
-    assert window_capacity(io, Provider("DML"), 1000) == 0
-    assert window_capacity_for(io, Provider("DML"), 1000) == 1000
-    assert window_capacity(io, Provider("plugin", kv_window_slack=3), 1000) == WINDOW + 3
+    assert window_capacity(io, cpu, 1000) == WINDOW + 16
+    assert window_capacity(io, cuda, 1000) == WINDOW
+    assert window_capacity(io, trt, 1000) == WINDOW
+    assert window_capacity(io, dml, 1000) == 0
+    assert window_capacity_for(io, dml, 1000) == 1000
+    assert window_capacity(io, Plugin(), 1000) == WINDOW + 3
     sized = dataclasses.replace(io, window_slack=5)
-    assert window_capacity(sized, Provider("cpu"), 1000) == WINDOW + 5
-    assert window_capacity(dataclasses.replace(io, window_layers=()), Provider("cpu"), 100) == 0
+    assert window_capacity(sized, cpu, 1000) == WINDOW + 5
+    assert window_capacity(dataclasses.replace(io, window_layers=()), cpu, 100) == 0
 
 
 def test_slack_from_the_config_matches_the_reference(folders):

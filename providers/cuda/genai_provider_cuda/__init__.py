@@ -56,6 +56,9 @@ class CUDAProvider(ExecutionProvider):
     placement = Placement()
     graph_capture = GraphCapture(option="enable_cuda_graph")
     session_memory_device = "GPU"
+    # Sliding-window layers keep exactly W positions: the kernel needs a cache of exactly W
+    # (the reference's default).
+    kv_window_slack = 0
 
     def unavailable_reason(self) -> str | None:
         try:

@@ -98,6 +98,9 @@ class TensorRTRTXProvider(PluginEPProvider):
     graph_capture = GraphCapture(option="enable_cuda_graph")
     device_types = ("GPU",)
     session_memory_device = "GPU"
+    # Sliding-window layers keep exactly W positions: the provider evicts inside its own
+    # kernels (the reference's default).
+    kv_window_slack = 0
 
     def unavailable_reason(self) -> str | None:
         reason = super().unavailable_reason()
