@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import plugins
+from . import hugepages, plugins
 from ._core.native_session import NativeSession
 from .config import Config
 from .errors import ConfigError
@@ -164,7 +164,12 @@ class Model:
         plugins.hook().provider_selected(
             provider=self.provider, options=dict(self.provider_options), config=self.config
         )
-        self.session = self._create_session()
+        # The session's weights (prepacked by ORT into anonymous memory) are backed by 2 MiB
+        # pages where the OS allows: a decode step streams all of them (genai.hugepages).
+        with hugepages.backing_new_memory() as report:
+            self.session = self._create_session()
+        #: What the huge-page backing of the session's host memory did (`HugePageReport`).
+        self.huge_pages: hugepages.HugePageReport = report
         self.provider.check_session(self.session)
         self.io = _describe_io(self.config, self.session)
         #: The graph's LoRA weight inputs by name (empty for a model without adapters).

@@ -1,0 +1,200 @@
+"""Back a session's host memory (its weights, prepacked) with 2 MiB pages.
+
+A decode step on the CPU streams every weight once; with 4 KiB pages a 100 MB model spans
+about 25,000 pages, far more than the TLB holds, so each step pays page walks. Linux can back
+anonymous memory with transparent huge pages (THP), but in its common ``madvise`` mode only
+where a process asks. `backing_new_memory` notes the anonymous mappings before a block runs
+(session creation), and afterwards asks the kernel to collapse every whole 2 MiB range the
+block mapped and filled into huge pages (``MADV_HUGEPAGE`` + ``MADV_COLLAPSE``, Linux 6.1+),
+on a background thread so loading does not wait for the copy.
+
+Memory mapped before the block is left alone (another engine's session in the same process
+keeps its pages). Anywhere this is unavailable (not Linux, THP off, an older kernel) nothing
+happens: it is an optimisation, never a requirement. ``GENAI_HUGEPAGES=0`` switches it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HUGE_PAGE = 2 << 20
+_MADV_HUGEPAGE = 14
+_MADV_COLLAPSE = 25
+_THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+@dataclass
+class HugePageReport:
+    """What `backing_new_memory` did: bytes asked for and bytes the kernel collapsed.
+
+    The collapse runs on a background thread (copying costs the kernel about 7 ms per 2 MiB
+    here); `wait` blocks until it is over."""
+
+    requested: int = 0
+    collapsed: int = 0
+    #: Why nothing was attempted (None when it was).
+    skipped: str | None = None
+    errors: list[str] = field(default_factory=list)
+    _thread: threading.Thread | None = field(default=None, repr=False, compare=False)
+
+    def wait(self, timeout: float | None = None) -> HugePageReport:
+        """Block until the background collapse is over (or ``timeout`` seconds); returns self."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self
+
+    @property
+    def done(self) -> bool:
+        """Whether the collapse is over (True when nothing was attempted)."""
+        return self._thread is None or not self._thread.is_alive()
+
+
+def anonymous_ranges(maps_text: str) -> list[tuple[int, int]]:
+    """Address ranges of the private, writable, anonymous mappings (including ``[heap]``) in
+    the text of ``/proc/<pid>/maps``, merged where they touch."""
+    ranges: list[tuple[int, int]] = []
+    for line in maps_text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 5:
+            continue
+        perms = parts[1]
+        path = parts[5].strip() if len(parts) == 6 else ""
+        if not (perms.startswith("rw") and perms[3] == "p"):
+            continue
+        if path and path != "[heap]":
+            continue
+        start, end = (int(x, 16) for x in parts[0].split("-"))
+        if ranges and ranges[-1][1] == start:
+            ranges[-1] = (ranges[-1][0], end)
+        else:
+            ranges.append((start, end))
+    return ranges
+
+
+def new_huge_ranges(
+    before: list[tuple[int, int]], after: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """The whole, 2 MiB-aligned ranges inside ``after`` that no range of ``before`` touches.
+
+    Both lists are sorted and non-overlapping (as `anonymous_ranges` returns them)."""
+    out: list[tuple[int, int]] = []
+    for start, end in after:
+        pieces = [(start, end)]
+        for b_start, b_end in before:
+            if b_end <= start or b_start >= end:
+                continue
+            cut: list[tuple[int, int]] = []
+            for p_start, p_end in pieces:
+                if b_end <= p_start or b_start >= p_end:
+                    cut.append((p_start, p_end))
+                    continue
+                if p_start < b_start:
+                    cut.append((p_start, b_start))
+                if b_end < p_end:
+                    cut.append((b_end, p_end))
+            pieces = cut
+        for p_start, p_end in pieces:
+            lo = -(-p_start // HUGE_PAGE) * HUGE_PAGE
+            hi = p_end // HUGE_PAGE * HUGE_PAGE
+            if hi > lo:
+                out.append((lo, hi))
+    return out
+
+
+def _unavailable() -> str | None:
+    if os.environ.get("GENAI_HUGEPAGES", "1") == "0":
+        return "switched off by GENAI_HUGEPAGES=0"
+    if not sys.platform.startswith("linux"):
+        return f"transparent huge pages are Linux-only (this is {sys.platform})"
+    try:
+        setting = _THP_SETTING.read_text()
+    except OSError:
+        return "the kernel has no transparent huge pages"
+    if "[never]" in setting:
+        return "transparent huge pages are set to never"
+    return None
+
+
+def _read_maps() -> list[tuple[int, int]]:
+    return anonymous_ranges(Path("/proc/self/maps").read_text())
+
+
+def _libc():
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def resident_chunks(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The 2 MiB chunks of ``ranges`` whose pages are all resident (``mincore``), merged where
+    they touch: memory the block filled (weights), not reservations it may never touch (thread
+    stacks, arenas), which collapsing would make resident."""
+    mincore = _libc().mincore
+    mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+    mincore.restype = ctypes.c_int
+    page = os.sysconf("SC_PAGE_SIZE")
+    per_chunk = HUGE_PAGE // page
+    vec = ctypes.create_string_buffer(per_chunk)
+    out: list[tuple[int, int]] = []
+    for start, end in ranges:
+        for chunk in range(start, end, HUGE_PAGE):
+            if mincore(chunk, HUGE_PAGE, vec) != 0:
+                continue
+            if any(b & 1 == 0 for b in vec.raw):
+                continue
+            if out and out[-1][1] == chunk:
+                out[-1] = (out[-1][0], chunk + HUGE_PAGE)
+            else:
+                out.append((chunk, chunk + HUGE_PAGE))
+    return out
+
+
+def collapse(ranges: list[tuple[int, int]], report: HugePageReport) -> None:
+    """Ask the kernel to back each range with huge pages, now (``MADV_COLLAPSE``) and after
+    any later fault (``MADV_HUGEPAGE``). Failures are recorded in ``report``, not raised."""
+    madvise = _libc().madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
+    for start, end in ranges:
+        length = end - start
+        report.requested += length
+        madvise(start, length, _MADV_HUGEPAGE)
+        if madvise(start, length, _MADV_COLLAPSE) == 0:
+            report.collapsed += length
+        else:
+            report.errors.append(f"{start:#x}+{length}: {os.strerror(ctypes.get_errno())}")
+
+
+@contextlib.contextmanager
+def backing_new_memory(enabled: bool = True, background: bool = True) -> Iterator[HugePageReport]:
+    """Run the block, then collapse the anonymous memory it mapped and filled into 2 MiB pages,
+    on a background thread unless ``background`` is False.
+
+    Yields the `HugePageReport`, filled in as the collapse goes (see `HugePageReport.wait`)."""
+    report = HugePageReport()
+    reason = None if enabled else "not enabled"
+    reason = reason or _unavailable()
+    if reason is not None:
+        report.skipped = reason
+        yield report
+        return
+    before = _read_maps()
+    yield report
+    chunks = resident_chunks(new_huge_ranges(before, _read_maps()))
+    if not chunks:
+        return
+    if not background:
+        collapse(chunks, report)
+        return
+    # ctypes drops the GIL around each madvise, so the caller goes on while the kernel copies.
+    thread = threading.Thread(
+        target=collapse, args=(chunks, report), name="genai-hugepages", daemon=True
+    )
+    report._thread = thread
+    thread.start()

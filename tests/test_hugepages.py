@@ -1,0 +1,166 @@
+"""genai.hugepages: which memory gets collapsed into 2 MiB pages, and that the kernel does it."""
+
+from __future__ import annotations
+
+import mmap
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from genai import hugepages
+from genai.hugepages import HUGE_PAGE
+
+MAPS = """\
+55d0c0000000-55d0c0021000 r--p 00000000 08:01 123 /usr/bin/python3.11
+55d0c0021000-55d0c0400000 rw-p 00021000 08:01 123 /usr/bin/python3.11
+55d0c1000000-55d0c1800000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0000200000 rw-p 00000000 00:00 0
+7f0000200000-7f0000600000 rw-p 00000000 00:00 0
+7f0000600000-7f0000601000 ---p 00000000 00:00 0
+7f0000601000-7f0000e01000 rw-p 00000000 00:00 0
+7f0001000000-7f0001400000 rw-s 00000000 00:05 77 /dev/shm/x
+7f0002000000-7f0002400000 r--p 00000000 00:00 0
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+"""
+
+
+def test_anonymous_ranges_keeps_private_writable_anonymous_and_heap() -> None:
+    assert hugepages.anonymous_ranges(MAPS) == [
+        (0x55D0C1000000, 0x55D0C1800000),  # [heap]
+        (0x7F0000000000, 0x7F0000600000),  # two touching mappings, merged
+        (0x7F0000601000, 0x7F0000E01000),  # after a guard page: separate
+    ]
+
+
+def _pages(ranges: list[tuple[int, int]], unit: int) -> set[int]:
+    return {p for start, end in ranges for p in range(start // unit, end // unit)}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_new_huge_ranges_matches_a_page_set_reference(seed: int) -> None:
+    """Against a brute force over 4 KiB pages: a huge page is chosen exactly when all its
+    pages are in ``after`` and none is in ``before``."""
+    rng = random.Random(seed)
+    unit = 4096
+    per_huge = HUGE_PAGE // unit
+
+    def random_ranges() -> list[tuple[int, int]]:
+        cuts = sorted(rng.sample(range(0, 8 * per_huge), 2 * rng.randint(1, 6)))
+        return [(cuts[i] * unit, cuts[i + 1] * unit) for i in range(0, len(cuts), 2)]
+
+    before, after = random_ranges(), random_ranges()
+    got = hugepages.new_huge_ranges(before, after)
+    old, new = _pages(before, unit), _pages(after, unit)
+    want = {
+        h
+        for h in range(8)
+        if all(p in new and p not in old for p in range(h * per_huge, (h + 1) * per_huge))
+    }
+    assert _pages(got, HUGE_PAGE) == want
+    assert all(start % HUGE_PAGE == 0 and end % HUGE_PAGE == 0 for start, end in got)
+
+
+linux_thp = pytest.mark.skipif(
+    hugepages._unavailable() is not None or not Path("/proc/self/smaps").exists(),
+    reason=f"transparent huge pages unavailable here: {hugepages._unavailable()}",
+)
+
+
+def _private(size: int) -> mmap.mmap:
+    """Anonymous private memory (Python's default anonymous map is shared)."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
+def _address(buffer: mmap.mmap) -> int:
+    return np.frombuffer(buffer, dtype=np.uint8).ctypes.data
+
+
+@linux_thp
+def test_resident_chunks_skips_chunks_that_are_not_filled() -> None:
+    size = 4 * HUGE_PAGE
+    with _private(size + HUGE_PAGE) as buffer:
+        base = -(-_address(buffer) // HUGE_PAGE) * HUGE_PAGE
+        offset = base - _address(buffer)
+        view = np.frombuffer(buffer, dtype=np.uint8)
+        view[offset : offset + HUGE_PAGE] = 1  # chunk 0 filled
+        view[offset + 2 * HUGE_PAGE : offset + 3 * HUGE_PAGE : 4096] = 1  # chunk 2: every page
+        view[offset + 3 * HUGE_PAGE] = 1  # chunk 3: one page only
+        got = hugepages.resident_chunks([(base, base + size)])
+        del view
+    assert got == [(base, base + HUGE_PAGE), (base + 2 * HUGE_PAGE, base + 3 * HUGE_PAGE)]
+
+
+def _anon_huge_kb(start: int, end: int) -> int:
+    """AnonHugePages (kB) of the mappings overlapping [start, end), from /proc/self/smaps."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo < end and hi > start
+        elif inside and line.startswith("AnonHugePages:"):
+            total += int(line.split()[1])
+    return total
+
+
+@linux_thp
+@pytest.mark.parametrize("background", [False, True])
+def test_memory_mapped_in_the_block_is_collapsed(background: bool) -> None:
+    size = 8 * HUGE_PAGE
+    pattern = np.arange(size // 4096, dtype=np.uint8)
+    with hugepages.backing_new_memory(background=background) as report:
+        buffer = _private(size)
+        view = np.frombuffer(buffer, dtype=np.uint8)
+        view[:] = 7
+        view[::4096] = pattern
+    report.wait(60)
+    assert report.done and report.skipped is None and not report.errors
+    start = _address(buffer)
+    assert report.collapsed >= 6 * HUGE_PAGE  # the aligned whole chunks of 8 MiB
+    assert _anon_huge_kb(start, start + size) >= 6 * HUGE_PAGE // 1024
+    assert np.array_equal(view[::4096], pattern)
+    assert np.count_nonzero(view != 7) == np.count_nonzero(pattern != 7)
+    del view
+    buffer.close()
+
+
+@linux_thp
+def test_memory_mapped_before_the_block_is_left_alone() -> None:
+    size = 8 * HUGE_PAGE
+    buffer = _private(size)
+    view = np.frombuffer(buffer, dtype=np.uint8)
+    view[:] = 3
+    start = _address(buffer)
+    with hugepages.backing_new_memory(background=False) as report:
+        pass
+    assert report.collapsed == 0
+    assert _anon_huge_kb(start, start + size) == 0
+    del view
+    buffer.close()
+
+
+def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GENAI_HUGEPAGES", "0")
+    with hugepages.backing_new_memory() as report:
+        pass
+    assert report.done and report.collapsed == 0
+    assert "GENAI_HUGEPAGES=0" in report.skipped
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux-only check")
+def test_model_session_memory_is_collapsed(tmp_path: Path) -> None:
+    from genai import Model
+    from genai.testing.models import write_gqa_decoder
+
+    if hugepages._unavailable() is not None:
+        pytest.skip(f"transparent huge pages unavailable here: {hugepages._unavailable()}")
+    folder = write_gqa_decoder(
+        tmp_path, vocab_size=32000, hidden_size=256, context_length=64, name="hp"
+    )
+    model = Model(folder)
+    report = model.huge_pages.wait(60)
+    assert report.skipped is None and not report.errors
+    assert report.collapsed >= HUGE_PAGE  # the 32 MB embedding/lm_head weights
