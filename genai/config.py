@@ -386,6 +386,37 @@ class Config:
                 )
         if len({int(layer) for layer in layers}) != len(layers):
             raise ConfigError(f"{where}: layers {layers} lists a layer twice")
+        slides = (window.get("slide_key_value_cache"), window.get("slide_inputs"))
+        if any(slides):
+            self._check_slid_window(where, window, size, layers)
+
+    def _check_slid_window(
+        self, where: str, window: dict[str, Any], size: int, layers: list[Any]
+    ) -> None:
+        """A window slid by the engine (QNN-style, `genai.windowed_cache`): both slides,
+        ``window_size`` > 1 and at most half the context (as the reference), a known
+        ``alignment``, no ``layers`` (the slid cache covers every layer)."""
+        if not (window.get("slide_key_value_cache") and window.get("slide_inputs")):
+            raise ConfigError(
+                f"{where}: slide_key_value_cache and slide_inputs must both be true (a slid "
+                "cache is fed slid inputs); genai runs no other combination"
+            )
+        if size <= 1:
+            raise ConfigError(f"{where}: window_size must be > 1 to slide windows, got {size}")
+        context = self._data["model"]["context_length"]
+        if context < 2 * size:
+            raise ConfigError(
+                f"{where}: model.context_length ({context}) must be >= 2 * window_size "
+                f"(2 * {size} = {2 * size}) to slide windows"
+            )
+        alignment = window.get("alignment", "right")
+        if alignment not in ("right", "left"):
+            raise ConfigError(f"{where}: alignment must be 'right' or 'left', got {alignment!r}")
+        if layers:
+            raise ConfigError(
+                f"{where}: layers {layers} selects GroupQueryAttention window layers; a cache "
+                "slid by the engine (slide_key_value_cache) covers every layer"
+            )
 
     # --- editing (the reference's API) ------------------------------------------------------------
     def overlay(self, json_text: str | Mapping[str, Any]) -> None:

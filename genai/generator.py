@@ -32,6 +32,8 @@ from .beam_search import BeamScorer
 from .errors import GenerationError, SearchOptionError
 from .kv_cache import make_kv_cache
 from .stop import StopStringMatcher
+from .windowed_cache import sliding_window_spec
+from .windowed_runner import WindowedRunner
 
 if TYPE_CHECKING:
     from .adapters import Adapters
@@ -129,16 +131,24 @@ class Generator:
         model.bind_extra_inputs(session)
         #: Names of the adapters activated on this generator (see `set_active_adapter`).
         self.active_adapters: list[str] = []
-        self._kv = make_kv_cache(
-            io,
-            model.provider,
-            session,
-            batch,
-            max_length,
-            self.search.past_present_share_buffer,
-            initial_capacity=search.kv_initial_capacity,
-            growth_factor=search.kv_growth_factor,
-        )
+        # A QNN-style windowed model (sliding_window.slide_*) is fed by a WindowedRunner: a
+        # static cache slid after each run, prompts fed a window at a time.
+        window = sliding_window_spec(config, io, session)
+        self._windowed: WindowedRunner | None = None
+        self._kv: Any = None
+        if window is not None:
+            window.check_search(batch_size=self.batch_size, num_beams=self.num_beams)
+        else:
+            self._kv = make_kv_cache(
+                io,
+                model.provider,
+                session,
+                batch,
+                max_length,
+                self.search.past_present_share_buffer,
+                initial_capacity=search.kv_initial_capacity,
+                growth_factor=search.kv_growth_factor,
+            )
         self._loop = DecoderLoop(
             session,
             input_ids=io.input_ids,
@@ -153,14 +163,16 @@ class Generator:
             id_dtype=io.id_dtype,
             mask_dtype=io.mask_dtype,
             logits_dtype=io.logits_dtype,
-            kv_pairs=self._kv.handover,
+            kv_pairs=self._kv.handover if self._kv is not None else [],
             sampler=self._sampler,
             logprobs=search.top_logprobs if (search.logprobs or search.top_logprobs) else -1,
-            grow_kv=self._kv.ensure,
-            kv_capacity=self._kv.capacity,
+            grow_kv=self._kv.ensure if self._kv is not None else None,
+            kv_capacity=self._kv.capacity if self._kv is not None else -1,
         )
         self._sequences = self._loop.array("sequences")
         self._logits_rows = self._loop.array("logits_rows")
+        if window is not None:
+            self._windowed = WindowedRunner(io, window, session, batch, self._logits_rows)
         self._done = self._loop.array("done")
         #: where the tokens counted by max_new_tokens start (the end of the last append)
         self._gen_start = 0
@@ -229,6 +241,14 @@ class Generator:
                 f"token id {int(bad)} is outside the vocabulary [0, {self.vocab_size})"
             )
         length = self._loop.length
+        if self._windowed is not None and length == 0:
+            array = self._windowed.pad_prompt(array)  # whole windows, pads kept (reference)
+            if array.shape[1] > self.max_length:
+                raise ValueError(
+                    f"{count} tokens padded to whole windows of {self._windowed.spec.window} "
+                    f"({array.shape[1]}) exceed max_length {self.max_length}"
+                )
+            count = array.shape[1]
         if length + count > self.max_length:
             raise ValueError(
                 f"appending {count} tokens to {length} exceeds max_length {self.max_length}"
@@ -239,7 +259,21 @@ class Generator:
             )
         self._loop.append(array)
         self._new_generation()
-        self._loop.run(length == 0)
+        if self._windowed is not None:
+            self._run_pending()
+        else:
+            self._loop.run(length == 0)
+
+    def _run_pending(self) -> None:
+        """Run the model on the pending tokens so the logits are current."""
+        if self._windowed is None:
+            self._loop.run(False)
+            return
+        runner, loop = self._windowed, self._loop
+        runner.feed(self._sequences[:, runner.computed : loop.length])
+        if self._sampler is not None:
+            self._sampler.forget_logits()  # rows rewritten outside the loop
+        loop.set_logits_ready()
 
     def set_active_adapter(self, adapters: Adapters, name: str) -> None:
         """Activate the LoRA adapter ``name`` loaded in ``adapters`` for this generator's
@@ -259,6 +293,8 @@ class Generator:
             raise GenerationError(
                 f"the rows generated max_new_tokens ({self.search.max_new_tokens}) tokens"
             )
+        if self._windowed is not None and not loop.logits_ready:
+            self._run_pending()
         if self._python_stage:
             self._guided_step()
             return
@@ -293,7 +329,7 @@ class Generator:
         constraints = self._constraints
         if constraints is not None:
             if not loop.logits_ready:
-                loop.run(False)  # the next masks are computed meanwhile, on llguidance's side
+                self._run_pending()  # the next masks are computed meanwhile, on llguidance's side
             logits = self._logits_rows
             for r in active:
                 constraints[r].fill_mask(logits[r])  # stage 1 of the chain
@@ -379,7 +415,7 @@ class Generator:
         if limit < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {limit}")
         limit = min(limit, max(self._stop_length - loop.length, 0))
-        if self._beams is None and not self._python_stage:
+        if self._beams is None and not self._python_stage and self._windowed is None:
             return loop.steps(limit)
         made = 0
         while made < limit and not self.is_done():
@@ -484,7 +520,7 @@ class Generator:
         if not loop.logits_ready:
             if loop.length == 0:
                 raise GenerationError("no logits yet: call append_tokens first")
-            loop.run(False)
+            self._run_pending()
         return self._logits_rows[:, None, :].copy()
 
     def set_logits(self, logits: np.ndarray) -> None:
@@ -500,6 +536,13 @@ class Generator:
     def get_output(self, name: str) -> np.ndarray:
         """A host copy of the last run's output ``name`` (``"logits"``, ``"present.0.key"``)."""
         loop = self._loop
+        if self._windowed is not None:
+            if not self._windowed.computed:
+                raise GenerationError("the model has not run yet")
+            value = self._windowed.read_output(name)
+            if value is None:
+                raise KeyError(f"{name!r} is not an output of the model")
+            return value
         if not loop.ran_once:
             raise GenerationError("the model has not run yet")
         if name == self._io.logits:
@@ -514,6 +557,13 @@ class Generator:
     def get_input(self, name: str) -> np.ndarray:
         """A host copy of the last run's input ``name``."""
         io = self._io
+        if self._windowed is not None:
+            if not self._windowed.computed:
+                raise GenerationError("the model has not run yet")
+            value = self._windowed.read_input(name)
+            if value is None:
+                raise KeyError(f"{name!r} is not an input of the model")
+            return value
         for which, graph_name in (
             ("input_ids", io.input_ids),
             ("attention_mask", io.attention_mask),
@@ -535,8 +585,16 @@ class Generator:
             raise ValueError(f"cannot rewind to {length}: the sequence has {current} tokens")
         if length and self.num_beams > 1:
             raise NotImplementedError("rewind_to(n > 0) needs num_beams 1")
+        if self._windowed is not None:
+            if length:  # as the reference: its windowed cache and inputs cannot rewind
+                raise NotImplementedError(
+                    "a windowed model (sliding_window.slide_key_value_cache) rewinds only to 0: "
+                    "its cache dropped the positions slid out"
+                )
+            self._windowed.reset()
         self._loop.rewind(length)
-        self._kv.truncate(self._loop.computed)
+        if self._kv is not None:
+            self._kv.truncate(self._loop.computed)
         if self._python_stage:
             self._replay(length)
         else:
@@ -551,6 +609,8 @@ class Generator:
         Batch 1, beam 1."""
         if self.rows != 1:
             raise NotImplementedError("snapshot needs batch_size 1 and num_beams 1")
+        if self._windowed is not None:
+            raise NotImplementedError("snapshots of windowed models (slide_key_value_cache)")
         length = self._loop.length
         if length < 1:
             raise GenerationError("nothing to snapshot: append tokens first")
@@ -568,6 +628,8 @@ class Generator:
             raise GenerationError("restore needs a fresh generator (no tokens appended)")
         if self.rows != 1:
             raise NotImplementedError("restore needs batch_size 1 and num_beams 1")
+        if self._windowed is not None:
+            raise NotImplementedError("snapshots of windowed models (slide_key_value_cache)")
         if snapshot.io != self._io or snapshot.layout != type(self._kv).__name__:
             raise ValueError("the snapshot comes from another model or KV layout")
         length = snapshot.tokens.shape[1]
@@ -581,10 +643,14 @@ class Generator:
     @property
     def kv_cache_bytes(self) -> int:
         """Bytes allocated for the KV cache."""
+        if self._windowed is not None:
+            return self._windowed.cache.nbytes
         return self._kv.nbytes
 
     @property
     def kv_cache_used_bytes(self) -> int:
         """Bytes of the KV cache the tokens so far occupy (every layer, K and V; a
         sliding-window layer only its resident positions)."""
+        if self._windowed is not None:
+            return self._windowed.cache.used_bytes(self._windowed.computed)
         return self._kv.used_bytes(self._loop.computed)

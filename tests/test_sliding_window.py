@@ -474,9 +474,10 @@ def test_invalid_window_configs(folders, tmp_path, window, message):
         genai.Model(edit_config(folders["shared"], tmp_path, **window))
 
 
-def test_qnn_style_windows_are_refused(folders, tmp_path):
+def test_qnn_style_windows_need_both_slides(folders, tmp_path):
+    """QNN-style windows (tests/test_windowed_cache.py) slide the cache and the inputs."""
     folder = edit_config(folders["shared"], tmp_path, slide_key_value_cache=True)
-    with pytest.raises(NotImplementedError, match="slide_key_value_cache"):
+    with pytest.raises(ConfigError, match="slide_key_value_cache and slide_inputs"):
         genai.Model(folder)
 
 
