@@ -335,6 +335,13 @@ def test_generate_until_done_equals_stepping(folders):
     np.testing.assert_array_equal(generator.get_sequence(0), steps.get_sequence(0))
 
 
+def test_the_python_stage_runs_the_window_too(folders):
+    """Stop strings take the generator's Python step: the same tokens as without them."""
+    plain = run(genai, folders["uint8"], prompt_of(13), 30)[0]
+    staged = run(genai, folders["uint8"], prompt_of(13), 30, stop=["never said"])[0]
+    np.testing.assert_array_equal(staged, plain)
+
+
 def test_sampling_runs_through_the_window(folders):
     _, _, generator = run(genai, folders["uint8"], prompt_of(13), 20, do_sample=True, top_k=5)
     assert generator.token_count() == 16 + 20

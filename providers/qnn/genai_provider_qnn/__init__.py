@@ -5,6 +5,12 @@ unless ``backend_type``/``backend_path`` says otherwise (on x86 the wheel's libQ
 simulator). QNN wants static shapes: the batch is fixed to 1, and the genai-level option
 ``free_dimensions`` (``"name=value;name=value"``, not passed to ORT) fixes more symbolic
 dimensions.
+
+Windowed static-cache exports (``sliding_window.slide_key_value_cache`` / ``slide_inputs``) run
+through `genai.windowed_cache`, chosen by the config and the graph, not by this provider: their
+batch-1 KV layout is the one fixed here, and nothing else is declared for them. Their sequence
+and past dimensions change between prompt windows and generated tokens, so fixing them with
+``free_dimensions`` breaks the model (the generator says which tensor); see docs/providers.md.
 """
 
 from __future__ import annotations
