@@ -3,7 +3,7 @@
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
-from genai._core.native_session cimport NativeSession
+from genai._core.native_session cimport DeviceTensor, NativeSession
 from genai._core.sampling cimport Sampler
 
 
@@ -52,6 +52,13 @@ cdef class DecoderLoop:
     cdef Py_ssize_t* kv_out
     cdef Py_ssize_t* kv_in
 
+    # graph capture (use_graph_capture): single-token steps at batch 1 copy ids / mask /
+    # positions into tensors at fixed addresses (where the session wants them), run with the
+    # binding's graph id and copy the logits back; other runs are plain (gpu_graph_id -1)
+    cdef readonly bint capture
+    cdef bint static_bound              # the static tensors are the bound ones
+    cdef DeviceTensor ids_t, mask_t, pos_t, logits_t
+
     # state
     cdef readonly Py_ssize_t length      # tokens in the sequences
     cdef readonly Py_ssize_t computed    # tokens whose KV the cache holds
@@ -66,4 +73,5 @@ cdef class DecoderLoop:
     cdef int run_pending(self, bint prompt) noexcept nogil
     cdef int choose_and_commit(self) noexcept nogil
     cdef int step_nogil(self) noexcept nogil
+    cdef int run_static(self) noexcept nogil
     cdef object raise_error(self, int rc)

@@ -16,7 +16,7 @@ Return codes of the nogil methods: 0 = success, anything else = an error raised 
 cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcpy, memmove, memset
 
 from genai._core.bookkeeping cimport (
     argmax_row,
@@ -27,7 +27,7 @@ from genai._core.bookkeeping cimport (
     store_index,
     write_positions,
 )
-from genai._core.native_session cimport NS_MAX_DIMS, NativeSession
+from genai._core.native_session cimport NS_MAX_DIMS, DeviceTensor, NativeSession
 from genai._core.ort_api cimport ELEM_FLOAT, ELEM_FLOAT16, ELEM_INT32, ELEM_INT64
 from genai._core.sampling cimport Sampler
 
@@ -111,6 +111,8 @@ cdef class DecoderLoop:
         self.top_ids = NULL
         self.top_logprobs = NULL
         self.n_top = 0
+        self.capture = False
+        self.static_bound = False
 
     def __init__(
         self, NativeSession session, *, str input_ids, object attention_mask,
@@ -191,6 +193,63 @@ cdef class DecoderLoop:
     def __dealloc__(self):
         free(self.kv_out)
         free(self.kv_in)
+
+    def use_graph_capture(self, graph_id):
+        """Run single-token steps as a captured graph: ``graph_id`` > 0 (unique among the
+        generators of the session, e.g. `NativeSession.next_graph_id`) makes those runs bind
+        input ids, attention mask ([batch, max_length]: ones, then zeros; the graph must take
+        the total length from the mask's contents, not its shape) and position ids at fixed
+        addresses, in the memory the session wants them (a device's, through
+        `DeviceTensor`), and the logits output likewise; onnxruntime captures the graph at the
+        first such run and replays it afterwards. Every other run (prompts, several tokens at
+        once) runs uncaptured. Needs batch 1 and a shared-buffer KV cache (fixed addresses):
+        when it grows (new buffers), the next step captures anew under another graph id
+        (`NativeSession.next_graph_id`; a cache allocated for ``max_length`` up front,
+        ``kv_initial_capacity=0``, is captured once). ``graph_id`` -1: no run is captured (a
+        session made with graph capture on, used by a generator that cannot)."""
+        graph_id = int(graph_id)
+        if graph_id == -1:
+            self.sess.set_graph_capture(-1)
+            self.capture = False
+            return
+        if graph_id <= 0:
+            raise ValueError(f"graph_id must be > 0 or -1, got {graph_id}")
+        if self.batch != 1:
+            raise ValueError(f"graph capture runs batch 1 only, this loop has {self.batch} rows")
+        if self.n_kv_pairs:
+            raise ValueError("graph capture needs the shared-buffer KV cache "
+                             "(past_present_share_buffer): this loop hands presents over")
+        ids = self._arrays["input_ids"]
+        mask = self._arrays["attention_mask"]
+        self.ids_t = DeviceTensor((1, 1), ids.dtype, staging=ids[:1], keep_staging=True)
+        self.sess.place_tensor(self.ids_t, False, self.ids_in)
+        if self.mask_in >= 0:
+            self.mask_t = DeviceTensor((1, self.max_length), mask.dtype,
+                                       staging=mask[: self.max_length], keep_staging=True)
+            self.sess.place_tensor(self.mask_t, False, self.mask_in)
+        if self.pos_in >= 0:
+            self.pos_t = DeviceTensor((1, 1), mask.dtype,
+                                      staging=self._arrays["position_ids"][:1],
+                                      keep_staging=True)
+            self.sess.place_tensor(self.pos_t, False, self.pos_in)
+        logits = self._arrays["step_logits"]
+        self.logits_t = DeviceTensor(logits.shape, logits.dtype, staging=logits,
+                                     keep_staging=True)
+        self.sess.place_tensor(self.logits_t, True, self.logits_out)
+        self.sess.set_graph_capture(graph_id)
+        self.capture = True
+        self.static_bound = False
+
+    def static_tensors(self):
+        """{name: DeviceTensor} bound by graph-captured steps (empty when capture is off)."""
+        if not self.capture:
+            return {}
+        out = {"input_ids": self.ids_t, "logits": self.logits_t}
+        if self.mask_t is not None:
+            out["attention_mask"] = self.mask_t
+        if self.pos_t is not None:
+            out["position_ids"] = self.pos_t
+        return out
 
     def reset(self):
         """Forget every token (a fresh generator)."""
@@ -309,6 +368,9 @@ cdef class DecoderLoop:
 
     def _grow_kv(self):
         self.kv_capacity = self.grow(self.length, self.computed)
+        if self.capture:
+            # New KV buffers: the captured graph reads the old addresses; capture anew.
+            self.sess.set_graph_capture(self.sess.next_graph_id())
 
     def step(self):
         """One generation step: run if the logits are stale, choose, commit."""
@@ -436,6 +498,19 @@ cdef class DecoderLoop:
             for b in range(batch):
                 self.last_index[b] = <int32_t>(count - 1)
 
+        if self.capture and count == 1 and not prompt:
+            rc = self.run_static()
+            if rc != 0:
+                return rc
+            self.computed = stop
+            self.last_run_count = count
+            self.logits_ready = True
+            self.ran_once = True
+            if self.sampler is not None:
+                self.sampler.maxima_valid = 0
+            return 0
+        self.static_bound = False  # the bindings below replace the static tensors
+
         shape[0] = batch
         shape[1] = count
         rc = self.sess.bind_input_ptr(self.ids_in, self.ids_buf, shape, 2, self.ids_elem)
@@ -485,6 +560,39 @@ cdef class DecoderLoop:
         if self.sampler is not None:
             self.sampler.maxima_valid = 0  # the rows were rewritten: drop load_logits' maxima
         return 0
+
+    cdef int run_static(self) noexcept nogil:
+        """One graph-captured single-token run at batch 1 (see use_graph_capture): the ids,
+        mask and positions written by run_pending are in the tensors' staging arrays."""
+        cdef int rc = 0
+        cdef int size = 8 if self.mask_elem == ELEM_INT64 else 4
+        if self.mask_t is not None and self.mask_length < self.max_length:
+            # ones for the tokens so far, zeros after them (stale after a rewind otherwise)
+            memset((<char*>self.mask_buf) + self.mask_length * size, 0,
+                   (self.max_length - self.mask_length) * size)
+        rc = self.sess.upload_tensor(self.ids_t)
+        if rc == 0 and self.mask_t is not None:
+            rc = self.sess.upload_tensor(self.mask_t)
+        if rc == 0 and self.pos_t is not None:
+            rc = self.sess.upload_tensor(self.pos_t)
+        if rc == 0 and not self.static_bound:
+            rc = self.sess.bind_input_tensor(self.ids_in, self.ids_t)
+            if rc == 0 and self.mask_t is not None:
+                rc = self.sess.bind_input_tensor(self.mask_in, self.mask_t)
+            if rc == 0 and self.pos_t is not None:
+                rc = self.sess.bind_input_tensor(self.pos_in, self.pos_t)
+            if rc == 0:
+                rc = self.sess.bind_output_tensor(self.logits_out, self.logits_t)
+            if rc == 0:
+                self.static_bound = True
+        if rc == 0:
+            rc = self.sess.run_binding_captured()
+        if rc == 0:
+            rc = self.sess.download_tensor(self.logits_t)
+        if rc == 0:
+            copy_logits_row(self.step_logits, self.logits_elem, 0, &self.logits_rows[0, 0],
+                            self.vocab)
+        return rc
 
     cdef object raise_error(self, int rc):
         message = (self.error_message.decode() if self.error_message != NULL else "")

@@ -18,6 +18,7 @@ from libc.stdint cimport int64_t
 
 from genai._core.ort_api cimport (
     OrtAllocator,
+    OrtEnv,
     OrtFns,
     OrtIoBinding,
     OrtMemoryInfo,
@@ -42,6 +43,49 @@ cdef enum:
     NS_MAX_DIMS = 16
 
 
+# C API functions device tensors need beyond ort_api's table (read from the same library).
+cdef struct DeviceFns:
+    OrtStatus* (*CreateTensorAsOrtValue)(OrtAllocator* allocator, const int64_t* shape,
+                                         size_t shape_len, int elem_type,
+                                         OrtValue** out) noexcept nogil
+    OrtStatus* (*CreateAllocator)(const OrtSession* session, const OrtMemoryInfo* info,
+                                  OrtAllocator** out) noexcept nogil
+    void (*ReleaseAllocator)(OrtAllocator* x) noexcept nogil
+
+
+# A tensor at a fixed address for the life of the object, placed where a session wants the
+# input/output it is first bound to (device memory through the session's allocator, or host
+# memory). Until then (and, with `keep_staging`, for ever) its data lives in a host array,
+# `staging`, of the same shape; upload/download copy between the two without the GIL.
+cdef class DeviceTensor:
+    cdef const OrtFns* fn
+    cdef OrtEnv* env
+    cdef OrtValue* value              # owned; NULL until placed
+    cdef OrtAllocator* dev_allocator  # owned (CreateAllocator) or NULL
+    cdef const OrtMemoryInfo* info    # memory info of `value` (session-owned) or NULL: host
+    cdef OrtMemoryInfo* host_info     # owned CPU memory info
+    cdef OrtValue* host_view          # owned: a tensor over `staging` (device tensors only)
+    cdef void* data                   # GetTensorMutableData of `value`
+    cdef readonly bint placed
+    cdef readonly bint in_device_memory
+    cdef readonly bint keep_staging
+    cdef object staging               # host ndarray, or None once dropped
+    cdef object owner                 # the NativeSession that placed it
+    cdef int elem
+    cdef int64_t dims[NS_MAX_DIMS]
+    cdef size_t rank
+    cdef size_t nbytes_c
+    cdef str device_hint
+    cdef readonly tuple shape
+    cdef readonly object dtype
+    cdef readonly str memory_name
+
+    # staging -> value / value -> staging (no-ops for a host-placed tensor, which shares the
+    # staging memory); NULL or the failing call's status.
+    cdef OrtStatus* upload(self) noexcept nogil
+    cdef OrtStatus* download(self) noexcept nogil
+
+
 cdef class NativeSession:
     cdef const OrtFns* fn
     cdef OrtSession* session
@@ -53,6 +97,15 @@ cdef class NativeSession:
     cdef bint borrowed
     cdef object owner
     cdef OrtRunOptions* run_options
+    # Graph capture (set_graph_capture): run options with gpu_graph_id = the binding's graph
+    # id (capture_run_options) and = -1 (skip_run_options: every other run, so that no run
+    # is captured by accident under the default id 0). Owned; NULL when unused.
+    cdef OrtRunOptions* capture_run_options
+    cdef OrtRunOptions* skip_run_options
+    cdef readonly object graph_id
+    cdef dict _run_config
+    # Graph ids handed out on this ORT session (counted on the owning object).
+    cdef Py_ssize_t graph_counter
     # The default CPU allocator (for arrays ORT allocates for us).
     cdef OrtAllocator* allocator
 
@@ -118,6 +171,15 @@ cdef class NativeSession:
     cdef int bind_output_device_index(self, Py_ssize_t index) noexcept nogil
     # RunWithBinding on the session's IoBinding (with the session's run options).
     cdef int run_binding(self) noexcept nogil
+    # The same with the run options that capture / replay this binding's graph (see
+    # set_graph_capture; falls back to run_binding when graph capture is not set).
+    cdef int run_binding_captured(self) noexcept nogil
+    # Bind a placed DeviceTensor as input / output `index` (no copy; its address is fixed).
+    cdef int bind_input_tensor(self, Py_ssize_t index, DeviceTensor tensor) noexcept nogil
+    cdef int bind_output_tensor(self, Py_ssize_t index, DeviceTensor tensor) noexcept nogil
+    # Copy a tensor's staging array to its memory / back (errors recorded as for the rest).
+    cdef int upload_tensor(self, DeviceTensor tensor) noexcept nogil
+    cdef int download_tensor(self, DeviceTensor tensor) noexcept nogil
     # After a run: bind the value output output_indices[k] holds as input input_indices[k], for
     # k < count, without copying (ORT-allocated or pointer-bound outputs alike; the session owns
     # a reference to each such input value). One GetBoundOutputValues per run at most.
@@ -139,6 +201,12 @@ cdef class NativeSession:
     cdef int _fail_status(self, OrtStatus* status) noexcept nogil
     cdef int _bind_ptr(self, bint is_output, Py_ssize_t index, void* data,
                        const int64_t* shape, size_t ndim, int elem_type) noexcept nogil
+    cdef int _bind_ptr_info(self, bint is_output, Py_ssize_t index, void* data,
+                            const int64_t* shape, size_t ndim, int elem_type,
+                            const OrtMemoryInfo* info, bint in_device) noexcept nogil
+    cdef int _run_with(self, OrtRunOptions* options) noexcept nogil
+    cdef const OrtMemoryInfo* _memory_info_for(self, bint is_output, Py_ssize_t index) except? NULL
+    cdef place_tensor(self, DeviceTensor tensor, bint is_output, Py_ssize_t index)
     cdef void _note_output_bound(self, Py_ssize_t index) noexcept nogil
     cdef void _drop_output_cache(self) noexcept nogil
     cdef int _fetch_output_cache(self) noexcept nogil

@@ -11,9 +11,10 @@ import os
 import numpy as np
 
 cimport numpy as cnp
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint32_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, strlen
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlopen, dlsym
 
 from genai._core.ort_api cimport (
     ELEM_BFLOAT16,
@@ -22,6 +23,7 @@ from genai._core.ort_api cimport (
     ORT_ARENA_ALLOCATOR,
     ORT_FAIL,
     ORT_MEM_TYPE_DEFAULT,
+    ORT_API_VERSION_REQUIRED,
     ORT_MEMINFO_DEVICE_CPU,
     EpDevice,
     OrtAllocator,
@@ -62,6 +64,13 @@ ELEM_TO_DTYPE = {
     15: np.dtype(np.complex128),
 }
 DTYPE_TO_ELEM = {dt: t for t, dt in ELEM_TO_DTYPE.items()}
+
+
+def _ndarray(array, str name):
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{name!r}: expected an ndarray or a DeviceTensor, got "
+                        f"{type(array).__name__}")
+    return array
 
 
 cdef char* _dup_cstr(const char* s) except NULL:
@@ -190,6 +199,260 @@ cdef _append_provider_devices(const OrtFns* f, OrtEnv* env, OrtSessionOptions* o
         free(cdevs)
 
 
+# ---------------------------------------------------------------------------------------------
+# Device tensors
+# ---------------------------------------------------------------------------------------------
+
+# Positions (0-based) in OrtApi of the functions in DeviceFns; ort_api's table does not carry
+# them. Same documented layout as ort_api.pxd's ORT_SLOT_* (CreateTensorWithDataAsOrtValue is
+# 49, AddSessionConfigEntry 130, RunWithBinding 133).
+cdef enum:
+    _SLOT_CreateTensorAsOrtValue = 48
+    _SLOT_CreateAllocator = 131
+    _SLOT_ReleaseAllocator = 132
+
+
+cdef struct _ApiBase:
+    const void* (*GetApi)(uint32_t version) noexcept nogil
+    const char* (*GetVersionString)() noexcept nogil
+
+ctypedef const _ApiBase* (*_GetApiBaseFn)() noexcept nogil
+
+cdef DeviceFns _devfns
+cdef bint _devfns_loaded = False
+
+
+cdef int _load_device_fns() except -1:
+    """Read DeviceFns from the library ort_api loaded (dlopen of a loaded path returns it)."""
+    global _devfns_loaded
+    if _devfns_loaded:
+        return 0
+    ort_fns()
+    from genai._core.ort_api import library_path
+    path = library_path()
+    cdef bytes bpath = os.fsencode(path)
+    cdef void* handle = dlopen(bpath, RTLD_NOW | RTLD_LOCAL)
+    if handle == NULL:
+        raise ImportError(f"cannot load {path}")
+    cdef void* sym = dlsym(handle, b"OrtGetApiBase")
+    if sym == NULL:
+        raise ImportError(f"{path} does not export OrtGetApiBase")
+    cdef const _ApiBase* base = (<_GetApiBaseFn>sym)()
+    cdef const void* const* table = NULL
+    if base != NULL:
+        table = <const void* const*>base.GetApi(ORT_API_VERSION_REQUIRED)
+    if table == NULL:
+        raise ImportError(f"{path}: GetApi({ORT_API_VERSION_REQUIRED}) returned NULL")
+    memcpy(&_devfns.CreateTensorAsOrtValue, &table[_SLOT_CreateTensorAsOrtValue], sizeof(void*))
+    memcpy(&_devfns.CreateAllocator, &table[_SLOT_CreateAllocator], sizeof(void*))
+    memcpy(&_devfns.ReleaseAllocator, &table[_SLOT_ReleaseAllocator], sizeof(void*))
+    _devfns_loaded = True
+    return 0
+
+
+cdef class DeviceTensor:
+    """A tensor at a fixed address, in the memory a session wants for the input or output it
+    is first bound to (`NativeSession.bind_input` / `bind_output`): device memory allocated
+    through the session, or host memory. Until then its data is a host array (zeros, or
+    ``staging`` when given). What the engine binds when a provider keeps buffers on its device
+    (the shared-buffer KV cache, graph capture's static inputs and logits).
+
+    Reads and writes go through the host: ``numpy()`` / ``copy()`` / ``t[index]`` return host
+    copies, ``write(array)`` and ``t[index] = value`` copy in (onnxruntime >= 1.23,
+    CopyTensors). ``keep_staging``: keep the host array for the tensor's life, so that the
+    decode loop can `upload` / `download` it without the GIL (small tensors: ids, mask,
+    logits); otherwise it is dropped once the data is on the device.
+    """
+
+    def __cinit__(self):
+        self.fn = NULL
+        self.env = NULL
+        self.value = NULL
+        self.dev_allocator = NULL
+        self.info = NULL
+        self.host_info = NULL
+        self.host_view = NULL
+        self.data = NULL
+        self.placed = False
+        self.in_device_memory = False
+        self.rank = 0
+        self.nbytes_c = 0
+
+    def __init__(self, shape, dtype, *, staging=None, bint keep_staging=False, str device=None):
+        """``device``: the device name to report (`device_name`) until the tensor is placed."""
+        cdef Py_ssize_t k
+        self.fn = ort_fns()
+        self.env = ort_env()
+        dtype = np.dtype(dtype)
+        elem = DTYPE_TO_ELEM.get(dtype)
+        if elem is None:
+            raise TypeError(f"DeviceTensor: unsupported dtype {dtype}")
+        shape = tuple([int(d) for d in shape])
+        if len(shape) > NS_MAX_DIMS:
+            raise ValueError(f"DeviceTensor: more than {NS_MAX_DIMS} dimensions")
+        if any(d < 0 for d in shape):
+            raise ValueError(f"DeviceTensor: negative dimension in {shape}")
+        if staging is None:
+            from genai.buffers import aligned_zeros
+
+            staging = aligned_zeros(shape, dtype)
+        else:
+            if not isinstance(staging, np.ndarray) or staging.dtype != dtype:
+                raise TypeError(f"DeviceTensor: staging must be an ndarray of {dtype}")
+            if not staging.flags.c_contiguous or staging.size != int(np.prod(shape)):
+                raise ValueError(f"DeviceTensor: staging must be C-contiguous with "
+                                 f"{int(np.prod(shape))} elements")
+            staging = staging.reshape(shape)  # a view: the caller's memory
+        self.staging = staging
+        self.keep_staging = keep_staging
+        self.shape = shape
+        self.dtype = dtype
+        self.elem = elem
+        self.rank = len(shape)
+        for k in range(len(shape)):
+            self.dims[k] = shape[k]
+        self.nbytes_c = <size_t>staging.nbytes
+        self.device_hint = device or "unplaced"
+        self.memory_name = "unplaced"
+        check_status(self.fn.CreateCpuMemoryInfo(ORT_ARENA_ALLOCATOR, ORT_MEM_TYPE_DEFAULT,
+                                                 &self.host_info), "CreateCpuMemoryInfo")
+
+    def __dealloc__(self):
+        cdef const OrtFns* f = self.fn
+        if f == NULL:
+            return
+        if self.host_view != NULL:
+            f.ReleaseValue(self.host_view)
+            self.host_view = NULL
+        if self.value != NULL:
+            f.ReleaseValue(self.value)
+            self.value = NULL
+        if self.dev_allocator != NULL:  # after the value it allocated
+            _devfns.ReleaseAllocator(self.dev_allocator)
+            self.dev_allocator = NULL
+        if self.host_info != NULL:
+            f.ReleaseMemoryInfo(self.host_info)
+            self.host_info = NULL
+
+    # --- numpy-like surface (what the KV cache uses) ---------------------------------------
+    @property
+    def nbytes(self):
+        return int(self.nbytes_c)
+
+    @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __len__(self):
+        return self.shape[0] if self.shape else 0
+
+    def device_name(self):
+        """"cpu" for a tensor in host memory; the device name given at creation for one in
+        device memory (or not yet placed)."""
+        if self.placed and not self.in_device_memory:
+            return "cpu"
+        return self.device_hint
+
+    def numpy(self):
+        """A host copy of the whole tensor."""
+        cdef cnp.ndarray out
+        cdef OrtValue* host = NULL
+        cdef OrtStatus* st = NULL
+        if not self.placed or not self.in_device_memory:
+            return np.array(self.staging, copy=True)
+        out = np.empty(self.shape, self.dtype)
+        if not out.nbytes:
+            return out
+        check_status(self.fn.CreateTensorWithDataAsOrtValue(
+            self.host_info, cnp.PyArray_DATA(out), self.nbytes_c, self.dims, self.rank,
+            self.elem, &host), "CreateTensorWithDataAsOrtValue")
+        with nogil:
+            st = self.fn.CopyTensors(self.env, <const OrtValue* const*>&self.value, &host,
+                                     NULL, 1)
+        self.fn.ReleaseValue(host)
+        check_status(st, "CopyTensors (a device tensor to the host)")
+        return out
+
+    def copy(self):
+        """A host copy (ndarray), as ``ndarray.copy``."""
+        return self.numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def write(self, array):
+        """Copy ``array`` (broadcast to the tensor's shape) into the tensor."""
+        cdef cnp.ndarray src
+        cdef OrtValue* host = NULL
+        cdef OrtStatus* st = NULL
+        src = np.ascontiguousarray(np.broadcast_to(np.asarray(array, dtype=self.dtype),
+                                                   self.shape))
+        if not self.placed or not self.in_device_memory or self.keep_staging:
+            self.staging[...] = src
+            if self.placed and self.in_device_memory:
+                with nogil:
+                    st = self.upload()
+                check_status(st, "CopyTensors (host data to a device tensor)")
+            return
+        if not src.nbytes:
+            return
+        check_status(self.fn.CreateTensorWithDataAsOrtValue(
+            self.host_info, cnp.PyArray_DATA(src), self.nbytes_c, self.dims, self.rank,
+            self.elem, &host), "CreateTensorWithDataAsOrtValue")
+        with nogil:
+            st = self.fn.CopyTensors(self.env, <const OrtValue* const*>&host, &self.value,
+                                     NULL, 1)
+        self.fn.ReleaseValue(host)
+        check_status(st, "CopyTensors (host data to a device tensor)")
+
+    def fill(self, value):
+        self.write(value)
+
+    def __getitem__(self, index):
+        return self.numpy()[index]
+
+    def __setitem__(self, index, value):
+        if not self.placed or not self.in_device_memory:
+            self.staging[index] = value
+            return
+        array = self.numpy()
+        array[index] = value
+        self.write(array)
+
+    def reshape(self, *args, **kwargs):
+        raise NotImplementedError(
+            "a DeviceTensor has no host memory to view (beam search reorders and other in-place "
+            "edits need a host KV cache: past_present_share_buffer=false)")
+
+    view = reshape
+
+    def __repr__(self):
+        return (f"<DeviceTensor {self.shape} {self.dtype} in {self.memory_name} memory"
+                f"{'' if self.placed else ' (not placed yet)'}>")
+
+    # --- nogil copies ----------------------------------------------------------------------
+    cdef OrtStatus* upload(self) noexcept nogil:
+        if not self.in_device_memory or self.host_view == NULL or self.nbytes_c == 0:
+            return NULL
+        return self.fn.CopyTensors(self.env, <const OrtValue* const*>&self.host_view,
+                                   &self.value, NULL, 1)
+
+    cdef OrtStatus* download(self) noexcept nogil:
+        if not self.in_device_memory or self.host_view == NULL or self.nbytes_c == 0:
+            return NULL
+        return self.fn.CopyTensors(self.env, <const OrtValue* const*>&self.value,
+                                   &self.host_view, NULL, 1)
+
+
 cdef class NativeSession:
     """An ORT session with an owned IoBinding, created through onnxruntime's C API.
 
@@ -233,6 +496,11 @@ cdef class NativeSession:
         self.out_mark = NULL
         self.borrowed = False
         self.owner = None
+        self.capture_run_options = NULL
+        self.skip_run_options = NULL
+        self.graph_id = None
+        self._run_config = {}
+        self.graph_counter = 0
 
     def __init__(self, model_path=None, *, int intra_op_num_threads=0,
                  int inter_op_num_threads=0, int graph_optimization_level=99,
@@ -343,6 +611,7 @@ cdef class NativeSession:
                 st = f.CreateSession(env, cpath, opts, &self.session)
             check_status(st, f"CreateSession({label!r})")
 
+        self._run_config = {str(k): str(v) for k, v in (run_config_entries or {}).items()}
         if run_config_entries:
             check_status(f.CreateRunOptions(&self.run_options), "CreateRunOptions")
             for key, value in run_config_entries.items():
@@ -489,6 +758,7 @@ cdef class NativeSession:
         other.allocator = self.allocator
         other.session = self.session
         other.run_options = self.run_options
+        other._run_config = self._run_config
         other.owner = self
         other.borrowed = True
         other._init_binding_state()
@@ -527,6 +797,12 @@ cdef class NativeSession:
         if self.run_options != NULL and not self.borrowed:
             f.ReleaseRunOptions(self.run_options)
         self.run_options = NULL
+        if self.capture_run_options != NULL:
+            f.ReleaseRunOptions(self.capture_run_options)
+            self.capture_run_options = NULL
+        if self.skip_run_options != NULL:
+            f.ReleaseRunOptions(self.skip_run_options)
+            self.skip_run_options = NULL
         if self.last_status != NULL:
             f.ReleaseStatus(self.last_status)
             self.last_status = NULL
@@ -578,6 +854,13 @@ cdef class NativeSession:
 
     cdef int _bind_ptr(self, bint is_output, Py_ssize_t index, void* data,
                        const int64_t* shape, size_t ndim, int elem_type) noexcept nogil:
+        return self._bind_ptr_info(is_output, index, data, shape, ndim, elem_type,
+                                   self.cpu_info, False)
+
+    cdef int _bind_ptr_info(self, bint is_output, Py_ssize_t index, void* data,
+                            const int64_t* shape, size_t ndim, int elem_type,
+                            const OrtMemoryInfo* info, bint in_device) noexcept nogil:
+        # `data` in the memory `info` describes (a device address when `in_device`).
         cdef const OrtFns* f = self.fn
         cdef OrtValue* value = NULL
         cdef OrtStatus* st = NULL
@@ -600,7 +883,7 @@ cdef class NativeSession:
             if shape[k] < 0:
                 return self._fail(NS_ERR_SHAPE, b"negative dimension")
             nbytes *= <size_t>shape[k]
-        st = f.CreateTensorWithDataAsOrtValue(self.cpu_info, data, nbytes, shape, ndim,
+        st = f.CreateTensorWithDataAsOrtValue(info, data, nbytes, shape, ndim,
                                               elem_type, &value)
         if st != NULL:
             return self._fail_status(st)
@@ -618,13 +901,41 @@ cdef class NativeSession:
             self.output_values[index] = value
             self.output_on_device[index] = 0
             self.output_alloc_info[index] = NULL
-            self.output_in_device_memory[index] = 0
+            self.output_in_device_memory[index] = in_device
             self._note_output_bound(index)
         else:
             if self.input_values[index] != NULL:
                 f.ReleaseValue(self.input_values[index])
             self.input_values[index] = value
-            self.input_in_device_memory[index] = 0
+            self.input_in_device_memory[index] = in_device
+        return NS_OK
+
+    cdef int bind_input_tensor(self, Py_ssize_t index, DeviceTensor tensor) noexcept nogil:
+        if not tensor.placed:
+            return self._fail(NS_ERR_STATE, b"the DeviceTensor is not placed yet")
+        return self._bind_ptr_info(False, index, tensor.data, tensor.dims, tensor.rank,
+                                   tensor.elem,
+                                   tensor.info if tensor.in_device_memory else tensor.host_info,
+                                   tensor.in_device_memory)
+
+    cdef int bind_output_tensor(self, Py_ssize_t index, DeviceTensor tensor) noexcept nogil:
+        if not tensor.placed:
+            return self._fail(NS_ERR_STATE, b"the DeviceTensor is not placed yet")
+        return self._bind_ptr_info(True, index, tensor.data, tensor.dims, tensor.rank,
+                                   tensor.elem,
+                                   tensor.info if tensor.in_device_memory else tensor.host_info,
+                                   tensor.in_device_memory)
+
+    cdef int upload_tensor(self, DeviceTensor tensor) noexcept nogil:
+        cdef OrtStatus* st = tensor.upload()
+        if st != NULL:
+            return self._fail_status(st)
+        return NS_OK
+
+    cdef int download_tensor(self, DeviceTensor tensor) noexcept nogil:
+        cdef OrtStatus* st = tensor.download()
+        if st != NULL:
+            return self._fail_status(st)
         return NS_OK
 
     cdef int bind_input_ptr(self, Py_ssize_t index, void* data, const int64_t* shape,
@@ -656,6 +967,16 @@ cdef class NativeSession:
         return NS_OK
 
     cdef int run_binding(self) noexcept nogil:
+        # With graph capture set, plain runs say gpu_graph_id=-1: not captured.
+        return self._run_with(self.skip_run_options if self.skip_run_options != NULL
+                              else self.run_options)
+
+    cdef int run_binding_captured(self) noexcept nogil:
+        if self.capture_run_options == NULL:
+            return self.run_binding()
+        return self._run_with(self.capture_run_options)
+
+    cdef int _run_with(self, OrtRunOptions* options) noexcept nogil:
         cdef OrtStatus* st = NULL
         cdef Py_ssize_t i
         if self.binding == NULL:
@@ -674,7 +995,7 @@ cdef class NativeSession:
                 )
                 if st != NULL:
                     return self._fail_status(st)
-        st = self.fn.RunWithBinding(self.session, self.run_options, self.binding)
+        st = self.fn.RunWithBinding(self.session, options, self.binding)
         if st != NULL:
             return self._fail_status(st)
         return NS_OK
@@ -993,18 +1314,186 @@ cdef class NativeSession:
             self._input_refs[index] = array
             self.input_has_ref[index] = 1
 
-    def bind_input(self, str name, cnp.ndarray array not None, shape=None):
+    def bind_input(self, str name, array, shape=None):
         """Bind ``array``'s memory (no copy) as input ``name``.
 
         ``shape`` defaults to ``array.shape``; a different shape binds the first
         ``prod(shape)`` elements (e.g. a prefix of a preallocated attention-mask buffer). The
-        session keeps a reference to ``array`` until the input is re-bound.
+        session keeps a reference to ``array`` until the input is re-bound. A `DeviceTensor`
+        is placed first (where the session wants this input) when it is not yet.
         """
-        self._bind_array(False, name, array, shape)
+        if isinstance(array, DeviceTensor):
+            self._bind_tensor(False, name, array, shape)
+        else:
+            self._bind_array(False, name, _ndarray(array, name), shape)
 
-    def bind_output(self, str name, cnp.ndarray array not None, shape=None):
-        """Bind ``array``'s memory (no copy) as output ``name``; ORT writes into it on run()."""
-        self._bind_array(True, name, array, shape)
+    def bind_output(self, str name, array, shape=None):
+        """Bind ``array``'s memory (no copy) as output ``name``; ORT writes into it on run().
+        A `DeviceTensor` is placed first (where the session produces this output) when it is
+        not yet (e.g. a shared KV buffer: bound as past, then as present)."""
+        if isinstance(array, DeviceTensor):
+            self._bind_tensor(True, name, array, shape)
+        else:
+            self._bind_array(True, name, _ndarray(array, name), shape)
+
+    def _bind_tensor(self, bint is_output, str name, DeviceTensor tensor, shape):
+        cdef Py_ssize_t index = self.output_index(name) if is_output else self.input_index(name)
+        cdef int declared = self.output_types_c[index] if is_output else self.input_types_c[index]
+        cdef int rc
+        kind = "output" if is_output else "input"
+        if shape is not None and tuple([int(d) for d in shape]) != tensor.shape:
+            raise ValueError(f"{kind} {name!r}: a DeviceTensor binds whole ({tensor.shape})")
+        if declared != ELEM_UNDEFINED and declared != tensor.elem:
+            raise TypeError(f"{kind} {name!r} expects {ELEM_TO_DTYPE.get(declared)}, got a "
+                            f"DeviceTensor of {tensor.dtype}")
+        self.place_tensor(tensor, is_output, index)
+        if is_output:
+            rc = self.bind_output_tensor(index, tensor)
+        else:
+            rc = self.bind_input_tensor(index, tensor)
+        if rc != 0:
+            self.raise_last_error()
+        if is_output:
+            self._output_refs[index] = tensor
+            self.output_has_ref[index] = 1
+        else:
+            self._input_refs[index] = tensor
+            self.input_has_ref[index] = 1
+
+    cdef const OrtMemoryInfo* _memory_info_for(self, bint is_output,
+                                               Py_ssize_t index) except? NULL:
+        # Where the session wants input/output `index` (session-owned); NULL: host memory, or
+        # an onnxruntime (< 1.23) that cannot tell.
+        cdef Py_ssize_t n = self.n_outputs if is_output else self.n_inputs
+        cdef const OrtMemoryInfo** infos = NULL
+        cdef const OrtMemoryInfo* found = NULL
+        cdef int device_type = ORT_MEMINFO_DEVICE_CPU
+        if (self.fn.SessionGetMemoryInfoForInputs == NULL
+                or self.fn.SessionGetMemoryInfoForOutputs == NULL):
+            return NULL
+        infos = <const OrtMemoryInfo**>calloc(n + 1, sizeof(OrtMemoryInfo*))
+        if infos == NULL:
+            raise MemoryError()
+        try:
+            if is_output:
+                check_status(self.fn.SessionGetMemoryInfoForOutputs(self.session, infos, n),
+                             "SessionGetMemoryInfoForOutputs")
+            else:
+                check_status(self.fn.SessionGetMemoryInfoForInputs(self.session, infos, n),
+                             "SessionGetMemoryInfoForInputs")
+            found = infos[index]
+        finally:
+            free(infos)
+        if found != NULL and self.fn.MemoryInfoGetDeviceType != NULL:
+            self.fn.MemoryInfoGetDeviceType(found, &device_type)
+        if device_type == ORT_MEMINFO_DEVICE_CPU:
+            return NULL
+        return found
+
+    cdef place_tensor(self, DeviceTensor tensor, bint is_output, Py_ssize_t index):
+        """Give ``tensor`` its memory: where the session wants input/output ``index``."""
+        cdef const OrtFns* f = self.fn
+        cdef const OrtMemoryInfo* info = NULL
+        cdef cnp.ndarray staging
+        cdef OrtStatus* st = NULL
+        if tensor.placed:
+            return
+        if self.session == NULL:
+            raise RuntimeError("NativeSession is not initialised")
+        info = self._memory_info_for(is_output, index)
+        staging = tensor.staging
+        if info == NULL:
+            # Host memory: the tensor is its staging array.
+            check_status(f.CreateTensorWithDataAsOrtValue(
+                tensor.host_info, cnp.PyArray_DATA(staging), tensor.nbytes_c, tensor.dims,
+                tensor.rank, tensor.elem, &tensor.value), "CreateTensorWithDataAsOrtValue")
+            tensor.in_device_memory = False
+            tensor.keep_staging = True
+            tensor.memory_name = "Cpu"
+        else:
+            if f.CopyTensors == NULL:
+                from genai._core.ort_api import version
+                raise OrtError(f"onnxruntime {version()} cannot copy to device tensors "
+                               "(CopyTensors needs >= 1.23)")
+            _load_device_fns()
+            check_status(_devfns.CreateAllocator(self.session, info, &tensor.dev_allocator),
+                         "CreateAllocator (device memory for a DeviceTensor)")
+            check_status(_devfns.CreateTensorAsOrtValue(
+                tensor.dev_allocator, tensor.dims, tensor.rank, tensor.elem, &tensor.value),
+                "CreateTensorAsOrtValue (a DeviceTensor in device memory)")
+            check_status(f.CreateTensorWithDataAsOrtValue(
+                tensor.host_info, cnp.PyArray_DATA(staging), tensor.nbytes_c, tensor.dims,
+                tensor.rank, tensor.elem, &tensor.host_view), "CreateTensorWithDataAsOrtValue")
+            tensor.info = info
+            tensor.in_device_memory = True
+            with nogil:
+                st = tensor.upload()
+            check_status(st, "CopyTensors (a DeviceTensor's initial data to the device)")
+            tensor.memory_name = (memory_info_to_dict(info) or {}).get("name", "device")
+            if not tensor.keep_staging:
+                f.ReleaseValue(tensor.host_view)
+                tensor.host_view = NULL
+                tensor.staging = None
+        check_status(f.GetTensorMutableData(tensor.value, &tensor.data), "GetTensorMutableData")
+        tensor.placed = True
+        tensor.owner = self
+
+    def place(self, DeviceTensor tensor, str name, bint output=False):
+        """Place ``tensor`` where the session wants input (or output) ``name``, unbound."""
+        self.place_tensor(tensor, output,
+                          self.output_index(name) if output else self.input_index(name))
+
+    def bound_input_in_device_memory(self, str name):
+        """Whether the value bound as input ``name`` lives in device memory."""
+        cdef Py_ssize_t index = self.input_index(name)
+        if self.input_values[index] == NULL:
+            raise KeyError(f"input {name!r} is not bound")
+        return bool(self.input_in_device_memory[index])
+
+    def set_graph_capture(self, graph_id):
+        """Graph capture for this binding's runs. ``graph_id`` > 0: `run_binding_captured`
+        runs with ``gpu_graph_id`` = graph_id (onnxruntime captures the graph at the first
+        such run and replays it afterwards: every bound address must stay the same), every
+        other run with ``gpu_graph_id=-1``; -1: every run with -1 (a session created with
+        graph capture on, used without it); None: neither (the session's run options)."""
+        cdef OrtRunOptions* capture = NULL
+        cdef OrtRunOptions* skip = NULL
+        cdef const OrtFns* f = self.fn
+        cdef bytes bkey, bvalue
+        if graph_id is not None:
+            graph_id = int(graph_id)
+            if graph_id == 0 or graph_id < -1:
+                raise ValueError(f"graph_id must be > 0, -1 or None, got {graph_id}")
+        try:
+            for target in ((graph_id, -1) if graph_id is not None and graph_id > 0
+                           else (-1,) if graph_id == -1 else ()):
+                check_status(f.CreateRunOptions(&skip if target == -1 else &capture),
+                             "CreateRunOptions")
+                for key, value in {**self._run_config, "gpu_graph_id": str(target)}.items():
+                    bkey = key.encode()
+                    bvalue = value.encode()
+                    check_status(f.AddRunConfigEntry(skip if target == -1 else capture,
+                                                     bkey, bvalue),
+                                 f"adding run config entry {key!r}={value!r}")
+        except BaseException:
+            if capture != NULL:
+                f.ReleaseRunOptions(capture)
+            if skip != NULL:
+                f.ReleaseRunOptions(skip)
+            raise
+        if self.capture_run_options != NULL:
+            f.ReleaseRunOptions(self.capture_run_options)
+        if self.skip_run_options != NULL:
+            f.ReleaseRunOptions(self.skip_run_options)
+        self.capture_run_options = capture
+        self.skip_run_options = skip
+        self.graph_id = graph_id
+
+    def next_graph_id(self):
+        """A graph id no other binding of this ORT session has been given (1, 2, ...)."""
+        cdef NativeSession root = self.owner if self.borrowed else self
+        root.graph_counter += 1
+        return root.graph_counter
 
     def bind_output_to_device(self, str name, bint device_memory=False):
         """Let ORT allocate output ``name`` at each run; read it with get_output. In host
