@@ -124,8 +124,11 @@ class Placement:
     ``kv_cache``: the KV buffers (shared layout: allocated by `ExecutionProvider.allocate`;
     growing layout: allocated by ORT at each run). ``inputs``: input ids, attention mask,
     positions. ``logits``: the logits the engine reads. ``sampling``: where the next token is
-    chosen. ``allocator``: how `ExecutionProvider.allocate` gets memory (``"numpy"``: host
-    arrays).
+    chosen. ``allocator``: how `ExecutionProvider.allocate` gets memory for the roles placed on
+    the device (``"numpy"``: host arrays; ``"session"``: a
+    `genai._core.native_session.DeviceTensor`, given its memory by the session it is first
+    bound to -- where that session wants the input or output -- and read and written through
+    the host).
     """
 
     kv_cache: str = "cpu"
@@ -140,9 +143,15 @@ class GraphCapture:
     """How a provider's graph capture (CUDA graphs, DirectML/WebGPU capture) is switched.
 
     ``option``/``on``/``off``: the EP option and its values; ``default``: whether it is on when
-    the option is absent. What it needs from the engine: the shared-buffer KV layout, input
+    the option is absent. What it needs from the engine: the shared-buffer KV layout in device
+    memory (``requires_shared_buffer``; the provider places ``kv_cache`` on its device), input
     buffers at fixed addresses (the attention mask allocated once for ``max_length`` and updated
-    in place) and, for most EPs, batch size 1.
+    in place) and at most ``max_batch_size`` rows (batch x beams). A generator that cannot meet
+    that runs uncaptured (`ExecutionProvider.graph_capture_id`).
+
+    The model must take the total length from the mask's contents, as the reference's builder
+    emits graphs for graph capture (e.g. WebGPU: ``ReduceMax(ReduceSum(mask))`` in place of
+    ``Shape(mask)[1]``; `genai.testing.models.write_gqa_decoder(static_mask=True)`).
     """
 
     option: str
@@ -273,7 +282,14 @@ class ExecutionProvider:
         self, shape: tuple[int, ...], dtype: np.dtype, *, zero: bool = True, role: str = "kv_cache"
     ) -> Any:
         """A buffer of ``shape`` and ``dtype`` for ``role`` ("kv_cache", "inputs", "logits"),
-        where `placement` says that role lives. The default: a host array."""
+        where `placement` says that role lives. The default: a host array; for a role placed
+        on the device with ``placement.allocator == "session"``, a
+        `genai._core.native_session.DeviceTensor` (zero-filled) that takes its device memory
+        from the session it is first bound to."""
+        if getattr(self.placement, role) != "cpu" and self.placement.allocator == "session":
+            from ._core.native_session import DeviceTensor
+
+            return DeviceTensor(tuple(shape), np.dtype(dtype), device=self.device)
         return aligned_zeros(shape, dtype) if zero else aligned_empty(shape, dtype)
 
     def buffer_device(self, buffer: Any) -> str:
@@ -298,6 +314,38 @@ class ExecutionProvider:
             return False
         value = options.get(capture.option)
         return capture.default if value is None else value == capture.on
+
+    def graph_capture_blocker(self, *, rows: int, shared_kv: bool) -> str | None:
+        """Why a generator of ``rows`` rows (batch x beams) with (``shared_kv``) or without
+        the shared-buffer KV layout cannot use graph capture; None when it can."""
+        capture = self.graph_capture
+        if capture is None:
+            return f"{self.name} has no graph capture"
+        if capture.max_batch_size is not None and rows > capture.max_batch_size:
+            return f"{rows} rows (batch x beams); graph capture takes {capture.max_batch_size}"
+        if capture.requires_shared_buffer and not shared_kv:
+            return "graph capture needs the shared-buffer KV layout (past_present_share_buffer)"
+        if capture.requires_shared_buffer and self.placement.kv_cache == "cpu":
+            return (
+                f"{self.name} keeps the KV cache in host memory, which a captured graph would "
+                "not read again"
+            )
+        return None
+
+    def graph_capture_id(
+        self, options: Mapping[str, str], session: NativeSession, *, rows: int, shared_kv: bool
+    ) -> int:
+        """What a generator on ``session`` (a model made with ``options``) does about graph
+        capture: 0 when the provider's graph capture is off (or it has none); -1 when it is on
+        but this generator cannot use it (`graph_capture_blocker`: its runs then say
+        ``gpu_graph_id=-1``, else onnxruntime would capture its first run under the default
+        id); else a graph id of its own for `DecoderLoop.use_graph_capture` (each generator
+        binds its own buffers, so each captures its own graph)."""
+        if not self.graph_capture_enabled(options):
+            return 0
+        if self.graph_capture_blocker(rows=rows, shared_kv=shared_kv) is not None:
+            return -1
+        return int(session.next_graph_id())
 
     # --- description -------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:

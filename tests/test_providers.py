@@ -339,7 +339,7 @@ def test_directml_probe_options_and_capture(monkeypatch) -> None:
     assert "onnxruntime-directml" in dml.unavailable_reason()
     monkeypatch.setattr(m, "available_ort_providers", lambda: ["DmlExecutionProvider"])
     assert dml.unavailable_reason() is None
-    assert dml.graph_capture_enabled({}) is False  # opt-in here (see the module docstring)
+    assert dml.graph_capture_enabled({}) is True  # on by default, as the reference
     assert dml.graph_capture_options(True) == {"enable_graph_capture": "1"}
     with pytest.raises(ConfigError, match="performance_preference"):
         dml.validate_options({"performance_preference": "fast"})

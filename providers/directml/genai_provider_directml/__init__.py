@@ -1,14 +1,20 @@
 """DirectML execution provider (onnxruntime-directml, Windows) for genai.
 
-The reference turns graph capture on by default for DirectML; here it is opt-in
-(``enable_graph_capture=1``) until the engine keeps the KV cache on the device, which graph
-capture needs. Continuous decoding is not supported, as in the reference.
+Graph capture is on by default, as in the reference (``enable_graph_capture=0`` opts out):
+the session is created with it, and a generator captures its single-token steps when it can
+(`ExecutionProvider.graph_capture_blocker`: batch 1, the shared-buffer KV layout in device
+memory). This provider still places the KV cache in host memory (its device path, the same
+code WebGPU runs, has not been checked on DirectML hardware), so until it declares
+``Placement(kv_cache="dml", allocator="session")`` and the shared layout, generators run
+uncaptured (``gpu_graph_id=-1``) on a capture-enabled session. Continuous decoding is not
+supported, as in the reference.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from genai.errors import ConfigError
 from genai.hookspecs import hookimpl
@@ -17,10 +23,17 @@ from genai.providers import (
     ExecutionProvider,
     GraphCapture,
     Placement,
+    SessionSpec,
     available_ort_providers,
 )
 
-__all__ = ["DirectMLProvider"]
+if TYPE_CHECKING:
+    from genai.config import Config
+
+__all__ = ["GRAPH_CAPTURE_CONFIG_KEY", "DirectMLProvider"]
+
+#: The session config entry through which the DML EP switches graph capture.
+GRAPH_CAPTURE_CONFIG_KEY = "ep.dml.enable_graph_capture"
 
 _CHOICES = {
     "performance_preference": ("default", "high_performance", "minimum_power"),
@@ -38,10 +51,10 @@ class DirectMLProvider(ExecutionProvider):
     device = "dml"
     requires = ("onnxruntime-directml",)
     description = "DirectX 12 GPUs/NPUs on Windows through onnxruntime-directml"
-    # Device EPs need the shared-buffer KV layout's buffer to live on the device (bound once
-    # as past and present). This engine binds host buffers, so ORT copies past and present to
-    # separate device buffers and the shared layout breaks (measured on WebGPU): growing only,
-    # until the engine keeps KV on the device. Graph capture needs the shared layout too.
+    # The shared-buffer KV layout needs its buffer on the device (bound once as past and
+    # present); with host buffers ORT copies past and present to separate device buffers and
+    # the layout breaks (measured on WebGPU). The engine can keep it there (DeviceTensor,
+    # checked on WebGPU), but not yet checked on DirectML: host KV, growing layout only.
     capabilities = Capabilities(
         exact=False,
         logits_atol=5e-2,
@@ -50,7 +63,7 @@ class DirectMLProvider(ExecutionProvider):
         rewind=False,
     )
     placement = Placement()
-    graph_capture = GraphCapture(option="enable_graph_capture")
+    graph_capture = GraphCapture(option="enable_graph_capture", default=True)
     known_options = frozenset({"device_id", *_CHOICES})
     session_memory_device = "GPU"
     # Set while probing on a non-Windows host (unit tests patch it).
@@ -85,7 +98,19 @@ class DirectMLProvider(ExecutionProvider):
         return merged
 
     def session_providers(self, options: Mapping[str, str]) -> list:
-        return [("DML", dict(options))]
+        # enable_graph_capture is not a DML EP option: session_spec turns it into the session
+        # config entry the EP reads.
+        return [("DML", {k: v for k, v in options.items() if k != "enable_graph_capture"})]
+
+    def session_spec(self, options: Mapping[str, str], config: Config | None = None) -> SessionSpec:
+        """The DML EP with its options; graph capture as the session config entry
+        ``ep.dml.enable_graph_capture`` (on unless ``enable_graph_capture=0``, as the
+        reference)."""
+        enabled = self.graph_capture_enabled(options)
+        return SessionSpec(
+            providers=self.session_providers(options),
+            config_entries={GRAPH_CAPTURE_CONFIG_KEY: "1" if enabled else "0"},
+        )
 
 
 @hookimpl
