@@ -501,6 +501,7 @@ def write_gqa_decoder(
     local_layers: Sequence[int] | None = None,
     window_cache: bool = True,
     cache_slack: int | None = None,
+    static_mask: bool = False,
 ) -> pathlib.Path:
     """Write a builder-style GroupQueryAttention decoder folder into ``out_dir / name``.
 
@@ -520,6 +521,12 @@ def write_gqa_decoder(
     ``model.decoder.sliding_window`` block (``window_size``, ``layers``, ``cache_slack`` when
     given). ``window_cache=False`` writes window-masked layers with full-length caches and no
     ``sliding_window`` block (what the builder emits for other execution providers).
+
+    ``static_mask``: the attention-mask arithmetic the reference's builder emits for WebGPU
+    graph capture (``enable_webgpu_graph``): Cast to int32, ReduceSum, then ``seqlens_k = sum
+    - 1`` and ``total_sequence_length = ReduceMax(sum)``. The length comes from the mask's
+    contents, not its shape (no Shape/Gather, which an EP leaves to the CPU), so the mask can
+    be a static ``[batch, max_length]`` buffer of ones then zeros. Same function otherwise.
     """
     dims = _Dims(
         vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, context_length, gqa=True
@@ -551,11 +558,17 @@ def write_gqa_decoder(
         g.output(f"present.{i}.value", TensorProto.FLOAT, kv_out)
 
     # Builder's "attn_mask_reformat" subgraph.
-    one = g.const([1], _NP_ID_TYPES[id_dtype])
-    seqlens_k = g.op("Sub", g.op("ReduceSum", mask, g.const([1]), keepdims=0), one)
-    seqlens_k = g.op("Cast", seqlens_k, to=TensorProto.INT32)
-    total_len = g.op("Gather", g.op("Shape", mask), g.const(1), axis=0)
-    total_len = g.op("Cast", total_len, to=TensorProto.INT32)
+    if static_mask:
+        mask32 = mask if id_dtype == "int32" else g.op("Cast", mask, to=TensorProto.INT32)
+        lengths = g.op("ReduceSum", mask32, g.const([1]), keepdims=0)
+        seqlens_k = g.op("Sub", lengths, g.const([1], np.int32))
+        total_len = g.op("ReduceMax", lengths, keepdims=0)
+    else:
+        one = g.const([1], _NP_ID_TYPES[id_dtype])
+        seqlens_k = g.op("Sub", g.op("ReduceSum", mask, g.const([1]), keepdims=0), one)
+        seqlens_k = g.op("Cast", seqlens_k, to=TensorProto.INT32)
+        total_len = g.op("Gather", g.op("Shape", mask), g.const(1), axis=0)
+        total_len = g.op("Cast", total_len, to=TensorProto.INT32)
     cos_cache = g.weight("cos_cache", cos)
     sin_cache = g.weight("sin_cache", sin)
 

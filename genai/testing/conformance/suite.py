@@ -138,6 +138,26 @@ class ConformanceFixtures:
         return _MODELS[key]
 
     @pytest.fixture
+    def genai_capture_model_dir(
+        self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Path:
+        """The model graph capture runs on: the vendor's (--genai-model), else the suite's
+        tiny model with the attention-mask arithmetic the reference's builder emits for graph
+        capture (`write_gqa_decoder(static_mask=True)`: the total length from the mask's
+        contents, so the mask is a static [1, max_length] buffer and no node is left to the
+        CPU)."""
+        explicit = self.model_dir or request.config.getoption("genai_model", None)
+        if explicit:
+            return Path(explicit)
+        key = (str(tmp_path_factory.getbasetemp()), "gqa-static")
+        if key not in _MODELS or not (_MODELS[key] / "genai_config.json").is_file():
+            from genai.testing.models import write_gqa_decoder
+
+            root = tmp_path_factory.mktemp("genai-conformance")
+            _MODELS[key] = write_gqa_decoder(root, name="gqa-static", seed=11, static_mask=True)
+        return _MODELS[key]
+
+    @pytest.fixture
     def genai_provider_class(self, genai_provider_name: str) -> type[ExecutionProvider]:
         return get_provider_class(genai_provider_name)
 
@@ -489,29 +509,50 @@ class RewindContinuousTests(ConformanceFixtures):
 
 
 class GraphCaptureTests(ConformanceFixtures):
-    """Graph capture on gives the tokens graph capture off gives."""
+    """Graph capture on gives the tokens graph capture off gives, and really captures."""
 
     @requires("graph_capture")
     def test_graph_capture_on_equals_off(
         self,
         genai_provider: ExecutionProvider,
         genai_provider_options: dict[str, str],
-        genai_model_dir: Path,
+        genai_capture_model_dir: Path,
     ) -> None:
         capture = genai_provider.graph_capture
         assert capture is not None
+        share = capture.requires_shared_buffer or self.default_layout(genai_provider)
+        blocker = genai_provider.graph_capture_blocker(rows=1, shared_kv=share)
+        if blocker is not None:
+            pytest.skip(f"{genai_provider.name} cannot capture a batch-1 generator: {blocker}")
         results = []
         for enabled in (False, True):
             options = {**genai_provider_options, **genai_provider.graph_capture_options(enabled)}
             assert genai_provider.graph_capture_enabled(options) is enabled
             model = self.model(
-                genai_model_dir,
+                genai_capture_model_dir,
                 genai_provider.name,
                 options,
-                past_present_share_buffer=capture.requires_shared_buffer
-                or self.default_layout(genai_provider),
+                past_present_share_buffer=share,
+                # a small first KV capacity: the cache grows (new buffers) while capturing
+                kv_initial_capacity=8,
             )
-            results.append(self.greedy(model, self.prompts(model, 1)))
+            prompt = self.prompts(model, 1)
+            # two generators on one session: each binds its own buffers and graph
+            runs = []
+            for _ in range(2):
+                gen = self.generator(model, prompt)
+                captured = bool(getattr(gen._loop, "capture", False))
+                assert captured is enabled, (
+                    f"graph capture {'on' if enabled else 'off'}: the engine "
+                    f"{'did not capture' if enabled else 'captured'} the decode steps"
+                )
+                tokens = []
+                while not gen.is_done() and len(tokens) < NEW_TOKENS:
+                    gen.generate_next_token()
+                    tokens.append(int(gen.get_next_tokens()[0]))
+                runs.append(tokens)
+            assert runs[0] == runs[1], "two generators on one session gave different tokens"
+            results.append(runs[0])
         assert results[0] == results[1], "graph capture changed the tokens"
 
 
@@ -613,13 +654,23 @@ class BufferPlacementTests(ConformanceFixtures):
             "; ".join(problems)
         )
         if genai_provider.placement.kv_cache != "cpu":
-            # The engine keeps what the provider claims: after a step the pasts are the
-            # device-resident presents of the run before.
-            gen = self.generator(model, [list(range(3, 9))])
-            gen.generate_next_token()
-            assert getattr(gen._kv, "device_memory", False), (
-                "the provider places kv_cache on its device but the engine keeps it on the host"
-            )
+            # The engine keeps what the provider claims: after a step the pasts bound to the
+            # session are in device memory (the presents of the run before, or the shared
+            # buffers), whichever KV layout the model asks for.
+            layouts = genai_provider.capabilities.kv_layouts
+            for share in [s for s in (True, False) if ("shared" if s else "growing") in layouts]:
+                model = self.model(
+                    genai_model_dir,
+                    genai_provider.name,
+                    genai_provider_options,
+                    past_present_share_buffer=share,
+                )
+                gen = self.generator(model, [list(range(3, 9))])
+                gen.generate_next_token()
+                assert gen._session.bound_input_in_device_memory(io.past_keys[0]), (
+                    f"the provider places kv_cache on its device but the engine keeps it on "
+                    f"the host (past_present_share_buffer={share})"
+                )
 
 
 class ErrorTests(ConformanceFixtures):
