@@ -133,11 +133,17 @@ def sliding_window_spec(
         raise ConfigError(f"the windowed inputs of {where} fix different batch sizes {batches}")
     if io.kv_dtype.kind not in "fu":
         raise ConfigError(f"the KV cache of {where} has type {io.kv_dtype}: float or uint8")
+    pad_value = int(block.get("pad_value", 0))
+    if io.kv_dtype.kind == "u" and not 0 <= pad_value <= np.iinfo(io.kv_dtype).max:
+        raise ConfigError(
+            f"sliding_window.pad_value {pad_value} does not fit the {io.kv_dtype} KV cache of "
+            f"{where}"
+        )
     return SlidingWindowSpec(
         window=window,
         context=context,
         pad_token=int(config.get("model.pad_token_id", 0) or 0),
-        pad_value=int(block.get("pad_value", 0)),
+        pad_value=pad_value,
         alignment=str(block.get("alignment", "right")),
         graph_batch=batches.pop() if batches else None,
     )

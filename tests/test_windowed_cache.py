@@ -164,6 +164,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]
     out = {
         "uint8": write_windowed_decoder(root, name="uint8", **common),
         "left": write_windowed_decoder(root, name="left", alignment="left", **common),
+        "int64": write_windowed_decoder(root, name="int64", id_dtype="int64", **common),
         "float": write_windowed_decoder(
             root, name="float", kv_dtype="float32", dynamic_batch=True, **common
         ),
@@ -221,7 +222,9 @@ def run(engine, folder: pathlib.Path, prompt: np.ndarray, steps: int, **options)
     return np.array(tokens), np.array(logits), generator
 
 
-@pytest.mark.parametrize(("folder", "n"), [("uint8", 5), ("uint8", 8), ("uint8", 1), ("left", 5)])
+@pytest.mark.parametrize(
+    ("folder", "n"), [("uint8", 5), ("uint8", 8), ("uint8", 1), ("left", 5), ("int64", 6)]
+)
 def test_one_window_prompts_match_the_reference(folders, og, folder, n):
     """Tokens, logits (1e-4), sequences with their padding, token counts and the last run's
     inputs and outputs equal the reference's for 64 greedy tokens."""
@@ -443,3 +446,9 @@ def test_a_padded_prompt_must_fit_max_length(folders):
     generator = genai.Generator(model, params)
     with pytest.raises(ValueError, match=r"padded to whole windows of 8 \(16\)"):
         generator.append_tokens(prompt_of(10))
+
+
+def test_pad_value_must_fit_the_cache(folders, tmp_path):
+    model = genai.Model(edit_config(folders["uint8"], tmp_path, pad_value=300))
+    with pytest.raises(ConfigError, match="pad_value 300 does not fit the uint8 KV cache"):
+        genai.Generator(model, genai.GeneratorParams(model))

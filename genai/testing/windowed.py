@@ -5,8 +5,8 @@
 token per run, and keeps the KV cache at a fixed context. The graph, written with plain ONNX ops
 so that ONNX Runtime's CPU provider runs it:
 
-* ``input_ids`` / ``position_ids`` ``[batch, S]`` (int32), ``attention_mask`` ``[batch,
-  context_length]`` (int32) over the concatenation [past, current];
+* ``input_ids`` / ``position_ids`` ``[batch, S]``, ``attention_mask`` ``[batch,
+  context_length]`` over the concatenation [past, current] (``id_dtype``, int32 by default);
 * ``past_key_values.{i}.key`` ``[kv_heads, batch, head_size, context_length - S]`` (keys
   transposed, sequence last), ``past_key_values.{i}.value`` ``[kv_heads, batch,
   context_length - S, head_size]``;
@@ -33,10 +33,12 @@ import numpy as np
 from onnx import TensorProto
 
 from .models import (
+    IdDtype,
     _attention,
     _attention_allowed,
     _Dims,
     _Graph,
+    _id_elem_type,
     _llama_weights,
     _rms_norm,
     _rotary,
@@ -53,15 +55,17 @@ KV_SCALE = 0.05
 KV_ZERO_POINT = 128
 
 
-def _graph(dims: _Dims, w: dict[str, np.ndarray], batch: int | str, quantized: bool) -> _Graph:
+def _graph(
+    dims: _Dims, w: dict[str, np.ndarray], batch: int | str, quantized: bool, ids_type: int
+) -> _Graph:
     n, heads, kv, hd = dims.context_length, dims.num_heads, dims.num_kv_heads, dims.head_size
     seq, past = "sequence_length", "past_sequence_length"
     kv_type = TensorProto.UINT8 if quantized else TensorProto.FLOAT
     cos, sin = _rotary_tables(dims)
     g = _Graph("windowed_decoder")
-    input_ids = g.input("input_ids", TensorProto.INT32, [batch, seq])
-    position_ids = g.input("position_ids", TensorProto.INT32, [batch, seq])
-    mask = g.input("attention_mask", TensorProto.INT32, [batch, n])
+    input_ids = g.input("input_ids", ids_type, [batch, seq])
+    position_ids = g.input("position_ids", ids_type, [batch, seq])
+    mask = g.input("attention_mask", ids_type, [batch, n])
     for i in range(dims.num_layers):
         g.input(f"past_key_values.{i}.key", kv_type, [kv, batch, hd, past])
         g.input(f"past_key_values.{i}.value", kv_type, [kv, batch, past, hd])
@@ -131,6 +135,7 @@ def write_windowed_decoder(
     context_length: int = 128,
     alignment: str = "right",
     kv_dtype: Literal["uint8", "float32"] = "uint8",
+    id_dtype: IdDtype = "int32",
     dynamic_batch: bool = False,
     vocab_size: int = 64,
     hidden_size: int = 64,
@@ -150,7 +155,8 @@ def write_windowed_decoder(
     dims = _Dims(vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, context_length)
     w = _llama_weights(dims, seed, (bos_token_id, eos_token_id, pad_token_id))
     quantized = kv_dtype == "uint8"
-    graph = _graph(dims, w, "batch_size" if dynamic_batch else 1, quantized).model()
+    batch = "batch_size" if dynamic_batch else 1
+    graph = _graph(dims, w, batch, quantized, _id_elem_type(id_dtype)).model()
     folder = _write_folder(
         out_dir,
         name,
