@@ -533,14 +533,13 @@ class GraphCaptureTests(ConformanceFixtures):
                 genai_provider.name,
                 options,
                 past_present_share_buffer=share,
-                # a small first KV capacity: the cache grows (new buffers) while capturing
-                kv_initial_capacity=8,
             )
             prompt = self.prompts(model, 1)
             # two generators on one session: each binds its own buffers and graph
             runs = []
             for _ in range(2):
-                gen = self.generator(model, prompt)
+                # a small first KV capacity: the cache grows (new buffers) while capturing
+                gen = self.generator(model, prompt, kv_initial_capacity=8)
                 captured = bool(getattr(gen._loop, "capture", False))
                 assert captured is enabled, (
                     f"graph capture {'on' if enabled else 'off'}: the engine "
