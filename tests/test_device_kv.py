@@ -1,6 +1,9 @@
-"""KV cache kept in device memory (the growing layout of a provider placing ``kv_cache`` on its
-device): presents are ORT-allocated where the session produces them and handed over as pasts
-without a host round trip; reads, rewinds and beam reorders copy through the host.
+"""KV cache kept in device memory by a provider placing ``kv_cache`` on its device. Growing
+layout: presents are ORT-allocated where the session produces them and handed over as pasts
+without a host round trip; reads, rewinds and beam reorders copy through the host. Shared
+layout (``Placement(allocator="session")``): the buffers are DeviceTensors placed where the
+session wants the pasts, bound as past and present; growth, reads, rewinds and snapshots copy
+through the host, beam reorders are refused (they need host memory).
 
 On this CPU-only machine the session's "device" memory for those outputs is host memory, but
 the path is the device one: memory infos from the session, CopyTensors for every read. The
@@ -74,3 +77,62 @@ def test_device_kv_rewind_and_beams(folder):
     beams_device = _generate(model, num_beams=3, num_return_sequences=2)
     for i in range(2):
         np.testing.assert_array_equal(beams_device.get_sequence(i), beams_host.get_sequence(i))
+
+
+# --- the shared-buffer layout in device memory -------------------------------------------------
+
+
+def _shared_model(folder, device_kv: bool) -> genai.Model:
+    model = genai.Model(folder)
+    if device_kv:
+        provider = copy.copy(model.provider)
+        provider.placement = Placement(kv_cache="device-under-test", allocator="session")
+        provider.device = "device-under-test"
+        model.provider = provider
+    return model
+
+
+@pytest.fixture(scope="module")
+def shared_folder(tmp_path_factory):
+    return write_gqa_decoder(tmp_path_factory.mktemp("devkv-shared"), share_buffer=True)
+
+
+def test_shared_device_kv_buffers_are_device_tensors(shared_folder):
+    from genai._core.native_session import DeviceTensor
+
+    host = _generate(_shared_model(shared_folder, False), kv_initial_capacity=4)
+    device = _generate(_shared_model(shared_folder, True), kv_initial_capacity=4)
+    buffers = device._kv._buffers
+    assert buffers and all(isinstance(b, DeviceTensor) and b.placed for b in buffers)
+    assert device._kv.capacity > 4  # grown: copied through the host into new tensors
+    np.testing.assert_array_equal(device.get_sequence(0), host.get_sequence(0))
+    name = "present.0.key"
+    np.testing.assert_array_equal(device.get_output(name), host.get_output(name))
+
+
+def test_shared_device_kv_snapshot_restore(shared_folder):
+    model = _shared_model(shared_folder, True)
+    full = _generate(_shared_model(shared_folder, False)).get_sequence(0)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=len(PROMPT) + 12, kv_initial_capacity=4)
+    base = genai.Generator(model, params)
+    base.append_tokens(PROMPT)
+    snapshot = base.snapshot()
+    gen = genai.Generator(model, params)
+    gen.restore(snapshot)  # loaded through the host into new device tensors
+    while not gen.is_done():
+        gen.generate_next_token()
+    np.testing.assert_array_equal(gen.get_sequence(0), full)
+
+
+def test_shared_device_kv_rewind_and_restore(shared_folder):
+    full = _generate(_shared_model(shared_folder, False)).get_sequence(0)
+    model = _shared_model(shared_folder, True)
+    gen = _generate(model, kv_initial_capacity=4)
+    gen.rewind_to(len(PROMPT) + 4)
+    gen.append_tokens(full[len(PROMPT) + 4 : len(PROMPT) + 6])
+    while not gen.is_done():
+        gen.generate_next_token()
+    np.testing.assert_array_equal(gen.get_sequence(0), full)
+    with pytest.raises(NotImplementedError, match="past_present_share_buffer=false"):
+        _generate(model, num_beams=3, num_return_sequences=2)
