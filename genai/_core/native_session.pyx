@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+cimport cython
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint32_t
 from libc.stdlib cimport calloc, free, malloc
@@ -250,6 +251,9 @@ cdef int _load_device_fns() except -1:
     return 0
 
 
+# The tensor's memory may come from its owner's allocator: a garbage-collected cycle (session ->
+# bound tensor -> session) must free the tensor first, so tp_clear leaves `owner` alone.
+@cython.no_gc_clear
 cdef class DeviceTensor:
     """A tensor at a fixed address, in the memory a session wants for the input or output it
     is first bound to (`NativeSession.bind_input` / `bind_output`): device memory allocated
