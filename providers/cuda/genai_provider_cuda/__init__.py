@@ -46,10 +46,13 @@ class CUDAProvider(ExecutionProvider):
     requires = ("onnxruntime-gpu",)
     description = "NVIDIA GPUs through onnxruntime-gpu's CUDA EP (CUDA graphs)"
     # fp32 kernels differ from the CPU's in summation order (and TF32 by default on Ampere+).
-    # Device EPs need the shared-buffer KV layout's buffer to live on the device (bound once
-    # as past and present). This engine binds host buffers, so ORT copies past and present to
-    # separate device buffers and the shared layout breaks (measured on WebGPU): growing only,
-    # until the engine keeps KV on the device. Graph capture needs the shared layout too.
+    # The shared-buffer KV layout needs its buffer on the device (bound once as past and
+    # present); with host buffers ORT copies past and present to separate device buffers and
+    # the layout breaks (measured on WebGPU). The engine can keep it there (DeviceTensor,
+    # checked on WebGPU), but not yet checked on this EP: host KV, growing layout only. Graph
+    # capture (enable_cuda_graph=1) therefore leaves generators uncaptured (gpu_graph_id=-1,
+    # ExecutionProvider.graph_capture_blocker) until this provider declares
+    # Placement(kv_cache="cuda", allocator="session") and the shared layout.
     capabilities = Capabilities(exact=False, logits_atol=5e-2, kv_layouts=frozenset({"growing"}))
     # This engine binds host buffers; ORT copies them to the GPU each run (the reference keeps
     # KV on the device and samples there: a planned engine change).

@@ -89,10 +89,13 @@ class TensorRTRTXProvider(PluginEPProvider):
     ep_module = "onnxruntime_ep_nv_tensorrt_rtx"
     requires = ("onnxruntime-ep-nv-tensorrt-rtx",)
     description = "NVIDIA RTX GPUs through the TensorRT-RTX plugin (CUDA graphs, shape profiles)"
-    # Device EPs need the shared-buffer KV layout's buffer to live on the device (bound once
-    # as past and present). This engine binds host buffers, so ORT copies past and present to
-    # separate device buffers and the shared layout breaks (measured on WebGPU): growing only,
-    # until the engine keeps KV on the device. Graph capture needs the shared layout too.
+    # The shared-buffer KV layout needs its buffer on the device (bound once as past and
+    # present); with host buffers ORT copies past and present to separate device buffers and
+    # the layout breaks (measured on WebGPU). The engine can keep it there (DeviceTensor,
+    # checked on WebGPU), but not yet checked on this EP: host KV, growing layout only. Graph
+    # capture (enable_cuda_graph=1) therefore leaves generators uncaptured (gpu_graph_id=-1,
+    # ExecutionProvider.graph_capture_blocker) until this provider declares
+    # Placement(kv_cache="cuda", allocator="session") and the shared layout.
     capabilities = Capabilities(exact=False, logits_atol=5e-2, kv_layouts=frozenset({"growing"}))
     placement = Placement()
     graph_capture = GraphCapture(option="enable_cuda_graph")
