@@ -149,6 +149,10 @@ class GraphCapture:
     in place) and at most ``max_batch_size`` rows (batch x beams). A generator that cannot meet
     that runs uncaptured (`ExecutionProvider.graph_capture_id`).
 
+    ``session_requires_shared_buffer``: the EP refuses every other KV layout on a session made
+    with graph capture on, captured run or not (WebGPU's GroupQueryAttention), so a model or
+    generator asking for another layout is an error, not an uncaptured run.
+
     The model must take the total length from the mask's contents, as the reference's builder
     emits graphs for graph capture (e.g. WebGPU: ``ReduceMax(ReduceSum(mask))`` in place of
     ``Shape(mask)[1]``; `genai.testing.models.write_gqa_decoder(static_mask=True)`).
@@ -160,6 +164,7 @@ class GraphCapture:
     default: bool = False
     requires_shared_buffer: bool = True
     max_batch_size: int | None = 1
+    session_requires_shared_buffer: bool = False
 
 
 @dataclass
@@ -255,7 +260,32 @@ class ExecutionProvider:
     def session_spec(self, options: Mapping[str, str], config: Config | None = None) -> SessionSpec:
         """How to build the session for ``options`` (already validated) and the model's
         ``config``. Raises `ProviderUnavailableError` when the EP cannot be set up."""
+        self.check_graph_capture_config(options, config)
         return SessionSpec(providers=self.session_providers(options))
+
+    def check_graph_capture_config(
+        self, options: Mapping[str, str], config: Config | None = None
+    ) -> None:
+        """Raise `ConfigError` when ``options`` turn graph capture on for a model whose
+        ``config`` asks for a KV layout the EP then refuses
+        (``GraphCapture.session_requires_shared_buffer`` and ``past_present_share_buffer``
+        false): better than the EP's failure at the first run."""
+        capture = self.graph_capture
+        if capture is None or not capture.session_requires_shared_buffer or config is None:
+            return
+        if self.graph_capture_enabled(options) and not config.get(
+            "search.past_present_share_buffer", False
+        ):
+            raise ConfigError(self._shared_buffer_message())
+
+    def _shared_buffer_message(self) -> str:
+        capture = self.graph_capture
+        assert capture is not None
+        return (
+            f"{self.name} with graph capture on ({capture.option}={capture.on}) runs only the "
+            "shared-buffer KV layout: set search.past_present_share_buffer to true, or "
+            f"{capture.option}={capture.off}"
+        )
 
     def check_session(self, session: NativeSession) -> None:
         """Raise `ProviderUnavailableError` when the created session does not really use the
@@ -340,9 +370,14 @@ class ExecutionProvider:
         but this generator cannot use it (`graph_capture_blocker`: its runs then say
         ``gpu_graph_id=-1``, else onnxruntime would capture its first run under the default
         id); else a graph id of its own for `DecoderLoop.use_graph_capture` (each generator
-        binds its own buffers, so each captures its own graph)."""
+        binds its own buffers, so each captures its own graph). Raises `ConfigError` for a
+        generator without the shared buffer when the EP refuses other layouts on such a
+        session (``GraphCapture.session_requires_shared_buffer``)."""
         if not self.graph_capture_enabled(options):
             return 0
+        capture = self.graph_capture
+        if capture is not None and capture.session_requires_shared_buffer and not shared_kv:
+            raise ConfigError(self._shared_buffer_message())
         if self.graph_capture_blocker(rows=rows, shared_kv=shared_kv) is not None:
             return -1
         return int(session.next_graph_id())
@@ -439,6 +474,7 @@ class PluginEPProvider(ExecutionProvider):
         return [d for d in get_ep_devices() if d.ep_name == ep_name]
 
     def session_spec(self, options: Mapping[str, str], config: Config | None = None) -> SessionSpec:
+        self.check_graph_capture_config(options, config)
         ep_name = self.ensure_registered()
         everything = get_ep_devices()
         mine = [d for d in everything if d.ep_name == ep_name]

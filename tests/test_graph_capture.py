@@ -216,6 +216,20 @@ def test_graph_capture_id_and_blockers(static_model_dir) -> None:
 
     assert "host memory" in HostKV().graph_capture_blocker(rows=1, shared_kv=True)
     assert HostKV().graph_capture_id(on, session, rows=1, shared_kv=True) == -1
+
+    # an EP that refuses other layouts on a capture-enabled session: an error, not a -1
+    class SharedOnly(_DeviceProvider):
+        graph_capture = GraphCapture(option="capture", session_requires_shared_buffer=True)
+
+    with pytest.raises(ConfigError, match="only the shared-buffer KV layout"):
+        SharedOnly().graph_capture_id(on, session, rows=1, shared_kv=False)
+    assert SharedOnly().graph_capture_id(on, session, rows=2, shared_kv=True) == -1
+    config = genai.Config(str(static_model_dir))
+    config.overlay({"search": {"past_present_share_buffer": False}})
+    with pytest.raises(ConfigError, match="past_present_share_buffer"):
+        SharedOnly().session_spec(on, config)
+    SharedOnly().session_spec({}, config)  # capture off: any layout
+    _DeviceProvider().session_spec(on, config)  # an EP that takes both
     assert "no graph capture" in CPUProvider().graph_capture_blocker(rows=1, shared_kv=True)
     assert CPUProvider().graph_capture_id({}, session, rows=1, shared_kv=True) == 0
     # a device-placed role is allocated as a DeviceTensor, reported on the device
@@ -256,6 +270,7 @@ def test_webgpu_declares_device_kv_and_capture() -> None:
     assert webgpu.placement.kv_cache == "webgpu" and webgpu.placement.allocator == "session"
     assert webgpu.graph_capture_options(True) == {"enableGraphCapture": "1"}
     assert not webgpu.graph_capture_enabled({})
+    assert webgpu.graph_capture.session_requires_shared_buffer
     assert webgpu.graph_capture_blocker(rows=1, shared_kv=True) is None
     buffer = webgpu.allocate((1, 2, 3, 4), np.dtype(np.float32))
     assert isinstance(buffer, DeviceTensor) and webgpu.buffer_device(buffer) == "webgpu"

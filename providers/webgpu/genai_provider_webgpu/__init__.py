@@ -40,7 +40,11 @@ class WebGPUProvider(PluginEPProvider):
         exact=False, logits_atol=5e-2, kv_layouts=frozenset({"shared", "growing"})
     )
     placement = Placement(kv_cache="webgpu", allocator="session")
-    graph_capture = GraphCapture(option="enableGraphCapture")
+    # With graph capture on, the EP's GroupQueryAttention takes only the shared buffer, captured
+    # run or not: "Graph capture requires past/present KV cache to share the same buffer (static
+    # KV cache)"; with an empty past (the growing layout's first run) onnxruntime 1.32 with
+    # onnxruntime-ep-webgpu 0.4.0 crashes (SIGSEGV).
+    graph_capture = GraphCapture(option="enableGraphCapture", session_requires_shared_buffer=True)
     device_types = ("GPU",)
     session_memory_device = "GPU"
 
