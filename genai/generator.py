@@ -14,6 +14,10 @@ Python stage around that step: make the logits current, apply each row's token m
 (`genai.guidance.TokenConstraint`), let the loop choose and commit, then feed the chosen tokens
 to the constraints and the stop-string matchers; a row that hits a stop string is flagged done
 (padded from then on, as after EOS). Without them the step stays one native call.
+
+QNN-style windowed models (``sliding_window.slide_key_value_cache``) run outside the native loop:
+a `genai.windowed_runner.WindowedRunner` feeds the pending tokens (prompts a window at a time)
+and writes the logits rows; the loop still chooses, commits and keeps the sequences.
 """
 
 from __future__ import annotations
