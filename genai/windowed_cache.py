@@ -103,9 +103,10 @@ def sliding_window_spec(
     batches: set[int] = set()
 
     def check(name: str, shape: tuple, expected: list, what: str) -> None:
-        """``expected`` per axis: an int (that size), "seq" (symbolic), "batch" or "any"."""
+        """``expected`` per axis: an int (that size when the graph fixes it), "seq" (must be
+        symbolic: it changes between runs) or "batch"."""
         if len(shape) != len(expected) or any(
-            (isinstance(want, int) and dim != want)
+            (isinstance(want, int) and isinstance(dim, int) and dim >= 0 and dim != want)
             or (want == "seq" and isinstance(dim, int) and dim >= 0)
             for dim, want in zip(shape, expected, strict=False)
         ):

@@ -407,7 +407,7 @@ def test_a_graph_without_the_windowed_shapes_is_refused(tmp_path):
     require_loading(folder)
     model = genai.Model(folder)
     params = genai.GeneratorParams(model)
-    with pytest.raises(ConfigError, match="'attention_mask' .* a windowed model .* needs"):
+    with pytest.raises(ConfigError, match="'past_key_values.0.key' .* a windowed model .* needs"):
         genai.Generator(model, params)
 
 
@@ -452,3 +452,15 @@ def test_pad_value_must_fit_the_cache(folders, tmp_path):
     model = genai.Model(edit_config(folders["uint8"], tmp_path, pad_value=300))
     with pytest.raises(ConfigError, match="pad_value 300 does not fit the uint8 KV cache"):
         genai.Generator(model, genai.GeneratorParams(model))
+
+
+def test_a_graph_fixing_the_window_length_is_refused(written, tmp_path):
+    """One graph serves S = W and S = 1: a static sequence dimension cannot run generation."""
+    folder = edit_config(written["uint8"], tmp_path)
+    model = onnx.load(str(folder / "model.onnx"))
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = WINDOW
+    onnx.save(model, str(folder / "model.onnx"))
+    require_loading(folder)
+    loaded = genai.Model(folder)
+    with pytest.raises(ConfigError, match=r"'input_ids' .* \[1, 8\]; .* needs \[batch, dynamic\]"):
+        genai.Generator(loaded, genai.GeneratorParams(loaded))
