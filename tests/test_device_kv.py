@@ -134,5 +134,13 @@ def test_shared_device_kv_rewind_and_restore(shared_folder):
     while not gen.is_done():
         gen.generate_next_token()
     np.testing.assert_array_equal(gen.get_sequence(0), full)
-    with pytest.raises(NotImplementedError, match="past_present_share_buffer=false"):
-        _generate(model, num_beams=3, num_return_sequences=2)
+    # Beam reorders: through the host where SharedKVCache moves device tensors that way, else
+    # refused with a message naming the layout that works
+    beams_host = _generate(_shared_model(shared_folder, False), num_beams=3, num_return_sequences=2)
+    try:
+        beams_device = _generate(model, num_beams=3, num_return_sequences=2)
+    except NotImplementedError as exc:
+        assert "past_present_share_buffer=false" in str(exc)
+    else:
+        for i in range(2):
+            np.testing.assert_array_equal(beams_device.get_sequence(i), beams_host.get_sequence(i))

@@ -312,3 +312,24 @@ def test_webgpu_capture_replays(static_model_dir, monkeypatch) -> None:
     assert _tokens(gen) == cpu
     assert gen._session.bound_input_in_device_memory("past_key_values.0.key")
     assert gen._loop.static_tensors()["logits"].in_device_memory
+
+
+@pytest.mark.skipif(_webgpu_ready() is not None, reason=str(_webgpu_ready()))
+def test_webgpu_refuses_a_host_buffer_as_past_and_present(static_model_dir, monkeypatch) -> None:
+    monkeypatch.setenv("ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER", "1")
+    cfg = genai.Config(str(static_model_dir))
+    cfg.clear_providers()
+    cfg.append_provider("webgpu")
+    try:
+        model = genai.Model(cfg)
+    except genai.errors.ProviderUnavailableError as exc:
+        pytest.skip(str(exc))
+    session = model.session.new_binding()
+    host = np.zeros((1, 2, 8, 16), np.float32)
+    session.bind_input("past_key_values.0.key", host)
+    with pytest.raises(ValueError, match="separate device buffers"):
+        session.bind_output("present.0.key", host)
+    device = DeviceTensor((1, 2, 8, 16), np.float32)
+    session.bind_input("past_key_values.0.value", device)
+    session.bind_output("present.0.value", device)
+    assert device.in_device_memory and device.memory_name.startswith("WebGPU")

@@ -132,6 +132,10 @@ cdef class NativeSession:
     cdef const OrtMemoryInfo** output_alloc_info
     # 1 where that memory info is not host memory (reads need CopyTensors).
     cdef unsigned char* output_in_device_memory
+    # 1 where the session produces output i in device memory (SessionGetMemoryInfoForOutputs;
+    # 0 for host memory or an onnxruntime that cannot tell): a host array bound there and as
+    # an input is copied to two device buffers, so in-place updates are lost (_check_alias).
+    cdef unsigned char* output_wants_device
     # 1 where the value bound as an input lives in device memory (a rebound device output):
     # reading it back needs a copy through CopyTensors.
     cdef unsigned char* input_in_device_memory
@@ -215,6 +219,7 @@ cdef class NativeSession:
                            size_t* ndim) noexcept nogil
 
     cdef _bind_array(self, bint is_output, str name, object array, object shape)
+    cdef _check_alias(self, bint is_output, Py_ssize_t index, void* data, str name)
     cdef object _value_to_array(self, OrtValue* value, str what, bint in_device_memory=*)
 
     cpdef Py_ssize_t input_index(self, str name) except -1

@@ -653,6 +653,7 @@ cdef class NativeSession:
                                                                sizeof(OrtMemoryInfo*))
         self.input_in_device_memory = <unsigned char*>calloc(self.n_inputs + 1, 1)
         self.output_in_device_memory = <unsigned char*>calloc(self.n_outputs + 1, 1)
+        self.output_wants_device = <unsigned char*>calloc(self.n_outputs + 1, 1)
         self.output_bind_pos = <Py_ssize_t*>malloc((self.n_outputs + 1) * sizeof(Py_ssize_t))
         self.input_has_ref = <unsigned char*>calloc(self.n_inputs + 1, 1)
         self.output_has_ref = <unsigned char*>calloc(self.n_outputs + 1, 1)
@@ -662,7 +663,7 @@ cdef class NativeSession:
                 or self.input_values == NULL or self.output_values == NULL
                 or self.output_on_device == NULL or self.output_bind_pos == NULL
                 or self.output_alloc_info == NULL or self.input_in_device_memory == NULL
-                or self.output_in_device_memory == NULL
+                or self.output_in_device_memory == NULL or self.output_wants_device == NULL
                 or self.input_has_ref == NULL or self.output_has_ref == NULL
                 or self.out_mark == NULL):
             raise MemoryError()
@@ -713,6 +714,23 @@ cdef class NativeSession:
         self._output_index = {n: k for k, n in enumerate(self.output_names)}
         self._input_refs = [None] * self.n_inputs
         self._output_refs = [None] * self.n_outputs
+        cdef const OrtMemoryInfo** infos = NULL
+        cdef int device_type = ORT_MEMINFO_DEVICE_CPU
+        if f.SessionGetMemoryInfoForOutputs != NULL and f.MemoryInfoGetDeviceType != NULL:
+            infos = <const OrtMemoryInfo**>calloc(self.n_outputs + 1, sizeof(OrtMemoryInfo*))
+            if infos == NULL:
+                raise MemoryError()
+            try:
+                check_status(f.SessionGetMemoryInfoForOutputs(self.session, infos,
+                                                              self.n_outputs),
+                             "SessionGetMemoryInfoForOutputs")
+                for i in range(self.n_outputs):
+                    device_type = ORT_MEMINFO_DEVICE_CPU
+                    if infos[i] != NULL:
+                        f.MemoryInfoGetDeviceType(infos[i], &device_type)
+                    self.output_wants_device[i] = device_type != ORT_MEMINFO_DEVICE_CPU
+            finally:
+                free(infos)
 
     def _memory_infos(self, bint outputs):
         cdef const OrtFns* f = self.fn
@@ -828,6 +846,8 @@ cdef class NativeSession:
         free(self.output_alloc_info)
         free(self.input_in_device_memory)
         free(self.output_in_device_memory)
+        free(self.output_wants_device)
+        self.output_wants_device = NULL
         self.output_on_device = NULL
         free(self.output_bind_pos)
         self.output_bind_pos = NULL
@@ -1308,6 +1328,7 @@ cdef class NativeSession:
         if numel > array.size:
             raise ValueError(f"{kind} {name!r}: shape {shape} needs {numel} elements, "
                              f"the array has {array.size}")
+        self._check_alias(is_output, index, cnp.PyArray_DATA(arr), name)
         rc = self._bind_ptr(is_output, index, cnp.PyArray_DATA(arr), dims, ndim, declared)
         if rc != 0:
             self.raise_last_error()
@@ -1317,6 +1338,42 @@ cdef class NativeSession:
         else:
             self._input_refs[index] = array
             self.input_has_ref[index] = 1
+
+    cdef _check_alias(self, bint is_output, Py_ssize_t index, void* data, str name):
+        # A host array bound as an input and as an output the session produces in device
+        # memory: onnxruntime copies the input to one device buffer and the output from
+        # another, so what the run writes in place (a shared KV buffer) is lost. Refuse it.
+        cdef Py_ssize_t i
+        cdef void* other = NULL
+        cdef OrtStatus* st = NULL
+        if is_output:
+            if not self.output_wants_device[index]:
+                return
+            for i in range(self.n_inputs):
+                if self.input_values[i] == NULL or self.input_in_device_memory[i]:
+                    continue
+                st = self.fn.GetTensorMutableData(self.input_values[i], &other)
+                if st != NULL:
+                    self.fn.ReleaseStatus(st)
+                elif other == data:
+                    self._alias_error(name, self.input_names[i], self.output_names[index])
+        else:
+            for i in range(self.n_outputs):
+                if (not self.output_wants_device[i] or self.output_values[i] == NULL
+                        or self.output_in_device_memory[i]):
+                    continue
+                st = self.fn.GetTensorMutableData(self.output_values[i], &other)
+                if st != NULL:
+                    self.fn.ReleaseStatus(st)
+                elif other == data:
+                    self._alias_error(name, name, self.output_names[i])
+
+    def _alias_error(self, str name, str input_name, str output_name):
+        raise ValueError(
+            f"{name!r}: one host array bound as input {input_name!r} and output "
+            f"{output_name!r}, which the session produces in device memory: onnxruntime would "
+            "copy them to separate device buffers and lose what the run writes in place (a "
+            "shared KV buffer); bind a DeviceTensor (placed in the session's memory) instead")
 
     def bind_input(self, str name, array, shape=None):
         """Bind ``array``'s memory (no copy) as input ``name``.
