@@ -165,6 +165,9 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]
         "uint8": write_windowed_decoder(root, name="uint8", **common),
         "left": write_windowed_decoder(root, name="left", alignment="left", **common),
         "int64": write_windowed_decoder(root, name="int64", id_dtype="int64", **common),
+        "uint8-batch": write_windowed_decoder(
+            root, name="uint8-batch", dynamic_batch=True, **common
+        ),
         "float": write_windowed_decoder(
             root, name="float", kv_dtype="float32", dynamic_batch=True, **common
         ),
@@ -306,6 +309,22 @@ def test_batch_2_rows_of_different_lengths(folders):
             )
             sequence.append(int(tokens[step, r]))
         assert generator.get_sequence(r)[-64:].tolist() == sequence[len(row) :]
+
+
+def test_batch_2_rows_equal_the_reference_row_by_row(folders, og):
+    """uint8 cache, rows of 13 and 5 tokens in one batch (the graph's batch axis dynamic): each
+    row's 64 tokens and logits (1e-4) equal the reference's batch-1 run of that row (the
+    13-token row fed as the reference can: one window, then token by token)."""
+    long, short = prompt_of(13), prompt_of(5, offset=9)
+    batch = np.full((2, 13), PAD, np.int32)
+    batch[0], batch[1, :5] = long, short
+    tokens, logits, _ = run(genai, folders["uint8-batch"], batch, 64)
+    for row, reference in (
+        (0, reference_token_by_token(og, folders["uint8-batch"], long, 64)),
+        (1, run(og, folders["uint8-batch"], short, 64)[:2]),
+    ):
+        np.testing.assert_array_equal(tokens[:, row], reference[0][:, 0])
+        np.testing.assert_allclose(logits[:, row], reference[1][:, 0], atol=1e-4, rtol=0)
 
 
 def test_append_after_generating_continues_exactly(folders):
