@@ -98,9 +98,9 @@ class WindowedInputs:
 
 
 class WindowedRunner:
-    """Runs a windowed model on a generator's pending tokens and writes the logits of each
-    row's last position into ``logits_rows`` (`genai.Generator` keeps sequences, sampling and
-    everything else)."""
+    """Runs a windowed model on a generator's pending tokens and writes each row's logits
+    (those of the last non-pad token of a window, of the token of a one-token run) into
+    ``logits_rows`` (`genai.Generator` keeps sequences, sampling and everything else)."""
 
     def __init__(
         self,
