@@ -20,6 +20,8 @@ from .providers import ExecutionProvider, get_provider
 __all__ = ["DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
 
 _SUPPORTED_DTYPES = {np.dtype(t) for t in (np.float32, np.float16, np.int64, np.int32)}
+#: KV caches may also be uint8: quantized static caches of windowed (QNN-style) models.
+_KV_DTYPES = _SUPPORTED_DTYPES | {np.dtype(np.uint8)}
 
 # ORT's GraphOptimizationLevel values.
 _OPT_LEVELS = {
@@ -265,7 +267,8 @@ def _describe_io(config: Config, session: NativeSession) -> DecoderIO:
 
     def dtype_of(name: str, table: dict, what: str) -> np.dtype:
         dtype = table[name]
-        if dtype is None or np.dtype(dtype) not in _SUPPORTED_DTYPES:
+        allowed = _KV_DTYPES if what == "KV input" else _SUPPORTED_DTYPES
+        if dtype is None or np.dtype(dtype) not in allowed:
             raise ConfigError(f"{what} {name!r} of {where} has unsupported type {dtype}")
         return np.dtype(dtype)
 
@@ -356,17 +359,12 @@ def _sliding_window(
     evicts inside the provider) keeps a full-length cache, with a warning. A listed layer's
     ``local_window_size`` must be the config's ``window_size``. Windows slid by the engine over
     the inputs and a static cache (QNN-style ``slide_inputs`` / ``slide_key_value_cache``) are
-    another graph contract, refused here."""
+    another graph contract, run by `genai.windowed_cache`: (0, (), 0) here."""
     block = config.decoder.get("sliding_window")
     if not block:
         return 0, (), 0
-    for key in ("slide_key_value_cache", "slide_inputs"):
-        if block.get(key):
-            raise NotImplementedError(
-                f"model.decoder.sliding_window.{key} = true in {config.file}: windows slid over "
-                "the inputs or a static KV cache (QNN-style models) are not supported; "
-                "GroupQueryAttention local layers (sliding_window_cache) are"
-            )
+    if block.get("slide_key_value_cache") or block.get("slide_inputs"):
+        return 0, (), 0  # a static cache slid by the engine: genai.windowed_cache
     window = int(block["window_size"])
     layers = tuple(sorted(int(i) for i in block.get("layers") or ())) or tuple(range(num_layers))
     ops = _attention_attributes(config, present_keys)
