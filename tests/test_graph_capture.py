@@ -160,6 +160,12 @@ def test_growth_captures_anew(static_model_dir) -> None:
     first = gen._session.graph_id
     assert _tokens(gen) == plain
     assert gen._loop.kv_capacity > 8 and gen._session.graph_id > first
+    # any re-bind from Python (e.g. an adapter's weights) moves to a new graph id
+    before = gen._session.graph_id
+    gen._session.bind_input("past_key_values.0.key", gen._kv._buffers[0])
+    assert gen._session.graph_id > before
+    gen.rewind_to(10)
+    assert _tokens(gen, 5) == plain[5:10]
 
 
 def test_static_model_computes_what_the_shape_model_does(static_model_dir, shape_model_dir):

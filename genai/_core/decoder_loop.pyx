@@ -203,7 +203,8 @@ cdef class DecoderLoop:
         `DeviceTensor`), and the logits output likewise; onnxruntime captures the graph at the
         first such run and replays it afterwards. Every other run (prompts, several tokens at
         once) runs uncaptured. Needs batch 1 and a shared-buffer KV cache (fixed addresses):
-        when it grows (new buffers), the next step captures anew under another graph id
+        whenever something is re-bound from Python (the cache grows into new buffers, an
+        adapter's weights), the session captures anew under another graph id
         (`NativeSession.next_graph_id`; a cache allocated for ``max_length`` up front,
         ``kv_initial_capacity=0``, is captured once). ``graph_id`` -1: no run is captured (a
         session made with graph capture on, used by a generator that cannot)."""
@@ -367,10 +368,8 @@ cdef class DecoderLoop:
             self.raise_error(rc)
 
     def _grow_kv(self):
+        # (new KV buffers bound from Python: the session captures anew under another graph id)
         self.kv_capacity = self.grow(self.length, self.computed)
-        if self.capture:
-            # New KV buffers: the captured graph reads the old addresses; capture anew.
-            self.sess.set_graph_capture(self.sess.next_graph_id())
 
     def step(self):
         """One generation step: run if the logits are stale, choose, commit."""

@@ -1338,6 +1338,7 @@ cdef class NativeSession:
         else:
             self._input_refs[index] = array
             self.input_has_ref[index] = 1
+        self._bindings_changed()
 
     cdef _check_alias(self, bint is_output, Py_ssize_t index, void* data, str name):
         # A host array bound as an input and as an output the session produces in device
@@ -1420,6 +1421,14 @@ cdef class NativeSession:
         else:
             self._input_refs[index] = tensor
             self.input_has_ref[index] = 1
+        self._bindings_changed()
+
+    def _bindings_changed(self):
+        # A graph captured under this binding's id reads the addresses bound then: after a
+        # re-bind from Python (a grown KV cache, an adapter's weights) capture anew under
+        # another id. (The decode loop's own binds keep their addresses.)
+        if self.capture_run_options != NULL:
+            self.set_graph_capture(self.next_graph_id())
 
     cdef const OrtMemoryInfo* _memory_info_for(self, bint is_output,
                                                Py_ssize_t index) except? NULL:
