@@ -74,7 +74,7 @@ def test_format_table_counts_outcomes() -> None:
 BROKEN_PLUGIN = '''
 import numpy as np
 from genai.hookspecs import hookimpl
-from genai.providers import ExecutionProvider, Placement
+from genai.providers import ExecutionProvider, GraphCapture, Placement
 
 
 class CPUBased(ExecutionProvider):
@@ -125,6 +125,12 @@ class RaisingProbe(CPUBased):
         raise RuntimeError("probe crashed")
 
 
+class CaptureHostKV(CPUBased):
+    """Declares graph capture but keeps its KV cache in host memory."""
+    name = "fake-capture-host-kv"
+    graph_capture = GraphCapture(option="capture")
+
+
 class LaxOptions(CPUBased):
     """Declares its options but accepts anything."""
     name = "fake-lax-options"
@@ -136,7 +142,10 @@ class LaxOptions(CPUBased):
 
 @hookimpl
 def register_providers(register):
-    for cls in (SharedKVBuffer, LyingPlacement, NoSession, Unavailable, RaisingProbe, LaxOptions):
+    for cls in (
+        SharedKVBuffer, LyingPlacement, NoSession, Unavailable, RaisingProbe, LaxOptions,
+        CaptureHostKV,
+    ):
         register(cls)
 '''
 
@@ -149,6 +158,7 @@ plugins.register_plugin(broken_providers, "broken-providers")
 
 BROKEN_TESTS = """
 from genai.testing.conformance import ProviderConformanceTests
+from genai.testing.conformance.suite import GraphCaptureTests
 
 class TestSharedKV(ProviderConformanceTests):
     provider_name = "fake-shared-kv"
@@ -167,6 +177,9 @@ class TestRaisingProbe(ProviderConformanceTests):
 
 class TestLaxOptions(ProviderConformanceTests):
     provider_name = "fake-lax-options"
+
+class TestCaptureHostKV(GraphCaptureTests):
+    provider_name = "fake-capture-host-kv"
 """
 
 
@@ -210,6 +223,9 @@ def test_suite_catches_broken_providers(pytester: pytest.Pytester, monkeypatch) 
     assert outcome("TestRaisingProbe", "test_probe_is_cheap_and_does_not_raise") == "fail"
     assert outcome("TestLaxOptions", "test_unknown_option_is_rejected") == "fail"
     assert outcome("TestLaxOptions", "test_greedy_parity_with_cpu") == "pass"
+    # Graph capture declared, KV on the host: a captured graph would not read it: skipped.
+    status, reason = outcomes[("TestCaptureHostKV", "test_graph_capture_on_equals_off")]
+    assert status == "skip" and "host memory" in reason
     # The table is printed, and pytest exits non-zero.
     result.stdout.fnmatch_lines(["*genai conformance*", "*test_kv_layout*fail*"])
     assert result.ret == 1
