@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -148,11 +149,31 @@ def worker_genai(args: argparse.Namespace) -> dict[str, float]:
                         tokens = chunk["usage"]["completion_tokens"]
             return ttft or 0.0, tokens
 
+        def engine_stats() -> dict[str, float]:
+            out: dict[str, float] = {}
+            for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+                name, _, value = line.rpartition(" ")
+                if name.startswith(("genai_engine_seconds", "genai_decode_", "genai_prefill_")):
+                    out[name.replace("_total", "")] = float(value)
+            return out
+
+        def cpu_seconds() -> tuple[float, float]:
+            """CPU seconds of the server process and of this (client) process."""
+            fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            tick = os.sysconf("SC_CLK_TCK")
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            return (int(fields[11]) + int(fields[12])) / tick, usage.ru_utime + usage.ru_stime
+
         _run_clients(min(8, max(args.streams)), 1, one, 10_000)  # warm-up (batched shapes too)
-        return {
-            str(s): _run_clients(s, args.requests, one, 1000 * (k + 1))
-            for k, s in enumerate(args.streams)
-        }
+        results = {}
+        for k, s in enumerate(args.streams):
+            before, cpu = engine_stats(), cpu_seconds()
+            results[str(s)] = _run_clients(s, args.requests, one, 1000 * (k + 1))
+            after, cpu_after = engine_stats(), cpu_seconds()
+            results[str(s)]["engine"] = {n: after[n] - before.get(n, 0.0) for n in after}
+            results[str(s)]["server_cpu_s"] = cpu_after[0] - cpu[0]
+            results[str(s)]["client_cpu_s"] = cpu_after[1] - cpu[1]
+        return results
     finally:
         server.terminate()
         server.wait(30)

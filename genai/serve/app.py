@@ -39,9 +39,33 @@ from .metrics import ServerMetrics
 from .protocol import APIError, ChatCompletionRequest, CompletionRequest, error_body
 from .scheduler import GenerationRequest, QueueFullError, SamplingOptions, Scheduler
 
-__all__ = ["ServeEngine", "create_app"]
+__all__ = ["ServeEngine", "create_app", "default_lanes"]
 
 log = logging.getLogger("genai.serve")
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_lanes(model: Any) -> int:
+    """Model runs the server keeps in flight at once: the CPUs this process may use divided
+    by the session's intra-op threads (at least 1, at most 4), so that decode row groups and
+    prefills fill the cores a single run leaves idle. ``GENAI_SERVE_LANES`` overrides it.
+    Accelerators (any provider but CPU) get 1."""
+    env = os.environ.get("GENAI_SERVE_LANES")
+    if env:
+        return max(1, int(env))
+    if getattr(getattr(model, "provider", None), "name", "cpu").lower() not in ("cpu", ""):
+        return 1
+    from ..model import default_intra_op_threads
+
+    session = model.config.get("model.decoder.session_options", {}) or {}
+    threads = int(session.get("intra_op_num_threads") or default_intra_op_threads())
+    return max(1, min(4, _cores() // max(1, threads)))
 
 
 class ServeEngine:
@@ -61,16 +85,21 @@ class ServeEngine:
         initial_capacity: int = 256,
         switch_interval: float | None = None,
         overlap_prefill: bool = True,
+        lanes: int | None = None,
     ) -> None:
         if max_slots < 2:
             raise ValueError("max_slots must be >= 2")
+        if lanes is None:
+            lanes = default_lanes(model)
+        if lanes < 1:
+            raise ValueError("lanes must be >= 1")
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name or Path(str(model.path)).name
         self.context_length = int(model.config.context_length)
         self.vocab_size = int(model.io.vocab_size)
         self.metrics = ServerMetrics()
-        options: dict[str, int] = {"max_chunk": prefill_chunk}
+        options: dict[str, int] = {"max_chunk": prefill_chunk, "lanes": lanes}
         if initial_capacity:
             options["initial_capacity"] = initial_capacity
         self.runner = make_batch_runner(model, max_slots, **options)
@@ -86,6 +115,7 @@ class ServeEngine:
             overlap_prefill=overlap_prefill,
             metrics=self.metrics,
         )
+        self.metrics.watch_engine(lambda: self.scheduler.stats)
         self.created = int(time.time())
         #: The interpreter's thread switch interval set by `start` (None: leave it): the
         #: scheduler thread takes the GIL back after every model run, and beside a busy event

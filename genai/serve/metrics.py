@@ -6,8 +6,10 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 __all__ = ["ServerMetrics"]
 
@@ -68,6 +70,49 @@ class ServerMetrics:
     def prefix_hit(self, tokens: int) -> None:
         """A prompt reused the KV of ``tokens`` cached tokens."""
         self.prefix_tokens.inc(tokens)
+
+    def watch_engine(self, stats: Callable[[], Mapping[str, float]]) -> None:
+        """Export the scheduler's `Scheduler.stats` (read at each scrape):
+        ``genai_engine_seconds_total{phase="idle|model|host"}``, ``genai_decode_steps_total``,
+        ``genai_decode_split_steps_total``, ``genai_decode_rows_total{kind="advancing|filler"}``,
+        ``genai_prefill_tokens_total`` and ``genai_prefill_runs_total``."""
+
+        class _Engine:
+            def collect(self):
+                s = dict(stats())
+                seconds = CounterMetricFamily(
+                    "genai_engine_seconds",
+                    "Scheduler thread time: waiting for work, model runs (wall), the rest",
+                    labels=["phase"],
+                )
+                for phase in ("idle", "model", "host"):
+                    seconds.add_metric([phase], s.get(f"{phase}_seconds", 0.0))
+                yield seconds
+                yield CounterMetricFamily(
+                    "genai_decode_steps", "Batched decode steps", value=s.get("decode_steps", 0)
+                )
+                yield CounterMetricFamily(
+                    "genai_decode_split_steps",
+                    "Decode steps cut into row groups run at the same time (lanes)",
+                    value=s.get("decode_split_steps", 0),
+                )
+                rows = CounterMetricFamily(
+                    "genai_decode_rows", "Rows of decode steps", labels=["kind"]
+                )
+                advancing = s.get("decode_advancing_rows", 0)
+                rows.add_metric(["advancing"], advancing)
+                rows.add_metric(["filler"], s.get("decode_rows", 0) - advancing)
+                yield rows
+                yield CounterMetricFamily(
+                    "genai_prefill_tokens",
+                    "Tokens fed by prefill runs (prompts after the prefix cache, forced tokens)",
+                    value=s.get("prefill_tokens", 0),
+                )
+                yield CounterMetricFamily(
+                    "genai_prefill_runs", "Prefill runs", value=s.get("prefill_runs", 0)
+                )
+
+        self.registry.register(_Engine())
 
     def _rate(self) -> float:
         now = time.monotonic()

@@ -61,6 +61,22 @@ __all__ = [
 log = logging.getLogger("genai.serve")
 
 
+def _deliver(batch: list[tuple[RequestHandle, Event]]) -> None:
+    """Event loop side of `Scheduler._flush`."""
+    for handle, event in batch:
+        handle._queue.put_nowait(event)
+
+
+def _gather(futures: list[concurrent.futures.Future]) -> list:
+    """The concatenated results of ``futures`` (lists), after every one has finished; the
+    first failure is raised then."""
+    concurrent.futures.wait(futures)
+    out: list = []
+    for future in futures:
+        out.extend(future.result())
+    return out
+
+
 class QueueFullError(RuntimeError):
     """The waiting queue is full (HTTP 429)."""
 
@@ -146,10 +162,8 @@ class RequestHandle:
         self.cancelled = False
 
     def _put(self, event: Event) -> None:  # scheduler thread
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
-        except RuntimeError:  # the loop is closed: nobody is listening
-            self.cancelled = True
+        """Queue ``event`` for delivery (`Scheduler._flush`, once per iteration)."""
+        self._scheduler._outbox.append((self, event))
 
     def cancel(self) -> None:
         """Stop generating (the client went away); frees the slots at the next step."""
@@ -288,7 +302,12 @@ class Scheduler:
         self.metrics = metrics
         #: Run prefill chunks on a second thread while the decode step runs.
         self.overlap_prefill = overlap_prefill and runner.batched
+        #: Threads model runs may use at the same time (the runner's lanes): prefills of
+        #: several newcomers, decode row groups, a decode step beside prefills.
+        self.lanes = max(1, int(getattr(runner, "lanes", 1))) if runner.batched else 1
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        #: Events of this iteration, delivered at its end (`_flush`).
+        self._outbox: list[tuple[RequestHandle, Event]] = []
         self._waiting: collections.deque[_Sequence] = collections.deque()
         self._active: list[_Sequence] = []  # index == slot
         self._cond = threading.Condition()
@@ -298,6 +317,24 @@ class Scheduler:
         self.generated_tokens = 0
         #: Scheduler iterations so far.
         self.steps = 0
+        #: Where the scheduler thread's time went (seconds) and what the model ran: waiting
+        #: for work (``idle_seconds``), model runs (``model_seconds``, wall time: concurrent
+        #: runs count once), the rest of the iterations (``host_seconds``: admission,
+        #: sampling, detokenizing, events).
+        self.stats: dict[str, float] = dict.fromkeys(
+            (
+                "idle_seconds",
+                "model_seconds",
+                "host_seconds",
+                "decode_steps",
+                "decode_rows",
+                "decode_advancing_rows",
+                "decode_split_steps",
+                "prefill_tokens",
+                "prefill_runs",
+            ),
+            0,
+        )
 
     # --- public (asyncio side) -------------------------------------------------------------------
     @property
@@ -316,7 +353,7 @@ class Scheduler:
             self._stopping = False
             if self.overlap_prefill and self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="genai-prefill"
+                    max(1, self.lanes - 1), thread_name_prefix="genai-prefill"
                 )
             self._thread = threading.Thread(target=self._run, name="genai-scheduler", daemon=True)
             self._thread.start()
@@ -332,6 +369,7 @@ class Scheduler:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        self.runner.close()
 
     def submit(
         self,
@@ -360,14 +398,35 @@ class Scheduler:
         with self._cond:
             self._cond.notify_all()
 
+    def _flush(self) -> None:
+        """Deliver the queued events: one ``call_soon_threadsafe`` per event loop and
+        iteration, not one per token (fewer wake-ups of the loop and GIL hand-offs)."""
+        if not self._outbox:
+            return
+        items, self._outbox = self._outbox, []
+        by_loop: dict[int, tuple[asyncio.AbstractEventLoop, list]] = {}
+        for handle, event in items:
+            by_loop.setdefault(id(handle._loop), (handle._loop, []))[1].append((handle, event))
+        for loop, batch in by_loop.values():
+            try:
+                loop.call_soon_threadsafe(_deliver, batch)
+            except RuntimeError:  # the loop is closed: nobody is listening
+                for handle, _ in batch:
+                    handle.cancelled = True
+
     # --- the scheduler thread -----------------------------------------------------------------
     def _run(self) -> None:
+        stats = self.stats
         while True:
+            waited = time.perf_counter()
             with self._cond:
                 while not self._stopping and not self._waiting and not self._active:
                     self._cond.wait()
                 if self._stopping:
                     break
+            began = time.perf_counter()
+            stats["idle_seconds"] += began - waited
+            model = stats["model_seconds"]
             try:
                 self._iteration()
             except Exception as exc:  # a bug or an ORT failure: fail the running requests
@@ -375,11 +434,15 @@ class Scheduler:
                 for seq in list(self._active):
                     self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
                 self._release_finished()
+            self._flush()
+            busy = time.perf_counter() - began
+            stats["host_seconds"] += busy - (stats["model_seconds"] - model)
         with self._cond:
             pending = list(self._waiting) + list(self._active)
             self._waiting.clear()
         for seq in pending:
             seq.handle._put(Event(seq.request.index, finish_reason="cancelled"))
+        self._flush()
         self._active.clear()
 
     def _iteration(self) -> None:
@@ -417,10 +480,11 @@ class Scheduler:
         if self.metrics is not None:
             self.metrics.set_load(len(self._waiting), len(self._active))
         # 3. prefill chunks of the oldest newcomers (up to the per-step token budget) and
-        # 4. one decode step for every generating slot: at the same time on two threads when
-        # both have work (the prefill's slots are filler rows of the decode step)
-        plan = self._plan_prefill()
+        # 4. one decode step for every generating slot. With a pool, the prefills run beside
+        # the decode step on the other lanes (their slots are filler rows of the step) and
+        # prefills without a decode step spread over every lane.
         decoding = [s for s in self._active if not s.prefilling and s.finished is None]
+        plan = self._plan_prefill(len(decoding) if self._pool is not None else 0)
         inputs = self._decode_inputs(decoding) if decoding else None
         needed = 0
         if inputs is not None:
@@ -437,14 +501,12 @@ class Scheduler:
             self.runner.ensure(needed)
         prefilled: list[tuple[_Sequence, np.ndarray]] = []
         logits = None
-        if plan and inputs is not None and self._pool is not None:
+        units = self._prefill_units(plan)
+        started = time.perf_counter()
+        if units and self._pool is not None and (inputs is not None or len(units) > 1):
             self.runner.frozen = True
             try:
-                future = self._pool.submit(self._run_prefill, plan)
-                try:
-                    logits = self.runner.decode(*inputs, filler_at=needed - 1)
-                finally:
-                    prefilled = future.result()
+                prefilled, logits = self._run_parallel(units, inputs, needed)
             finally:
                 self.runner.frozen = False
         else:
@@ -452,12 +514,8 @@ class Scheduler:
                 prefilled = self._run_prefill(plan)
             if inputs is not None:
                 logits = self.runner.decode(*inputs)
-        for seq, last in prefilled:
-            # the prompt (or forced tokens) is in: choose the next token
-            seq.prefilling = False
-            if self.prefix_cache is not None and seq.generated == 0:
-                self._remember_prefix(seq)
-            self._choose_safely(seq, last.reshape(1, -1))
+        self._account(started, plan, inputs)
+        self._prefilled(prefilled)
         if logits is not None:
             for seq in decoding:
                 self._choose_safely(seq, logits[seq.slot : seq.slot + 1])
@@ -513,11 +571,18 @@ class Scheduler:
             if self.metrics is not None:
                 self.metrics.prefix_hit(cached)
 
-    def _plan_prefill(self) -> list[tuple[_Sequence, int]]:
+    def _plan_prefill(self, decode_rows: int = 0) -> list[tuple[_Sequence, int]]:
         """The prefill chunks of this iteration: (sequence, token count), oldest newcomers
-        first, at most ``prefill_budget`` tokens (at least one chunk)."""
+        first, at most ``prefill_budget`` tokens (at least one chunk). Beside a decode step
+        of ``decode_rows`` rows (prefills on other threads), the chunks are cut to about as
+        many tokens per prefill lane (at least 4), so that both end at about the same time:
+        a prompt token costs about what a decode row does (the kernels are compute-bound)."""
         plan: list[tuple[_Sequence, int]] = []
         budget = self.prefill_budget
+        chunk = self.prefill_chunk
+        if decode_rows:
+            budget = min(budget, max(4, decode_rows) * max(1, self.lanes - 1))
+            chunk = min(chunk, max(4, budget))
         newcomers = sorted(
             (s for s in self._active if s.prefilling and s.finished is None),
             key=lambda s: (s.enqueued, s.slot),
@@ -533,7 +598,7 @@ class Scheduler:
                 continue
             left = len(seq.pending)
             while left and budget > 0:
-                count = min(left, self.prefill_chunk)
+                count = min(left, chunk)
                 if left - count == 1:
                     count -= 1  # never leave a one-token chunk (see the module docstring)
                 plan.append((seq, count))
@@ -541,16 +606,101 @@ class Scheduler:
                 budget -= count
         return plan
 
-    def _run_prefill(self, plan: list[tuple[_Sequence, int]]) -> list[tuple[_Sequence, np.ndarray]]:
-        """Run the planned chunks; the logits of the sequences whose pending tokens are all
-        in (copies). May run on the prefill thread: touches only the planned sequences."""
+    @staticmethod
+    def _prefill_units(plan: list[tuple[_Sequence, int]]) -> list[list[tuple[_Sequence, int]]]:
+        """The planned chunks grouped by sequence (a sequence's chunks run in order, on one
+        thread; different sequences' may run at the same time)."""
+        units: dict[int, list[tuple[_Sequence, int]]] = {}
+        for seq, count in plan:
+            units.setdefault(id(seq), []).append((seq, count))
+        return list(units.values())
+
+    @staticmethod
+    def _balance(units: list[list[tuple[_Sequence, int]]], lanes: int) -> list[list]:
+        """``units`` spread over at most ``lanes`` buckets, longest first onto the least
+        loaded bucket (cost: tokens plus a few per run)."""
+        buckets: list[list[tuple[_Sequence, int]]] = []
+        loads: list[int] = []
+        for unit in sorted(units, key=lambda u: -sum(c + 4 for _, c in u)):
+            cost = sum(c + 4 for _, c in unit)
+            if len(buckets) < lanes:
+                buckets.append(list(unit))
+                loads.append(cost)
+            else:
+                k = loads.index(min(loads))
+                buckets[k].extend(unit)
+                loads[k] += cost
+        return buckets
+
+    def _run_parallel(
+        self,
+        units: list[list[tuple[_Sequence, int]]],
+        inputs: tuple[np.ndarray, np.ndarray] | None,
+        needed: int,
+    ) -> tuple[list[tuple[_Sequence, np.ndarray]], np.ndarray | None]:
+        """Prefill units (and the decode step) at the same time: beside a decode step, the
+        prefills take ``lanes - 1`` pool threads (at least one) and the decode step runs
+        here on the remaining lanes; without one, the prefills spread over every lane."""
+        lanes = self.lanes
+        if inputs is not None:
+            buckets = self._balance(units, max(1, lanes - 1))
+            futures = [self._pool.submit(self._run_prefill, b, k) for k, b in enumerate(buckets)]
+            try:
+                logits = self.runner.decode(
+                    *inputs, filler_at=needed - 1, lanes=max(1, lanes - len(buckets))
+                )
+            finally:
+                prefilled = _gather(futures)
+            return prefilled, logits
+        buckets = self._balance(units, lanes)
+        futures = [self._pool.submit(self._run_prefill, b, k) for k, b in enumerate(buckets) if k]
+        try:
+            prefilled = self._run_prefill(buckets[0], 0)
+        finally:
+            rest = _gather(futures)
+        return prefilled + rest, None
+
+    def _prefilled(self, prefilled: list[tuple[_Sequence, np.ndarray]]) -> None:
+        """Sequences whose prompt (or forced tokens) is in: choose their next token."""
+        for seq, last in prefilled:
+            seq.prefilling = False
+            if seq.finished is not None:
+                continue
+            if self.prefix_cache is not None and seq.generated == 0:
+                self._remember_prefix(seq)
+            self._choose_safely(seq, last.reshape(1, -1))
+
+    def _run_prefill(
+        self, plan: list[tuple[_Sequence, int]], lane: int = 0
+    ) -> list[tuple[_Sequence, np.ndarray]]:
+        """Run the planned chunks on ``lane``; the logits of the sequences whose pending tokens
+        are all in (copies). May run on a pool thread: touches only the planned sequences."""
         done = []
         for seq, count in plan:
-            logits = self.runner.prefill(seq.slot, seq.pending[:count])
+            logits = self.runner.prefill(seq.slot, seq.pending[:count], lane)
             seq.pending = seq.pending[count:]
             if not len(seq.pending):
                 done.append((seq, logits.copy()))
         return done
+
+    def _account(
+        self,
+        started: float,
+        plan: list[tuple[_Sequence, int]],
+        inputs: tuple[np.ndarray, np.ndarray] | None,
+    ) -> None:
+        """Add this iteration's model time, decode rows and prefill tokens to `stats`."""
+        stats = self.stats
+        stats["model_seconds"] += time.perf_counter() - started
+        if inputs is not None:
+            rows = len(inputs[0])
+            advancing = int(np.count_nonzero(inputs[1]))
+            stats["decode_steps"] += 1
+            stats["decode_rows"] += rows
+            stats["decode_advancing_rows"] += advancing
+        stats["prefill_tokens"] += sum(c for _, c in plan)
+        stats["prefill_runs"] += len(plan)
+        stats["decode_split_steps"] = getattr(self.runner, "split_steps", 0)
 
     def _remember_prefix(self, seq: _Sequence) -> None:
         prompt = np.asarray(seq.request.prompt, np.int32)
