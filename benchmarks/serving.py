@@ -305,6 +305,8 @@ def worker_ref_engine(args: argparse.Namespace) -> dict[str, float]:
     return {str(s): run_level(s, 1000 * (k + 1)) for k, s in enumerate(args.streams)}
 
 
+PHASES = ("model", "host", "idle")
+
 WORKERS = {
     "genai": worker_genai,
     "ref-engine": worker_ref_engine,
@@ -366,6 +368,22 @@ def main() -> None:
         if "genai" in results and best_ref:
             ours = statistics.median(r[streams]["tok_s"] for r in results["genai"])
             print(f"{'':>7}  genai / best reference: {ours / best_ref:.2f}x")
+        for run in results.get("genai", []):
+            e, level = run[streams].get("engine"), run[streams]
+            if e:
+                phase = {p: e.get(f'genai_engine_seconds{{phase="{p}"}}', 0.0) for p in PHASES}
+                steps = e.get("genai_decode_steps", 0) or 1
+                rows = e.get('genai_decode_rows{kind="advancing"}', 0)
+                print(
+                    f"{'':>7}  genai engine: {level['seconds']:.2f} s wall; scheduler thread "
+                    f"model {phase['model']:.2f} s, host {phase['host']:.2f} s, idle "
+                    f"{phase['idle']:.2f} s; {steps:.0f} decode steps "
+                    f"({e.get('genai_decode_split_steps', 0):.0f} split), "
+                    f"{rows / steps:.1f} rows/step, {e.get('genai_prefill_tokens', 0):.0f} "
+                    f"prefill tokens in {e.get('genai_prefill_runs', 0):.0f} runs; CPU s: "
+                    f"server {level.get('server_cpu_s', 0):.1f}, "
+                    f"client {level.get('client_cpu_s', 0):.1f}"
+                )
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"model": str(args.model),
                              "json": str(args.json)}, "results": results}, indent=2))  # fmt: skip

@@ -225,29 +225,32 @@ def test_scheduler_with_lanes_gives_batch1_tokens(gqa_model):
 
 
 def test_overlap_chunks_follow_the_decode_step(gqa_model):
-    """Beside a decode step of R rows, a newcomer's prompt is fed in chunks of about
-    max(4, R) tokens, never leaving a one-token chunk."""
+    """Beside a decode step of R rows, a small prefill backlog is fed in chunks of about
+    max(4, R) tokens (never leaving a one-token chunk); a large one at least half at a
+    time; without a decode step, whole prompts."""
     tokenizer = genai.Tokenizer(gqa_model)
     runner = SlotBatchRunner(gqa_model, 8, initial_capacity=16, max_chunk=64, lanes=2)
     scheduler = Scheduler(runner, tokenizer, [EOS], prefill_chunk=64, prefix_cache_bytes=0)
     loop = asyncio.new_event_loop()
-    try:
-        for size in (13, 9, 5):
+
+    def plan(sizes, rows):
+        scheduler._active.clear()
+        for size in sizes:
             request = GenerationRequest(np.arange(3, 3 + size, dtype=np.int32), 4)
             scheduler.submit([request], loop=loop)
         while scheduler._waiting:
-            seq = scheduler._waiting.popleft()
-            scheduler._admit(seq)
-        alone = scheduler._plan_prefill(0)
-        assert [c for _, c in alone] == [13, 9, 5]  # no decode step: whole prompts
-        for seq in scheduler._active:
-            seq.looked_up = False
-        beside = scheduler._plan_prefill(3)
-        counts = [c for _, c in beside]
-        assert sum(counts) <= 8 and all(c >= 2 for c in counts)
-        assert counts[0] == 4
-        beside = scheduler._plan_prefill(6)  # 6 rows: chunks of 6, the last one never 1
-        assert [c for _, c in beside] == [6]
+            scheduler._admit(scheduler._waiting.popleft())
+        return [c for _, c in scheduler._plan_prefill(rows)]
+
+    try:
+        assert plan([13, 9, 5], 0) == [13, 9, 5]  # no decode step: whole prompts
+        assert plan([6], 3) == [4]  # about the decode step's 3 rows, at least 4
+        assert plan([13], 3) == [7]  # at least half the backlog
+        assert plan([13], 7) == [7]
+        assert plan([8], 7) == [6]  # 7 would leave one token
+        assert plan([7], 7) == [7]
+        counts = plan([30, 30, 30], 4)  # backlog 90: at least half now
+        assert sum(counts) >= 45 and all(c >= 2 for c in counts)
     finally:
         loop.close()
 

@@ -99,7 +99,7 @@ class ServeEngine:
         self.context_length = int(model.config.context_length)
         self.vocab_size = int(model.io.vocab_size)
         self.metrics = ServerMetrics()
-        options: dict[str, int] = {"max_chunk": prefill_chunk, "lanes": lanes}
+        options: dict[str, int] = {"max_chunk": max(3, prefill_chunk), "lanes": lanes}
         if initial_capacity:
             options["initial_capacity"] = initial_capacity
         self.runner = make_batch_runner(model, max_slots, **options)

@@ -41,6 +41,7 @@ ENGINE_OPTIONS = (
     "request_timeout",
     "prefill_chunk",
     "prefix_cache_mb",
+    "lanes",
 )
 
 
@@ -51,6 +52,9 @@ class GenaiReplica:
     def __init__(self, model: str, engine_options: dict[str, Any] | None = None) -> None:
         options = dict(engine_options or {})
         options.setdefault("model_name", Path(model).name)
+        # replicas are the parallelism here: one lane each unless asked (a replica does not
+        # know how many of the node's cores the others use)
+        options.setdefault("lanes", 1)
         self.engine = ServeEngine.from_path(model, **options)
         self.pid = os.getpid()
 
@@ -102,8 +106,8 @@ def build_app(args: dict[str, Any]) -> Any:
     (``num_replicas``, or ``min_replicas`` / ``max_replicas`` / ``target_ongoing_requests``
     for autoscaling, ``num_cpus`` per replica, ``max_ongoing_requests``, ``name``), and
     `ServeEngine` options (``threads``, ``max_slots``, ``max_queue``, ``request_timeout``,
-    ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``). Values may be strings (from the
-    command line).
+    ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``, ``lanes``: default 1 per replica).
+    Values may be strings (from the command line).
     """
     args = dict(args)
     model = args.pop("model", None)

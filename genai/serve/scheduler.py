@@ -291,7 +291,8 @@ class Scheduler:
         self._eos_set = {int(e) for e in self.eos}
         self.max_queue = max_queue
         self.request_timeout = request_timeout
-        self.prefill_chunk = max(2, min(prefill_chunk, getattr(runner, "max_chunk", prefill_chunk)))
+        # at least 3: a chunk of 2 before a 3-token rest becomes 3 (no one-token chunks)
+        self.prefill_chunk = max(3, min(prefill_chunk, getattr(runner, "max_chunk", prefill_chunk)))
         #: Prompt tokens fed per iteration at most (whole chunks; at least one chunk).
         self.prefill_budget = max(prefill_budget, self.prefill_chunk)
         self.prefix_cache = (
@@ -574,19 +575,23 @@ class Scheduler:
     def _plan_prefill(self, decode_rows: int = 0) -> list[tuple[_Sequence, int]]:
         """The prefill chunks of this iteration: (sequence, token count), oldest newcomers
         first, at most ``prefill_budget`` tokens (at least one chunk). Beside a decode step
-        of ``decode_rows`` rows (prefills on other threads), the chunks are cut to about as
-        many tokens per prefill lane (at least 4), so that both end at about the same time:
-        a prompt token costs about what a decode row does (the kernels are compute-bound)."""
+        of ``decode_rows`` rows (prefills on other threads), a small backlog is cut to about
+        as many tokens per prefill lane (at least 4), so that both end at about the same
+        time (a prompt token costs about what a decode row does: the kernels are
+        compute-bound); a larger one goes in at least half per iteration (time to first
+        token)."""
         plan: list[tuple[_Sequence, int]] = []
         budget = self.prefill_budget
         chunk = self.prefill_chunk
-        if decode_rows:
-            budget = min(budget, max(4, decode_rows) * max(1, self.lanes - 1))
-            chunk = min(chunk, max(4, budget))
         newcomers = sorted(
             (s for s in self._active if s.prefilling and s.finished is None),
             key=lambda s: (s.enqueued, s.slot),
         )
+        if decode_rows and newcomers:
+            backlog = sum(len(s.pending) for s in newcomers)
+            share = max(4, decode_rows) * max(1, self.lanes - 1)
+            budget = min(budget, max(share, -(-backlog // 2)))
+            chunk = min(chunk, max(4, budget))
         for seq in newcomers:
             if budget <= 0:
                 break
@@ -597,10 +602,10 @@ class Scheduler:
                 self._finish(seq, "length")
                 continue
             left = len(seq.pending)
-            while left and budget > 0:
-                count = min(left, chunk)
-                if left - count == 1:
-                    count -= 1  # never leave a one-token chunk (see the module docstring)
+            while left and (budget >= 2 or not plan):
+                count = min(left, chunk, max(2, budget))
+                if left - count == 1:  # never leave a one-token chunk (module docstring)
+                    count = count - 1 if count > 2 else count + 1
                 plan.append((seq, count))
                 left -= count
                 budget -= count
