@@ -3,13 +3,15 @@
 A decode step on the CPU streams every weight once; with 4 KiB pages a 100 MB model spans
 about 25,000 pages, far more than the TLB holds, so each step pays page walks. Linux can back
 anonymous memory with transparent huge pages (THP), but in its common ``madvise`` mode only
-where a process asks. `backing_new_memory` notes the anonymous mappings before a block runs
-(session creation), and afterwards asks the kernel to collapse every whole 2 MiB range the
-block mapped and filled into huge pages (``MADV_HUGEPAGE`` + ``MADV_COLLAPSE``, Linux 6.1+),
-on a background thread so loading does not wait for the copy.
+where a process asks. `backing_new_memory` returns the C heap's free pages to the kernel and
+notes which 2 MiB chunks of anonymous memory are wholly resident before a block runs (session
+creation); afterwards it asks the kernel to collapse every chunk that became wholly resident
+into a huge page (``MADV_HUGEPAGE`` + ``MADV_COLLAPSE``, Linux 6.1+): fresh mappings and
+reused heap alike. This runs on a background thread, so loading does not wait for the copy.
 
-Memory mapped before the block is left alone (another engine's session in the same process
-keeps its pages). Anywhere this is unavailable (not Linux, THP off, an older kernel) nothing
+Chunks that were already filled are left alone (another engine's session in the same process
+keeps its pages); chunks the block touched only partly are too (collapsing would make them
+wholly resident). Anywhere this is unavailable (not Linux, THP off, an older kernel) nothing
 happens: it is an optimisation, never a requirement. ``GENAI_HUGEPAGES=0`` switches it off.
 """
 
@@ -79,36 +81,6 @@ def anonymous_ranges(maps_text: str) -> list[tuple[int, int]]:
     return ranges
 
 
-def new_huge_ranges(
-    before: list[tuple[int, int]], after: list[tuple[int, int]]
-) -> list[tuple[int, int]]:
-    """The whole, 2 MiB-aligned ranges inside ``after`` that no range of ``before`` touches.
-
-    Both lists are sorted and non-overlapping (as `anonymous_ranges` returns them)."""
-    out: list[tuple[int, int]] = []
-    for start, end in after:
-        pieces = [(start, end)]
-        for b_start, b_end in before:
-            if b_end <= start or b_start >= end:
-                continue
-            cut: list[tuple[int, int]] = []
-            for p_start, p_end in pieces:
-                if b_end <= p_start or b_start >= p_end:
-                    cut.append((p_start, p_end))
-                    continue
-                if p_start < b_start:
-                    cut.append((p_start, b_start))
-                if b_end < p_end:
-                    cut.append((b_end, p_end))
-            pieces = cut
-        for p_start, p_end in pieces:
-            lo = -(-p_start // HUGE_PAGE) * HUGE_PAGE
-            hi = p_end // HUGE_PAGE * HUGE_PAGE
-            if hi > lo:
-                out.append((lo, hi))
-    return out
-
-
 def _unavailable() -> str | None:
     if os.environ.get("GENAI_HUGEPAGES", "1") == "0":
         return "switched off by GENAI_HUGEPAGES=0"
@@ -131,28 +103,48 @@ def _libc():
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
-def resident_chunks(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The 2 MiB chunks of ``ranges`` whose pages are all resident (``mincore``), merged where
-    they touch: memory the block filled (weights), not reservations it may never touch (thread
-    stacks, arenas), which collapsing would make resident."""
+def filled_chunks(ranges: list[tuple[int, int]]) -> set[int]:
+    """Start addresses of the whole 2 MiB chunks inside ``ranges`` whose pages are all
+    resident (``mincore``)."""
     mincore = _libc().mincore
     mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
     mincore.restype = ctypes.c_int
-    page = os.sysconf("SC_PAGE_SIZE")
-    per_chunk = HUGE_PAGE // page
-    vec = ctypes.create_string_buffer(per_chunk)
-    out: list[tuple[int, int]] = []
+    per_chunk = HUGE_PAGE // os.sysconf("SC_PAGE_SIZE")
+    block = 256  # chunks per mincore call (512 MiB)
+    vec = ctypes.create_string_buffer(per_chunk * block)
+    out: set[int] = set()
     for start, end in ranges:
-        for chunk in range(start, end, HUGE_PAGE):
-            if mincore(chunk, HUGE_PAGE, vec) != 0:
+        lo = -(-start // HUGE_PAGE) * HUGE_PAGE
+        hi = end // HUGE_PAGE * HUGE_PAGE
+        for first in range(lo, hi, HUGE_PAGE * block):
+            count = min(block, (hi - first) // HUGE_PAGE)
+            if mincore(first, count * HUGE_PAGE, vec) != 0:
                 continue
-            if any(b & 1 == 0 for b in vec.raw):
-                continue
-            if out and out[-1][1] == chunk:
-                out[-1] = (out[-1][0], chunk + HUGE_PAGE)
-            else:
-                out.append((chunk, chunk + HUGE_PAGE))
+            pages = vec.raw
+            for i in range(count):
+                if pages.find(b"\x00", i * per_chunk, (i + 1) * per_chunk) < 0:
+                    out.add(first + i * HUGE_PAGE)
     return out
+
+
+def merge_chunks(chunks: set[int]) -> list[tuple[int, int]]:
+    """Chunk start addresses as sorted ``(start, end)`` ranges, touching chunks merged."""
+    out: list[tuple[int, int]] = []
+    for chunk in sorted(chunks):
+        if out and out[-1][1] == chunk:
+            out[-1] = (out[-1][0], chunk + HUGE_PAGE)
+        else:
+            out.append((chunk, chunk + HUGE_PAGE))
+    return out
+
+
+def _release_free_heap() -> None:
+    """Return the C heap's free pages to the kernel (glibc ``malloc_trim``), so memory the
+    block reuses shows up as newly filled."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim.argtypes = (ctypes.c_size_t,)
+        trim(0)
 
 
 def collapse(ranges: list[tuple[int, int]], report: HugePageReport) -> None:
@@ -184,9 +176,10 @@ def backing_new_memory(enabled: bool = True, background: bool = True) -> Iterato
         report.skipped = reason
         yield report
         return
-    before = _read_maps()
+    _release_free_heap()
+    before = filled_chunks(_read_maps())
     yield report
-    chunks = resident_chunks(new_huge_ranges(before, _read_maps()))
+    chunks = merge_chunks(filled_chunks(_read_maps()) - before)
     if not chunks:
         return
     if not background:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import gc
 import mmap
-import random
 import sys
 from pathlib import Path
 
@@ -35,32 +35,14 @@ def test_anonymous_ranges_keeps_private_writable_anonymous_and_heap() -> None:
     ]
 
 
-def _pages(ranges: list[tuple[int, int]], unit: int) -> set[int]:
-    return {p for start, end in ranges for p in range(start // unit, end // unit)}
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_new_huge_ranges_matches_a_page_set_reference(seed: int) -> None:
-    """Against a brute force over 4 KiB pages: a huge page is chosen exactly when all its
-    pages are in ``after`` and none is in ``before``."""
-    rng = random.Random(seed)
-    unit = 4096
-    per_huge = HUGE_PAGE // unit
-
-    def random_ranges() -> list[tuple[int, int]]:
-        cuts = sorted(rng.sample(range(0, 8 * per_huge), 2 * rng.randint(1, 6)))
-        return [(cuts[i] * unit, cuts[i + 1] * unit) for i in range(0, len(cuts), 2)]
-
-    before, after = random_ranges(), random_ranges()
-    got = hugepages.new_huge_ranges(before, after)
-    old, new = _pages(before, unit), _pages(after, unit)
-    want = {
-        h
-        for h in range(8)
-        if all(p in new and p not in old for p in range(h * per_huge, (h + 1) * per_huge))
-    }
-    assert _pages(got, HUGE_PAGE) == want
-    assert all(start % HUGE_PAGE == 0 and end % HUGE_PAGE == 0 for start, end in got)
+def test_merge_chunks_joins_touching_chunks() -> None:
+    h = HUGE_PAGE
+    assert hugepages.merge_chunks({5 * h, 2 * h, 3 * h, 9 * h}) == [
+        (2 * h, 4 * h),
+        (5 * h, 6 * h),
+        (9 * h, 10 * h),
+    ]
+    assert hugepages.merge_chunks(set()) == []
 
 
 linux_thp = pytest.mark.skipif(
@@ -79,7 +61,7 @@ def _address(buffer: mmap.mmap) -> int:
 
 
 @linux_thp
-def test_resident_chunks_skips_chunks_that_are_not_filled() -> None:
+def test_filled_chunks_are_the_wholly_resident_ones() -> None:
     size = 4 * HUGE_PAGE
     with _private(size + HUGE_PAGE) as buffer:
         base = -(-_address(buffer) // HUGE_PAGE) * HUGE_PAGE
@@ -88,9 +70,10 @@ def test_resident_chunks_skips_chunks_that_are_not_filled() -> None:
         view[offset : offset + HUGE_PAGE] = 1  # chunk 0 filled
         view[offset + 2 * HUGE_PAGE : offset + 3 * HUGE_PAGE : 4096] = 1  # chunk 2: every page
         view[offset + 3 * HUGE_PAGE] = 1  # chunk 3: one page only
-        got = hugepages.resident_chunks([(base, base + size)])
+        # the range's unaligned ends are not whole chunks of it
+        got = hugepages.filled_chunks([(base - 4096, base + size + 4096)])
         del view
-    assert got == [(base, base + HUGE_PAGE), (base + 2 * HUGE_PAGE, base + 3 * HUGE_PAGE)]
+    assert got == {base, base + 2 * HUGE_PAGE}
 
 
 def _anon_huge_kb(start: int, end: int) -> int:
@@ -128,7 +111,23 @@ def test_memory_mapped_in_the_block_is_collapsed(background: bool) -> None:
 
 
 @linux_thp
-def test_memory_mapped_before_the_block_is_left_alone() -> None:
+def test_memory_mapped_before_but_filled_in_the_block_is_collapsed() -> None:
+    """Memory reused by the block (here: mapped earlier, first touched inside) counts."""
+    size = 8 * HUGE_PAGE
+    buffer = _private(size)
+    view = np.frombuffer(buffer, dtype=np.uint8)
+    start = _address(buffer)
+    with hugepages.backing_new_memory(background=False) as report:
+        view[:] = 5
+    assert report.collapsed >= 6 * HUGE_PAGE and not report.errors
+    assert _anon_huge_kb(start, start + size) >= 6 * HUGE_PAGE // 1024
+    assert np.count_nonzero(view != 5) == 0
+    del view
+    buffer.close()
+
+
+@linux_thp
+def test_memory_filled_before_the_block_is_left_alone() -> None:
     size = 8 * HUGE_PAGE
     buffer = _private(size)
     view = np.frombuffer(buffer, dtype=np.uint8)
@@ -160,7 +159,10 @@ def test_model_session_memory_is_collapsed(tmp_path: Path) -> None:
     folder = write_gqa_decoder(
         tmp_path, vocab_size=32000, hidden_size=256, context_length=64, name="hp"
     )
-    model = Model(folder)
-    report = model.huge_pages.wait(60)
-    assert report.skipped is None and not report.errors
-    assert report.collapsed >= HUGE_PAGE  # the 32 MB embedding/lm_head weights
+    for _ in range(3):  # later loads reuse the heap the earlier ones freed
+        model = Model(folder)
+        report = model.huge_pages.wait(60)
+        assert report.skipped is None and not report.errors
+        assert report.collapsed >= 8 * HUGE_PAGE  # of the 32 MB embedding/lm_head weights
+        del model
+        gc.collect()
