@@ -173,6 +173,18 @@ class Generator:
             grow_kv=self._kv.ensure if self._kv is not None else None,
             kv_capacity=self._kv.capacity if self._kv is not None else -1,
         )
+        # Graph capture (a provider whose capture is on): single-token steps bind tensors at
+        # fixed addresses and replay a graph captured for this generator. One that cannot
+        # (more rows, growing or host KV, a windowed runner) runs uncaptured and says so on
+        # every run (gpu_graph_id=-1), else onnxruntime would capture its first run.
+        graph = model.provider.graph_capture_id(
+            model.provider_options,
+            session,
+            rows=batch,
+            shared_kv=self._kv is not None and not self._kv.handover,
+        )
+        if graph:
+            self._loop.use_graph_capture(graph)
         self._sequences = self._loop.array("sequences")
         self._logits_rows = self._loop.array("logits_rows")
         if window is not None:

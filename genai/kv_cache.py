@@ -370,6 +370,17 @@ class SharedKVCache(KVCache):
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self._buffers)
 
+    def reorder(self, order: np.ndarray) -> None:
+        if self._buffers and not isinstance(self._buffers[0], np.ndarray):
+            # Device buffers (DeviceTensor): no host memory to move rows in; through the host.
+            order = np.asarray(order, dtype=np.intp)
+            if len(order) != self.batch:
+                raise ValueError("reorder needs one index per batch row")
+            for buf in self._buffers:
+                buf.write(buf.numpy()[order])
+            return
+        super().reorder(order)
+
     def _row_blocks(self) -> list[tuple[np.ndarray, int, int]]:
         filled = self._filled()
         blocks = []

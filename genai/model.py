@@ -207,6 +207,12 @@ class Model:
         path = config.resolve_file(filename, "model.decoder.filename")
         spec = self.provider.session_spec(self.provider_options, config)
         entries.update(spec.config_entries)
+        run_entries = dict(config.get("model.decoder.run_options") or {})
+        if self.provider.graph_capture_enabled(self.provider_options):
+            # No run is captured unless a generator asks for it with a graph id of its own
+            # (DecoderLoop.use_graph_capture): onnxruntime would capture the first run under
+            # the default id 0 and replay it for every later one.
+            run_entries.setdefault("gpu_graph_id", "-1")
         try:
             return NativeSession(
                 str(path),
@@ -228,7 +234,7 @@ class Model:
                     if custom_ops
                     else None
                 ),
-                run_config_entries=config.get("model.decoder.run_options") or None,
+                run_config_entries=run_entries or None,
                 profile_file_prefix=session_cfg.get("enable_profiling") or None,
             )
         except FileNotFoundError:
