@@ -560,6 +560,10 @@ def make_kv_cache(
     kept in device memory when the provider places the KV cache on its device.
 
     Sliding-window layers get `window_capacity_for` positions."""
+    if provider.session_kv is not None:
+        from .session_kv_cache import SessionKVCache
+
+        return SessionKVCache(io, session, batch, provider.session_kv)
     windows = window_capacity_for(io, provider, max_length)
     if share_buffer and "shared" in provider.capabilities.kv_layouts:
         return SharedKVCache(

@@ -50,6 +50,7 @@ __all__ = [
     "Placement",
     "PluginEPProvider",
     "ProviderInfo",
+    "SessionKV",
     "SessionSpec",
     "available_ort_providers",
     "get_ep_devices",
@@ -167,6 +168,16 @@ class GraphCapture:
     session_requires_shared_buffer: bool = False
 
 
+@dataclass(frozen=True)
+class SessionKV:
+    """The KV cache lives inside the session (OpenVINO's stateful ``enable_causallm`` mode):
+    the engine binds empty pasts, reads no presents, and moves the EP's cache through the
+    dynamic option ``rewind_option`` (set to the number of positions to keep; 0 starts a new
+    sequence). Runs one sequence at a time (batch 1, one live generator per model)."""
+
+    rewind_option: str
+
+
 @dataclass
 class SessionSpec:
     """What `genai.Model` hands to the session: execution providers in order, each
@@ -213,6 +224,9 @@ class ExecutionProvider:
     #: `genai.kv_cache.window_capacity`); None keeps those layers at full length, as the
     #: reference does for providers without a windowed cache.
     kv_window_slack: ClassVar[int | None] = None
+    #: Set (on the instance, by `validate_options`) when the options make the EP keep the KV
+    #: cache inside the session; None: the engine owns the cache (see `SessionKV`).
+    session_kv: SessionKV | None = None
     #: Conformance tests known to fail, {test function name: reason}: reported as xfail.
     known_failures: ClassVar[Mapping[str, str]] = {}
 

@@ -103,6 +103,9 @@ for provider in "${providers[@]}"; do
         "$venv/bin/pip" install -q --no-deps onnxruntime-openvino
         "$venv/bin/pip" install -q --no-deps "$REPO/providers/openvino"
         run OpenVINO "$venv/bin/python" -o device_type=CPU
+        # Stateful mode (enable_causallm: the EP keeps the KV cache) against the CPU EP.
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider "$REPO/tests/test_session_kv.py"
+        echo "=== OpenVINO enable_causallm (tests/test_session_kv.py): exit $?"
         ;;
     *)
         echo "unknown provider $provider (cpu, example, webgpu, qnn, openvino)" >&2

@@ -362,9 +362,11 @@ def test_openvino_device_types_and_modes(monkeypatch, fake_ep_module) -> None:
         with pytest.raises(ConfigError):
             m.device_kind(bad)
     ov = m.OpenVINOProvider()
-    with pytest.raises(ConfigError, match="enable_causallm"):
-        ov.validate_options({"enable_causallm": "True"})
     assert ov.validate_options({}) == {"device_type": "CPU"}
+    assert ov.session_kv is None
+    stateful = m.OpenVINOProvider()
+    stateful.validate_options({"enable_causallm": "True"})
+    assert stateful.session_kv == gp.SessionKV(rewind_option="kvcache_rewind")
     monkeypatch.setattr(m, "available_ort_providers", lambda: ["CPUExecutionProvider"])
     monkeypatch.setattr(m.OpenVINOProvider, "ep_module", "no_such_openvino_module")
     assert ov.mode() is None and "neither onnxruntime-openvino" in ov.unavailable_reason()

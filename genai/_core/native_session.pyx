@@ -1640,6 +1640,38 @@ cdef class NativeSession:
         """Run the session on its bindings; the GIL is released for the whole run."""
         self.run_checked()
 
+    @property
+    def ort_session_address(self):
+        """The address of the ORT session: equal for every binding (`new_binding`) of one
+        session, so state the session keeps can be told apart per session."""
+        return <size_t>self.session
+
+    def set_ep_dynamic_options(self, options):
+        """Pass ``options`` (str -> str) to the session's execution providers while it lives
+        (``SetEpDynamicOptions``; OpenVINO's stateful mode takes ``kvcache_rewind``)."""
+        cdef const OrtFns* f = self.fn
+        if f.SetEpDynamicOptions == NULL:
+            raise RuntimeError("execution-provider dynamic options need onnxruntime >= 1.21")
+        cdef list keys = [str(k).encode() for k in options]
+        cdef list values = [str(v).encode() for v in options.values()]
+        cdef Py_ssize_t n = len(keys), i
+        cdef const char** ckeys = <const char**>calloc(n + 1, sizeof(char*))
+        cdef const char** cvalues = <const char**>calloc(n + 1, sizeof(char*))
+        cdef OrtStatus* st
+        if ckeys == NULL or cvalues == NULL:
+            free(ckeys)
+            free(cvalues)
+            raise MemoryError()
+        try:
+            for i in range(n):
+                ckeys[i] = <bytes>keys[i]
+                cvalues[i] = <bytes>values[i]
+            st = f.SetEpDynamicOptions(self.session, ckeys, cvalues, <size_t>n)
+            check_status(st, f"SetEpDynamicOptions({dict(options)})")
+        finally:
+            free(ckeys)
+            free(cvalues)
+
     cdef object _value_to_array(self, OrtValue* value, str what, bint in_device_memory=False):
         cdef int64_t dims[NS_MAX_DIMS]
         cdef size_t ndim = 0, k

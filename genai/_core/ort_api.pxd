@@ -56,6 +56,7 @@ cdef extern from *:
 cdef enum:
     ORT_API_VERSION_REQUIRED = 12
     ORT_API_VERSION_CUSTOM_OPS_V2 = 14   # RegisterCustomOpsLibrary_V2 (onnxruntime 1.14)
+    ORT_API_VERSION_EP_DYNAMIC_OPTIONS = 21  # SetEpDynamicOptions (1.21)
     ORT_API_VERSION_PLUGIN_EP = 22       # plugin EP libraries, OrtEpDevice, key-value pairs (1.22)
     ORT_API_VERSION_SESSION_DEVICES = 23  # SessionGetMemoryInfoForInputs/Outputs (1.23)
 
@@ -198,6 +199,7 @@ cdef enum:
     ORT_SLOT_SessionOptionsAppendExecutionProvider = 216
     ORT_SLOT_MemoryInfoGetDeviceType = 225       # API 14 group; NULL below 14
     ORT_SLOT_RegisterCustomOpsLibrary_V2 = 228   # API 14; NULL in OrtFns below 14
+    ORT_SLOT_SetEpDynamicOptions = 284   # API 21; NULL in OrtFns below 21
     # API 22 (plugin execution providers); NULL in OrtFns below 22.
     ORT_SLOT_GetKeyValuePairs = 298
     ORT_SLOT_RegisterExecutionProviderLibrary = 301
@@ -368,6 +370,9 @@ cdef struct OrtFns:
     OrtStatus* (*SessionGetMemoryInfoForOutputs)(const OrtSession* session,
                                                  const OrtMemoryInfo** out,
                                                  size_t num_outputs) noexcept nogil
+    # Options an execution provider takes while a session lives (OpenVINO: kvcache_rewind).
+    OrtStatus* (*SetEpDynamicOptions)(OrtSession* session, const char* const* keys,
+                                      const char* const* values, size_t count) noexcept nogil
     # Copy tensors between devices (e.g. a device KV value to host memory); stream NULL: sync.
     OrtStatus* (*CopyTensors)(const OrtEnv* env, const OrtValue* const* src_tensors,
                               OrtValue* const* dst_tensors, void* stream,

@@ -191,6 +191,9 @@ cdef void _fill(OrtFns* f, const void* const* t, uint32_t api_version) noexcept:
         _set_slot(&f.EpDevice_EpMetadata, t, ORT_SLOT_EpDevice_EpMetadata)
         _set_slot(&f.EpDevice_EpOptions, t, ORT_SLOT_EpDevice_EpOptions)
         _set_slot(&f.EpDevice_Device, t, ORT_SLOT_EpDevice_Device)
+    f.SetEpDynamicOptions = NULL
+    if api_version >= ORT_API_VERSION_EP_DYNAMIC_OPTIONS:
+        _set_slot(&f.SetEpDynamicOptions, t, ORT_SLOT_SetEpDynamicOptions)
     f.SessionGetMemoryInfoForInputs = NULL
     f.SessionGetMemoryInfoForOutputs = NULL
     f.CopyTensors = NULL

@@ -4,13 +4,17 @@ Two ways to get the EP: the monolithic onnxruntime-openvino build (the EP compil
 onnxruntime; it replaces the onnxruntime package) or the onnxruntime-ep-openvino plugin package
 (registered with ORT at run time; it lists devices on Intel hardware only). The provider uses
 whichever is present, monolithic first. ``device_type`` (CPU, GPU, NPU, or e.g. ``GPU.1``,
-``AUTO:GPU,CPU``) picks the device. ``enable_causallm=True`` (stateful mode: the EP keeps the KV
-cache itself) is refused with a clear error: this engine binds the KV cache itself.
+``AUTO:GPU,CPU``) picks the device. ``enable_causallm=True`` is the EP's stateful mode: it keeps
+the KV cache inside the session (`genai.providers.SessionKV`; the engine feeds empty pasts and
+rewinds through the ``kvcache_rewind`` dynamic option). The EP recognises the KV pairs by name,
+so the model's presents must be named ``present_<kind>_%d`` and its pasts must contain
+``<kind>_%d`` (e.g. ``present_key_%d`` / ``past_key_%d``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -20,6 +24,7 @@ from genai.providers import (
     Capabilities,
     Placement,
     PluginEPProvider,
+    SessionKV,
     SessionSpec,
     available_ort_providers,
 )
@@ -28,6 +33,32 @@ __all__ = ["OpenVINOProvider"]
 
 _DEVICES = ("CPU", "GPU", "NPU")
 _META = ("AUTO", "HETERO", "MULTI")
+
+
+def stateful_name_problem(config: Any) -> str | None:
+    """Why the OpenVINO EP's stateful mode would not find ``config``'s KV pairs, or None.
+
+    The EP takes every output named ``present_<kind>_<n>`` and pairs it with the input that
+    contains ``<kind>_<n>``; other names fail inside OpenVINO with no detail."""
+    decoder = config.decoder
+    inputs, outputs = decoder.get("inputs", {}), decoder.get("outputs", {})
+    for kind in ("key", "value"):
+        present = outputs.get(f"present_{kind}_names", f"present.%d.{kind}")
+        past = inputs.get(f"past_{kind}_names", f"past_key_values.%d.{kind}")
+        match = re.fullmatch(r"present_(\w+)_%d", present)
+        if match is None:
+            return (
+                f"model.decoder.outputs.present_{kind}_names is {present!r}; OpenVINO's stateful "
+                f"mode (enable_causallm) recognises only outputs named 'present_<kind>_%d' "
+                f"(e.g. 'present_{kind}_%d')"
+            )
+        if not past.endswith(f"{match.group(1)}_%d"):
+            return (
+                f"model.decoder.inputs.past_{kind}_names is {past!r}; with presents "
+                f"{present!r} OpenVINO's stateful mode needs pasts ending in "
+                f"'{match.group(1)}_%d'"
+            )
+    return None
 
 
 def device_kind(device_type: str) -> str:
@@ -88,10 +119,7 @@ class OpenVINOProvider(PluginEPProvider):
         merged = super().validate_options(options)
         device_kind(merged["device_type"])
         if merged.get("enable_causallm", "false").strip().lower() in ("true", "1"):
-            raise ConfigError(
-                "OpenVINO enable_causallm=True (stateful mode, the EP keeps the KV cache) is "
-                "not supported by this engine yet: it binds the KV cache itself; leave it off"
-            )
+            self.session_kv = SessionKV(rewind_option="kvcache_rewind")
         return merged
 
     def device_types_for(self, options: Mapping[str, str]) -> tuple[str, ...]:
@@ -106,6 +134,10 @@ class OpenVINOProvider(PluginEPProvider):
         return {k: v for k, v in options.items() if k != "device_type"}
 
     def session_spec(self, options: Mapping[str, str], config: Any = None) -> SessionSpec:
+        if self.session_kv is not None and config is not None:
+            problem = stateful_name_problem(config)
+            if problem is not None:
+                raise ConfigError(f"{problem} (in {config.file})")
         mode = self.mode()
         if mode == "monolithic":
             return SessionSpec(providers=[("OpenVINO", dict(options))])
