@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ from ._core.native_session import NativeSession
 from .config import Config
 from .errors import ConfigError
 from .providers import ExecutionProvider, get_provider
+from .windowed_cache import static_shape_overrides
 
 __all__ = ["DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
 
@@ -112,6 +113,11 @@ class DecoderIO:
     #: ``sliding_window.cache_slack``: positions kept beyond the window (0: the provider's
     #: default, 16 on the CPU).
     window_slack: int = 0
+    #: A windowed model (``sliding_window.slide_*``) on a provider with static shapes: the
+    #: model's session for each run length (`Model.shape_sessions`); empty otherwise.
+    shape_sessions: dict[int, NativeSession] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
 
 #: A LoRA weight input: ``lora_A`` / ``lora_B`` as a name component (``...q_proj.lora_A.weight``).
@@ -147,6 +153,13 @@ class Model:
 
     ``Model(path)`` or ``Model(Config(path))``. The session is created by the first provider of
     ``model.decoder.session_options.provider_options`` (CPU when the list is empty).
+
+    A provider that wants static shapes (``static_shapes``, e.g. QNN) running a windowed model
+    (``sliding_window.slide_*``, `genai.windowed_cache`) gets one session per run length from
+    the same file, each with the sequence and past dimensions fixed
+    (`genai.windowed_cache.static_shape_overrides`, on top of the provider's own
+    ``free_dimension_overrides``): `shape_sessions` ``{W: ..., 1: ...}``; `session` is the
+    one-token session. Each session holds its own copy of the weights.
     """
 
     def __init__(self, config: str | os.PathLike[str] | Config) -> None:
@@ -168,14 +181,35 @@ class Model:
         )
         # The session's weights (prepacked by ORT into anonymous memory) are backed by 2 MiB
         # pages where the OS allows: a decode step streams all of them (genai.hugepages).
+        #: Run length -> session, for a windowed model on a provider with static shapes
+        #: (see above); empty otherwise.
+        self.shape_sessions: dict[int, NativeSession] = {}
+        shapes = (
+            static_shape_overrides(self.config)
+            if getattr(self.provider, "static_shapes", False)
+            else {}
+        )
         with hugepages.backing_new_memory() as report:
-            self.session = self._create_session()
+            if shapes:
+                for count in sorted(shapes, reverse=True):  # W, then 1
+                    self.shape_sessions[count] = self._create_session(shapes[count])
+                self.session = self.shape_sessions[1]
+            else:
+                self.session = self._create_session()
         #: What the huge-page backing of the session's host memory did (`HugePageReport`).
         self.huge_pages: hugepages.HugePageReport = report
-        self.provider.check_session(self.session)
+        for session in self.shape_sessions.values() or [self.session]:
+            self.provider.check_session(session)
         self.io = _describe_io(self.config, self.session)
+        if self.shape_sessions:
+            self.io = replace(self.io, shape_sessions=dict(self.shape_sessions))
         #: The graph's LoRA weight inputs by name (empty for a model without adapters).
         self.lora_inputs: dict[str, LoraInput] = _describe_lora_inputs(self.config, self.session)
+        if self.lora_inputs and self.shape_sessions:
+            raise ConfigError(
+                f"{self.config.file}: LoRA inputs in a windowed model with one session per run "
+                f"length ({self.provider.name}'s static shapes) are not supported"
+            )
 
     @property
     def type(self) -> str:
@@ -192,7 +226,9 @@ class Model:
         """The model folder."""
         return self.config.path
 
-    def _create_session(self) -> NativeSession:
+    def _create_session(self, fixed: dict[str, int] | None = None) -> NativeSession:
+        """The decoder's session; ``fixed``: symbolic dimensions to fix beyond the provider's
+        (they take precedence)."""
         config = self.config
         session_cfg = config.get("model.decoder.session_options", {}) or {}
         level = session_cfg.get("graph_optimization_level", "ORT_ENABLE_ALL")
@@ -207,6 +243,7 @@ class Model:
         path = config.resolve_file(filename, "model.decoder.filename")
         spec = self.provider.session_spec(self.provider_options, config)
         entries.update(spec.config_entries)
+        overrides = {**spec.free_dimension_overrides, **(fixed or {})}
         run_entries = dict(config.get("model.decoder.run_options") or {})
         if self.provider.graph_capture_enabled(self.provider_options):
             # No run is captured unless a generator asks for it with a graph id of its own
@@ -224,7 +261,7 @@ class Model:
                 graph_optimization_level=_OPT_LEVELS[level],
                 config_entries=entries,
                 providers=spec.providers,
-                free_dimension_overrides=spec.free_dimension_overrides or None,
+                free_dimension_overrides=overrides or None,
                 log_id=session_cfg.get("log_id", "genai"),
                 enable_cpu_mem_arena=session_cfg.get("enable_cpu_mem_arena"),
                 enable_mem_pattern=session_cfg.get("enable_mem_pattern"),

@@ -19,6 +19,12 @@ attention mask (`genai.windowed_inputs`) marks which of the N positions hold rea
 
 `SlidingWindowSpec` is what the config and the graph say (validated once per model);
 `WindowedKVCache` holds the arrays, binds them to a session and slides them.
+
+Static shapes (a provider with ``static_shapes``, e.g. QNN's HTP): one graph cannot serve both
+run lengths with fixed dimensions, so `genai.Model` builds one session per run length from the
+same file, `static_shape_overrides` saying which symbolic dimensions each fixes (S = W and
+N - W for prompt windows, S = 1 and N - 1 for tokens); `genai.windowed_runner` runs each
+window on the session of its length.
 """
 
 from __future__ import annotations
@@ -35,7 +41,14 @@ if TYPE_CHECKING:
     from .config import Config
     from .model import DecoderIO
 
-__all__ = ["SlidingWindowSpec", "WindowedKVCache", "slide", "sliding_window_spec"]
+__all__ = [
+    "SlidingWindowSpec",
+    "WindowedKVCache",
+    "engine_slides",
+    "slide",
+    "sliding_window_spec",
+    "static_shape_overrides",
+]
 
 #: The sequence axis of a key and of a value tensor.
 KEY_AXIS, VALUE_AXIS = 3, 2
@@ -82,15 +95,82 @@ class SlidingWindowSpec:
         return -(-tokens // self.window) * self.window
 
 
+def engine_slides(config: Config) -> bool:
+    """Whether ``model.decoder.sliding_window`` asks the engine to slide the cache and the
+    inputs (a windowed model, this module)."""
+    block = config.decoder.get("sliding_window") or {}
+    return bool(block.get("slide_key_value_cache") or block.get("slide_inputs"))
+
+
+def static_shape_overrides(config: Config) -> dict[int, dict[str, int]]:
+    """For a windowed model on a provider that wants static shapes: per run length S (the
+    window W, then 1), the symbolic dimensions of the decoder graph to fix
+    (``free_dimension_overrides``): the sequence dimension of ``input_ids`` /
+    ``position_ids`` to S and the past dimension of each past key / value to N - S. Empty for
+    a model that is not windowed. Raises `ConfigError` when the graph leaves one of those
+    dimensions unnamed (it cannot be fixed by name) or uses one name for both."""
+    if not engine_slides(config):
+        return {}
+    import onnx
+
+    block = config.decoder["sliding_window"]
+    window, context = int(block["window_size"]), int(config.get("model.context_length"))
+    filename = config.decoder.get("filename", "model.onnx")
+    where = f"{filename} ({config.file})"
+    data = config.model_data(filename)
+    if data is not None:
+        graph = onnx.load_model_from_string(data).graph
+    else:
+        path = config.resolve_file(filename, "model.decoder.filename")
+        graph = onnx.load_model(str(path), load_external_data=False).graph
+    inputs = {i.name: i.type.tensor_type.shape.dim for i in graph.input}
+    names_in = config.decoder.get("inputs", {})
+    layers = int(config.decoder.get("num_hidden_layers", 0))
+    key_t = names_in.get("past_key_names", "past_key_values.%d.key")
+    value_t = names_in.get("past_value_names", "past_key_values.%d.value")
+    seq_axes = [(names_in.get("input_ids", "input_ids"), 1)]
+    seq_axes.append((names_in.get("position_ids", "position_ids"), 1))
+    past_axes = [(key_t.replace("%d", str(i)), KEY_AXIS) for i in range(layers)]
+    past_axes += [(value_t.replace("%d", str(i)), VALUE_AXIS) for i in range(layers)]
+
+    def symbols(axes: list[tuple[str, int]]) -> set[str]:
+        found: set[str] = set()
+        for name, axis in axes:
+            dims = inputs.get(name)
+            if dims is None or len(dims) <= axis or dims[axis].HasField("dim_value"):
+                continue  # absent or fixed: sliding_window_spec says what is wrong
+            if not dims[axis].dim_param:
+                raise ConfigError(
+                    f"axis {axis} of {name!r} in {where} is an unnamed dynamic dimension; a "
+                    "provider with static shapes fixes a windowed model's sequence and past "
+                    "dimensions by name (free_dimension_overrides)"
+                )
+            found.add(dims[axis].dim_param)
+        return found
+
+    seq, past = symbols(seq_axes), symbols(past_axes)
+    if seq & past:
+        raise ConfigError(
+            f"{where} names the sequence and the past dimension alike ({sorted(seq & past)}): "
+            "they cannot be fixed to S and N - S"
+        )
+    return {
+        count: {**dict.fromkeys(sorted(seq), count), **dict.fromkeys(sorted(past), context - count)}
+        for count in (window, 1)
+    }
+
+
 def sliding_window_spec(
     config: Config, io: DecoderIO, session: NativeSession
 ) -> SlidingWindowSpec | None:
     """The windowed contract of a model whose ``sliding_window`` block slides the cache and
     the inputs; None for any other model. Raises `ConfigError` when the graph does not have
-    the windowed shapes (see the module docstring)."""
-    block = config.decoder.get("sliding_window") or {}
-    if not (block.get("slide_key_value_cache") or block.get("slide_inputs")):
+    the windowed shapes (see the module docstring): S and the past length symbolic in
+    ``session``'s graph, or, with one static session per run length (``io.shape_sessions``),
+    fixed to S and N - S in the session of each S."""
+    if not engine_slides(config):
         return None
+    block = config.decoder["sliding_window"]
     where = f"{config.decoder.get('filename', 'model.onnx')} ({config.file})"
     window, context = int(block["window_size"]), int(config.get("model.context_length"))
     if io.combined_kv or not io.past_keys:
@@ -98,38 +178,15 @@ def sliding_window_spec(
             f"sliding_window.slide_key_value_cache needs separate past key/value inputs "
             f"(past_key_names / past_value_names) in {where}"
         )
-    shapes_in, shapes_out = session.input_shapes, session.output_shapes
-    kv, hd = io.kv_heads, io.head_size
     batches: set[int] = set()
-
-    def check(name: str, shape: tuple, expected: list, what: str) -> None:
-        """``expected`` per axis: an int (that size when the graph fixes it), "seq" (must be
-        symbolic: it changes between runs) or "batch"."""
-        if len(shape) != len(expected) or any(
-            (isinstance(want, int) and isinstance(dim, int) and dim >= 0 and dim != want)
-            or (want == "seq" and isinstance(dim, int) and dim >= 0)
-            for dim, want in zip(shape, expected, strict=False)
-        ):
-            layout = ", ".join(str(w) for w in expected).replace("seq", "dynamic")
-            raise ConfigError(
-                f"{what} {name!r} of {where} has shape {list(shape)}; a windowed model "
-                f"(sliding_window.slide_key_value_cache) needs [{layout}]"
-            )
-        for dim, want in zip(shape, expected, strict=True):
-            if want == "batch" and isinstance(dim, int) and dim > 0:
-                batches.add(dim)
-
-    check(io.input_ids, shapes_in[io.input_ids], ["batch", "seq"], "input")
-    if io.position_ids:
-        check(io.position_ids, shapes_in[io.position_ids], ["batch", "seq"], "input")
-    if io.attention_mask:
-        check(io.attention_mask, shapes_in[io.attention_mask], ["batch", context], "input")
-    names = zip(io.past_keys, io.past_values, io.present_keys, io.present_values, strict=True)
-    for past_k, past_v, present_k, present_v in names:
-        check(past_k, shapes_in[past_k], [kv, "batch", hd, "seq"], "past key")
-        check(past_v, shapes_in[past_v], [kv, "batch", "seq", hd], "past value")
-        check(present_k, shapes_out[present_k], [kv, "batch", hd, "seq"], "present key")
-        check(present_v, shapes_out[present_v], [kv, "batch", "seq", hd], "present value")
+    shape_sessions = getattr(io, "shape_sessions", None) or {}
+    if shape_sessions and set(shape_sessions) != {window, 1}:
+        raise ConfigError(
+            f"the static sessions of {where} are for runs of {sorted(shape_sessions)} tokens; "
+            f"a window of {window} needs {window} and 1"
+        )
+    for count, checked in shape_sessions.items() or [(None, session)]:
+        _check_shapes(io, checked, count, context, where, batches)
     if len(batches) > 1:
         raise ConfigError(f"the windowed inputs of {where} fix different batch sizes {batches}")
     if io.kv_dtype.kind not in "fu":
@@ -150,6 +207,53 @@ def sliding_window_spec(
     )
 
 
+def _check_shapes(
+    io: DecoderIO,
+    session: NativeSession,
+    count: int | None,
+    context: int,
+    where: str,
+    batches: set[int],
+) -> None:
+    """Check ``session``'s windowed shapes for runs of ``count`` tokens (None: any count, the
+    sequence and past dimensions symbolic); adds the batch sizes the graph fixes to
+    ``batches``."""
+    shapes_in, shapes_out = session.input_shapes, session.output_shapes
+    kv, hd = io.kv_heads, io.head_size
+    seq: int | str = "seq" if count is None else count
+    past: int | str = "seq" if count is None else context - count
+    suffix = "" if count is None else f" in its session for runs of {count} token(s)"
+
+    def check(name: str, shape: tuple, expected: list, what: str) -> None:
+        """``expected`` per axis: an int (that size when the graph fixes it), "seq" (must be
+        symbolic: it changes between runs) or "batch"."""
+        if len(shape) != len(expected) or any(
+            (isinstance(want, int) and isinstance(dim, int) and dim >= 0 and dim != want)
+            or (want == "seq" and isinstance(dim, int) and dim >= 0)
+            for dim, want in zip(shape, expected, strict=False)
+        ):
+            layout = ", ".join(str(w) for w in expected).replace("seq", "dynamic")
+            raise ConfigError(
+                f"{what} {name!r} of {where} has shape {list(shape)}{suffix}; a windowed model "
+                f"(sliding_window.slide_key_value_cache) needs [{layout}]"
+            )
+        for dim, want in zip(shape, expected, strict=True):
+            if want == "batch" and isinstance(dim, int) and dim > 0:
+                batches.add(dim)
+
+    check(io.input_ids, shapes_in[io.input_ids], ["batch", seq], "input")
+    if io.position_ids:
+        check(io.position_ids, shapes_in[io.position_ids], ["batch", seq], "input")
+    if io.attention_mask:
+        check(io.attention_mask, shapes_in[io.attention_mask], ["batch", context], "input")
+    names = zip(io.past_keys, io.past_values, io.present_keys, io.present_values, strict=True)
+    for past_k, past_v, present_k, present_v in names:
+        check(past_k, shapes_in[past_k], [kv, "batch", hd, past], "past key")
+        check(past_v, shapes_in[past_v], [kv, "batch", past, hd], "past value")
+        check(present_k, shapes_out[present_k], [kv, "batch", hd, seq], "present key")
+        check(present_v, shapes_out[present_v], [kv, "batch", seq, hd], "present value")
+
+
 def slide(past: np.ndarray, present: np.ndarray, length: int, axis: int) -> np.ndarray:
     """The NumPy definition of one slide: the last ``length`` positions of [past, present]
     along ``axis`` (a new array)."""
@@ -161,8 +265,10 @@ class WindowedKVCache:
     """Past and present arrays of every layer, bound to ``session`` for each run.
 
     `prepare(count)` before a run of ``count`` tokens: slides the previous run's presents in
-    (pasts of ``context - count`` positions) and binds pasts and presents. The pasts are host
-    arrays bound without copies; a slide that keeps their length moves the positions in place.
+    (pasts of ``context - count`` positions) and binds pasts and presents (to ``session``, or
+    to the session given for that run: one per run length with static shapes). The pasts are
+    host arrays bound without copies; a slide that keeps their length moves the positions in
+    place.
     """
 
     def __init__(
@@ -181,7 +287,8 @@ class WindowedKVCache:
         ]
         self.presents: list[list[np.ndarray]] | None = None
         self._present_buffers: dict[int, list[list[np.ndarray]]] = {}
-        self._bound: int | None = None  # the token count the arrays are bound for
+        #: The token count and the session the arrays are bound for.
+        self._bound: tuple[int, int] | None = None
         self._pending: list[list[np.ndarray]] = []
 
     def _presents_for(self, count: int) -> list[list[np.ndarray]]:
@@ -195,9 +302,10 @@ class WindowedKVCache:
             self._present_buffers[count] = found
         return found
 
-    def prepare(self, count: int) -> None:
+    def prepare(self, count: int, session: NativeSession | None = None) -> None:
         """Slide the last run's presents into the pasts for a run of ``count`` tokens, and
-        bind pasts and presents."""
+        bind pasts and presents to ``session`` (default: the cache's)."""
+        session = self.session if session is None else session
         length = self.spec.context - count
         if self.presents is not None:
             for layer, (pasts, presents) in enumerate(zip(self.pasts, self.presents, strict=True)):
@@ -212,17 +320,17 @@ class WindowedKVCache:
                 f"a run of {count} tokens needs pasts of {length} positions; the cache holds "
                 f"{self.pasts[0][0].shape[KEY_AXIS]}"
             )
-        if self._bound == count:
+        if self._bound == (count, id(session)):
             return
         presents = self._presents_for(count)
         for (past_k, past_v), (present_k, present_v), arrays, outs in zip(
             self._names, self._present_names, self.pasts, presents, strict=True
         ):
-            self.session.bind_input(past_k, arrays[0])
-            self.session.bind_input(past_v, arrays[1])
-            self.session.bind_output(present_k, outs[0])
-            self.session.bind_output(present_v, outs[1])
-        self._bound = count
+            session.bind_input(past_k, arrays[0])
+            session.bind_input(past_v, arrays[1])
+            session.bind_output(present_k, outs[0])
+            session.bind_output(present_v, outs[1])
+        self._bound = (count, id(session))
         self._pending = presents
 
     def ran(self) -> None:

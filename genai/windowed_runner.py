@@ -19,6 +19,10 @@ The logits of a window are those of its last token that is not a pad (so with ``
 alignment the prompt's last token; the positions and the mask still treat the pads behind it
 as the reference does: later positions continue from the last pad's, 0).
 
+With static shapes (``io.shape_sessions``: one session per run length, built by `genai.Model`
+for a provider that wants them), a window runs on the session of W tokens and a token on the
+session of 1; each gets its own binding, and the cache is bound to the one that runs.
+
 Beyond the reference: prompts longer than one window (its single-decoder path feeds only the
 first window), batches (rows are re-aligned so each prompt ends at the last column; the graph
 must leave the batch axis dynamic), and tokens appended after generating (fed one per run).
@@ -100,7 +104,11 @@ class WindowedInputs:
 class WindowedRunner:
     """Runs a windowed model on a generator's pending tokens and writes each row's logits
     (those of the last non-pad token of a window, of the token of a one-token run) into
-    ``logits_rows`` (`genai.Generator` keeps sequences, sampling and everything else)."""
+    ``logits_rows`` (`genai.Generator` keeps sequences, sampling and everything else).
+
+    ``session`` (a generator's binding) runs every window, unless the model has one static
+    session per run length (``io.shape_sessions``): then ``session`` runs those of its own
+    length and a new binding of the other session runs the rest."""
 
     def __init__(
         self,
@@ -112,6 +120,11 @@ class WindowedRunner:
     ) -> None:
         self.io, self.spec, self.session, self.batch = io, spec, session, batch
         self.logits_rows = logits_rows
+        #: The session (binding) of each run length; empty: ``session`` runs every length.
+        self.sessions: dict[int, NativeSession] = {}
+        for count, static in (getattr(io, "shape_sessions", None) or {}).items():
+            same = static.ort_session_address == session.ort_session_address
+            self.sessions[count] = session if same else static.new_binding()
         dtypes = session.input_dtypes
         self._position_dtype = np.dtype(dtypes[io.position_ids]) if io.position_ids else None
         self._logits: dict[int, np.ndarray] = {}
@@ -164,8 +177,9 @@ class WindowedRunner:
                 self._run(1)
 
     def _run(self, count: int) -> None:
-        io, session, inputs = self.io, self.session, self.inputs
-        self.cache.prepare(count)
+        io, inputs = self.io, self.inputs
+        session = self.sessions.get(count, self.session)
+        self.cache.prepare(count, session)
         session.bind_input(io.input_ids, inputs.input_ids)
         if io.position_ids:
             session.bind_input(io.position_ids, inputs.position_ids)

@@ -35,7 +35,7 @@ from onnx import TensorProto
 from .models import (
     IdDtype,
     _attention,
-    _attention_allowed,
+    _dim,
     _Dims,
     _Graph,
     _id_elem_type,
@@ -53,6 +53,22 @@ __all__ = ["KV_SCALE", "KV_ZERO_POINT", "write_windowed_decoder"]
 #: Quantization of the fixture's uint8 KV cache: value = (byte - KV_ZERO_POINT) * KV_SCALE.
 KV_SCALE = 0.05
 KV_ZERO_POINT = 128
+
+
+def _allowed(g: _Graph, input_ids: str, attention_mask: str) -> str:
+    """Bool ``[batch, 1, 1, S, N]``: key j is visible to query i (causal and not padding), the
+    current window's query i sitting at column N - S + i. As `genai.testing.models`'s, but
+    without ``And`` (the QNN EP takes no ``And`` node): the two conditions multiply as floats."""
+    seq = _dim(g, input_ids, 1)
+    total = _dim(g, attention_mask, 1)
+    key_pos = g.op("Range", g.const(0), total, g.const(1))
+    query_pos = g.op("Range", g.op("Sub", total, seq), total, g.const(1))
+    causal = g.op("LessOrEqual", key_pos, g.op("Unsqueeze", query_pos, g.const([1])))
+    causal = g.op("Cast", causal, to=TensorProto.FLOAT)
+    not_pad = g.op("Cast", attention_mask, to=TensorProto.FLOAT)
+    not_pad = g.op("Unsqueeze", not_pad, g.const([1, 2, 3]))  # [batch, 1, 1, 1, N]
+    both = g.op("Mul", causal, not_pad)
+    return g.op("Greater", both, g.const(0.5, np.float32))
 
 
 def _graph(
@@ -88,7 +104,7 @@ def _graph(
             "DequantizeLinear", x, g.const(KV_SCALE, np.float32), g.const(KV_ZERO_POINT, np.uint8)
         )
 
-    allowed = _attention_allowed(g, input_ids, mask)
+    allowed = _allowed(g, input_ids, mask)
     unsq = g.const([1])
     cos_pos = g.op("Unsqueeze", g.op("Gather", g.weight("cos_table", cos), position_ids), unsq)
     sin_pos = g.op("Unsqueeze", g.op("Gather", g.weight("sin_table", sin), position_ids), unsq)

@@ -7,10 +7,12 @@ simulator). QNN wants static shapes: the batch is fixed to 1, and the genai-leve
 dimensions.
 
 Windowed static-cache exports (``sliding_window.slide_key_value_cache`` / ``slide_inputs``) run
-through `genai.windowed_cache`, chosen by the config and the graph, not by this provider: their
-batch-1 KV layout is the one fixed here, and nothing else is declared for them. Their sequence
-and past dimensions change between prompt windows and generated tokens, so fixing them with
-``free_dimensions`` breaks the model (the generator says which tensor); see docs/providers.md.
+through `genai.windowed_cache`, chosen by the config and the graph, not by this provider. Their
+sequence and past dimensions change between prompt windows (S = W) and generated tokens
+(S = 1); this provider declares ``static_shapes``, so `genai.Model` builds one session per run
+length from the same file, each with those dimensions fixed on top of the batch fixed here (a
+value ``free_dimensions`` gives for them is overridden). On the HTP simulator every node of the
+windowed test fixture then runs on QNN (see docs/providers.md, "QNN and windowed models").
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class QNNProvider(PluginEPProvider):
     # HTP computes in fp16 (enable_htp_fp16_precision); static shapes: batch 1.
     capabilities = Capabilities(exact=False, logits_atol=0.5, batch=False)
     placement = Placement()
+    #: The HTP compiles graphs with fixed shapes: a model run at several shapes (a windowed
+    #: model's S = W and S = 1) gets one session per shape (`genai.Model`).
+    static_shapes = True
 
     def validate_options(self, options: Mapping[str, str]) -> dict[str, str]:
         merged = super().validate_options(options)
