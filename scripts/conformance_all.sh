@@ -95,6 +95,11 @@ for provider in "${providers[@]}"; do
         "$venv/bin/pip" install -q --no-deps "$REPO/providers/qnn"
         # HTP simulator settings measured on these machines (fp16 needs soc_model).
         run QNN "$venv/bin/python" -o enable_htp_fp16_precision=1 -o soc_model=57 -o htp_arch=73
+        # Windowed models (one static session per run length, every node on QNN) against the
+        # CPU EP, with the same simulator settings.
+        GENAI_QNN_OPTIONS="enable_htp_fp16_precision=1;soc_model=57;htp_arch=73" \
+            "$venv/bin/python" -m pytest -q -p no:cacheprovider "$REPO/tests/test_windowed_static.py"
+        echo "=== QNN windowed static shapes (tests/test_windowed_static.py): exit $?"
         ;;
     openvino)
         venv=$(layered_venv openvino) || continue
