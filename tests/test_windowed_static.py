@@ -23,6 +23,7 @@ import pathlib
 import numpy as np
 import onnx
 import pytest
+from test_providers import load_provider_package
 
 import genai
 import genai.model as genai_model
@@ -100,6 +101,15 @@ def forced_logits(model: genai.Model, prompt: np.ndarray, sequence: list[int]) -
 
 
 # --- which dimensions each session fixes ----------------------------------------------------
+
+
+def test_qnn_declares_static_shapes_and_the_fixture_suits_it(written):
+    """The QNN provider asks for per-shape sessions; the fixture graph has no ``And`` (the QNN
+    EP takes none: "Unsupported nodes in QNN EP: { name: /And_12, type: And }")."""
+    assert load_provider_package("qnn").QNNProvider.static_shapes is True
+    assert not getattr(CPUProvider, "static_shapes", False)
+    ops = {node.op_type for node in onnx.load(str(written["uint8"] / "model.onnx")).graph.node}
+    assert "And" not in ops and {"QuantizeLinear", "DequantizeLinear"} <= ops
 
 
 def test_overrides_fix_the_sequence_and_past_dimensions(written):
