@@ -276,7 +276,7 @@ def qnn_models(written, tmp_path_factory):
 @pytest.mark.parametrize("kv", ["uint8", "float32"])
 @pytest.mark.parametrize("n", [5, 13, 20])
 def test_qnn_greedy_tokens_follow_the_cpu_ep(qnn_models, kv, n):
-    """Greedy until the context is full (one to three prompt windows, then 108-123 tokens). The
+    """Greedy until the context is full (one to three prompt windows, then 104-120 tokens). The
     HTP computes in fp16: the tokens equal the CPU EP's until a step where the CPU's best two
     logits are within twice the provider's ``logits_atol`` of each other (a near tie), and for
     at least 48 generated tokens."""
