@@ -179,8 +179,6 @@ class Model:
         plugins.hook().provider_selected(
             provider=self.provider, options=dict(self.provider_options), config=self.config
         )
-        # The session's weights (prepacked by ORT into anonymous memory) are backed by 2 MiB
-        # pages where the OS allows: a decode step streams all of them (genai.hugepages).
         #: Run length -> session, for a windowed model on a provider with static shapes
         #: (see above); empty otherwise.
         self.shape_sessions: dict[int, NativeSession] = {}
@@ -189,6 +187,8 @@ class Model:
             if getattr(self.provider, "static_shapes", False)
             else {}
         )
+        # The session's weights (prepacked by ORT into anonymous memory) are backed by 2 MiB
+        # pages where the OS allows: a decode step streams all of them (genai.hugepages).
         with hugepages.backing_new_memory() as report:
             if shapes:
                 for count in sorted(shapes, reverse=True):  # W, then 1
