@@ -182,11 +182,7 @@ class Model:
         #: Run length -> session, for a windowed model on a provider with static shapes
         #: (see above); empty otherwise.
         self.shape_sessions: dict[int, NativeSession] = {}
-        shapes = (
-            static_shape_overrides(self.config)
-            if getattr(self.provider, "static_shapes", False)
-            else {}
-        )
+        shapes = static_shape_overrides(self.config) if self.provider.static_shapes else {}
         # The session's weights (prepacked by ORT into anonymous memory) are backed by 2 MiB
         # pages where the OS allows: a decode step streams all of them (genai.hugepages).
         with hugepages.backing_new_memory() as report:

@@ -227,6 +227,9 @@ class ExecutionProvider:
     #: Set (on the instance, by `validate_options`) when the options make the EP keep the KV
     #: cache inside the session; None: the engine owns the cache (see `SessionKV`).
     session_kv: SessionKV | None = None
+    #: The EP compiles graphs with fixed shapes (QNN's HTP): a model run at several shapes (a
+    #: windowed model's S = W and S = 1) gets one session per shape (see `genai.Model`).
+    static_shapes: ClassVar[bool] = False
     #: Conformance tests known to fail, {test function name: reason}: reported as xfail.
     known_failures: ClassVar[Mapping[str, str]] = {}
 
