@@ -110,8 +110,10 @@ def worker_genai(args: argparse.Namespace) -> dict[str, float]:
     if args.no_prefix_cache:
         command += ["--prefix-cache-mb", "0"]
     command += args.server_args.split()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    server = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+    root = args.baseline if args.worker == "genai-baseline" else ROOT
+    env = dict(os.environ, PYTHONPATH=str(root))
+    # in the checkout's folder: `python -m genai` imports from the working directory first
+    server = subprocess.Popen(command, env=env, cwd=root, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -309,6 +311,7 @@ PHASES = ("model", "host", "idle")
 
 WORKERS = {
     "genai": worker_genai,
+    "genai-baseline": worker_genai,  # `genai serve` of another checkout (--baseline DIR)
     "ref-engine": worker_ref_engine,
     "ref-threads": worker_ref_threads,
 }
@@ -322,12 +325,23 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, help="intra-op threads of every engine")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--engines", nargs="+", default=list(WORKERS), choices=list(WORKERS))
+    parser.add_argument("--engines", nargs="+", choices=list(WORKERS))
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of this repository (built): adds engine genai-baseline, its "
+        "`genai serve`, to compare code versions in the same rounds",
+    )
     parser.add_argument("--no-prefix-cache", action="store_true", help="genai without it")
     parser.add_argument("--server-args", default="", help="more `genai serve` options")
     parser.add_argument("--json", type=Path, help="write all results here")
     parser.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.model = args.model.resolve()
+    if args.engines is None:
+        args.engines = [n for n in WORKERS if n != "genai-baseline" or args.baseline]
+    if "genai-baseline" in args.engines and not args.baseline:
+        parser.error("engine genai-baseline needs --baseline DIR")
     if args.worker:
         print(json.dumps(WORKERS[args.worker](args)))
         return
@@ -344,6 +358,8 @@ def main() -> None:
                 command += ["--no-prefix-cache"]
             if args.server_args:
                 command += [f"--server-args={args.server_args}"]
+            if args.baseline:
+                command += ["--baseline", str(args.baseline)]
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
             if out.returncode != 0:
@@ -368,6 +384,10 @@ def main() -> None:
         if "genai" in results and best_ref:
             ours = statistics.median(r[streams]["tok_s"] for r in results["genai"])
             print(f"{'':>7}  genai / best reference: {ours / best_ref:.2f}x")
+        if "genai" in results and "genai-baseline" in results:
+            ours = statistics.median(r[streams]["tok_s"] for r in results["genai"])
+            base = statistics.median(r[streams]["tok_s"] for r in results["genai-baseline"])
+            print(f"{'':>7}  genai / genai-baseline: {ours / base:.2f}x")
         for run in results.get("genai", []):
             e, level = run[streams].get("engine"), run[streams]
             if e:
@@ -385,8 +405,12 @@ def main() -> None:
                     f"client {level.get('client_cpu_s', 0):.1f}"
                 )
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"model": str(args.model),
-                             "json": str(args.json)}, "results": results}, indent=2))  # fmt: skip
+        saved = vars(args) | {
+            "model": str(args.model),
+            "json": str(args.json),
+            "baseline": str(args.baseline or ""),
+        }
+        args.json.write_text(json.dumps({"args": saved, "results": results}, indent=2))
 
 
 if __name__ == "__main__":
