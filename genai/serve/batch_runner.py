@@ -18,6 +18,12 @@ longest sequence needs: the new buffers are fresh memory maps (no zero-filling p
 the positions each slot holds are copied. Active slots are kept compact (``0..n-1``): `release`
 moves the last slot into the freed one.
 
+Lanes: up to ``lanes`` runs may be in flight at once, each on its own binding and buffers
+(prefills of different slots on different lanes; a decode step cut into contiguous row groups
+of two rows or more, `split_rows`, run on as many threads). A row's logits are the same in any
+run of two or more rows, so the cut never changes tokens; `LaneChooser` decides per step
+whether cutting pays (it costs more CPU time in all and only helps when cores are free).
+
 `GeneratorBatchRunner` is the fallback for other layouts (separate past/present tensors,
 position_ids, combined K/V): one batch-1 `Generator` per slot, run one after another in a
 decode step. Same interface and tokens, no batching speed-up.

@@ -14,7 +14,11 @@ free KV slots of a `BatchRunner` at step boundaries. Each iteration it
 
 Steps 3 and 4 run at the same time, the prefill on a second thread, when both have work (the
 newcomers' slots are filler rows of that decode step, which never touch a prefill's
-positions; see `SlotBatchRunner.decode`).
+positions; see `SlotBatchRunner.decode`); a small prefill backlog is then cut to about the
+step's size so that both end together. With several lanes (`SlotBatchRunner.lanes`: model
+runs in flight at once), prefills without a decode step spread over the lanes and a decode
+step may be cut into row groups run at the same time (`LaneChooser` decides from measured
+step times). ``stats`` counts where the scheduler thread's time goes (``/metrics``).
 
 Results go back to the asyncio side through ``loop.call_soon_threadsafe`` into a per-request
 `asyncio.Queue` (`RequestHandle`). The model runs release the GIL, so the event loop keeps
