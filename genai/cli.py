@@ -194,10 +194,17 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
         help="set Python's GIL switch interval (default: keep Python's 0.005)",
     )
     serve.add_argument(
+        "--lanes",
+        type=int,
+        metavar="N",
+        help="model runs in flight at once (row groups of a decode step, prefills); default: "
+        "CPUs / intra-op threads, at most 4 (env GENAI_SERVE_LANES)",
+    )
+    serve.add_argument(
         "--no-overlap",
         action="store_true",
         help="run prefill chunks and decode steps one after the other (default: at the "
-        "same time, on two threads)",
+        "same time, on two threads; decode row groups may still use the lanes)",
     )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
@@ -277,6 +284,7 @@ def _serve(args: argparse.Namespace) -> int:
         prefix_cache_mb=args.prefix_cache_mb,
         switch_interval=args.switch_interval or None,
         overlap_prefill=not args.no_overlap,
+        lanes=args.lanes,
     )
     print(
         f"genai serve: {engine.model_name} on http://{args.host}:{args.port}/v1 "

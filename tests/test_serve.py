@@ -788,3 +788,25 @@ def test_a_request_that_fails_to_start_ends_alone(gqa_model):
     assert reasons[0][0] == "error" and "no grammar today" in reasons[0][1]
     assert reasons[1][0] == "length"
     assert scheduler.running == 0
+
+
+def test_runner_kind_follows_the_kv_cache(tmp_path, gqa_model, monkeypatch):
+    """Slot rows are views of host buffers: a static cache the engine slides (QNN-style
+    windows) takes the Generator fallback, and a cache kept inside the session is refused."""
+    import genai.model as genai_model
+    from genai.errors import ConfigError
+    from genai.providers import CPUProvider, SessionKV
+    from genai.testing.windowed import write_windowed_decoder
+
+    windowed = genai.Model(write_windowed_decoder(tmp_path, kv_dtype="float32"))
+    runner = make_batch_runner(windowed, 4)
+    assert isinstance(runner, GeneratorBatchRunner)
+
+    def stateful(name):
+        provider = CPUProvider()
+        provider.session_kv = SessionKV(rewind_option="kvcache_rewind")
+        return provider
+
+    monkeypatch.setattr(genai_model, "get_provider", stateful)
+    with pytest.raises(ConfigError, match="enable_causallm"):
+        make_batch_runner(genai.Model(gqa_model.path), 4)

@@ -55,11 +55,11 @@ def default_lanes(model: Any) -> int:
     """Model runs the server keeps in flight at once: the CPUs this process may use divided
     by the session's intra-op threads (at least 1, at most 4), so that decode row groups and
     prefills fill the cores a single run leaves idle. ``GENAI_SERVE_LANES`` overrides it.
-    Accelerators (any provider but CPU) get 1."""
+    Providers running on a device other than the host CPU get 1."""
     env = os.environ.get("GENAI_SERVE_LANES")
     if env:
         return max(1, int(env))
-    if getattr(getattr(model, "provider", None), "name", "cpu").lower() not in ("cpu", ""):
+    if getattr(getattr(model, "provider", None), "device", "cpu") != "cpu":
         return 1
     from ..model import default_intra_op_threads
 

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import ConfigError
+
 if TYPE_CHECKING:
     from ..model import Model
 
@@ -464,12 +466,17 @@ def supports_slots(model: Model) -> bool:
     (ids + attention mask, no position_ids), split K/V, shared past/present buffer."""
     io = model.io
     share = bool(model.config.get("search.past_present_share_buffer", False))
+    slid = (model.config.get("model.decoder.sliding_window") or {}).get("slide_key_value_cache")
     return (
         share
         and io.attention_mask is not None
         and io.position_ids is None
         and not io.combined_kv
         and "shared" in model.provider.capabilities.kv_layouts
+        # row views of host buffers: a provider keeping KV on its device takes the fallback
+        and model.provider.placement.kv_cache == "cpu"
+        # a static cache the engine slides (QNN-style windows) runs through Generators
+        and not slid
         and bool(io.past_keys)
     )
 
@@ -477,6 +484,12 @@ def supports_slots(model: Model) -> bool:
 def make_batch_runner(model: Model, max_slots: int = 16, **options: int) -> BatchRunner:
     """The best runner for ``model``: `SlotBatchRunner` when its layout allows, else the
     `GeneratorBatchRunner` fallback."""
+    if model.provider.session_kv is not None:
+        raise ConfigError(
+            f"genai serve needs a KV cache the engine holds per request; {model.provider.name} "
+            "keeps one sequence inside the session (OpenVINO enable_causallm): turn it off "
+            "to serve this model"
+        )
     if supports_slots(model):
         return SlotBatchRunner(model, max_slots, **options)
     return GeneratorBatchRunner(model, max_slots, max_chunk=options.get("max_chunk", 256))
