@@ -254,6 +254,29 @@ def _swiglu_mlp(g: _Graph, x: str, gate: str, up: str, down: str) -> str:
     return g.op("MatMul", g.op("Mul", act, g.op("MatMul", x, up)), down)
 
 
+def plain_layer_tail(g: _Graph, residual: str, attn: str, w: dict, i: int) -> str:
+    """Plain ops after a layer's attention: o_proj, residual add, RMSNorm, SwiGLU MLP,
+    residual add; returns the new residual."""
+    p = f"layers.{i}"
+    attn = g.op("MatMul", attn, g.weight(f"{p}.attn.o_proj.weight", w[f"{i}.o"]))
+    residual = g.op("Add", residual, attn)
+    hidden = _rms_norm(g, residual, g.weight(f"{p}.post_attention_layernorm.weight", w[f"{i}.ln2"]))
+    mlp_out = _swiglu_mlp(
+        g,
+        hidden,
+        g.weight(f"{p}.mlp.gate_proj.weight", w[f"{i}.gate"]),
+        g.weight(f"{p}.mlp.up_proj.weight", w[f"{i}.up"]),
+        g.weight(f"{p}.mlp.down_proj.weight", w[f"{i}.down"]),
+    )
+    return g.op("Add", residual, mlp_out)
+
+
+def plain_logits(g: _Graph, residual: str, w: dict) -> None:
+    """Final RMSNorm and the lm_head MatMul into the ``logits`` output."""
+    hidden = _rms_norm(g, residual, g.weight("final_norm.weight", w["final_norm"]))
+    g.op("MatMul", hidden, g.weight("lm_head.weight", w["lm_head"]), out="logits")
+
+
 def _dim(g: _Graph, tensor: str, axis: int) -> str:
     """``Shape(tensor)[axis]`` as an int64 scalar."""
     return g.op("Squeeze", g.op("Shape", tensor, start=axis, end=axis + 1), g.const([0]))
@@ -713,21 +736,8 @@ def write_optimum_decoder(
         k = g.op("Concat", f"past_key_values.{i}.key", k, axis=2, out=f"present.{i}.key")
         v = g.op("Concat", f"past_key_values.{i}.value", v, axis=2, out=f"present.{i}.value")
         attn = _attention(g, q, k, v, allowed, dims)
-        attn = g.op("MatMul", attn, g.weight(f"{p}.attn.o_proj.weight", w[f"{i}.o"]))
-        residual = g.op("Add", residual, attn)
-        hidden = _rms_norm(
-            g, residual, g.weight(f"{p}.post_attention_layernorm.weight", w[f"{i}.ln2"])
-        )
-        mlp_out = _swiglu_mlp(
-            g,
-            hidden,
-            g.weight(f"{p}.mlp.gate_proj.weight", w[f"{i}.gate"]),
-            g.weight(f"{p}.mlp.up_proj.weight", w[f"{i}.up"]),
-            g.weight(f"{p}.mlp.down_proj.weight", w[f"{i}.down"]),
-        )
-        residual = g.op("Add", residual, mlp_out)
-    hidden = _rms_norm(g, residual, g.weight("final_norm.weight", w["final_norm"]))
-    g.op("MatMul", hidden, g.weight("lm_head.weight", w["lm_head"]), out="logits")
+        residual = plain_layer_tail(g, residual, attn, w, i)
+    plain_logits(g, residual, w)
 
     return _write_folder(
         out_dir,

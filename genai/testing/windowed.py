@@ -44,8 +44,9 @@ from .models import (
     _rotary,
     _rotary_tables,
     _split_heads,
-    _swiglu_mlp,
     _write_folder,
+    plain_layer_tail,
+    plain_logits,
 )
 
 __all__ = ["KV_SCALE", "KV_ZERO_POINT", "write_windowed_decoder"]
@@ -126,21 +127,8 @@ def _graph(
         keys = g.op("Concat", past_k, load(k), axis=2)  # [b, kv, context, hd]
         values = g.op("Concat", past_v, load(v), axis=2)
         attn = _attention(g, q, keys, values, allowed, dims)
-        attn = g.op("MatMul", attn, g.weight(f"{p}.attn.o_proj.weight", w[f"{i}.o"]))
-        residual = g.op("Add", residual, attn)
-        hidden = _rms_norm(
-            g, residual, g.weight(f"{p}.post_attention_layernorm.weight", w[f"{i}.ln2"])
-        )
-        mlp_out = _swiglu_mlp(
-            g,
-            hidden,
-            g.weight(f"{p}.mlp.gate_proj.weight", w[f"{i}.gate"]),
-            g.weight(f"{p}.mlp.up_proj.weight", w[f"{i}.up"]),
-            g.weight(f"{p}.mlp.down_proj.weight", w[f"{i}.down"]),
-        )
-        residual = g.op("Add", residual, mlp_out)
-    hidden = _rms_norm(g, residual, g.weight("final_norm.weight", w["final_norm"]))
-    g.op("MatMul", hidden, g.weight("lm_head.weight", w["lm_head"]), out="logits")
+        residual = plain_layer_tail(g, residual, attn, w, i)
+    plain_logits(g, residual, w)
     return g
 
 
