@@ -33,6 +33,8 @@ import numpy as np
 from onnx import TensorProto
 
 from .models import (
+    _SPLIT_KV_INPUTS,
+    _SPLIT_KV_OUTPUTS,
     IdDtype,
     _attention,
     _dim,
@@ -171,14 +173,9 @@ def write_windowed_decoder(
             "input_ids": "input_ids",
             "attention_mask": "attention_mask",
             "position_ids": "position_ids",
-            "past_key_names": "past_key_values.%d.key",
-            "past_value_names": "past_key_values.%d.value",
+            **_SPLIT_KV_INPUTS,
         },
-        outputs={
-            "logits": "logits",
-            "present_key_names": "present.%d.key",
-            "present_value_names": "present.%d.value",
-        },
+        outputs=_SPLIT_KV_OUTPUTS,
         share_buffer=False,
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
