@@ -32,33 +32,12 @@ from genai.serve.scheduler import (  # noqa: E402
     Scheduler,
 )
 from genai.serve.server import BackgroundServer  # noqa: E402
-
-EOS = 2
+from tests.serve_helpers import EOS, alone_greedy, prompts_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def gqa_model(fixture_folders):
     return genai.Model(fixture_folders["gqa"])
-
-
-def alone_greedy(model, prompt, new_tokens):
-    """Greedy tokens of a batch-1 Generator (EOS ends the list, included)."""
-    params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=len(prompt) + new_tokens)
-    gen = genai.Generator(model, params)
-    gen.append_tokens(np.asarray(prompt, np.int32))
-    out = []
-    while not gen.is_done():
-        gen.generate_next_token()
-        out.append(int(gen.get_next_tokens()[0]))
-    return out
-
-
-def prompts_of(rng, count, vocab, low=3, high=40):
-    return [
-        rng.integers(3, vocab, size=int(rng.integers(low, high))).astype(np.int32)
-        for _ in range(count)
-    ]
 
 
 # --- batch runner -------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from .batch_runner import make_batch_runner
 from .metrics import ServerMetrics
 from .protocol import APIError, ChatCompletionRequest, CompletionRequest, error_body
 from .scheduler import GenerationRequest, QueueFullError, SamplingOptions, Scheduler
+from .scheduler_group import SchedulerGroup
 
 __all__ = ["ServeEngine", "create_app", "default_lanes"]
 
@@ -99,23 +100,38 @@ class ServeEngine:
         self.context_length = int(model.config.context_length)
         self.vocab_size = int(model.io.vocab_size)
         self.metrics = ServerMetrics()
-        options: dict[str, int] = {"max_chunk": max(3, prefill_chunk), "lanes": lanes}
+        options: dict[str, int] = {"max_chunk": max(3, prefill_chunk)}
         if initial_capacity:
             options["initial_capacity"] = initial_capacity
-        self.runner = make_batch_runner(model, max_slots, **options)
         eos = [int(e) for e in model.config.eos_token_ids]
-        self.scheduler = Scheduler(
-            self.runner,
-            tokenizer,
-            eos,
-            max_queue=max_queue,
-            request_timeout=request_timeout,
-            prefill_chunk=prefill_chunk,
-            prefix_cache_bytes=prefix_cache_mb << 20,
-            overlap_prefill=overlap_prefill,
-            metrics=self.metrics,
-        )
+        common: dict[str, Any] = {
+            "max_queue": max_queue,
+            "request_timeout": request_timeout,
+            "prefill_chunk": prefill_chunk,
+            "prefix_cache_bytes": prefix_cache_mb << 20,
+            "metrics": self.metrics,
+        }
+        # Lanes: one scheduler per lane, each with its own slots (genai.serve.scheduler_group)
+        lanes = max(1, min(lanes, max_slots // 2))
+        if lanes > 1 and os.environ.get("GENAI_SERVE_SPLIT") != "1":
+            self.runners = [
+                make_batch_runner(
+                    model, max_slots * (k + 1) // lanes - max_slots * k // lanes, **options
+                )
+                for k in range(lanes)
+            ]
+            self.scheduler = SchedulerGroup(
+                self.runners, tokenizer, eos, overlap_prefill=False, **common
+            )
+        else:
+            self.runners = [make_batch_runner(model, max_slots, lanes=lanes, **options)]
+            self.scheduler = Scheduler(
+                self.runners[0], tokenizer, eos, overlap_prefill=overlap_prefill, **common
+            )
+        #: The first (or only) scheduler's runner.
+        self.runner = self.runners[0]
         self.metrics.watch_engine(lambda: self.scheduler.stats)
+        self.metrics.watch_load(lambda: self.scheduler.queue_depth, lambda: self.scheduler.running)
         self.created = int(time.time())
         #: The interpreter's thread switch interval set by `start` (None: leave it): the
         #: scheduler thread takes the GIL back after every model run, and beside a busy event

@@ -51,10 +51,11 @@ class ServerMetrics:
         self._lock = threading.Lock()
         self.tokens_per_second.set_function(self._rate)
 
-    def set_load(self, waiting: int, running: int) -> None:
-        """Scheduler thread: current queue depth and running sequences."""
-        self.queue_depth.set(waiting)
-        self.running.set(running)
+    def watch_load(self, waiting: Callable[[], int], running: Callable[[], int]) -> None:
+        """Read the queue depth and the running sequences from these callables at each
+        scrape."""
+        self.queue_depth.set_function(waiting)
+        self.running.set_function(running)
 
     def tokens(self, count: int) -> None:
         """Scheduler thread: ``count`` tokens were generated now."""

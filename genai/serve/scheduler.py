@@ -158,22 +158,21 @@ class RequestHandle:
     """The asyncio side of a group of sequences (the choices of one API request): iterate
     the events with ``async for``; `cancel` stops them at the next step boundary."""
 
-    def __init__(self, scheduler: Scheduler, count: int, loop: asyncio.AbstractEventLoop):
-        self._scheduler = scheduler
+    def __init__(
+        self, wake: Callable[[], None], count: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        #: Wakes the scheduler thread(s) that may hold the sequences (`cancel`).
+        self._wake = wake
         self._queue: asyncio.Queue[Event] = asyncio.Queue()
         self._loop = loop
         self._remaining = count
         self.cancelled = False
 
-    def _put(self, event: Event) -> None:  # scheduler thread
-        """Queue ``event`` for delivery (`Scheduler._flush`, once per iteration)."""
-        self._scheduler._outbox.append((self, event))
-
     def cancel(self) -> None:
         """Stop generating (the client went away); frees the slots at the next step."""
         if not self.cancelled:
             self.cancelled = True
-            self._scheduler._wake()
+            self._wake()
 
     def __aiter__(self) -> RequestHandle:
         return self
@@ -216,9 +215,11 @@ class _Sequence:
 class PrefixCache:
     """KV of earlier prompts, least recently used first out, bounded by bytes. A new prompt
     reuses the longest common prefix with any stored prompt (at least ``min_tokens``),
-    leaving at least two tokens to run (see the module docstring)."""
+    leaving at least two tokens to run (see the module docstring). Thread-safe: the
+    schedulers of a `SchedulerGroup` share one."""
 
     def __init__(self, max_bytes: int, min_tokens: int = 8) -> None:
+        self._lock = threading.Lock()
         self.max_bytes = max_bytes
         self.min_tokens = max(1, min_tokens)
         self._entries: collections.OrderedDict[bytes, tuple[np.ndarray, list[np.ndarray]]] = (
@@ -231,6 +232,10 @@ class PrefixCache:
     def lookup(self, prompt: np.ndarray) -> tuple[int, list[np.ndarray] | None]:
         """The longest cached prefix of ``prompt`` that leaves at least two tokens to run:
         (length, kv arrays) or (0, None)."""
+        with self._lock:
+            return self._lookup(prompt)
+
+    def _lookup(self, prompt: np.ndarray) -> tuple[int, list[np.ndarray] | None]:
         best, best_key = 0, None
         limit = len(prompt) - 2
         for key, (tokens, _) in self._entries.items():
@@ -250,7 +255,9 @@ class PrefixCache:
 
     def covers(self, prompt: np.ndarray, length: int) -> bool:
         """True when an entry already holds ``prompt[:length]``."""
-        for tokens, _ in self._entries.values():
+        with self._lock:
+            entries = list(self._entries.values())
+        for tokens, _ in entries:
             if len(tokens) >= length and np.array_equal(tokens[:length], prompt[:length]):
                 return True
         return False
@@ -261,6 +268,10 @@ class PrefixCache:
         if size > self.max_bytes:
             return
         key = tokens.tobytes()
+        with self._lock:
+            self._add(key, tokens, kv, size)
+
+    def _add(self, key: bytes, tokens: np.ndarray, kv: list[np.ndarray], size: int) -> None:
         if key in self._entries:
             self._entries.move_to_end(key)
             return
@@ -288,6 +299,7 @@ class Scheduler:
         prefix_cache_bytes: int = 256 << 20,
         overlap_prefill: bool = True,
         metrics: Any = None,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.runner = runner
         self.tokenizer = tokenizer
@@ -299,11 +311,12 @@ class Scheduler:
         self.prefill_chunk = max(3, min(prefill_chunk, getattr(runner, "max_chunk", prefill_chunk)))
         #: Prompt tokens fed per iteration at most (whole chunks; at least one chunk).
         self.prefill_budget = max(prefill_budget, self.prefill_chunk)
-        self.prefix_cache = (
-            PrefixCache(prefix_cache_bytes)
-            if prefix_cache_bytes > 0 and runner.export_prefix(0, 0) is not None
-            else None
-        )
+        #: Prompt KV kept for reuse: ``prefix_cache`` when given (shared with other
+        #: schedulers of a `SchedulerGroup`), else a cache of ``prefix_cache_bytes``.
+        self.prefix_cache = prefix_cache
+        owns = prefix_cache is None and prefix_cache_bytes > 0
+        if owns and runner.export_prefix(0, 0) is not None:
+            self.prefix_cache = PrefixCache(prefix_cache_bytes)
         self.metrics = metrics
         #: Run prefill chunks on a second thread while the decode step runs.
         self.overlap_prefill = overlap_prefill and runner.batched
@@ -318,6 +331,12 @@ class Scheduler:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        #: Set by a `SchedulerGroup`: takes a waiting sequence from another scheduler of the
+        #: group when this one has a free slot and nothing waiting (None: no such source).
+        self.steal: Callable[[Scheduler], _Sequence | None] | None = None
+        #: Set by a `SchedulerGroup`: True while another scheduler of the group has requests
+        #: waiting (an idle scheduler with free slots then keeps iterating to take them).
+        self.others_waiting: Callable[[Scheduler], bool] | None = None
         #: Tokens generated since start (all requests).
         self.generated_tokens = 0
         #: Scheduler iterations so far.
@@ -385,7 +404,18 @@ class Scheduler:
         """Queue ``requests`` (the choices of one API request); raises `QueueFullError` when
         the queue cannot take them all."""
         loop = loop or asyncio.get_running_loop()
-        handle = RequestHandle(self, len(requests), loop)
+        handle = RequestHandle(self._wake, len(requests), loop)
+        self.enqueue(handle, requests, timeout)
+        return handle
+
+    def enqueue(
+        self,
+        handle: RequestHandle,
+        requests: Sequence[GenerationRequest],
+        timeout: float | None = None,
+    ) -> None:
+        """Queue ``requests`` whose events go to ``handle`` (`submit` without making the
+        handle; a `SchedulerGroup` makes it). Raises `QueueFullError` like `submit`."""
         now = time.monotonic()
         deadline = now + (self.request_timeout if timeout is None else timeout)
         with self._cond:
@@ -397,11 +427,19 @@ class Scheduler:
             for request in requests:
                 self._waiting.append(_Sequence(request, handle, deadline, now))
             self._cond.notify_all()
-        return handle
 
     def _wake(self) -> None:
         with self._cond:
             self._cond.notify_all()
+
+    def take_waiting(self) -> _Sequence | None:
+        """Any thread: remove and return the oldest waiting sequence (None: none waits)."""
+        with self._cond:
+            return self._waiting.popleft() if self._waiting else None
+
+    def _post(self, handle: RequestHandle, event: Event) -> None:
+        """Scheduler thread: queue ``event`` for delivery (`_flush`, once per iteration)."""
+        self._outbox.append((handle, event))
 
     def _flush(self) -> None:
         """Deliver the queued events: one ``call_soon_threadsafe`` per event loop and
@@ -425,7 +463,12 @@ class Scheduler:
         while True:
             waited = time.perf_counter()
             with self._cond:
-                while not self._stopping and not self._waiting and not self._active:
+                while not (
+                    self._stopping
+                    or self._waiting
+                    or self._active
+                    or (self.others_waiting is not None and self.others_waiting(self))
+                ):
                     self._cond.wait()
                 if self._stopping:
                     break
@@ -446,7 +489,7 @@ class Scheduler:
             pending = list(self._waiting) + list(self._active)
             self._waiting.clear()
         for seq in pending:
-            seq.handle._put(Event(seq.request.index, finish_reason="cancelled"))
+            self._post(seq.handle, Event(seq.request.index, finish_reason="cancelled"))
         self._flush()
         self._active.clear()
 
@@ -469,21 +512,20 @@ class Scheduler:
             self._waiting = keep
         for seq in dropped:
             reason = "cancelled" if seq.handle.cancelled else "timeout"
-            seq.handle._put(Event(seq.request.index, finish_reason=reason))
+            self._post(seq.handle, Event(seq.request.index, finish_reason=reason))
         self._release_finished()
-        # 2. admissions
+        # 2. admissions: from this scheduler's queue, then from the group's others
         while len(self._active) < self.runner.max_slots:
-            with self._cond:
-                if not self._waiting:
-                    break
-                seq = self._waiting.popleft()
+            seq = self.take_waiting()
+            if seq is None and self.steal is not None:
+                seq = self.steal(self)
+            if seq is None:
+                break
             try:
                 self._admit(seq)
             except Exception as exc:
                 log.exception("could not start a request")
                 self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
-        if self.metrics is not None:
-            self.metrics.set_load(len(self._waiting), len(self._active))
         # 3. prefill chunks of the oldest newcomers (up to the per-step token budget) and
         # 4. one decode step for every generating slot. With a pool, the prefills run beside
         # the decode step on the other lanes (their slots are filler rows of the step) and
@@ -525,8 +567,6 @@ class Scheduler:
             for seq in decoding:
                 self._choose_safely(seq, logits[seq.slot : seq.slot + 1])
         self._release_finished()
-        if self.metrics is not None:
-            self.metrics.set_load(len(self._waiting), len(self._active))
         self.steps += 1
 
     def _admit(self, seq: _Sequence) -> None:
@@ -849,12 +889,13 @@ class Scheduler:
             else:
                 seq.pending = np.asarray(fed, np.int32)
                 seq.prefilling = True
-        seq.handle._put(event)
+        self._post(seq.handle, event)
 
     def _finish(self, seq: _Sequence, reason: str, error: str | None = None) -> None:
         if seq.finished is None:
             seq.finished = reason
-            seq.handle._put(
+            self._post(
+                seq.handle,
                 Event(
                     seq.request.index,
                     finish_reason=reason,
@@ -862,7 +903,7 @@ class Scheduler:
                     prompt_tokens=len(seq.request.prompt),
                     cached_tokens=seq.cached,
                     error=error,
-                )
+                ),
             )
 
     def _release_finished(self) -> None:
