@@ -395,10 +395,9 @@ def main() -> None:
                 steps = e.get("genai_decode_steps", 0) or 1
                 rows = e.get('genai_decode_rows{kind="advancing"}', 0)
                 print(
-                    f"{'':>7}  genai engine: {level['seconds']:.2f} s wall; scheduler thread "
-                    f"model {phase['model']:.2f} s, host {phase['host']:.2f} s, idle "
-                    f"{phase['idle']:.2f} s; {steps:.0f} decode steps "
-                    f"({e.get('genai_decode_split_steps', 0):.0f} split), "
+                    f"{'':>7}  genai engine: {level['seconds']:.2f} s wall; scheduler threads "
+                    f"(summed) model {phase['model']:.2f} s, host {phase['host']:.2f} s, idle "
+                    f"{phase['idle']:.2f} s; {steps:.0f} decode steps, "
                     f"{rows / steps:.1f} rows/step, {e.get('genai_prefill_tokens', 0):.0f} "
                     f"prefill tokens in {e.get('genai_prefill_runs', 0):.0f} runs; CPU s: "
                     f"server {level.get('server_cpu_s', 0):.1f}, "

@@ -197,14 +197,14 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
         "--lanes",
         type=int,
         metavar="N",
-        help="model runs in flight at once (row groups of a decode step, prefills); default: "
-        "CPUs / intra-op threads, at most 4 (env GENAI_SERVE_LANES)",
+        help="schedulers side by side, each with its own share of the slots and its own "
+        "model runs; default: CPUs / intra-op threads, at most 4 (env GENAI_SERVE_LANES)",
     )
     serve.add_argument(
         "--no-overlap",
         action="store_true",
-        help="run prefill chunks and decode steps one after the other (default: at the "
-        "same time, on two threads; decode row groups may still use the lanes)",
+        help="with one lane, run prefill chunks and decode steps one after the other "
+        "(default: at the same time, on two threads); several lanes never overlap them",
     )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")

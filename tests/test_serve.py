@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
 import threading
 import time
 
@@ -21,7 +20,6 @@ httpx = pytest.importorskip("httpx")
 from genai.serve.app import ServeEngine, create_app  # noqa: E402
 from genai.serve.batch_runner import (  # noqa: E402
     GeneratorBatchRunner,
-    LaneChooser,
     SlotBatchRunner,
     make_batch_runner,
 )
@@ -97,88 +95,42 @@ def test_slot_runner_release_moves_last_slot(gqa_model):
     assert [int(np.argmax(row)) for row in logits] == expected
 
 
-@pytest.mark.parametrize("lanes", [1, 2, 3, 4])
-def test_split_rows_groups_of_two_or_more(lanes):
-    for rows in range(1, 17):
-        groups = SlotBatchRunner.split_rows(rows, lanes)
-        assert groups[0][0] == 0 and groups[-1][1] == rows
-        assert all(a[1] == b[0] for a, b in itertools.pairwise(groups))  # contiguous
-        assert len(groups) <= lanes
-        if rows >= 2:
-            assert all(hi - lo >= 2 for lo, hi in groups)
-        sizes = [hi - lo for lo, hi in groups]
-        assert max(sizes) - min(sizes) <= 1
-        assert len(groups) == max(1, min(lanes, rows // 2))
-
-
-@pytest.mark.parametrize("lanes", [2, 3])
-def test_decode_lanes_and_concurrent_prefills_give_batch1_tokens(gqa_model, lanes):
-    """Decode steps cut over lanes (row groups run on threads at the same time) and prefills
-    of different slots on different lanes at the same time give a batch-1 Generator's
-    tokens; every step also gives exactly the logits of one whole run."""
+def test_runners_sharing_one_model_on_threads_give_batch1_tokens(gqa_model):
+    """Two runners over one model (one session), each driven from its own thread at the same
+    time as in a SchedulerGroup: every sequence gets a batch-1 Generator's tokens."""
     rng = np.random.default_rng(5)
-    prompts = prompts_of(rng, 7, gqa_model.io.vocab_size)
+    prompts = prompts_of(rng, 6, gqa_model.io.vocab_size)
     new = 12
     expected = [alone_greedy(gqa_model, p, new) for p in prompts]
-    runner = SlotBatchRunner(gqa_model, 8, initial_capacity=8, lanes=lanes)
-    whole = SlotBatchRunner(gqa_model, 8, initial_capacity=8, lanes=1)
-    assert runner.lanes == lanes
-    runner.ensure(64)
-    pending = [0] * len(prompts)
-    barrier = threading.Barrier(lanes)
+    halves = [prompts[:3], prompts[3:]]
+    barrier = threading.Barrier(2)
 
-    def feed(lane):
-        barrier.wait()  # the lanes' prefills start together
-        for slot in range(lane, len(prompts), lanes):
-            pending[slot] = int(np.argmax(runner.prefill(slot, prompts[slot], lane)))
+    def drive(part):
+        runner = SlotBatchRunner(gqa_model, 4, initial_capacity=8)
+        barrier.wait()  # both start together
+        got = [[int(np.argmax(runner.prefill(s, p)))] for s, p in enumerate(part)]
+        for _ in range(new - 1):
+            advance = np.array([g[-1] != EOS and len(g) < new for g in got])
+            if not advance.any():
+                break
+            logits = runner.decode(np.array([g[-1] for g in got]), advance)
+            for s in np.flatnonzero(advance):
+                got[s].append(int(np.argmax(logits[s])))
+        return got
 
-    with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
-        list(pool.map(feed, range(lanes)))
-    for slot, prompt in enumerate(prompts):
-        whole.prefill(slot, prompt)
-    got = [[t] for t in pending]
-    rows = len(prompts)
-    for _ in range(new - 1):
-        advance = np.array([g[-1] != EOS and len(g) < new for g in got])
-        if not advance.any():
-            break
-        tokens = np.array(pending)
-        split = runner.decode(tokens, advance, lanes=lanes).copy()
-        one = whole.decode(tokens, advance)
-        np.testing.assert_array_equal(split[advance], one[advance])
-        for s in np.flatnonzero(advance):
-            pending[s] = int(np.argmax(split[s]))
-            got[s].append(pending[s])
-    assert runner.split_steps > 0
-    assert list(runner.lengths[:rows]) == list(whole.lengths[:rows])
-    assert got == expected
-    runner.close()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(drive, halves)
+    assert first + second == expected
 
 
-def test_lane_chooser_picks_the_faster_way_and_explores():
-    chooser = LaneChooser(2, explore=4)
-    assert chooser.lanes(3) == 1  # too few rows to cut
-    first = chooser.lanes(8)
-    assert first == 2  # nothing measured: try the split first
-    chooser.record(8, 2, 0.080)  # split: 10 ms a row
-    assert chooser.lanes(8) == 1  # then the whole step
-    chooser.record(8, 1, 0.040)  # whole: 5 ms a row
-    picks = [chooser.lanes(8) for _ in range(8)]
-    assert picks.count(1) == 6 and picks.count(2) == 2  # every 4th step explores
-    for _ in range(20):  # the split gets faster (idle cores): it wins
-        chooser.record(8, 2, 0.020)
-    assert [chooser.lanes(8) for _ in range(3)].count(2) >= 2
-    assert LaneChooser(1).lanes(16) == 1
-
-
-def test_scheduler_with_lanes_gives_batch1_tokens(gqa_model):
-    """Requests arriving while others decode (prefills beside decode steps, cut to the step's
-    size) and decode steps cut over two lanes: every request gets its batch-1 tokens."""
+def test_scheduler_overlapping_prefills_gives_batch1_tokens(gqa_model):
+    """Requests arriving while others decode (prefills on a second thread beside decode
+    steps, cut to the step's size): every request gets its batch-1 tokens."""
     rng = np.random.default_rng(6)
     prompts = prompts_of(rng, 10, gqa_model.io.vocab_size, low=12, high=40)
     expected = [[t for t in alone_greedy(gqa_model, p, 16) if t != EOS] for p in prompts]
     tokenizer = genai.Tokenizer(gqa_model)
-    runner = SlotBatchRunner(gqa_model, 8, initial_capacity=16, max_chunk=16, lanes=2)
+    runner = SlotBatchRunner(gqa_model, 8, initial_capacity=16, max_chunk=16)
     scheduler = Scheduler(runner, tokenizer, [EOS], prefill_chunk=16, prefix_cache_bytes=0)
 
     async def one(i):
@@ -208,7 +160,7 @@ def test_overlap_chunks_follow_the_decode_step(gqa_model):
     max(4, R) tokens (never leaving a one-token chunk); a large one at least half at a
     time; without a decode step, whole prompts."""
     tokenizer = genai.Tokenizer(gqa_model)
-    runner = SlotBatchRunner(gqa_model, 8, initial_capacity=16, max_chunk=64, lanes=2)
+    runner = SlotBatchRunner(gqa_model, 8, initial_capacity=16, max_chunk=64)
     scheduler = Scheduler(runner, tokenizer, [EOS], prefill_chunk=64, prefix_cache_bytes=0)
     loop = asyncio.new_event_loop()
 
@@ -587,7 +539,6 @@ def test_metrics_endpoint(server, client):
         "genai_time_to_first_token_seconds_bucket",
         'genai_engine_seconds_total{phase="model"}',
         "genai_decode_steps_total",
-        "genai_decode_split_steps_total",
         'genai_decode_rows_total{kind="advancing"}',
         "genai_prefill_tokens_total",
     ):

@@ -53,10 +53,11 @@ def _cores() -> int:
 
 
 def default_lanes(model: Any) -> int:
-    """Model runs the server keeps in flight at once: the CPUs this process may use divided
-    by the session's intra-op threads (at least 1, at most 4), so that decode row groups and
-    prefills fill the cores a single run leaves idle. ``GENAI_SERVE_LANES`` overrides it.
-    Providers running on a device other than the host CPU get 1."""
+    """Schedulers the server runs side by side (`SchedulerGroup`), each keeping one model run
+    in flight: the CPUs this process may use divided by the session's intra-op threads (at
+    least 1, at most 4), so that their runs fill the cores a single run leaves idle.
+    ``GENAI_SERVE_LANES`` overrides it. Providers running on a device other than the host CPU
+    get 1."""
     env = os.environ.get("GENAI_SERVE_LANES")
     if env:
         return max(1, int(env))
@@ -70,7 +71,12 @@ def default_lanes(model: Any) -> int:
 
 
 class ServeEngine:
-    """A model, its tokenizer and the scheduler that serves it (one per process or replica)."""
+    """A model, its tokenizer and the scheduler that serves it (one per process or replica).
+
+    ``lanes`` (default `default_lanes`): with more than one, ``scheduler`` is a
+    `SchedulerGroup` of that many schedulers, each with ``max_slots / lanes`` slots of its own
+    runner; else one `Scheduler` over all slots (with ``overlap_prefill``, its prefills run on
+    a second thread beside its decode steps)."""
 
     def __init__(
         self,
@@ -113,7 +119,7 @@ class ServeEngine:
         }
         # Lanes: one scheduler per lane, each with its own slots (genai.serve.scheduler_group)
         lanes = max(1, min(lanes, max_slots // 2))
-        if lanes > 1 and os.environ.get("GENAI_SERVE_SPLIT") != "1":
+        if lanes > 1:
             self.runners = [
                 make_batch_runner(
                     model, max_slots * (k + 1) // lanes - max_slots * k // lanes, **options
@@ -124,7 +130,7 @@ class ServeEngine:
                 self.runners, tokenizer, eos, overlap_prefill=False, **common
             )
         else:
-            self.runners = [make_batch_runner(model, max_slots, lanes=lanes, **options)]
+            self.runners = [make_batch_runner(model, max_slots, **options)]
             self.scheduler = Scheduler(
                 self.runners[0], tokenizer, eos, overlap_prefill=overlap_prefill, **common
             )

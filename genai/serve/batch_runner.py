@@ -16,13 +16,9 @@ entry there, rotary included), so rows of different lengths decode together with
 tokens. Capacity (positions per slot) starts at ``initial_capacity`` and doubles as the
 longest sequence needs: the new buffers are fresh memory maps (no zero-filling pass) and only
 the positions each slot holds are copied. Active slots are kept compact (``0..n-1``): `release`
-moves the last slot into the freed one.
-
-Lanes: up to ``lanes`` runs may be in flight at once, each on its own binding and buffers
-(prefills of different slots on different lanes; a decode step cut into contiguous row groups
-of two rows or more, `split_rows`, run on as many threads). A row's logits are the same in any
-run of two or more rows, so the cut never changes tokens; `LaneChooser` decides per step
-whether cutting pays (it costs more CPU time in all and only helps when cores are free).
+moves the last slot into the freed one. A prefill and a decode step may run at the same time
+(on two threads: they have their own bindings and buffers). Several runners may share one
+model, each run from its own thread (`genai.serve.scheduler_group`).
 
 `GeneratorBatchRunner` is the fallback for other layouts (separate past/present tensors,
 position_ids, combined K/V): one batch-1 `Generator` per slot, run one after another in a
@@ -31,10 +27,7 @@ decode step. Same interface and tokens, no batching speed-up.
 
 from __future__ import annotations
 
-import concurrent.futures
-import itertools
 import mmap
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,7 +40,6 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchRunner",
     "GeneratorBatchRunner",
-    "LaneChooser",
     "SlotBatchRunner",
     "make_batch_runner",
 ]
@@ -74,12 +66,9 @@ class BatchRunner:
     max_length: int
     #: True when `decode` runs every slot in one batched model run.
     batched: bool = False
-    #: Threads runs may use at the same time (`prefill` ``lane`` indices, decode groups).
-    lanes: int = 1
 
-    def prefill(self, slot: int, tokens: np.ndarray, lane: int = 0) -> np.ndarray:
-        """Feed ``tokens`` to ``slot`` after its cached ones; the logits after the last.
-        Prefills of different slots on different lanes may run at the same time."""
+    def prefill(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+        """Feed ``tokens`` to ``slot`` after its cached ones; the logits after the last."""
         raise NotImplementedError
 
     def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
@@ -97,9 +86,6 @@ class BatchRunner:
         """Empty ``slot`` for a new sequence."""
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Stop the threads the runner started (if any)."""
-
     def load_prefix(self, slot: int, kv: list[np.ndarray], length: int) -> None:
         """Fill ``slot`` with a cached prefix (arrays from `export_prefix`) of ``length``."""
         raise NotImplementedError
@@ -113,44 +99,6 @@ class BatchRunner:
     def kv_bytes(self) -> int:
         """Bytes allocated for KV caches."""
         return 0
-
-
-class LaneChooser:
-    """Whether to cut a decode step over the lanes: keeps the recent wall time per row of
-    split and whole steps (exponential averages, steps of 4 rows or more) and picks the
-    faster way, trying the other one every ``explore``-th step. Splitting uses the idle
-    cores of a quiet machine; on a busy one (other processes on the cores) the split step
-    waits for its slowest group and costs more CPU time in all, and one run is faster."""
-
-    def __init__(self, lanes: int, explore: int = 16, alpha: float = 0.25) -> None:
-        self.max_lanes = lanes
-        self.explore = explore
-        self.alpha = alpha
-        #: seconds per row: [whole steps, split steps] (None: not measured yet)
-        self.cost: list[float | None] = [None, None]
-        self.steps = 0
-
-    def lanes(self, rows: int) -> int:
-        """Lanes for a step of ``rows`` rows."""
-        if self.max_lanes < 2 or rows < 4:
-            return 1
-        self.steps += 1
-        whole, split = self.cost
-        if split is None or whole is None:
-            return self.max_lanes if split is None else 1
-        best = split < whole
-        if self.steps % self.explore == 0:
-            best = not best
-        return self.max_lanes if best else 1
-
-    def record(self, rows: int, groups: int, seconds: float) -> None:
-        """A step of ``rows`` rows in ``groups`` groups took ``seconds``."""
-        if rows < 4:
-            return
-        k = 1 if groups > 1 else 0
-        per_row = seconds / rows
-        old = self.cost[k]
-        self.cost[k] = per_row if old is None else old + self.alpha * (per_row - old)
 
 
 class SlotBatchRunner(BatchRunner):
@@ -169,7 +117,6 @@ class SlotBatchRunner(BatchRunner):
         growth_factor: float = 2.0,
         block: int = 64,
         max_chunk: int = 256,
-        lanes: int = 1,
     ) -> None:
         io = self.io = model.io
         if not supports_slots(model):
@@ -182,18 +129,10 @@ class SlotBatchRunner(BatchRunner):
         self.growth_factor = growth_factor
         self.max_chunk = max_chunk
         self.lengths = np.zeros(max_slots, np.int64)
-        #: Decode lanes: a decode step of 2 x lanes rows or more is cut into row groups (two
-        #: rows or more each) that run at the same time on as many threads.
-        self.lanes = max(1, min(int(lanes), max_slots // 2))
-        self._lane_pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._chooser = LaneChooser(self.lanes)
-        #: Decode steps cut over several lanes so far.
-        self.split_steps = 0
-        # one binding per lane for decode groups and one per lane for prefills (runs of
-        # different lanes may be in flight at the same time)
-        self._decodes = [model.session.new_binding() for _ in range(self.lanes)]
-        self._prefills = [model.session.new_binding() for _ in range(self.lanes)]
-        for binding in (*self._decodes, *self._prefills):
+        # a binding for decode steps and one for prefills (they may run at the same time)
+        self._decode = model.session.new_binding()
+        self._prefill = model.session.new_binding()
+        for binding in (self._decode, self._prefill):
             model.bind_extra_inputs(binding)
         self._pairs = [
             (past, present)
@@ -208,20 +147,18 @@ class SlotBatchRunner(BatchRunner):
         first = initial_capacity or self.max_length
         self._allocate(min(self.max_length, max(block, first)))
         # Inputs and outputs, allocated once for the largest shapes and bound as prefixes;
-        # prefills (one set per lane) and decode have their own: they may run at the same time.
+        # prefills and decode have their own: they may run at the same time.
         self._ids = np.zeros(max_slots, io.id_dtype)
-        self._prefill_ids = [np.zeros(max_chunk, io.id_dtype) for _ in range(self.lanes)]
+        self._prefill_ids = np.zeros(max_chunk, io.id_dtype)
         self._mask = np.zeros(0, io.mask_dtype)
         self._prefill_mask = np.zeros(0, io.mask_dtype)
         self._grow_mask()
         self._decode_logits = np.zeros((max_slots, self.vocab_size), io.logits_dtype)
-        self._prefill_logits = [
-            np.zeros((max_chunk, self.vocab_size), io.logits_dtype) for _ in range(self.lanes)
-        ]
-        # per lane: (first row, rows, buffer version) the KV is bound for
-        self._decode_bound: list[tuple[int, int, int]] = [(-1, -1, -1)] * self.lanes
-        # per lane: (slot, buffer version) the prefill binding's KV is bound for
-        self._prefill_bound: list[tuple[int, int]] = [(-1, -1)] * self.lanes
+        self._prefill_logits = np.zeros((max_chunk, self.vocab_size), io.logits_dtype)
+        # (rows, buffer version) the decode binding's KV is bound for
+        self._decode_bound = (-1, -1)
+        # (slot, buffer version) the prefill binding's KV is bound for
+        self._prefill_bound = (-1, -1)
 
     # --- memory ---------------------------------------------------------------------------------
     def _allocate(self, capacity: int) -> None:
@@ -267,21 +204,20 @@ class SlotBatchRunner(BatchRunner):
             session.bind_input(past, view)
             session.bind_output(present, view)
 
-    def prefill(self, slot: int, tokens: np.ndarray, lane: int = 0) -> np.ndarray:
-        """See `BatchRunner.prefill`; ``lane`` picks the binding and buffers, so prefills of
-        different slots on different lanes may run at the same time (on as many threads)."""
+    def prefill(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+        """See `BatchRunner.prefill`."""
         count = len(tokens)
         if not 0 < count <= self.max_chunk:
             raise ValueError(f"a prefill chunk holds 1..{self.max_chunk} tokens, got {count}")
         past = int(self.lengths[slot])
         total = past + count
         self.ensure(total + 1)  # the last position stays free for decode filler rows
-        session = self._prefills[lane]
-        if self._prefill_bound[lane] != (slot, self._version):
+        session = self._prefill
+        if self._prefill_bound != (slot, self._version):
             self._bind_kv(session, slice(slot, slot + 1))
-            self._prefill_bound[lane] = (slot, self._version)
+            self._prefill_bound = (slot, self._version)
         io = self.io
-        ids, logits = self._prefill_ids[lane], self._prefill_logits[lane]
+        ids, logits = self._prefill_ids, self._prefill_logits
         ids[:count] = tokens
         session.bind_input(io.input_ids, ids, (1, count))
         session.bind_input(io.attention_mask, self._prefill_mask, (1, total))
@@ -290,32 +226,16 @@ class SlotBatchRunner(BatchRunner):
         self.lengths[slot] = total
         return logits[count - 1].astype(np.float32, copy=False)
 
-    @staticmethod
-    def split_rows(rows: int, lanes: int) -> list[tuple[int, int]]:
-        """``rows`` cut into at most ``lanes`` contiguous groups of two rows or more, as even
-        as possible: [(first row, end), ...]."""
-        groups = max(1, min(lanes, rows // 2))
-        bounds = [rows * k // groups for k in range(groups + 1)]
-        return list(itertools.pairwise(bounds))
-
     def decode(
         self,
         tokens: np.ndarray,
         advance: np.ndarray | None = None,
         filler_at: int = 0,
-        lanes: int | None = None,
     ) -> np.ndarray:
         """See `BatchRunner.decode`. A filler row (``advance[b]`` False) writes its K/V at
         position ``max(filler_at, every row's length)`` of its slot, past anything the slot
         holds: pass a ``filler_at`` beyond the positions a prefill running at the same time
-        (another thread) writes. Only the advancing rows' lengths are updated.
-
-        ``lanes``: the step's rows are cut into that many groups of two rows or more
-        (`split_rows`, at most the runner's lanes), run at the same time on as many threads.
-        A row's logits are the same whatever group it runs in (the kernels give any row of a
-        run of two or more rows the same result). Default: `LaneChooser` picks 1 or all lanes
-        from the step times measured so far (splitting costs more CPU time in all, so it pays
-        only when the other cores are free)."""
+        (another thread) writes. Only the advancing rows' lengths are updated."""
         rows = len(tokens)
         if not 0 < rows <= self.max_slots:
             raise ValueError(f"decode needs 1..{self.max_slots} rows, got {rows}")
@@ -333,52 +253,17 @@ class SlotBatchRunner(BatchRunner):
         mask = self._mask[: rows * width].reshape(rows, width)
         # Row b attends to its own past plus the new token: ones then zeros.
         mask[:] = np.arange(width)[None, :] <= lengths[:, None]
-        chosen = lanes is None
-        if chosen:
-            lanes = self._chooser.lanes(rows) if self.lanes > 1 else 1
-        groups = self.split_rows(rows, min(lanes, self.lanes))
-        self.split_steps += len(groups) > 1
-        started = time.perf_counter()
-        if len(groups) == 1:
-            self._run_group(0, 0, rows, mask)
-        else:
-            if self._lane_pool is None:
-                self._lane_pool = concurrent.futures.ThreadPoolExecutor(
-                    self.lanes - 1, thread_name_prefix="genai-lane"
-                )
-            futures = [
-                self._lane_pool.submit(self._run_group, lane, lo, hi, mask)
-                for lane, (lo, hi) in enumerate(groups)
-                if lane
-            ]
-            try:
-                self._run_group(0, *groups[0], mask)
-            finally:
-                for future in futures:
-                    future.result()
-        if chosen:  # steps beside a prefill (lanes given) would skew the comparison
-            self._chooser.record(rows, len(groups), time.perf_counter() - started)
+        session = self._decode
+        if self._decode_bound != (rows, self._version):
+            self._bind_kv(session, slice(0, rows))
+            self._decode_bound = (rows, self._version)
+        io = self.io
+        session.bind_input(io.input_ids, self._ids[:rows], (rows, 1))
+        session.bind_input(io.attention_mask, mask)
+        session.bind_output(io.logits, self._decode_logits[:rows], (rows, 1, self.vocab_size))
+        session.run()
         self.lengths[real] += 1
         return self._decode_logits[:rows].astype(np.float32, copy=False)
-
-    def _run_group(self, lane: int, lo: int, hi: int, mask: np.ndarray) -> None:
-        """One model run over rows ``lo..hi-1`` of a decode step (inputs already written)."""
-        session = self._decodes[lane]
-        rows = hi - lo
-        if self._decode_bound[lane] != (lo, rows, self._version):
-            self._bind_kv(session, slice(lo, hi))
-            self._decode_bound[lane] = (lo, rows, self._version)
-        io = self.io
-        session.bind_input(io.input_ids, self._ids[lo:hi], (rows, 1))
-        session.bind_input(io.attention_mask, mask[lo:hi])
-        session.bind_output(io.logits, self._decode_logits[lo:hi], (rows, 1, self.vocab_size))
-        session.run()
-
-    def close(self) -> None:
-        """Stop the lane threads (if any)."""
-        if self._lane_pool is not None:
-            self._lane_pool.shutdown(wait=True)
-            self._lane_pool = None
 
     # --- slots ----------------------------------------------------------------------------------
     def release(self, slot: int, active: int) -> int | None:
@@ -433,7 +318,7 @@ class GeneratorBatchRunner(BatchRunner):
             self._gens[slot] = Generator(self.model, self._params)
         return self._gens[slot]
 
-    def prefill(self, slot: int, tokens: np.ndarray, lane: int = 0) -> np.ndarray:
+    def prefill(self, slot: int, tokens: np.ndarray) -> np.ndarray:
         gen = self._generator(slot)
         gen.append_tokens(np.asarray(tokens, np.int32))
         self.lengths[slot] += len(tokens)

@@ -75,7 +75,7 @@ class ServerMetrics:
     def watch_engine(self, stats: Callable[[], Mapping[str, float]]) -> None:
         """Export the scheduler's `Scheduler.stats` (read at each scrape):
         ``genai_engine_seconds_total{phase="idle|model|host"}``, ``genai_decode_steps_total``,
-        ``genai_decode_split_steps_total``, ``genai_decode_rows_total{kind="advancing|filler"}``,
+        ``genai_decode_rows_total{kind="advancing|filler"}``,
         ``genai_prefill_tokens_total`` and ``genai_prefill_runs_total``."""
 
         class _Engine:
@@ -83,7 +83,7 @@ class ServerMetrics:
                 s = dict(stats())
                 seconds = CounterMetricFamily(
                     "genai_engine_seconds",
-                    "Scheduler thread time: waiting for work, model runs (wall), the rest",
+                    "Scheduler threads' time (summed): waiting, model runs (wall), the rest",
                     labels=["phase"],
                 )
                 for phase in ("idle", "model", "host"):
@@ -91,11 +91,6 @@ class ServerMetrics:
                 yield seconds
                 yield CounterMetricFamily(
                     "genai_decode_steps", "Batched decode steps", value=s.get("decode_steps", 0)
-                )
-                yield CounterMetricFamily(
-                    "genai_decode_split_steps",
-                    "Decode steps cut into row groups run at the same time (lanes)",
-                    value=s.get("decode_split_steps", 0),
                 )
                 rows = CounterMetricFamily(
                     "genai_decode_rows", "Rows of decode steps", labels=["kind"]

@@ -12,13 +12,12 @@ free KV slots of a `BatchRunner` at step boundaries. Each iteration it
 4. runs one decode step for every slot that is generating, in one batched model run, and
    samples each row with its own options, RNG stream, logit bias and grammar constraint.
 
-Steps 3 and 4 run at the same time, the prefill on a second thread, when both have work (the
-newcomers' slots are filler rows of that decode step, which never touch a prefill's
-positions; see `SlotBatchRunner.decode`); a small prefill backlog is then cut to about the
-step's size so that both end together. With several lanes (`SlotBatchRunner.lanes`: model
-runs in flight at once), prefills without a decode step spread over the lanes and a decode
-step may be cut into row groups run at the same time (`LaneChooser` decides from measured
-step times). ``stats`` counts where the scheduler thread's time goes (``/metrics``).
+With ``overlap_prefill``, steps 3 and 4 run at the same time, the prefill on a second thread,
+when both have work (the newcomers' slots are filler rows of that decode step, which never
+touch a prefill's positions; see `SlotBatchRunner.decode`); a small prefill backlog is then
+cut to about the step's size so that both end together. To use more cores, a
+`SchedulerGroup` runs several schedulers side by side. ``stats`` counts where the scheduler
+thread's time goes (``/metrics``).
 
 Results go back to the asyncio side through ``loop.call_soon_threadsafe`` into a per-request
 `asyncio.Queue` (`RequestHandle`). The model runs release the GIL, so the event loop keeps
@@ -69,16 +68,6 @@ def _deliver(batch: list[tuple[RequestHandle, Event]]) -> None:
     """Event loop side of `Scheduler._flush`."""
     for handle, event in batch:
         handle._queue.put_nowait(event)
-
-
-def _gather(futures: list[concurrent.futures.Future]) -> list:
-    """The concatenated results of ``futures`` (lists), after every one has finished; the
-    first failure is raised then."""
-    concurrent.futures.wait(futures)
-    out: list = []
-    for future in futures:
-        out.extend(future.result())
-    return out
 
 
 class QueueFullError(RuntimeError):
@@ -320,9 +309,6 @@ class Scheduler:
         self.metrics = metrics
         #: Run prefill chunks on a second thread while the decode step runs.
         self.overlap_prefill = overlap_prefill and runner.batched
-        #: Threads model runs may use at the same time (the runner's lanes): prefills of
-        #: several newcomers, decode row groups, a decode step beside prefills.
-        self.lanes = max(1, int(getattr(runner, "lanes", 1))) if runner.batched else 1
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         #: Events of this iteration, delivered at its end (`_flush`).
         self._outbox: list[tuple[RequestHandle, Event]] = []
@@ -353,7 +339,6 @@ class Scheduler:
                 "decode_steps",
                 "decode_rows",
                 "decode_advancing_rows",
-                "decode_split_steps",
                 "prefill_tokens",
                 "prefill_runs",
             ),
@@ -377,7 +362,7 @@ class Scheduler:
             self._stopping = False
             if self.overlap_prefill and self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
-                    max(1, self.lanes - 1), thread_name_prefix="genai-prefill"
+                    1, thread_name_prefix="genai-prefill"
                 )
             self._thread = threading.Thread(target=self._run, name="genai-scheduler", daemon=True)
             self._thread.start()
@@ -393,7 +378,6 @@ class Scheduler:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        self.runner.close()
 
     def submit(
         self,
@@ -527,9 +511,8 @@ class Scheduler:
                 log.exception("could not start a request")
                 self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
         # 3. prefill chunks of the oldest newcomers (up to the per-step token budget) and
-        # 4. one decode step for every generating slot. With a pool, the prefills run beside
-        # the decode step on the other lanes (their slots are filler rows of the step) and
-        # prefills without a decode step spread over every lane.
+        # 4. one decode step for every generating slot; with a pool, the prefills run beside
+        # the decode step (their slots are filler rows of the step)
         decoding = [s for s in self._active if not s.prefilling and s.finished is None]
         plan = self._plan_prefill(len(decoding) if self._pool is not None else 0)
         inputs = self._decode_inputs(decoding) if decoding else None
@@ -548,12 +531,15 @@ class Scheduler:
             self.runner.ensure(needed)
         prefilled: list[tuple[_Sequence, np.ndarray]] = []
         logits = None
-        units = self._prefill_units(plan)
         started = time.perf_counter()
-        if units and self._pool is not None and (inputs is not None or len(units) > 1):
+        if plan and inputs is not None and self._pool is not None:
             self.runner.frozen = True
             try:
-                prefilled, logits = self._run_parallel(units, inputs, needed)
+                future = self._pool.submit(self._run_prefill, plan)
+                try:
+                    logits = self.runner.decode(*inputs, filler_at=needed - 1)
+                finally:
+                    prefilled = future.result()
             finally:
                 self.runner.frozen = False
         else:
@@ -619,8 +605,8 @@ class Scheduler:
     def _plan_prefill(self, decode_rows: int = 0) -> list[tuple[_Sequence, int]]:
         """The prefill chunks of this iteration: (sequence, token count), oldest newcomers
         first, at most ``prefill_budget`` tokens (at least one chunk). Beside a decode step
-        of ``decode_rows`` rows (prefills on other threads), a small backlog is cut to about
-        as many tokens per prefill lane (at least 4), so that both end at about the same
+        of ``decode_rows`` rows (the prefill on the other thread), a small backlog is cut to
+        about as many tokens (at least 4), so that both end at about the same
         time (a prompt token costs about what a decode row does: the kernels are
         compute-bound); a larger one goes in at least half per iteration (time to first
         token)."""
@@ -633,8 +619,7 @@ class Scheduler:
         )
         if decode_rows and newcomers:
             backlog = sum(len(s.pending) for s in newcomers)
-            share = max(4, decode_rows) * max(1, self.lanes - 1)
-            budget = min(budget, max(share, -(-backlog // 2)))
+            budget = min(budget, max(4, decode_rows, -(-backlog // 2)))
             chunk = min(chunk, max(4, budget))
         for seq in newcomers:
             if budget <= 0:
@@ -655,60 +640,6 @@ class Scheduler:
                 budget -= count
         return plan
 
-    @staticmethod
-    def _prefill_units(plan: list[tuple[_Sequence, int]]) -> list[list[tuple[_Sequence, int]]]:
-        """The planned chunks grouped by sequence (a sequence's chunks run in order, on one
-        thread; different sequences' may run at the same time)."""
-        units: dict[int, list[tuple[_Sequence, int]]] = {}
-        for seq, count in plan:
-            units.setdefault(id(seq), []).append((seq, count))
-        return list(units.values())
-
-    @staticmethod
-    def _balance(units: list[list[tuple[_Sequence, int]]], lanes: int) -> list[list]:
-        """``units`` spread over at most ``lanes`` buckets, longest first onto the least
-        loaded bucket (cost: tokens plus a few per run)."""
-        buckets: list[list[tuple[_Sequence, int]]] = []
-        loads: list[int] = []
-        for unit in sorted(units, key=lambda u: -sum(c + 4 for _, c in u)):
-            cost = sum(c + 4 for _, c in unit)
-            if len(buckets) < lanes:
-                buckets.append(list(unit))
-                loads.append(cost)
-            else:
-                k = loads.index(min(loads))
-                buckets[k].extend(unit)
-                loads[k] += cost
-        return buckets
-
-    def _run_parallel(
-        self,
-        units: list[list[tuple[_Sequence, int]]],
-        inputs: tuple[np.ndarray, np.ndarray] | None,
-        needed: int,
-    ) -> tuple[list[tuple[_Sequence, np.ndarray]], np.ndarray | None]:
-        """Prefill units (and the decode step) at the same time: beside a decode step, the
-        prefills take ``lanes - 1`` pool threads (at least one) and the decode step runs
-        here on the remaining lanes; without one, the prefills spread over every lane."""
-        lanes = self.lanes
-        if inputs is not None:
-            buckets = self._balance(units, max(1, lanes - 1))
-            futures = [self._pool.submit(self._run_prefill, b, k) for k, b in enumerate(buckets)]
-            try:
-                logits = self.runner.decode(
-                    *inputs, filler_at=needed - 1, lanes=max(1, lanes - len(buckets))
-                )
-            finally:
-                prefilled = _gather(futures)
-            return prefilled, logits
-        buckets = self._balance(units, lanes)
-        futures = [self._pool.submit(self._run_prefill, b, k) for k, b in enumerate(buckets) if k]
-        try:
-            prefilled = self._run_prefill(buckets[0], 0)
-        finally:
-            rest = _gather(futures)
-        return prefilled + rest, None
-
     def _prefilled(self, prefilled: list[tuple[_Sequence, np.ndarray]]) -> None:
         """Sequences whose prompt (or forced tokens) is in: choose their next token."""
         for seq, last in prefilled:
@@ -719,14 +650,12 @@ class Scheduler:
                 self._remember_prefix(seq)
             self._choose_safely(seq, last.reshape(1, -1))
 
-    def _run_prefill(
-        self, plan: list[tuple[_Sequence, int]], lane: int = 0
-    ) -> list[tuple[_Sequence, np.ndarray]]:
-        """Run the planned chunks on ``lane``; the logits of the sequences whose pending tokens
-        are all in (copies). May run on a pool thread: touches only the planned sequences."""
+    def _run_prefill(self, plan: list[tuple[_Sequence, int]]) -> list[tuple[_Sequence, np.ndarray]]:
+        """Run the planned chunks; the logits of the sequences whose pending tokens are all in
+        (copies). May run on the pool thread: touches only the planned sequences."""
         done = []
         for seq, count in plan:
-            logits = self.runner.prefill(seq.slot, seq.pending[:count], lane)
+            logits = self.runner.prefill(seq.slot, seq.pending[:count])
             seq.pending = seq.pending[count:]
             if not len(seq.pending):
                 done.append((seq, logits.copy()))
@@ -749,7 +678,6 @@ class Scheduler:
             stats["decode_advancing_rows"] += advancing
         stats["prefill_tokens"] += sum(c for _, c in plan)
         stats["prefill_runs"] += len(plan)
-        stats["decode_split_steps"] = getattr(self.runner, "split_steps", 0)
 
     def _remember_prefix(self, seq: _Sequence) -> None:
         prompt = np.asarray(seq.request.prompt, np.int32)

@@ -2,10 +2,10 @@
 model runs fill the cores without waiting for each other.
 
 One batched decode step runs its rows on one intra-op thread pool; a second core would stay
-idle. Cutting every step into row groups run at the same time (`SlotBatchRunner` lanes) uses
-it, but the step then waits for its slowest group, and prefills beside it must be sized to
-end together: measured on SmolLM2 at 8 streams, only one run was in flight for ~30 % of the
-time. A `SchedulerGroup` runs ``n`` complete `Scheduler` s instead, each on ``max_slots / n``
+idle. Cutting every step into row groups run at the same time (this server's previous design)
+uses it, but the step then waits for its slowest group, and prefills beside it must be sized
+to end together: measured on SmolLM2 at 8 streams, only one run was in flight for ~30 % of
+the time. A `SchedulerGroup` runs ``n`` complete `Scheduler` s instead, each on ``max_slots / n``
 slots of its own runner, all sharing the model's session (ONNX Runtime runs one session from
 several threads at once), its weights and one `PrefixCache`. Each steps its own rows,
 prefills its own newcomers and samples on its own thread; they meet only at the queue:
@@ -164,6 +164,7 @@ class SchedulerGroup:
 
     def _others_waiting(self, taker: Scheduler) -> bool:
         return any(_surplus(m) > 0 for m in self.members if m is not taker)
+
 
 def _load(member: Scheduler) -> tuple[bool, int]:
     """Sort key: members with a free slot first, then by sequences held or waiting."""
