@@ -3,9 +3,12 @@ tokens (the reference every serving path is compared with) and random prompts.""
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 
 import genai
+from genai.serve.scheduler import GenerationRequest, SamplingOptions
 
 EOS = 2
 
@@ -28,3 +31,31 @@ def prompts_of(rng, count, vocab, low=3, high=40):
         rng.integers(3, vocab, size=int(rng.integers(low, high))).astype(np.int32)
         for _ in range(count)
     ]
+
+
+def run_with(scheduler, main):
+    """Start ``scheduler`` (a Scheduler or SchedulerGroup), run the coroutine ``main()`` to
+    its end, shut the scheduler down; ``main``'s result."""
+    scheduler.start()
+    try:
+        return asyncio.run(main())
+    finally:
+        scheduler.shutdown()
+
+
+def staggered_greedy(scheduler, prompts, new_tokens, gap=0.004):
+    """Greedy requests for ``prompts``, the i-th submitted ``i * gap`` s after the start (so
+    later ones join running steps): each request's generated tokens."""
+
+    async def one(i):
+        await asyncio.sleep(gap * i)
+        request = GenerationRequest(prompts[i], new_tokens, SamplingOptions(temperature=0.0))
+        tokens = []
+        async for event in scheduler.submit([request]):
+            tokens.extend(event.tokens)
+        return tokens
+
+    async def main():
+        return await asyncio.gather(*(one(i) for i in range(len(prompts))))
+
+    return run_with(scheduler, main)

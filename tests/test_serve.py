@@ -30,7 +30,13 @@ from genai.serve.scheduler import (  # noqa: E402
     Scheduler,
 )
 from genai.serve.server import BackgroundServer  # noqa: E402
-from tests.serve_helpers import EOS, alone_greedy, prompts_of  # noqa: E402
+from tests.serve_helpers import (  # noqa: E402
+    EOS,
+    alone_greedy,
+    prompts_of,
+    run_with,
+    staggered_greedy,
+)
 
 
 @pytest.fixture(scope="module")
@@ -132,23 +138,7 @@ def test_scheduler_overlapping_prefills_gives_batch1_tokens(gqa_model):
     tokenizer = genai.Tokenizer(gqa_model)
     runner = SlotBatchRunner(gqa_model, 8, initial_capacity=16, max_chunk=16)
     scheduler = Scheduler(runner, tokenizer, [EOS], prefill_chunk=16, prefix_cache_bytes=0)
-
-    async def one(i):
-        await asyncio.sleep(0.004 * i)  # staggered: later ones join running steps
-        request = GenerationRequest(prompts[i], 16, SamplingOptions(temperature=0.0))
-        tokens = []
-        async for event in scheduler.submit([request]):
-            tokens.extend(event.tokens)
-        return tokens
-
-    async def main():
-        return await asyncio.gather(*(one(i) for i in range(len(prompts))))
-
-    scheduler.start()
-    try:
-        got = asyncio.run(main())
-    finally:
-        scheduler.shutdown()
+    got = staggered_greedy(scheduler, prompts, 16)
     assert got == expected
     stats = scheduler.stats
     assert stats["decode_steps"] > 0 and stats["prefill_tokens"] == sum(map(len, prompts))
@@ -453,11 +443,7 @@ def test_grammar_constraint_in_the_scheduler(gqa_model):
                 reasons[event.index] = event.finish_reason
         return texts, reasons
 
-    scheduler.start()
-    try:
-        texts, reasons = asyncio.run(main())
-    finally:
-        scheduler.shutdown()
+    texts, reasons = run_with(scheduler, main)
     assert texts[:3] and all(t in ("yes", "no", "maybe") for t in texts[:3]), texts
     assert reasons[:3] == ["stop"] * 3
     assert reasons[3] in ("stop", "length")
@@ -710,11 +696,7 @@ def test_a_request_that_fails_to_start_ends_alone(gqa_model):
                 reasons[event.index] = (event.finish_reason, event.error)
         return reasons
 
-    scheduler.start()
-    try:
-        reasons = asyncio.run(main())
-    finally:
-        scheduler.shutdown()
+    reasons = run_with(scheduler, main)
     assert reasons[0][0] == "error" and "no grammar today" in reasons[0][1]
     assert reasons[1][0] == "length"
     assert scheduler.running == 0

@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 from genai.serve.batch_runner import SlotBatchRunner
 from genai.serve.scheduler import GenerationRequest, QueueFullError, SamplingOptions
 from genai.serve.scheduler_group import SchedulerGroup
-from tests.serve_helpers import EOS, alone_greedy, prompts_of
+from tests.serve_helpers import EOS, alone_greedy, prompts_of, run_with, staggered_greedy
 
 
 @pytest.fixture(scope="module")
@@ -42,22 +42,7 @@ def test_group_gives_batch1_tokens(gqa_model):
     prompts = prompts_of(rng, 10, gqa_model.io.vocab_size, low=12, high=40)
     expected = [[t for t in alone_greedy(gqa_model, p, 16) if t != EOS] for p in prompts]
     group = make_group(gqa_model, prefix_cache_bytes=0)
-
-    async def one(i):
-        await asyncio.sleep(0.004 * i)
-        tokens = []
-        async for event in group.submit([greedy(prompts[i])]):
-            tokens.extend(event.tokens)
-        return tokens
-
-    async def main():
-        return await asyncio.gather(*(one(i) for i in range(len(prompts))))
-
-    group.start()
-    try:
-        got = asyncio.run(main())
-    finally:
-        group.shutdown()
+    got = staggered_greedy(group, prompts, 16)
     assert got == expected
     assert all(m.stats["decode_steps"] > 0 for m in group.members)
     stats = group.stats
@@ -140,11 +125,7 @@ def test_group_shares_one_prefix_cache(gqa_model):
         running.cancel()
         return tokens
 
-    group.start()
-    try:
-        got = asyncio.run(main())
-    finally:
-        group.shutdown()
+    got = run_with(group, main)
     assert got == expected
     assert group.prefix_cache.hits >= 1
     assert second.stats["prefill_tokens"] < len(prompts[1])
