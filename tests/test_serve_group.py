@@ -129,3 +129,27 @@ def test_group_shares_one_prefix_cache(gqa_model):
     assert got == expected
     assert group.prefix_cache.hits >= 1
     assert second.stats["prefill_tokens"] < len(prompts[1])
+
+
+def test_engine_with_two_lanes_runs_a_group_and_reports_its_load(gqa_model):
+    """`ServeEngine(lanes=2)`: two schedulers with half the slots each; /metrics reads the
+    queue depth and running sequences of the whole group."""
+    from genai.serve.app import ServeEngine
+
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=5, lanes=2)
+    group = engine.scheduler
+    assert isinstance(group, SchedulerGroup)
+    assert [m.runner.max_slots for m in group.members] == [2, 3]
+    assert engine.runners == [m.runner for m in group.members]
+    single = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=3, lanes=2)
+    assert not isinstance(single.scheduler, SchedulerGroup)  # too few slots for two
+
+    async def main():
+        prompt = np.array([5, 6, 7], np.int32)
+        for _ in range(3):
+            group.submit([greedy(prompt)])
+        return engine.metrics.render().decode()
+
+    text = asyncio.run(main())  # not started: the requests wait
+    assert "genai_queue_depth 3.0" in text
+    assert "genai_running_requests 0.0" in text
