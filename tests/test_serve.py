@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 import time
 
@@ -99,6 +100,33 @@ def test_slot_runner_release_moves_last_slot(gqa_model):
     logits = runner.decode(np.array([firsts[2], firsts[1]]))
     expected = [alone_greedy(gqa_model, prompts[i], 2)[1] for i in (2, 1)]
     assert [int(np.argmax(row)) for row in logits] == expected
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_slot_memory_grows_with_use(tmp_path):
+    """Slots share a capacity, but memory is committed only for the positions they hold: a
+    capacity of 65,536 positions for 8 slots maps 256 MiB and commits a few pages."""
+    from genai.testing.models import write_gqa_decoder
+
+    model = genai.Model(str(write_gqa_decoder(tmp_path, context_length=65536)))
+    runner = SlotBatchRunner(model, 8, initial_capacity=256)
+    prompt = np.arange(3, 43, dtype=np.int32)
+    before = _rss_bytes()
+    runner.ensure(65536)
+    for slot in range(4):
+        runner.prefill(slot, prompt)
+    for _ in range(8):
+        runner.decode(np.full(4, 5))
+    assert runner.kv_bytes == 8 * 65536 * 512  # mapped: 2 layers x K, V x 2 heads x 16 fp32
+    assert _rss_bytes() - before < 32 << 20
 
 
 def test_runners_sharing_one_model_on_threads_give_batch1_tokens(gqa_model):
