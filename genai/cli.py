@@ -171,7 +171,7 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.add_argument("--served-model-name", metavar="NAME", help="model id of the API")
     serve.add_argument(
-        "--max-slots", type=int, default=16, metavar="N", help="sequences decoded together"
+        "--max-slots", type=int, default=16, metavar="N", help="sequences held at once (KV slots, split over the lanes)"
     )
     serve.add_argument(
         "--max-queue", type=int, default=64, metavar="N", help="waiting requests before 429"

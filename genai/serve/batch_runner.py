@@ -362,6 +362,8 @@ def supports_slots(model: Model) -> bool:
         and model.provider.placement.kv_cache == "cpu"
         # a static cache the engine slides (QNN-style windows) runs through Generators
         and not slid
+        # so does a decoder split over several graphs (model.decoder.pipeline)
+        and not getattr(model, "pipeline", None)
         and bool(io.past_keys)
     )
 
