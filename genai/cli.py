@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -171,7 +172,11 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.add_argument("--served-model-name", metavar="NAME", help="model id of the API")
     serve.add_argument(
-        "--max-slots", type=int, default=16, metavar="N", help="sequences held at once (KV slots, split over the lanes)"
+        "--max-slots",
+        type=int,
+        default=16,
+        metavar="N",
+        help="sequences held at once (KV slots, split over the lanes)",
     )
     serve.add_argument(
         "--max-queue", type=int, default=64, metavar="N", help="waiting requests before 429"
@@ -205,6 +210,13 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with one lane, run prefill chunks and decode steps one after the other "
         "(default: at the same time, on two threads); several lanes never overlap them",
+    )
+    serve.add_argument(
+        "--api-key",
+        default=os.environ.get("GENAI_API_KEY"),
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on the /v1 endpoints (default: env "
+        "GENAI_API_KEY; unset: no key); /health and /metrics stay open",
     )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
@@ -243,6 +255,8 @@ def _serve_ray(args: argparse.Namespace) -> int:
         "prefill_chunk": args.prefill_chunk,
         "prefix_cache_mb": args.prefix_cache_mb,
     }
+    if args.api_key:
+        options["api_key"] = args.api_key
     if args.served_model_name:
         options["model_name"] = args.served_model_name
     if args.threads is not None:
@@ -291,7 +305,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"({type(engine.runner).__name__}, {args.max_slots} slots)",
         file=sys.stderr,
     )
-    run_server(engine, args.host, args.port, log_level=args.log_level)
+    run_server(engine, args.host, args.port, log_level=args.log_level, api_key=args.api_key)
     return 0
 
 

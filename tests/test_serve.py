@@ -645,6 +645,25 @@ def test_full_queue_answers_429_and_timeouts_408(held_server):
     assert post().status_code == 200
 
 
+def test_api_key_guards_the_v1_endpoints(gqa_model):
+    """With an API key, /v1 answers 401 (OpenAI's body, `invalid_api_key`) without the right
+    bearer token and serves with it; /health and /metrics stay open."""
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=2)
+    with BackgroundServer(engine, api_key="s3cret") as srv:
+        wrong = openai.OpenAI(base_url=srv.url + "/v1", api_key="nope", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as raised:
+            wrong.completions.create(model="gqa", prompt="hi", max_tokens=2)
+        assert raised.value.status_code == 401
+        assert raised.value.body["code"] == "invalid_api_key"
+        bare = httpx.get(srv.url + "/v1/models")
+        assert bare.status_code == 401 and bare.json()["error"]["type"] == "invalid_request_error"
+        right = openai.OpenAI(base_url=srv.url + "/v1", api_key="s3cret", max_retries=0)
+        reply = right.completions.create(model="gqa", prompt="hi", max_tokens=2)
+        assert reply.usage.completion_tokens >= 1
+        assert httpx.get(srv.url + "/health").status_code == 200
+        assert httpx.get(srv.url + "/metrics").status_code == 200
+
+
 def test_genai_serve_command(fixture_folders):
     """`genai serve` starts uvicorn on the given port and answers; SIGTERM stops it."""
     import os
@@ -659,6 +678,7 @@ def test_genai_serve_command(fixture_folders):
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     command = [sys.executable, "-m", "genai", "serve", "-m", str(fixture_folders["gqa"])]
     command += ["--port", str(port), "--log-level", "warning", "--max-slots", "4"]
+    command += ["--api-key", "k3y"]
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -671,7 +691,9 @@ def test_genai_serve_command(fixture_folders):
                 assert time.monotonic() < deadline, "genai serve did not start"
                 time.sleep(0.1)
         assert health.json()["status"] == "ok"
-        models = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
+        auth = {"Authorization": "Bearer k3y"}
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers=auth).json()
         assert models["data"][0]["id"] == "gqa"
     finally:
         process.terminate()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hmac
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
@@ -219,9 +220,13 @@ def _validation_message(exc: ValidationError | RequestValidationError) -> tuple[
     return (f"{param}: {message}" if param else message), param
 
 
-def create_app(engine: ServeEngine, *, manage_engine: bool = True) -> FastAPI:
+def create_app(
+    engine: ServeEngine, *, manage_engine: bool = True, api_key: str | None = None
+) -> FastAPI:
     """The FastAPI app serving ``engine``; with ``manage_engine`` the app's lifespan starts
-    and stops its scheduler."""
+    and stops its scheduler. With ``api_key``, the ``/v1`` endpoints answer 401 unless the
+    request carries ``Authorization: Bearer <api_key>`` (what OpenAI clients send);
+    ``/health`` and ``/metrics`` stay open for load balancers and Prometheus."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -272,7 +277,21 @@ def create_app(engine: ServeEngine, *, manage_engine: bool = True) -> FastAPI:
     async def metrics() -> Response:
         return Response(engine.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.get("/v1/models")
+    def authorize(request: Request) -> None:
+        if api_key is None:
+            return
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), api_key):
+            raise APIError(
+                "missing or incorrect API key: send the header 'Authorization: Bearer <key>'",
+                401,
+                type="invalid_request_error",
+                code="invalid_api_key",
+            )
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
+
+    @v1.get("/models")
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
@@ -287,24 +306,25 @@ def create_app(engine: ServeEngine, *, manage_engine: bool = True) -> FastAPI:
             ],
         }
 
-    @app.get("/v1/models/{name}")
+    @v1.get("/models/{name}")
     async def model_info(name: str) -> dict[str, Any]:
         if name != engine.model_name:
             raise APIError(f"the model {name!r} does not exist", 404, code="model_not_found")
         return {"id": name, "object": "model", "created": engine.created, "owned_by": "genai"}
 
-    @app.post("/v1/chat/completions")
+    @v1.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
         body = await _parse(request, ChatCompletionRequest)
         prepared = await _prepare_chat(engine, body)
         return await _respond(engine, request, prepared)
 
-    @app.post("/v1/completions")
+    @v1.post("/completions")
     async def completions(request: Request) -> Response:
         body = await _parse(request, CompletionRequest)
         prepared = await _prepare_completion(engine, body)
         return await _respond(engine, request, prepared)
 
+    app.include_router(v1)
     return app
 
 

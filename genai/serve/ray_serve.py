@@ -49,17 +49,23 @@ class GenaiReplica:
     """One replica: loads the model folder and serves the FastAPI app of `create_app`
     (Ray runs the app's lifespan, which starts and stops the replica's scheduler)."""
 
-    def __init__(self, model: str, engine_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        engine_options: dict[str, Any] | None = None,
+        api_key: str | None = None,
+    ) -> None:
         options = dict(engine_options or {})
         options.setdefault("model_name", Path(model).name)
         # replicas are the parallelism here: one lane each unless asked (a replica does not
         # know how many of the node's cores the others use)
         options.setdefault("lanes", 1)
         self.engine = ServeEngine.from_path(model, **options)
+        self.api_key = api_key
         self.pid = os.getpid()
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self.engine)
+        return create_app(self.engine, api_key=self.api_key)
 
 
 try:  # late-bound ingress: the app is built per replica, after __init__ loaded the model
@@ -106,14 +112,16 @@ def build_app(args: dict[str, Any]) -> Any:
     (``num_replicas``, or ``min_replicas`` / ``max_replicas`` / ``target_ongoing_requests``
     for autoscaling, ``num_cpus`` per replica, ``max_ongoing_requests``, ``name``), and
     `ServeEngine` options (``threads``, ``max_slots``, ``max_queue``, ``request_timeout``,
-    ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``, ``lanes``: default 1 per replica).
-    Values may be strings (from the command line).
+    ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``, ``lanes``: default 1 per replica),
+    and ``api_key`` (see `genai.serve.app.create_app`). Values may be strings (from the
+    command line).
     """
     args = dict(args)
     model = args.pop("model", None)
     if not model:
         raise ValueError("build_app needs args['model'], the model folder")
     name = str(args.pop("name", "genai"))
+    api_key = args.pop("api_key", None)
     engine: dict[str, Any] = {}
     for key in ENGINE_OPTIONS:
         if key in args:
@@ -125,7 +133,8 @@ def build_app(args: dict[str, Any]) -> Any:
     options = deployment_options(**ray_options)
     if "threads" in engine and "ray_actor_options" not in options:
         options["ray_actor_options"] = {"num_cpus": float(engine["threads"])}
-    return serve.deployment(GenaiReplica, name=name, **options).bind(str(model), engine)
+    deployment = serve.deployment(GenaiReplica, name=name, **options)
+    return deployment.bind(str(model), engine, None if api_key is None else str(api_key))
 
 
 def _number(value: Any) -> Any:

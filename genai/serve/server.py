@@ -14,12 +14,17 @@ __all__ = ["BackgroundServer", "free_port", "run_server"]
 
 
 def run_server(
-    engine: ServeEngine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"
+    engine: ServeEngine,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    api_key: str | None = None,
 ) -> None:
-    """Serve ``engine`` until interrupted."""
+    """Serve ``engine`` until interrupted (``api_key``: see `create_app`)."""
     import uvicorn
 
-    uvicorn.run(create_app(engine), host=host, port=port, log_level=log_level, access_log=False)
+    app = create_app(engine, api_key=api_key)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -31,10 +36,17 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class BackgroundServer:
     """uvicorn serving ``engine`` on ``host``:``port`` in a daemon thread; a context manager
-    that waits until the server accepts connections and stops it on exit."""
+    that waits until the server accepts connections and stops it on exit (``api_key``: see
+    `create_app`; ``config``: more `uvicorn.Config` options)."""
 
     def __init__(
-        self, engine: ServeEngine, host: str = "127.0.0.1", port: int | None = None, **config: Any
+        self,
+        engine: ServeEngine,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        *,
+        api_key: str | None = None,
+        **config: Any,
     ) -> None:
         import uvicorn
 
@@ -43,7 +55,9 @@ class BackgroundServer:
         self.port = port or free_port(host)
         options = {"log_level": "warning", "access_log": False, **config}
         self._server = uvicorn.Server(
-            uvicorn.Config(create_app(engine), host=host, port=self.port, **options)
+            uvicorn.Config(
+                create_app(engine, api_key=api_key), host=host, port=self.port, **options
+            )
         )
         self._thread = threading.Thread(target=self._server.run, name="genai-uvicorn", daemon=True)
 
