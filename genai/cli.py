@@ -218,6 +218,14 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
         help="require 'Authorization: Bearer KEY' on the /v1 endpoints (default: env "
         "GENAI_API_KEY; unset: no key); /health and /metrics stay open",
     )
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let web pages of ORIGIN (e.g. http://localhost:3000, or '*') call the API from "
+        "a browser (CORS); repeatable",
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
     ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
@@ -257,6 +265,8 @@ def _serve_ray(args: argparse.Namespace) -> int:
     }
     if args.api_key:
         options["api_key"] = args.api_key
+    if args.allowed_origin:
+        options["allowed_origins"] = list(args.allowed_origin)
     if args.served_model_name:
         options["model_name"] = args.served_model_name
     if args.threads is not None:
@@ -305,7 +315,14 @@ def _serve(args: argparse.Namespace) -> int:
         f"({type(engine.runner).__name__}, {args.max_slots} slots)",
         file=sys.stderr,
     )
-    run_server(engine, args.host, args.port, log_level=args.log_level, api_key=args.api_key)
+    run_server(
+        engine,
+        args.host,
+        args.port,
+        log_level=args.log_level,
+        api_key=args.api_key,
+        allowed_origins=args.allowed_origin,
+    )
     return 0
 
 

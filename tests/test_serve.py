@@ -649,7 +649,7 @@ def test_api_key_guards_the_v1_endpoints(gqa_model):
     """With an API key, /v1 answers 401 (OpenAI's body, `invalid_api_key`) without the right
     bearer token and serves with it; /health and /metrics stay open."""
     engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=2)
-    with BackgroundServer(engine, api_key="s3cret") as srv:
+    with BackgroundServer(engine, api_key="s3cret", allowed_origins=["http://app"]) as srv:
         wrong = openai.OpenAI(base_url=srv.url + "/v1", api_key="nope", max_retries=0)
         with pytest.raises(openai.AuthenticationError) as raised:
             wrong.completions.create(model="gqa", prompt="hi", max_tokens=2)
@@ -662,6 +662,22 @@ def test_api_key_guards_the_v1_endpoints(gqa_model):
         assert reply.usage.completion_tokens >= 1
         assert httpx.get(srv.url + "/health").status_code == 200
         assert httpx.get(srv.url + "/metrics").status_code == 200
+        # a browser's CORS preflight from an allowed origin (no key: preflights carry none)
+        preflight = httpx.options(
+            srv.url + "/v1/chat/completions",
+            headers={
+                "Origin": "http://app",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type",
+            },
+        )
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "http://app"
+        other = httpx.options(
+            srv.url + "/v1/models",
+            headers={"Origin": "http://evil", "Access-Control-Request-Method": "GET"},
+        )
+        assert "access-control-allow-origin" not in other.headers
 
 
 def test_genai_serve_command(fixture_folders):

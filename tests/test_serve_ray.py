@@ -96,8 +96,8 @@ def test_build_app_options():
     config = deployment._deployment_config
     assert config.autoscaling_config.max_replicas == 4
     assert deployment.ray_actor_options["num_cpus"] == 2.0
-    assert app._bound_deployment.init_args == ("/m", {"threads": 2, "max_slots": 8}, None)
-    keyed = build_app({"model": "/m", "api_key": "k3y"})
-    assert keyed._bound_deployment.init_args == ("/m", {}, "k3y")
+    assert app._bound_deployment.init_args == ("/m", {"threads": 2, "max_slots": 8}, None, ())
+    keyed = build_app({"model": "/m", "api_key": "k3y", "allowed_origins": "http://a, http://b"})
+    assert keyed._bound_deployment.init_args == ("/m", {}, "k3y", ("http://a", "http://b"))
     with pytest.raises(ValueError):
         build_app({})

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -221,12 +222,18 @@ def _validation_message(exc: ValidationError | RequestValidationError) -> tuple[
 
 
 def create_app(
-    engine: ServeEngine, *, manage_engine: bool = True, api_key: str | None = None
+    engine: ServeEngine,
+    *,
+    manage_engine: bool = True,
+    api_key: str | None = None,
+    allowed_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The FastAPI app serving ``engine``; with ``manage_engine`` the app's lifespan starts
     and stops its scheduler. With ``api_key``, the ``/v1`` endpoints answer 401 unless the
     request carries ``Authorization: Bearer <api_key>`` (what OpenAI clients send);
-    ``/health`` and ``/metrics`` stay open for load balancers and Prometheus."""
+    ``/health`` and ``/metrics`` stay open for load balancers and Prometheus.
+    ``allowed_origins``: web origins whose pages may call the API from a browser (CORS;
+    ``"*"`` for any)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -240,6 +247,13 @@ def create_app(
 
     app = FastAPI(title="genai serve", version="1", lifespan=lifespan)
     app.state.engine = engine
+    if allowed_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(allowed_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["*"],
+        )
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:

@@ -23,6 +23,7 @@ clusters.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ class GenaiReplica:
         model: str,
         engine_options: dict[str, Any] | None = None,
         api_key: str | None = None,
+        allowed_origins: Sequence[str] = (),
     ) -> None:
         options = dict(engine_options or {})
         options.setdefault("model_name", Path(model).name)
@@ -62,10 +64,11 @@ class GenaiReplica:
         options.setdefault("lanes", 1)
         self.engine = ServeEngine.from_path(model, **options)
         self.api_key = api_key
+        self.allowed_origins = tuple(allowed_origins)
         self.pid = os.getpid()
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self.engine, api_key=self.api_key)
+        return create_app(self.engine, api_key=self.api_key, allowed_origins=self.allowed_origins)
 
 
 try:  # late-bound ingress: the app is built per replica, after __init__ loaded the model
@@ -113,8 +116,8 @@ def build_app(args: dict[str, Any]) -> Any:
     for autoscaling, ``num_cpus`` per replica, ``max_ongoing_requests``, ``name``), and
     `ServeEngine` options (``threads``, ``max_slots``, ``max_queue``, ``request_timeout``,
     ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``, ``lanes``: default 1 per replica),
-    and ``api_key`` (see `genai.serve.app.create_app`). Values may be strings (from the
-    command line).
+    and ``api_key`` and ``allowed_origins`` (a list, or a comma-separated string; see
+    `genai.serve.app.create_app`). Values may be strings (from the command line).
     """
     args = dict(args)
     model = args.pop("model", None)
@@ -122,6 +125,9 @@ def build_app(args: dict[str, Any]) -> Any:
         raise ValueError("build_app needs args['model'], the model folder")
     name = str(args.pop("name", "genai"))
     api_key = args.pop("api_key", None)
+    origins = args.pop("allowed_origins", ())
+    if isinstance(origins, str):
+        origins = [o.strip() for o in origins.split(",") if o.strip()]
     engine: dict[str, Any] = {}
     for key in ENGINE_OPTIONS:
         if key in args:
@@ -134,7 +140,8 @@ def build_app(args: dict[str, Any]) -> Any:
     if "threads" in engine and "ray_actor_options" not in options:
         options["ray_actor_options"] = {"num_cpus": float(engine["threads"])}
     deployment = serve.deployment(GenaiReplica, name=name, **options)
-    return deployment.bind(str(model), engine, None if api_key is None else str(api_key))
+    key = None if api_key is None else str(api_key)
+    return deployment.bind(str(model), engine, key, tuple(origins))
 
 
 def _number(value: Any) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from .app import ServeEngine, create_app
@@ -19,11 +20,13 @@ def run_server(
     port: int = 8000,
     log_level: str = "info",
     api_key: str | None = None,
+    allowed_origins: Sequence[str] = (),
 ) -> None:
-    """Serve ``engine`` until interrupted (``api_key``: see `create_app`)."""
+    """Serve ``engine`` until interrupted (``api_key``, ``allowed_origins``: see
+    `create_app`)."""
     import uvicorn
 
-    app = create_app(engine, api_key=api_key)
+    app = create_app(engine, api_key=api_key, allowed_origins=allowed_origins)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 
@@ -36,8 +39,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class BackgroundServer:
     """uvicorn serving ``engine`` on ``host``:``port`` in a daemon thread; a context manager
-    that waits until the server accepts connections and stops it on exit (``api_key``: see
-    `create_app`; ``config``: more `uvicorn.Config` options)."""
+    that waits until the server accepts connections and stops it on exit (``api_key``,
+    ``allowed_origins``: see `create_app`; ``config``: more `uvicorn.Config` options)."""
 
     def __init__(
         self,
@@ -46,6 +49,7 @@ class BackgroundServer:
         port: int | None = None,
         *,
         api_key: str | None = None,
+        allowed_origins: Sequence[str] = (),
         **config: Any,
     ) -> None:
         import uvicorn
@@ -56,7 +60,10 @@ class BackgroundServer:
         options = {"log_level": "warning", "access_log": False, **config}
         self._server = uvicorn.Server(
             uvicorn.Config(
-                create_app(engine, api_key=api_key), host=host, port=self.port, **options
+                create_app(engine, api_key=api_key, allowed_origins=allowed_origins),
+                host=host,
+                port=self.port,
+                **options,
             )
         )
         self._thread = threading.Thread(target=self._server.run, name="genai-uvicorn", daemon=True)
