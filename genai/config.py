@@ -34,6 +34,7 @@ _INT_OR_LIST = (int, list)
 ANY_STRINGS = "any-strings"
 OPAQUE = "opaque"
 _PROVIDER_OPTIONS = "provider-options"
+_PIPELINE = "pipeline"
 
 _SESSION_OPTIONS: dict[str, Any] = {
     "log_id": _STR,
@@ -96,6 +97,23 @@ _SLIDING_WINDOW = {
     "cache_slack": _INT,
 }
 
+_STRINGS = (list,)  # a list of strings: checked by _Validator._strings
+
+#: One stage of ``model.decoder.pipeline`` (the reference's keys; see `genai.pipeline`).
+_PIPELINE_STAGE: dict[str, Any] = {
+    "filename": _STR,
+    "session_options": _SESSION_OPTIONS,
+    "run_options": ANY_STRINGS,
+    "inputs": _STRINGS,
+    "outputs": _STRINGS,
+    "output_names_forwarder": ANY_STRINGS,
+    "run_on_prompt": _BOOL,
+    "run_on_token_gen": _BOOL,
+    "is_lm_head": _BOOL,
+    "inherit_session_options": _BOOL,
+    "reset_session_idx": _INT,
+}
+
 _DECODER: dict[str, Any] = {
     "filename": _STR,
     "hidden_size": _INT,
@@ -108,7 +126,7 @@ _DECODER: dict[str, Any] = {
     "inputs": _DECODER_INPUTS,
     "outputs": _DECODER_OUTPUTS,
     "sliding_window": _SLIDING_WINDOW,
-    "pipeline": OPAQUE,
+    "pipeline": _PIPELINE,
     "layer_types": (list,),
     "shared_initializers": (list,),
     "state_groups": OPAQUE,
@@ -214,6 +232,12 @@ class _Validator:
         if schema == _PROVIDER_OPTIONS:
             self._provider_options(value, path)
             return
+        if schema == _PIPELINE:
+            self._pipeline(value, path)
+            return
+        if schema is _STRINGS:
+            self._strings(value, path)
+            return
         if isinstance(schema, tuple):
             self._leaf(value, schema, path)
             return
@@ -244,6 +268,30 @@ class _Validator:
                 f"{path} in {self.source} must be {_type_names(types)}, "
                 f"got {type(value).__name__} {value!r}"
             )
+
+    def _strings(self, value: Any, path: str) -> None:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{path} in {self.source} must be a list of strings, got {value!r}")
+
+    def _pipeline(self, value: Any, path: str) -> None:
+        """``[{stage: {...}, ...}, ...]`` (stages in order; several per object allowed) or one
+        ``{stage: {...}, ...}`` object, as the reference parses it; each stage needs
+        ``filename``."""
+        groups = value if isinstance(value, list) else [value]
+        if not isinstance(value, list | dict):
+            raise ConfigError(f"{path} in {self.source} must be a list of {{stage: {{...}}}}")
+        seen: set[str] = set()
+        for index, group in enumerate(groups):
+            where = f"{path}[{index}]" if isinstance(value, list) else path
+            self._object(group, where)
+            for name, stage in group.items():
+                stage_path = f"{where}.{name}"
+                if name in seen:
+                    raise ConfigError(f"{stage_path} in {self.source}: stage {name!r} twice")
+                seen.add(name)
+                self.check(stage, _PIPELINE_STAGE, stage_path)
+                if "filename" not in stage:
+                    raise ConfigError(f"{stage_path}.filename is required in {self.source}")
 
     def _provider_options(self, value: Any, path: str) -> None:
         if not isinstance(value, list):
@@ -313,6 +361,21 @@ class Config:
         """The ``model.decoder`` section."""
         return self._data["model"]["decoder"]
 
+    def pipeline_stages(self) -> list[tuple[str, dict[str, Any]]]:
+        """The stages of ``model.decoder.pipeline`` in order, as (dotted path, stage object);
+        the last part of the path is the stage's name. Empty without a pipeline."""
+        value = (self._data.get("model", {}).get("decoder") or {}).get("pipeline")
+        if not value:
+            return []
+        path = "model.decoder.pipeline"
+        if isinstance(value, dict):
+            return [(f"{path}.{name}", stage) for name, stage in value.items()]
+        return [
+            (f"{path}[{index}].{name}", stage)
+            for index, group in enumerate(value)
+            for name, stage in group.items()
+        ]
+
     @property
     def context_length(self) -> int:
         """``model.context_length``: the longest sequence the model supports."""
@@ -354,6 +417,8 @@ class Config:
             self.resolve_file(decoder["filename"], "model.decoder.filename", must_exist=False)
         if decoder is not None and decoder.get("sliding_window") is not None:
             self._check_sliding_window(decoder)
+        for path, stage in self.pipeline_stages():
+            self.resolve_file(stage["filename"], f"{path}.filename", must_exist=False)
         max_length = self.get("search.max_length", 0)
         if max_length and max_length > model["context_length"]:
             raise ConfigError(

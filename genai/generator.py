@@ -17,7 +17,9 @@ to the constraints and the stop-string matchers; a row that hits a stop string i
 
 QNN-style windowed models (``sliding_window.slide_key_value_cache``) run outside the native loop:
 a `genai.windowed_runner.WindowedRunner` feeds the pending tokens (prompts a window at a time)
-and writes the logits rows; the loop still chooses, commits and keeps the sequences.
+and writes the logits rows; the loop still chooses, commits and keeps the sequences. Pipeline
+models (``model.decoder.pipeline``, several graphs) run the same way, through a
+`genai.pipeline.PipelineRunner`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ._core.sampling import Sampler
 from .beam_search import BeamScorer
 from .errors import GenerationError, SearchOptionError
 from .kv_cache import make_kv_cache
+from .pipeline import PipelineRunner
 from .stop import StopStringMatcher
 from .windowed_cache import sliding_window_spec
 from .windowed_runner import WindowedRunner
@@ -128,6 +131,10 @@ class Generator:
                 self._sampler.set_logit_bias(
                     None, list(params.logit_bias), list(params.logit_bias.values())
                 )
+        if model.pipeline is not None:
+            self._init_pipeline(model, params, pad_id)
+            return
+        self._pipeline: PipelineRunner | None = None
         # Each generator binds its own buffers: it gets its own binding on the shared session.
         self._session = session = model.session.new_binding()
         # Inputs beyond ids/mask/positions/KV that every run needs (e.g. LoRA weights, bound to
@@ -189,11 +196,56 @@ class Generator:
         self._logits_rows = self._loop.array("logits_rows")
         if window is not None:
             self._windowed = WindowedRunner(io, window, session, batch, self._logits_rows)
+        self._init_python_stage(model, params)
+
+    def _init_pipeline(self, model: Model, params: GeneratorParams, pad_id: int) -> None:
+        """A pipeline model (`genai.pipeline`): its runner feeds the stages and writes the
+        logits rows; the loop (without a session) chooses, commits and keeps the sequences."""
+        if self.num_beams > 1:
+            raise NotImplementedError("beam search (num_beams > 1) with a pipeline model")
+        io, search = self._io, self.search
+        self._session = None
+        self._kv = None
+        self._windowed = None
+        self.active_adapters = []
+        self._loop = DecoderLoop(
+            None,
+            input_ids=io.input_ids,
+            attention_mask=io.attention_mask,
+            position_ids=io.position_ids,
+            logits=io.logits,
+            batch=self.rows,
+            vocab=io.vocab_size,
+            max_length=self.max_length,
+            pad_id=pad_id,
+            eos_ids=self._eos,
+            id_dtype=io.id_dtype,
+            mask_dtype=io.mask_dtype,
+            logits_dtype=io.logits_dtype,
+            kv_pairs=[],
+            sampler=self._sampler,
+            logprobs=search.top_logprobs if (search.logprobs or search.top_logprobs) else -1,
+        )
+        self._sequences = self._loop.array("sequences")
+        self._logits_rows = self._loop.array("logits_rows")
+        self._pipeline = PipelineRunner(
+            model,
+            self.rows,
+            self.max_length,
+            search.past_present_share_buffer,
+            pad_id,
+            self._logits_rows,
+        )
+        self._init_python_stage(model, params)
+
+    def _init_python_stage(self, model: Model, params: GeneratorParams) -> None:
+        """State beyond the loop: finish tracking, guidance and stop strings."""
+        io, search, batch = self._io, self.search, self.rows
         self._done = self._loop.array("done")
         #: where the tokens counted by max_new_tokens start (the end of the last append)
         self._gen_start = 0
         #: the sequence length at which the rows stop: max_length, or sooner by max_new_tokens
-        self._stop_length = max_length
+        self._stop_length = self.max_length
         # --- the Python stage: guidance and stop strings (None when unused) ---
         self._constraints: list[Any] | None = None
         self._ff_tokens = False
@@ -275,18 +327,24 @@ class Generator:
             )
         self._loop.append(array)
         self._new_generation()
-        if self._windowed is not None:
-            self._run_pending()
+        if self._windowed is not None or self._pipeline is not None:
+            self._run_pending(prompt=length == 0)
         else:
             self._loop.run(length == 0)
 
-    def _run_pending(self) -> None:
-        """Run the model on the pending tokens so the logits are current."""
-        if self._windowed is None:
-            self._loop.run(False)
+    def _run_pending(self, prompt: bool = False) -> None:
+        """Run the model on the pending tokens so the logits are current (``prompt``: they
+        start the sequences)."""
+        loop = self._loop
+        if self._pipeline is not None:
+            pipeline = self._pipeline
+            pipeline.feed(self._sequences[:, pipeline.computed : loop.length], prompt)
+        elif self._windowed is not None:
+            runner = self._windowed
+            runner.feed(self._sequences[:, runner.computed : loop.length])
+        else:
+            loop.run(False)
             return
-        runner, loop = self._windowed, self._loop
-        runner.feed(self._sequences[:, runner.computed : loop.length])
         if self._sampler is not None:
             self._sampler.forget_logits()  # rows rewritten outside the loop
         loop.set_logits_ready()
@@ -309,7 +367,7 @@ class Generator:
             raise GenerationError(
                 f"the rows generated max_new_tokens ({self.search.max_new_tokens}) tokens"
             )
-        if self._windowed is not None and not loop.logits_ready:
+        if (self._windowed is not None or self._pipeline is not None) and not loop.logits_ready:
             self._run_pending()
         if self._python_stage:
             self._guided_step()
@@ -431,7 +489,8 @@ class Generator:
         if limit < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {limit}")
         limit = min(limit, max(self._stop_length - loop.length, 0))
-        if self._beams is None and not self._python_stage and self._windowed is None:
+        external = self._windowed is not None or self._pipeline is not None
+        if self._beams is None and not self._python_stage and not external:
             return loop.steps(limit)
         made = 0
         while made < limit and not self.is_done():
@@ -552,10 +611,11 @@ class Generator:
     def get_output(self, name: str) -> np.ndarray:
         """A host copy of the last run's output ``name`` (``"logits"``, ``"present.0.key"``)."""
         loop = self._loop
-        if self._windowed is not None:
-            if not self._windowed.computed:
+        runner = self._windowed or self._pipeline
+        if runner is not None:
+            if not runner.last_run_count:
                 raise GenerationError("the model has not run yet")
-            value = self._windowed.read_output(name)
+            value = runner.read_output(name)
             if value is None:
                 raise KeyError(f"{name!r} is not an output of the model")
             return value
@@ -573,10 +633,11 @@ class Generator:
     def get_input(self, name: str) -> np.ndarray:
         """A host copy of the last run's input ``name``."""
         io = self._io
-        if self._windowed is not None:
-            if not self._windowed.computed:
+        runner = self._windowed or self._pipeline
+        if runner is not None:
+            if not runner.last_run_count:
                 raise GenerationError("the model has not run yet")
-            value = self._windowed.read_input(name)
+            value = runner.read_input(name)
             if value is None:
                 raise KeyError(f"{name!r} is not an input of the model")
             return value
@@ -609,6 +670,8 @@ class Generator:
                 )
             self._windowed.reset()
         self._loop.rewind(length)
+        if self._pipeline is not None:
+            self._pipeline.rewind(length)
         if self._kv is not None:
             self._kv.truncate(self._loop.computed)
         if self._python_stage:
@@ -627,6 +690,8 @@ class Generator:
             raise NotImplementedError("snapshot needs batch_size 1 and num_beams 1")
         if self._windowed is not None:
             raise NotImplementedError("snapshots of windowed models (slide_key_value_cache)")
+        if self._pipeline is not None:
+            raise NotImplementedError("snapshots of pipeline models (model.decoder.pipeline)")
         length = self._loop.length
         if length < 1:
             raise GenerationError("nothing to snapshot: append tokens first")
@@ -646,6 +711,8 @@ class Generator:
             raise NotImplementedError("restore needs batch_size 1 and num_beams 1")
         if self._windowed is not None:
             raise NotImplementedError("snapshots of windowed models (slide_key_value_cache)")
+        if self._pipeline is not None:
+            raise NotImplementedError("snapshots of pipeline models (model.decoder.pipeline)")
         if snapshot.io != self._io or snapshot.layout != type(self._kv).__name__:
             raise ValueError("the snapshot comes from another model or KV layout")
         length = snapshot.tokens.shape[1]
@@ -661,6 +728,8 @@ class Generator:
         """Bytes allocated for the KV cache."""
         if self._windowed is not None:
             return self._windowed.cache.nbytes
+        if self._pipeline is not None:
+            return self._pipeline.nbytes
         return self._kv.nbytes
 
     @property
@@ -669,4 +738,6 @@ class Generator:
         sliding-window layer only its resident positions)."""
         if self._windowed is not None:
             return self._windowed.cache.used_bytes(self._windowed.computed)
+        if self._pipeline is not None:
+            return self._pipeline.used_bytes()
         return self._kv.used_bytes(self._loop.computed)

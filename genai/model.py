@@ -8,13 +8,15 @@ import re
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from . import hugepages, plugins
 from ._core.native_session import NativeSession
-from .config import Config
+from .config import Config, normalize_provider_name
 from .errors import ConfigError
+from .pipeline import PIPELINE_TYPE, PipelineStage, check_stages, read_stages, stage_session_options
 from .providers import ExecutionProvider, get_provider
 from .windowed_cache import static_shape_overrides
 
@@ -160,16 +162,33 @@ class Model:
     (`genai.windowed_cache.static_shape_overrides`, on top of the provider's own
     ``free_dimension_overrides``): `shape_sessions` ``{W: ..., 1: ...}``; `session` is the
     one-token session. Each session holds its own copy of the weights.
+
+    A multi-graph decoder (``model.type`` ``"decoder-pipeline"`` with
+    ``model.decoder.pipeline``, `genai.pipeline`) gets one session per stage
+    (`stage_sessions`, in stage order, each made with the stage's merged session options and
+    its own first provider); `pipeline` describes the stages, `io` their union, and `session`
+    is the stage that writes the logits.
     """
 
     def __init__(self, config: str | os.PathLike[str] | Config) -> None:
         self.config = config if isinstance(config, Config) else Config(config)
         model_type = self.config.get("model.type")
-        if model_type not in DECODER_ONLY_TYPES or self.config.get("model.decoder") is None:
+        pipelined = model_type == PIPELINE_TYPE
+        if not pipelined and (
+            model_type not in DECODER_ONLY_TYPES or self.config.get("model.decoder") is None
+        ):
             raise NotImplementedError(
                 f"model.type {model_type!r} in {self.config.file} is not supported yet; "
-                f"supported decoder-only types: {', '.join(sorted(DECODER_ONLY_TYPES))}"
+                f"supported decoder-only types: {', '.join(sorted(DECODER_ONLY_TYPES))}, "
+                f"and {PIPELINE_TYPE!r} (model.decoder.pipeline)"
             )
+        if not pipelined and self.config.pipeline_stages():
+            self._check_ignored_pipeline(str(model_type))
+        #: The stages of a multi-graph decoder (`genai.pipeline.PipelineStage`, in run order),
+        #: or None for a single-graph model.
+        self.pipeline: tuple[PipelineStage, ...] | None = None
+        #: One session per pipeline stage (empty for a single-graph model).
+        self.stage_sessions: tuple[NativeSession, ...] = ()
         providers = self.config.providers
         name, options = providers[0] if providers else ("cpu", {})
         # The provider decides everything hardware-specific; one that cannot run raises
@@ -182,6 +201,9 @@ class Model:
         #: Run length -> session, for a windowed model on a provider with static shapes
         #: (see above); empty otherwise.
         self.shape_sessions: dict[int, NativeSession] = {}
+        if pipelined:
+            self._load_pipeline()
+            return
         shapes = static_shape_overrides(self.config) if self.provider.static_shapes else {}
         # The session's weights (prepacked by ORT into anonymous memory) are backed by 2 MiB
         # pages where the OS allows: a decode step streams all of them (genai.hugepages).
@@ -207,6 +229,68 @@ class Model:
                 f"length ({self.provider.name}'s static shapes) are not supported"
             )
 
+    def _check_ignored_pipeline(self, model_type: str) -> None:
+        """A pipeline section under another model type: the reference ignores it and loads
+        ``decoder.filename``; so does genai, with a warning, when that file exists."""
+        filename = self.config.decoder.get("filename", "model.onnx")
+        path = self.config.resolve_file(filename, "model.decoder.filename", must_exist=False)
+        if self.config.model_data(filename) is None and not path.is_file():
+            raise ConfigError(
+                f"{self.config.file} has model.decoder.pipeline stages but model.type "
+                f"{model_type!r}: stages run only with model.type {PIPELINE_TYPE!r}, and "
+                f"model.decoder.filename {filename!r} (loaded instead) does not exist"
+            )
+        warnings.warn(
+            f"{self.config.file}: model.decoder.pipeline is ignored because model.type is "
+            f"{model_type!r}, not {PIPELINE_TYPE!r}; loading {filename} (as the reference does)",
+            stacklevel=3,
+        )
+
+    def _load_pipeline(self) -> None:
+        """One session per stage of ``model.decoder.pipeline``, checked against the config."""
+        config = self.config
+        if config.decoder.get("sliding_window"):
+            raise NotImplementedError(
+                f"model.decoder.sliding_window with model.decoder.pipeline ({config.file}): "
+                "windowed caches over pipeline stages (QNN-style static graphs per stage) are "
+                "not supported"
+            )
+        stages = read_stages(config)
+        sessions = []
+        default_run = config.get("model.decoder.run_options")
+        with hugepages.backing_new_memory() as report:
+            for stage in stages:
+                options = stage_session_options(config, stage)
+                listed = options.get("provider_options") or []
+                name, provider_opts = next(iter(listed[0].items())) if listed else ("cpu", {})
+                provider = get_provider(normalize_provider_name(name))
+                provider_opts = provider.validate_options(provider_opts)
+                _check_stage_provider(stage, provider, provider_opts)
+                session = self._create_session(
+                    session_cfg=options,
+                    filename=stage.filename,
+                    what=f"{stage.path}.filename",
+                    provider=provider,
+                    provider_options=provider_opts,
+                    run_options=stage.run_options if stage.run_options is not None else default_run,
+                )
+                provider.check_session(session)
+                sessions.append(session)
+        self.huge_pages = report
+        self.stage_sessions = tuple(sessions)
+        self.io = _describe_io(config, _StageUnion(stages, sessions), where="the pipeline stages")
+        check_stages(config, stages, self.stage_sessions, self.io)
+        self.lora_inputs = {}
+        for stage, session in zip(stages, sessions, strict=True):
+            if _describe_lora_inputs(config, session):
+                raise NotImplementedError(
+                    f"LoRA inputs in pipeline stage {stage.name!r} ({stage.filename}) are not "
+                    "supported"
+                )
+        logits_stage = next(i for i, s in enumerate(stages) if self.io.logits in s.outputs)
+        self.session = sessions[logits_stage]
+        self.pipeline = stages
+
     @property
     def type(self) -> str:
         """``model.type`` from the config (e.g. ``"llama"``)."""
@@ -222,26 +306,42 @@ class Model:
         """The model folder."""
         return self.config.path
 
-    def _create_session(self, fixed: dict[str, int] | None = None) -> NativeSession:
+    def _create_session(
+        self,
+        fixed: dict[str, int] | None = None,
+        *,
+        session_cfg: dict[str, Any] | None = None,
+        filename: str | None = None,
+        what: str = "model.decoder.filename",
+        provider: ExecutionProvider | None = None,
+        provider_options: dict[str, str] | None = None,
+        run_options: dict[str, str] | None = None,
+    ) -> NativeSession:
         """The decoder's session; ``fixed``: symbolic dimensions to fix beyond the provider's
-        (they take precedence)."""
+        (they take precedence). A pipeline stage passes its own session options, file,
+        provider and run options (defaults: the decoder's)."""
         config = self.config
-        session_cfg = config.get("model.decoder.session_options", {}) or {}
+        if session_cfg is None:
+            session_cfg = config.get("model.decoder.session_options", {}) or {}
+            run_options = config.get("model.decoder.run_options")
+        provider = provider or self.provider
+        if provider_options is None:
+            provider_options = self.provider_options
         level = session_cfg.get("graph_optimization_level", "ORT_ENABLE_ALL")
         if level not in _OPT_LEVELS:
             raise ConfigError(
-                f"model.decoder.session_options.graph_optimization_level {level!r} in "
-                f"{config.file} must be one of {', '.join(_OPT_LEVELS)}"
+                f"{what.rsplit('.', 1)[0]}.session_options.graph_optimization_level {level!r} "
+                f"in {config.file} must be one of {', '.join(_OPT_LEVELS)}"
             )
         entries = {k: v for k, v in session_cfg.items() if k not in _SESSION_OPTION_KEYS}
         custom_ops = session_cfg.get("custom_ops_library")
-        filename = config.decoder.get("filename", "model.onnx")
-        path = config.resolve_file(filename, "model.decoder.filename")
-        spec = self.provider.session_spec(self.provider_options, config)
+        filename = filename or config.decoder.get("filename", "model.onnx")
+        path = config.resolve_file(filename, what)
+        spec = provider.session_spec(provider_options, config)
         entries.update(spec.config_entries)
         overrides = {**spec.free_dimension_overrides, **(fixed or {})}
-        run_entries = dict(config.get("model.decoder.run_options") or {})
-        if self.provider.graph_capture_enabled(self.provider_options):
+        run_entries = dict(run_options or {})
+        if provider.graph_capture_enabled(provider_options):
             # No run is captured unless a generator asks for it with a graph id of its own
             # (DecoderLoop.use_graph_capture): onnxruntime would capture the first run under
             # the default id 0 and replay it for every later one.
@@ -285,13 +385,54 @@ class Model:
         return f"Model({str(self.path)!r}, type={self.type!r}, provider={self.provider.name!r})"
 
 
-def _describe_io(config: Config, session: NativeSession) -> DecoderIO:
+def _check_stage_provider(
+    stage: PipelineStage, provider: ExecutionProvider, options: dict[str, str]
+) -> None:
+    """Refuse, naming the stage, what the pipeline runner (host buffers bound by name, one
+    dynamic-shape session per stage) cannot do with a stage's provider."""
+    where = f"pipeline stage {stage.name!r} on {provider.name}"
+    if provider.static_shapes:
+        raise NotImplementedError(
+            f"{where}: a provider with static shapes (one fixed-shape session per run length) "
+            "is not supported for pipeline stages"
+        )
+    if provider.session_kv is not None:
+        raise NotImplementedError(f"{where}: a KV cache kept inside the session is not supported")
+    if provider.graph_capture_enabled(options):
+        raise NotImplementedError(f"{where}: graph capture is not supported in pipeline stages")
+    if provider.session_memory_device:
+        raise NotImplementedError(
+            f"{where}: the session wants some inputs or outputs in "
+            f"{provider.session_memory_device} memory; the pipeline runner binds host memory"
+        )
+
+
+class _StageUnion:
+    """The inputs and outputs of every stage session, as `_describe_io` reads one session."""
+
+    def __init__(self, stages: tuple[PipelineStage, ...], sessions: list[NativeSession]) -> None:
+        self.input_dtypes: dict[str, Any] = {}
+        self.output_dtypes: dict[str, Any] = {}
+        self.output_shapes: dict[str, Any] = {}
+        for stage, session in zip(stages, sessions, strict=True):
+            for name, dtype in session.input_dtypes.items():
+                seen = self.input_dtypes.setdefault(name, dtype)
+                if seen != dtype:
+                    raise ConfigError(
+                        f"input {name!r} of pipeline stage {stage.name!r} has type {dtype}; "
+                        f"an earlier stage takes it as {seen}"
+                    )
+            self.output_dtypes.update(session.output_dtypes)
+            self.output_shapes.update(session.output_shapes)
+
+
+def _describe_io(config: Config, session: Any, where: str | None = None) -> DecoderIO:
     inputs = session.input_dtypes
     outputs = session.output_dtypes
     output_shapes = session.output_shapes
     names_in = config.decoder.get("inputs", {})
     names_out = config.decoder.get("outputs", {})
-    where = f"the graph {config.decoder.get('filename', 'model.onnx')}"
+    where = where or f"the graph {config.decoder.get('filename', 'model.onnx')}"
 
     def graph_input(key: str, default: str, required: bool) -> str | None:
         name = names_in.get(key, default)

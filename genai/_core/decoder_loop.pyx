@@ -128,16 +128,25 @@ cdef class DecoderLoop:
         that many top alternatives per step. ``grow_kv(needed, filled) -> capacity`` grows a
         shared-buffer KV cache holding ``kv_capacity`` positions (-1: no limit) before a run
         that would not fit; a KV cache with an ``attach_loop(loop)`` method, whose ``ensure``
-        is passed as ``grow_kv``, is handed the loop (see `rewind`)."""
+        is passed as ``grow_kv``, is handed the loop (see `rewind`).
+
+        ``session`` None: the model runs outside the loop (a runner of the caller's writes
+        ``logits_rows`` and calls `set_logits_ready`); the loop only chooses and commits, and
+        a run it is asked for fails with `GenerationError`."""
         cdef Py_ssize_t i
         self.sess = session
         self._arrays = {}
         self.batch, self.vocab, self.max_length = batch, vocab, max_length
         self.pad_id = pad_id
-        self.ids_in = session.input_index(input_ids)
-        self.mask_in = session.input_index(attention_mask) if attention_mask else -1
-        self.pos_in = session.input_index(position_ids) if position_ids else -1
-        self.logits_out = session.output_index(logits)
+        if session is None:
+            if kv_pairs:
+                raise ValueError("kv_pairs need a session")
+            self.ids_in = self.mask_in = self.pos_in = self.logits_out = -1
+        else:
+            self.ids_in = session.input_index(input_ids)
+            self.mask_in = session.input_index(attention_mask) if attention_mask else -1
+            self.pos_in = session.input_index(position_ids) if position_ids else -1
+            self.logits_out = session.output_index(logits)
         self.ids_elem = _elem_of(id_dtype)
         self.mask_elem = _elem_of(mask_dtype)
         self.logits_elem = _elem_of(logits_dtype)
@@ -209,6 +218,8 @@ cdef class DecoderLoop:
         ``kv_initial_capacity=0``, is captured once). ``graph_id`` -1: no run is captured (a
         session made with graph capture on, used by a generator that cannot)."""
         graph_id = int(graph_id)
+        if self.sess is None:
+            raise ValueError("graph capture needs a session")
         if graph_id == -1:
             self.sess.set_graph_capture(-1)
             self.capture = False
@@ -462,6 +473,9 @@ cdef class DecoderLoop:
         if count <= 0:
             self.error_message = b"no pending tokens to run"
             return LOOP_ERR_NOTHING
+        if self.sess is None:
+            self.error_message = b"this loop has no session: its model runs outside the loop"
+            return LOOP_ERR_NOTHING
         if self.kv_capacity >= 0 and stop > self.kv_capacity:
             return LOOP_NEED_GROW  # before touching any state
         if not prompt and batch > 1 and count > 1:
@@ -603,4 +617,6 @@ cdef class DecoderLoop:
             raise GenerationError(message)
         if rc == LOOP_ERR_LOGITS:
             raise RuntimeError(message)
+        if self.sess is None:
+            raise RuntimeError(message or f"decode loop error {rc}")
         self.sess.raise_last_error()

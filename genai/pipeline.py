@@ -1,0 +1,453 @@
+"""Multi-graph decoders: ``model.decoder.pipeline`` with ``model.type`` ``"decoder-pipeline"``.
+
+A pipeline model is a decoder cut into stages, each its own ONNX file and session (QNN/NPU
+folders split embeddings, transformer blocks and the LM head this way, or keep one graph for the
+prompt and another for generation). Each step runs the stages in config order:
+
+* A stage runs on a *prompt run* (more than one token per row) unless ``run_on_prompt`` is
+  false, and on a *token run* (one token per row) unless ``run_on_token_gen`` is false.
+* Its inputs are bound by name: the model inputs the engine computes (``input_ids``,
+  ``attention_mask``, ``position_ids``: ``model.decoder.inputs``), the past KV of each layer
+  (``past_key_names`` / ``past_value_names`` templates), or a tensor an earlier stage output
+  (under its ``output_names_forwarder`` name when it has one). Stage outputs stay available
+  to later stages (and to `genai.Generator.get_output`) until the stage runs again; after a
+  token run the outputs of stages with ``run_on_token_gen`` false are dropped (as the
+  reference does).
+* KV: each layer's present (``present_key_names`` / ``present_value_names``) becomes the next
+  run's past, whichever stage wrote it. With ``search.past_present_share_buffer`` one
+  ``[batch, kv_heads, max_length, head_size]`` buffer per K and V is bound as both (the graph
+  writes in place); otherwise pasts start empty and grow.
+* The logits are read from the stage that outputs ``model.decoder.outputs.logits``, at each
+  row's last real token.
+
+`read_stages` parses the config; `check_stages` checks the stages against their graphs when
+`genai.Model` loads them; `PipelineRunner` runs a generator's pending tokens through them
+(`genai.Generator` keeps sequences, sampling and everything else, as for windowed models).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import ConfigError, GenerationError
+
+if TYPE_CHECKING:
+    from ._core.native_session import NativeSession
+    from .config import Config
+    from .model import DecoderIO
+
+__all__ = [
+    "PIPELINE_TYPE",
+    "PipelineRunner",
+    "PipelineStage",
+    "check_stages",
+    "read_stages",
+    "stage_session_options",
+]
+
+#: The ``model.type`` that makes a decoder run as a pipeline (the reference's only one).
+PIPELINE_TYPE = "decoder-pipeline"
+
+#: ``model.decoder.inputs`` keys the runner feeds; any other one a stage lists is refused.
+_FED_INPUT_KEYS = frozenset(
+    ["input_ids", "attention_mask", "position_ids", "past_key_names", "past_value_names"]
+)
+
+
+@dataclass(frozen=True)
+class PipelineStage:
+    """One stage of ``model.decoder.pipeline`` (the reference's keys)."""
+
+    #: The stage's name (its key in the config).
+    name: str
+    #: Where the config holds it (``model.decoder.pipeline[0].embeddings``).
+    path: str
+    #: The ONNX file, relative to the model folder.
+    filename: str
+    #: Graph inputs, bound by name.
+    inputs: tuple[str, ...]
+    #: Graph outputs.
+    outputs: tuple[str, ...]
+    #: Whether the stage runs on prompt runs (several tokens per row).
+    run_on_prompt: bool = True
+    #: Whether the stage runs on token runs (one token per row).
+    run_on_token_gen: bool = True
+    #: ``is_lm_head`` (matters only to prompts fed in chunks, which genai's pipelines do not).
+    is_lm_head: bool = False
+    #: ``output_names_forwarder``: (graph output, the name later stages see it under).
+    forwarded: tuple[tuple[str, str], ...] = ()
+    #: The stage's own ``session_options`` (None: the decoder's).
+    session_options: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    #: The stage's ``run_options`` (None: the decoder's).
+    run_options: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    #: ``inherit_session_options``: the stage's options overlay the decoder's.
+    inherit_session_options: bool = False
+    #: ``reset_session_idx`` (-1: none): the reference frees that stage's session when this one
+    #: runs, to save memory; genai keeps every session loaded.
+    reset_session_idx: int = -1
+
+    def stored_name(self, output: str) -> str:
+        """The name later stages read ``output`` under."""
+        return dict(self.forwarded).get(output, output)
+
+    def runs(self, prompt: bool) -> bool:
+        """Whether the stage runs on a prompt run (``prompt``) or a token run."""
+        return self.run_on_prompt if prompt else self.run_on_token_gen
+
+
+def read_stages(config: Config) -> tuple[PipelineStage, ...]:
+    """The stages of ``model.decoder.pipeline`` (validated in shape by `genai.Config`)."""
+    stages = []
+    for path, raw in config.pipeline_stages():
+        name = path.rsplit(".", 1)[-1]
+        forwarder = raw.get("output_names_forwarder") or {}
+        outputs = tuple(raw.get("outputs", ()))
+        for key in forwarder:
+            if key not in outputs:
+                raise ConfigError(
+                    f"{path}.output_names_forwarder names {key!r}, which is not in "
+                    f"{path}.outputs {list(outputs)} ({config.file})"
+                )
+        stages.append(
+            PipelineStage(
+                name=name,
+                path=path,
+                filename=raw["filename"],
+                inputs=tuple(raw.get("inputs", ())),
+                outputs=outputs,
+                run_on_prompt=bool(raw.get("run_on_prompt", True)),
+                run_on_token_gen=bool(raw.get("run_on_token_gen", True)),
+                is_lm_head=bool(raw.get("is_lm_head", False)),
+                forwarded=tuple(forwarder.items()),
+                session_options=raw.get("session_options"),
+                run_options=raw.get("run_options"),
+                inherit_session_options=bool(raw.get("inherit_session_options", False)),
+                reset_session_idx=int(raw.get("reset_session_idx", -1)),
+            )
+        )
+    if not stages:
+        raise ConfigError(f"model.type {PIPELINE_TYPE!r} needs model.decoder.pipeline stages")
+    for stage in stages:
+        if not -1 <= stage.reset_session_idx < len(stages):
+            raise ConfigError(
+                f"{stage.path}.reset_session_idx = {stage.reset_session_idx} in {config.file} "
+                f"is not a stage index in [0, {len(stages)})"
+            )
+    return tuple(stages)
+
+
+def stage_session_options(config: Config, stage: PipelineStage) -> dict[str, Any]:
+    """The session options a stage's session is made with, as the reference merges them: the
+    decoder's when the stage has none; the stage's alone (an empty provider list: CPU) unless
+    ``inherit_session_options``, which overlays them on the decoder's, a provider the stage
+    lists taking the decoder's options for that provider that it does not set."""
+    decoder = dict(config.decoder.get("session_options") or {})
+    if stage.session_options is None:
+        return decoder
+    own = {k: v for k, v in stage.session_options.items()}
+    if not stage.inherit_session_options:
+        return own
+    merged = {**decoder, **own}
+    providers = [
+        {name: dict(options)}
+        for entry in own.get("provider_options", [])
+        for name, options in entry.items()
+    ]
+    for entry in decoder.get("provider_options", []):
+        for name, options in entry.items():
+            mine = next((p[name] for p in providers if name in p), None)
+            if mine is None:
+                providers.append({name: dict(options)})
+            else:
+                for key, value in options.items():
+                    mine.setdefault(key, value)
+    merged["provider_options"] = providers
+    return merged
+
+
+def _managed_names(io: DecoderIO) -> tuple[set[str], set[str]]:
+    """(inputs, outputs) the runner binds itself."""
+    inputs = {io.input_ids, *io.past_keys, *io.past_values}
+    inputs |= {name for name in (io.attention_mask, io.position_ids) if name}
+    return inputs, {io.logits, *io.present_keys, *io.present_values}
+
+
+def check_stages(
+    config: Config,
+    stages: tuple[PipelineStage, ...],
+    sessions: tuple[NativeSession, ...],
+    io: DecoderIO,
+) -> None:
+    """Check each stage's ``inputs`` / ``outputs`` against its graph and the stages before it:
+    every listed name is a graph input / output, every graph input is listed, and each input
+    is a model input the engine feeds or an output of an earlier stage. Raises `ConfigError`
+    naming the key, or `NotImplementedError` for an input genai does not feed."""
+    fed, written = _managed_names(io)
+    decoder_inputs = config.decoder.get("inputs", {})
+    unfed = {v: k for k, v in decoder_inputs.items() if k not in _FED_INPUT_KEYS}
+    produced: set[str] = set()
+    for stage, session in zip(stages, sessions, strict=True):
+        graph_in, graph_out = list(session.input_dtypes), list(session.output_dtypes)
+        where = f"{stage.filename} (stage {stage.name!r})"
+        for name in stage.inputs:
+            if name not in graph_in:
+                raise ConfigError(
+                    f"{stage.path}.inputs lists {name!r}, which is not an input of {where}; "
+                    f"its inputs are: {', '.join(graph_in)}"
+                )
+        for name in graph_in:
+            if name not in stage.inputs:
+                raise ConfigError(f"input {name!r} of {where} is not listed in {stage.path}.inputs")
+        for name in stage.outputs:
+            if name not in graph_out:
+                raise ConfigError(
+                    f"{stage.path}.outputs lists {name!r}, which is not an output of {where}; "
+                    f"its outputs are: {', '.join(graph_out)}"
+                )
+            if name in fed:
+                raise NotImplementedError(
+                    f"{stage.path}.outputs lists {name!r}, a model input; genai does not run "
+                    "stages that write the engine's inputs"
+                )
+        for name in stage.inputs:
+            if name in fed or name in produced:
+                continue
+            if name in unfed:
+                raise NotImplementedError(
+                    f"{stage.path}.inputs lists {name!r} (model.decoder.inputs."
+                    f"{unfed[name]}); genai's pipeline runner does not feed that input"
+                )
+            raise ConfigError(
+                f"{stage.path}.inputs lists {name!r}, which is neither a model input "
+                f"({', '.join(sorted(fed))}) nor an output of an earlier stage ({config.file})"
+            )
+        produced |= {stage.stored_name(name) for name in stage.outputs if name not in written}
+    missing = [io.logits] if not any(io.logits in s.outputs for s in stages) else []
+    missing += [
+        name
+        for name in (*io.present_keys, *io.present_values)
+        if not any(name in s.outputs for s in stages)
+    ]
+    if missing:
+        raise ConfigError(
+            f"no stage of model.decoder.pipeline in {config.file} outputs {', '.join(missing)}"
+        )
+
+
+class PipelineRunner:
+    """Runs a generator's pending tokens through a pipeline model's stages and writes each
+    row's logits (of its last real token) into ``logits_rows``.
+
+    Inputs follow the engine's single-graph rules (`genai._core.decoder_loop`): a first
+    prompt gets mask 1 and positions 0..n-1 for each row's tokens and mask 0, position 0 for
+    its trailing pads; later runs add a mask column of ones per token (batch 1: the mask is
+    all ones) and continue each row's positions; a batch continued with several tokens is
+    fed one token per run. Everything lives in host memory (NumPy arrays bound by name).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        batch: int,
+        max_length: int,
+        share_buffer: bool,
+        pad_id: int,
+        logits_rows: np.ndarray,
+    ) -> None:
+        io: DecoderIO = model.io
+        if io.combined_kv:
+            raise NotImplementedError(
+                "combined K/V caches (model.decoder.inputs.past_names) in a pipeline model"
+            )
+        self.io, self.batch, self.max_length = io, batch, max_length
+        self.stages: tuple[PipelineStage, ...] = model.pipeline
+        self.bindings = [session.new_binding() for session in model.stage_sessions]
+        self.share_buffer, self.pad_id = share_buffer, pad_id
+        self.logits_rows = logits_rows
+        self._past_of = dict(zip(io.present_keys, io.past_keys, strict=True))
+        self._past_of.update(zip(io.present_values, io.past_values, strict=True))
+        self._kv_dtype: dict[str, np.dtype] = {}
+        for stage, session in zip(self.stages, model.stage_sessions, strict=True):
+            dtypes = session.input_dtypes
+            for name in stage.inputs:
+                if name in self._past_of.values():
+                    self._kv_dtype[name] = np.dtype(dtypes[name])
+        dtypes = {}
+        for session in model.stage_sessions:
+            dtypes.update(session.input_dtypes)
+        self._position_dtype = (
+            np.dtype(dtypes[io.position_ids]) if io.position_ids else io.mask_dtype
+        )
+        self.reset()
+
+    # --- state --------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget every token (a fresh generator)."""
+        b, io = self.batch, self.io
+        self.mask = np.zeros((b, 0), io.mask_dtype)
+        self.next_position = np.zeros(b, np.int64)
+        #: Tokens per row the KV cache holds.
+        self.computed = 0
+        #: Tokens per row the last run fed (0 before any run).
+        self.last_run_count = 0
+        self.store: dict[str, np.ndarray] = {}
+        self.logits: np.ndarray | None = None
+        self.last_inputs: dict[str, np.ndarray] = {}
+        width = self.max_length if self.share_buffer else 0
+        self.kv = {
+            past: np.zeros(
+                (b, io.kv_heads, width, io.head_size), self._kv_dtype.get(past, io.kv_dtype)
+            )
+            for past in self._past_of.values()
+        }
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the KV cache."""
+        return sum(a.nbytes for a in self.kv.values())
+
+    def used_bytes(self) -> int:
+        """Bytes of the KV cache the tokens so far occupy."""
+        io = self.io
+        per_position = io.kv_heads * io.head_size * self.batch
+        return sum(per_position * self.computed * a.itemsize for a in self.kv.values())
+
+    def rewind(self, length: int) -> None:
+        """Keep the KV of the first ``length - 1`` tokens (the next run recomputes the last
+        one's logits), as the single-graph loop does."""
+        computed = min(self.computed, max(length - 1, 0))
+        kept = min(self.mask.shape[1], computed)
+        self.mask = np.ascontiguousarray(self.mask[:, :kept])
+        self.next_position = self.mask.sum(axis=1, dtype=np.int64)
+        if not self.share_buffer:
+            self.kv = {k: np.ascontiguousarray(v[:, :, :kept]) for k, v in self.kv.items()}
+        self.computed = computed
+
+    # --- runs ---------------------------------------------------------------------------------
+    def feed(self, tokens: np.ndarray, prompt: bool) -> None:
+        """Run the stages on ``tokens`` ``[batch, count]``, the pending tokens of every row;
+        ``prompt``: they are the first tokens of the sequences (right-padded rows)."""
+        count = tokens.shape[1]
+        if not prompt and self.batch > 1 and count > 1:
+            for column in range(count):
+                self.feed(tokens[:, column : column + 1], False)
+            return
+        io, b = self.io, self.batch
+        if self.share_buffer and self.computed + count > self.max_length:
+            raise GenerationError(f"the sequence would exceed max_length {self.max_length}")
+        ids = np.ascontiguousarray(tokens, io.id_dtype)
+        if prompt:
+            real = np.full(b, count, np.int64)
+            for row in range(b):
+                while real[row] > 0 and tokens[row, real[row] - 1] == self.pad_id:
+                    real[row] -= 1
+            columns = np.arange(count)
+            self.mask = (columns[None, :] < real[:, None]).astype(io.mask_dtype)
+            positions = np.where(self.mask != 0, columns[None, :], 0)
+            last = np.maximum(real - 1, 0)
+            self.next_position = real
+        else:
+            if b == 1:
+                self.mask = np.ones((1, self.mask.shape[1] + count), io.mask_dtype)
+            else:
+                ones = np.ones((b, count), io.mask_dtype)
+                self.mask = np.concatenate([self.mask, ones], axis=1)
+            positions = self.next_position[:, None] + np.arange(count)[None, :]
+            self.next_position = self.next_position + count
+            last = np.full(b, count - 1)
+        fed: dict[str, np.ndarray] = {io.input_ids: ids}
+        if io.attention_mask:
+            fed[io.attention_mask] = self.mask
+        if io.position_ids:
+            fed[io.position_ids] = np.ascontiguousarray(positions, self._position_dtype)
+        fed.update(self.kv)
+        self._run_stages(fed, count > 1)
+        logits = self.logits
+        assert logits is not None
+        if logits.ndim != 3 or logits.shape[0] != b or logits.shape[1] not in (count, 1):
+            raise RuntimeError(
+                f"logits output {io.logits!r} has shape {logits.shape}; expected "
+                f"[{b}, {count} or 1, vocab]"
+            )
+        rows = last if logits.shape[1] == count else np.zeros(b, np.int64)
+        self.logits_rows[:] = logits[np.arange(b), rows, :]
+        self.computed += count
+        self.last_run_count = count
+
+    def _run_stages(self, fed: dict[str, np.ndarray], prompt: bool) -> None:
+        io = self.io
+        presents: dict[str, np.ndarray] = {}
+        ran: list[str] = []
+        self.logits = None
+        for stage, binding in zip(self.stages, self.bindings, strict=True):
+            if not stage.runs(prompt):
+                continue
+            for name in stage.outputs:
+                self.store.pop(stage.stored_name(name), None)
+            for name in stage.inputs:
+                value = fed.get(name)
+                if value is None:
+                    value = self.store.get(name)
+                if value is None:
+                    raise GenerationError(
+                        f"stage {stage.name!r} needs {name!r}, which no stage wrote for this "
+                        f"{'prompt' if prompt else 'token'} run (see run_on_prompt / "
+                        "run_on_token_gen in model.decoder.pipeline)"
+                    )
+                binding.bind_input(name, value)
+            for name in stage.outputs:
+                past = self._past_of.get(name)
+                if past is not None and self.share_buffer:
+                    binding.bind_output(name, self.kv[past])
+                else:
+                    binding.bind_output_to_device(name)
+            binding.run()
+            ran.append(stage.name)
+            for name in stage.outputs:
+                past = self._past_of.get(name)
+                if name == io.logits:
+                    self.logits = binding.get_output(name)
+                elif past is not None:
+                    presents[name] = (
+                        self.kv[past] if self.share_buffer else binding.get_output(name)
+                    )
+                else:
+                    self.store[stage.stored_name(name)] = binding.get_output(name)
+        missing = [name for name in self._past_of if name not in presents]
+        if missing or self.logits is None:
+            what = ", ".join(missing + ([] if self.logits is not None else [io.logits]))
+            raise GenerationError(
+                f"the stages that ran for this {'prompt' if prompt else 'token'} run "
+                f"({', '.join(ran) or 'none'}) did not write {what}"
+            )
+        if not self.share_buffer:
+            self.kv = {self._past_of[name]: value for name, value in presents.items()}
+        if not prompt:  # as the reference: prompt-only stages' outputs end with the first token
+            for stage in self.stages:
+                if not stage.run_on_token_gen:
+                    for name in stage.outputs:
+                        self.store.pop(stage.stored_name(name), None)
+        self.last_inputs = fed
+
+    # --- reading ------------------------------------------------------------------------------
+    def read_output(self, name: str) -> np.ndarray | None:
+        """A copy of the last run's output ``name``: the logits, a present, or a stage output
+        later stages read (by its forwarded name); None when there is none."""
+        io = self.io
+        if name == io.logits:
+            return None if self.logits is None else self.logits.copy()
+        past = self._past_of.get(name)
+        if past is not None:
+            return self.kv[past].copy()
+        value = self.store.get(name)
+        return None if value is None else value.copy()
+
+    def read_input(self, name: str) -> np.ndarray | None:
+        """A copy of what the last run fed as model input ``name`` (ids, mask, positions or a
+        past)."""
+        value = self.last_inputs.get(name)
+        return None if value is None else np.array(value)
