@@ -260,6 +260,10 @@ class Model:
         default_run = config.get("model.decoder.run_options")
         with hugepages.backing_new_memory() as report:
             for stage in stages:
+                try:
+                    config.resolve_file(stage.filename, f"{stage.path}.filename")
+                except FileNotFoundError as exc:
+                    raise ConfigError(str(exc)) from exc
                 options = stage_session_options(config, stage)
                 listed = options.get("provider_options") or []
                 name, provider_opts = next(iter(listed[0].items())) if listed else ("cpu", {})
