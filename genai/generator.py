@@ -201,8 +201,6 @@ class Generator:
     def _init_pipeline(self, model: Model, params: GeneratorParams, pad_id: int) -> None:
         """A pipeline model (`genai.pipeline`): its runner feeds the stages and writes the
         logits rows; the loop (without a session) chooses, commits and keeps the sequences."""
-        if self.num_beams > 1:
-            raise NotImplementedError("beam search (num_beams > 1) with a pipeline model")
         io, search = self._io, self.search
         self._session = None
         self._kv = None
@@ -376,7 +374,7 @@ class Generator:
             loop.step()
             return
         if not loop.logits_ready:
-            loop.run(False)
+            self._run_pending()
         self._beam_step()
 
     # --- the Python stage (guidance, stop strings) ----------------------------------------------
@@ -475,7 +473,7 @@ class Generator:
         order = beams.next_indices
         if (order != np.arange(self.rows)).any():
             self._sequences[:, :length] = self._sequences[order, :length]
-            self._kv.reorder(order)
+            (self._pipeline or self._kv).reorder(order)
         loop.push_tokens(beams.next_tokens, beams.all_done)
 
     def generate_until_done(self, max_new_tokens: int | None = None) -> int:

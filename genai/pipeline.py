@@ -327,6 +327,19 @@ class PipelineRunner:
             self.kv = {k: np.ascontiguousarray(v[:, :, :kept]) for k, v in self.kv.items()}
         self.computed = computed
 
+    def reorder(self, order: np.ndarray) -> None:
+        """Beam search: row ``r`` continues from row ``order[r]`` (KV, mask, positions and the
+        stage outputs kept for later runs)."""
+        self.kv = {k: np.ascontiguousarray(np.take(v, order, axis=0)) for k, v in self.kv.items()}
+        self.mask = np.ascontiguousarray(self.mask[order])
+        self.next_position = self.next_position[order]
+        self.store = {
+            k: np.ascontiguousarray(np.take(v, order, axis=0))
+            if v.shape[:1] == (self.batch,)
+            else v
+            for k, v in self.store.items()
+        }
+
     # --- runs ---------------------------------------------------------------------------------
     def feed(self, tokens: np.ndarray, prompt: bool) -> None:
         """Run the stages on ``tokens`` ``[batch, count]``, the pending tokens of every row;
