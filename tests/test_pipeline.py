@@ -6,7 +6,10 @@ refusal."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +145,33 @@ def test_sampling_matches_one_graph(folders):
     for prompt in (PROMPT, BATCH):
         got = generate(genai, genai.Model(pipeline), prompt, 24, **options)
         assert got == generate(genai, genai.Model(single), prompt, 24, **options)
+
+
+def test_stop_strings_logprobs_and_guidance_match_one_graph(folders):
+    """The Python stage (stop strings, guidance) and log-probabilities run as for one graph."""
+    pipeline, single = folders["gqa"]
+    results = []
+    for folder in (pipeline, single):
+        model = genai.Model(folder)
+        tokenizer = genai.Tokenizer(model)
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=40, top_logprobs=2, stop=["x"], temperature=0.7)
+        generator = genai.Generator(model, params)
+        generator.append_tokens(PROMPT)
+        steps = []
+        while not generator.is_done():
+            generator.generate_next_token()
+            chosen, ids, logprobs = generator.get_next_logprobs()
+            steps.append((chosen.tolist(), ids.tolist(), np.round(logprobs, 4).tolist()))
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=40)
+        params.set_guidance("regex", "[a-z ]{3,12}")
+        guided = genai.Generator(model, params)
+        guided.append_tokens(tokenizer.encode("the"))
+        while not guided.is_done():
+            guided.generate_next_token()
+        results.append((generator.get_sequence(0).tolist(), steps, guided.get_sequence(0).tolist()))
+    assert results[0] == results[1]
 
 
 def test_generate_until_done_equals_steps(folders):
@@ -583,6 +613,21 @@ def test_a_static_shape_provider_is_refused(folders, monkeypatch):
     monkeypatch.setattr(genai_model, "get_provider", lambda name: StaticCPU())
     with pytest.raises(NotImplementedError, match="stage 'embeddings' on cpu: .*static shapes"):
         genai.Model(folders["gqa"][0])
+
+
+def test_docs_example_runs():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "pipeline.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "['embeddings', 'transformer_0', 'transformer_1', 'lm_head']" in result.stdout
+    assert "(1, 4, 64)" in result.stdout
 
 
 def test_writer_refuses_bad_arguments(tmp_path):
