@@ -38,7 +38,7 @@ from .errors import ConfigError, GenerationError
 if TYPE_CHECKING:
     from ._core.native_session import NativeSession
     from .config import Config
-    from .model import DecoderIO
+    from .model import DecoderIO, Model
 
 __all__ = [
     "PIPELINE_TYPE",
@@ -251,7 +251,7 @@ class PipelineRunner:
 
     def __init__(
         self,
-        model: Any,
+        model: Model,
         batch: int,
         max_length: int,
         share_buffer: bool,
@@ -264,6 +264,7 @@ class PipelineRunner:
                 "combined K/V caches (model.decoder.inputs.past_names) in a pipeline model"
             )
         self.io, self.batch, self.max_length = io, batch, max_length
+        assert model.pipeline is not None
         self.stages: tuple[PipelineStage, ...] = model.pipeline
         self.bindings = [session.new_binding() for session in model.stage_sessions]
         self.share_buffer, self.pad_id = share_buffer, pad_id

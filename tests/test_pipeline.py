@@ -174,6 +174,25 @@ def test_stop_strings_logprobs_and_guidance_match_one_graph(folders):
     assert results[0] == results[1]
 
 
+def test_two_generators_interleaved_on_one_model(folders):
+    """Each generator binds its own buffers on every stage session."""
+    model = genai.Model(folders["gqa-noshare"][0])
+    alone = [generate(genai, model, prompt, 12)[0] for prompt in (PROMPT, PROMPT[:3])]
+    generators = []
+    for prompt in (PROMPT, PROMPT[:3]):
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=len(prompt) + 12)
+        generator = genai.Generator(model, params)
+        generator.append_tokens(prompt)
+        generators.append(generator)
+    while not all(g.is_done() for g in generators):
+        for generator in generators:
+            if not generator.is_done():
+                generator.generate_next_token()
+    got = [g.get_sequence(0).tolist()[n:] for g, n in zip(generators, (7, 3), strict=True)]
+    assert got == alone
+
+
 def test_generate_until_done_equals_steps(folders):
     pipeline, _ = folders["plain"]
     model = genai.Model(pipeline)
