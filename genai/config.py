@@ -361,17 +361,17 @@ class Config:
         """The ``model.decoder`` section."""
         return self._data["model"]["decoder"]
 
-    def pipeline_stages(self) -> list[tuple[str, dict[str, Any]]]:
-        """The stages of ``model.decoder.pipeline`` in order, as (dotted path, stage object);
-        the last part of the path is the stage's name. Empty without a pipeline."""
+    def pipeline_stages(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """The stages of ``model.decoder.pipeline`` in order, as (dotted path, name, stage
+        object). Empty without a pipeline."""
         value = (self._data.get("model", {}).get("decoder") or {}).get("pipeline")
         if not value:
             return []
         path = "model.decoder.pipeline"
         if isinstance(value, dict):
-            return [(f"{path}.{name}", stage) for name, stage in value.items()]
+            return [(f"{path}.{name}", name, stage) for name, stage in value.items()]
         return [
-            (f"{path}[{index}].{name}", stage)
+            (f"{path}[{index}].{name}", name, stage)
             for index, group in enumerate(value)
             for name, stage in group.items()
         ]
@@ -417,7 +417,7 @@ class Config:
             self.resolve_file(decoder["filename"], "model.decoder.filename", must_exist=False)
         if decoder is not None and decoder.get("sliding_window") is not None:
             self._check_sliding_window(decoder)
-        for path, stage in self.pipeline_stages():
+        for path, _, stage in self.pipeline_stages():
             self.resolve_file(stage["filename"], f"{path}.filename", must_exist=False)
         max_length = self.get("search.max_length", 0)
         if max_length and max_length > model["context_length"]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._core.bookkeeping import prefill_inputs
 from .errors import ConfigError, GenerationError
 
 if TYPE_CHECKING:
@@ -102,8 +103,7 @@ class PipelineStage:
 def read_stages(config: Config) -> tuple[PipelineStage, ...]:
     """The stages of ``model.decoder.pipeline`` (validated in shape by `genai.Config`)."""
     stages = []
-    for path, raw in config.pipeline_stages():
-        name = path.rsplit(".", 1)[-1]
+    for path, name, raw in config.pipeline_stages():
         forwarder = raw.get("output_names_forwarder") or {}
         outputs = tuple(raw.get("outputs", ()))
         for key in forwarder:
@@ -148,7 +148,7 @@ def stage_session_options(config: Config, stage: PipelineStage) -> dict[str, Any
     decoder = dict(config.decoder.get("session_options") or {})
     if stage.session_options is None:
         return decoder
-    own = {k: v for k, v in stage.session_options.items()}
+    own = dict(stage.session_options)
     if not stage.inherit_session_options:
         return own
     merged = {**decoder, **own}
@@ -354,16 +354,13 @@ class PipelineRunner:
         if self.share_buffer and self.computed + count > self.max_length:
             raise GenerationError(f"the sequence would exceed max_length {self.max_length}")
         ids = np.ascontiguousarray(tokens, io.id_dtype)
-        if prompt:
-            real = np.full(b, count, np.int64)
-            for row in range(b):
-                while real[row] > 0 and tokens[row, real[row] - 1] == self.pad_id:
-                    real[row] -= 1
-            columns = np.arange(count)
-            self.mask = (columns[None, :] < real[:, None]).astype(io.mask_dtype)
-            positions = np.where(self.mask != 0, columns[None, :], 0)
-            last = np.maximum(real - 1, 0)
-            self.next_position = real
+        if prompt:  # the loop's own kernel: trailing pads get mask 0 and position 0
+            self.mask = np.zeros((b, count), io.mask_dtype)
+            positions = np.zeros((b, count), io.mask_dtype)
+            last = np.zeros(b, np.int32)
+            tokens32 = np.ascontiguousarray(tokens, np.int32)
+            prefill_inputs(tokens32, self.pad_id, self.mask, positions, last)
+            self.next_position = self.mask.sum(axis=1, dtype=np.int64)
         else:
             if b == 1:
                 self.mask = np.ones((1, self.mask.shape[1] + count), io.mask_dtype)
