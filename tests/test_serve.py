@@ -740,6 +740,31 @@ def test_fallback_runner_serves_other_layouts(fixture_folders):
     assert [r["choices"][0]["text"] for r in replies] == expected
 
 
+def test_pipeline_model_is_served_through_generators(tmp_path):
+    """A decoder split over several graphs (model.decoder.pipeline) takes the per-request
+    Generator fallback and answers with a Generator's tokens."""
+    from genai.testing.pipeline import write_pipeline_decoder
+
+    model = genai.Model(str(write_pipeline_decoder(tmp_path, layer_groups=[[0], [1]])))
+    assert model.pipeline is not None
+    engine = ServeEngine(model, genai.Tokenizer(model), max_slots=4, lanes=1)
+    assert isinstance(engine.runner, GeneratorBatchRunner)
+    prompts = prompts_of(np.random.default_rng(13), 3, model.io.vocab_size, low=4, high=12)
+    expected = [[t for t in alone_greedy(model, p, 10) if t != EOS] for p in prompts]
+    with BackgroundServer(engine) as srv:
+
+        def ask(prompt):
+            body = {"prompt": [int(t) for t in prompt], "max_tokens": 10, "temperature": 0}
+            body["logprobs"] = 0
+            reply = httpx.post(srv.url + "/v1/completions", json=body, timeout=60).json()
+            return reply["choices"][0]["logprobs"]["tokens"]
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            got = list(pool.map(ask, prompts))
+    tokenizer = engine.tokenizer
+    assert got == [[tokenizer.decode([t]) for t in want] for want in expected]
+
+
 def test_a_request_that_fails_to_start_ends_alone(gqa_model):
     """A request whose setup fails ends with finish_reason "error"; its slot is freed and
     the request beside it completes."""

@@ -363,7 +363,7 @@ def supports_slots(model: Model) -> bool:
         # a static cache the engine slides (QNN-style windows) runs through Generators
         and not slid
         # so does a decoder split over several graphs (model.decoder.pipeline)
-        and not getattr(model, "pipeline", None)
+        and model.pipeline is None
         and bool(io.past_keys)
     )
 
