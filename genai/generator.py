@@ -160,25 +160,13 @@ class Generator:
                 initial_capacity=search.kv_initial_capacity,
                 growth_factor=search.kv_growth_factor,
             )
-        self._loop = DecoderLoop(
+        kv = self._kv
+        self._loop = self._new_loop(
             session,
-            input_ids=io.input_ids,
-            attention_mask=io.attention_mask,
-            position_ids=io.position_ids,
-            logits=io.logits,
-            batch=batch,
-            vocab=io.vocab_size,
-            max_length=max_length,
-            pad_id=pad_id,
-            eos_ids=self._eos,
-            id_dtype=io.id_dtype,
-            mask_dtype=io.mask_dtype,
-            logits_dtype=io.logits_dtype,
-            kv_pairs=self._kv.handover if self._kv is not None else [],
-            sampler=self._sampler,
-            logprobs=search.top_logprobs if (search.logprobs or search.top_logprobs) else -1,
-            grow_kv=self._kv.ensure if self._kv is not None else None,
-            kv_capacity=self._kv.capacity if self._kv is not None else -1,
+            pad_id,
+            kv_pairs=kv.handover if kv is not None else [],
+            grow_kv=kv.ensure if kv is not None else None,
+            kv_capacity=kv.capacity if kv is not None else -1,
         )
         # Graph capture (a provider whose capture is on): single-token steps bind tensors at
         # fixed addresses and replay a graph captured for this generator. One that cannot
@@ -201,13 +189,31 @@ class Generator:
     def _init_pipeline(self, model: Model, params: GeneratorParams, pad_id: int) -> None:
         """A pipeline model (`genai.pipeline`): its runner feeds the stages and writes the
         logits rows; the loop (without a session) chooses, commits and keeps the sequences."""
-        io, search = self._io, self.search
+        search = self.search
         self._session = None
         self._kv = None
         self._windowed = None
         self.active_adapters = []
-        self._loop = DecoderLoop(
-            None,
+        self._loop = self._new_loop(None, pad_id, kv_pairs=[])
+        self._sequences = self._loop.array("sequences")
+        self._logits_rows = self._loop.array("logits_rows")
+        self._pipeline = PipelineRunner(
+            model,
+            self.rows,
+            self.max_length,
+            search.past_present_share_buffer,
+            pad_id,
+            self._logits_rows,
+        )
+        self._init_python_stage(model, params)
+
+    def _new_loop(self, session: Any, pad_id: int, **kv: Any) -> DecoderLoop:
+        """The native loop over ``session`` (None: the model runs outside the loop) for this
+        generator's rows, with the KV handover ``kv`` (``kv_pairs``, ``grow_kv``,
+        ``kv_capacity``)."""
+        io, search = self._io, self.search
+        return DecoderLoop(
+            session,
             input_ids=io.input_ids,
             attention_mask=io.attention_mask,
             position_ids=io.position_ids,
@@ -220,21 +226,10 @@ class Generator:
             id_dtype=io.id_dtype,
             mask_dtype=io.mask_dtype,
             logits_dtype=io.logits_dtype,
-            kv_pairs=[],
             sampler=self._sampler,
             logprobs=search.top_logprobs if (search.logprobs or search.top_logprobs) else -1,
+            **kv,
         )
-        self._sequences = self._loop.array("sequences")
-        self._logits_rows = self._loop.array("logits_rows")
-        self._pipeline = PipelineRunner(
-            model,
-            self.rows,
-            self.max_length,
-            search.past_present_share_buffer,
-            pad_id,
-            self._logits_rows,
-        )
-        self._init_python_stage(model, params)
 
     def _init_python_stage(self, model: Model, params: GeneratorParams) -> None:
         """State beyond the loop: finish tracking, guidance and stop strings."""
