@@ -254,6 +254,66 @@ def _swiglu_mlp(g: _Graph, x: str, gate: str, up: str, down: str) -> str:
     return g.op("MatMul", g.op("Mul", act, g.op("MatMul", x, up)), down)
 
 
+def gqa_mask_lengths(g: _Graph, mask: str, id_dtype: str) -> tuple[str, str]:
+    """The builder's attention-mask subgraph for GroupQueryAttention (Shape/Gather form):
+    (``seqlens_k`` = row sums - 1 as int32, ``total_sequence_length`` = the mask's width)."""
+    one = g.const([1], _NP_ID_TYPES[id_dtype])
+    seqlens_k = g.op("Sub", g.op("ReduceSum", mask, g.const([1]), keepdims=0), one)
+    seqlens_k = g.op("Cast", seqlens_k, to=TensorProto.INT32)
+    total_len = g.op("Gather", g.op("Shape", mask), g.const(1), axis=0)
+    return seqlens_k, g.op("Cast", total_len, to=TensorProto.INT32)
+
+
+def gqa_layer(
+    g: _Graph,
+    w: dict,
+    dims: _Dims,
+    i: int,
+    hidden: str,
+    residual: str,
+    lengths: tuple[str, str, str, str],
+    kv_names: tuple[str, str, str, str],
+    **attention: object,
+) -> tuple[str, str]:
+    """Layer ``i`` after its input norm, builder-style: fused QKV MatMul, GroupQueryAttention
+    (``lengths``: seqlens_k, total length, cos and sin caches; ``kv_names``: past key, past
+    value, present key, present value; ``attention``: extra or overridden attributes),
+    o_proj, fused residual add + RMSNorm, SwiGLU MLP. Returns (residual, MLP output)."""
+    p = f"layers.{i}"
+    qkv_w = np.concatenate([w[f"{i}.q"], w[f"{i}.k"], w[f"{i}.v"]], axis=1)
+    qkv = g.op("MatMul", hidden, g.weight(f"{p}.attn.qkv_proj.weight", qkv_w))
+    seqlens_k, total_len, cos_cache, sin_cache = lengths
+    past_k, past_v, present_k, present_v = kv_names
+    attributes: dict[str, object] = {
+        "num_heads": dims.num_heads,
+        "kv_num_heads": dims.num_kv_heads,
+        "scale": float(1.0 / np.sqrt(dims.head_size)),
+        "do_rotary": 1,
+        "rotary_interleaved": 0,
+        "local_window_size": -1,
+        "softcap": 0.0,
+        **attention,
+    }
+    attn, _, _ = g.ops(
+        "GroupQueryAttention",
+        [qkv, "", "", past_k, past_v, seqlens_k, total_len, cos_cache, sin_cache],
+        [f"/{p}/attn/output_0", present_k, present_v],
+        domain=_MS_DOMAIN,
+        **attributes,
+    )
+    attn = g.op("MatMul", attn, g.weight(f"{p}.attn.o_proj.weight", w[f"{i}.o"]))
+    ln2 = g.weight(f"{p}.post_attention_layernorm.weight", w[f"{i}.ln2"])
+    hidden, residual = _skip_rms_norm(g, residual, attn, ln2)
+    mlp_out = _swiglu_mlp(
+        g,
+        hidden,
+        g.weight(f"{p}.mlp.gate_proj.weight", w[f"{i}.gate"]),
+        g.weight(f"{p}.mlp.up_proj.weight", w[f"{i}.up"]),
+        g.weight(f"{p}.mlp.down_proj.weight", w[f"{i}.down"]),
+    )
+    return residual, mlp_out
+
+
 def plain_layer_tail(g: _Graph, residual: str, attn: str, w: dict, i: int) -> str:
     """Plain ops after a layer's attention: o_proj, residual add, RMSNorm, SwiGLU MLP,
     residual add; returns the new residual."""
@@ -587,11 +647,7 @@ def write_gqa_decoder(
         seqlens_k = g.op("Sub", lengths, g.const([1], np.int32))
         total_len = g.op("ReduceMax", lengths, keepdims=0)
     else:
-        one = g.const([1], _NP_ID_TYPES[id_dtype])
-        seqlens_k = g.op("Sub", g.op("ReduceSum", mask, g.const([1]), keepdims=0), one)
-        seqlens_k = g.op("Cast", seqlens_k, to=TensorProto.INT32)
-        total_len = g.op("Gather", g.op("Shape", mask), g.const(1), axis=0)
-        total_len = g.op("Cast", total_len, to=TensorProto.INT32)
+        seqlens_k, total_len = gqa_mask_lengths(g, mask, id_dtype)
     cos_cache = g.weight("cos_cache", cos)
     sin_cache = g.weight("sin_cache", sin)
 
@@ -603,41 +659,24 @@ def write_gqa_decoder(
         if i > 0:
             ln1 = g.weight(f"{p}.input_layernorm.weight", w[f"{i}.ln1"])
             hidden, residual = _skip_rms_norm(g, residual, mlp_out, ln1)
-        qkv_w = np.concatenate([w[f"{i}.q"], w[f"{i}.k"], w[f"{i}.v"]], axis=1)
-        qkv = g.op("MatMul", hidden, g.weight(f"{p}.attn.qkv_proj.weight", qkv_w))
-        attn, _, _ = g.ops(
-            "GroupQueryAttention",
-            [
-                qkv,
-                "",
-                "",
+        window = {"local_window_size": sliding_window if i in local else -1}
+        if i in local and window_cache:
+            window["sliding_window_cache"] = 1
+        residual, mlp_out = gqa_layer(
+            g,
+            w,
+            dims,
+            i,
+            hidden,
+            residual,
+            (seqlens_k, total_len, cos_cache, sin_cache),
+            (
                 f"past_key_values.{i}.key",
                 f"past_key_values.{i}.value",
-                seqlens_k,
-                total_len,
-                cos_cache,
-                sin_cache,
-            ],
-            [f"/{p}/attn/output_0", f"present.{i}.key", f"present.{i}.value"],
-            domain=_MS_DOMAIN,
-            num_heads=num_heads,
-            kv_num_heads=num_kv_heads,
-            scale=float(1.0 / np.sqrt(dims.head_size)),
-            do_rotary=1,
-            rotary_interleaved=0,
-            local_window_size=sliding_window if i in local else -1,
-            softcap=0.0,
-            **({"sliding_window_cache": 1} if i in local and window_cache else {}),
-        )
-        attn = g.op("MatMul", attn, g.weight(f"{p}.attn.o_proj.weight", w[f"{i}.o"]))
-        ln2 = g.weight(f"{p}.post_attention_layernorm.weight", w[f"{i}.ln2"])
-        hidden, residual = _skip_rms_norm(g, residual, attn, ln2)
-        mlp_out = _swiglu_mlp(
-            g,
-            hidden,
-            g.weight(f"{p}.mlp.gate_proj.weight", w[f"{i}.gate"]),
-            g.weight(f"{p}.mlp.up_proj.weight", w[f"{i}.up"]),
-            g.weight(f"{p}.mlp.down_proj.weight", w[f"{i}.down"]),
+                f"present.{i}.key",
+                f"present.{i}.value",
+            ),
+            **window,
         )
     final_norm = g.weight("final_norm.weight", w["final_norm"])
     hidden, _ = _skip_rms_norm(g, residual, mlp_out, final_norm)

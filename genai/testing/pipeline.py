@@ -36,7 +36,6 @@ import onnx
 from onnx import TensorProto
 
 from genai.testing.models import (
-    _MS_DOMAIN,
     IdDtype,
     _attention,
     _attention_allowed,
@@ -50,8 +49,9 @@ from genai.testing.models import (
     _rotary_tables,
     _skip_rms_norm,
     _split_heads,
-    _swiglu_mlp,
     _write_tokenizer,
+    gqa_layer,
+    gqa_mask_lengths,
     plain_layer_tail,
     plain_logits,
 )
@@ -113,10 +113,7 @@ def _gqa_transformer(
     boundary_in = [g.input(n, TensorProto.FLOAT, hidden_shape) for n in _boundary("gqa", first - 1)]
     mask = g.input("attention_mask", ids_type, ["batch_size", "total_sequence_length"])
     past_names = _declare_kv(g, dims, layers)
-    one = g.const([1], np.int64 if id_dtype == "int64" else np.int32)
-    seqlens_k = g.op("Sub", g.op("ReduceSum", mask, g.const([1]), keepdims=0), one)
-    seqlens_k = g.op("Cast", seqlens_k, to=TensorProto.INT32)
-    total_len = g.op("Cast", g.op("Gather", g.op("Shape", mask), g.const(1), axis=0), to=6)
+    seqlens_k, total_len = gqa_mask_lengths(g, mask, id_dtype)
     cos, sin = _rotary_tables(dims)
     cos_cache, sin_cache = g.weight("cos_cache", cos), g.weight("sin_cache", sin)
     mlp_out = ""
@@ -130,40 +127,15 @@ def _gqa_transformer(
             hidden, residual = _skip_rms_norm(g, boundary_in[0], boundary_in[1], ln1)
         else:
             hidden, residual = _skip_rms_norm(g, residual, mlp_out, ln1)
-        qkv_w = np.concatenate([w[f"{i}.q"], w[f"{i}.k"], w[f"{i}.v"]], axis=1)
-        qkv = g.op("MatMul", hidden, g.weight(f"{p}.attn.qkv_proj.weight", qkv_w))
-        attn, _, _ = g.ops(
-            "GroupQueryAttention",
-            [
-                qkv,
-                "",
-                "",
-                _past(i, "key"),
-                _past(i, "value"),
-                seqlens_k,
-                total_len,
-                cos_cache,
-                sin_cache,
-            ],
-            [f"/{p}/attn/output_0", _present(i, "key"), _present(i, "value")],
-            domain=_MS_DOMAIN,
-            num_heads=dims.num_heads,
-            kv_num_heads=dims.num_kv_heads,
-            scale=float(1.0 / np.sqrt(dims.head_size)),
-            do_rotary=1,
-            rotary_interleaved=0,
-            local_window_size=-1,
-            softcap=0.0,
-        )
-        attn = g.op("MatMul", attn, g.weight(f"{p}.attn.o_proj.weight", w[f"{i}.o"]))
-        ln2 = g.weight(f"{p}.post_attention_layernorm.weight", w[f"{i}.ln2"])
-        hidden, residual = _skip_rms_norm(g, residual, attn, ln2)
-        mlp_out = _swiglu_mlp(
+        residual, mlp_out = gqa_layer(
             g,
+            w,
+            dims,
+            i,
             hidden,
-            g.weight(f"{p}.mlp.gate_proj.weight", w[f"{i}.gate"]),
-            g.weight(f"{p}.mlp.up_proj.weight", w[f"{i}.up"]),
-            g.weight(f"{p}.mlp.down_proj.weight", w[f"{i}.down"]),
+            residual,
+            (seqlens_k, total_len, cos_cache, sin_cache),
+            (_past(i, "key"), _past(i, "value"), _present(i, "key"), _present(i, "value")),
         )
     outs = _boundary("gqa", last)
     g.op("Identity", residual, out=outs[0])
