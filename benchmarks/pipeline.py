@@ -65,6 +65,10 @@ def main() -> None:
                     name=f"pipeline-{share}",
                 )
             )
+            # the first ORT session a process creates decodes a few % slower (docs/benchmarks.md,
+            # issue 2): a short throwaway run per engine first
+            for engine in engines.values():
+                per_token(engine, folder, prompt, 8)
             best = dict.fromkeys(engines, float("inf"))
             for round_ in range(args.rounds):
                 order = list(engines) if round_ % 2 == 0 else list(reversed(engines))

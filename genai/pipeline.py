@@ -16,7 +16,10 @@ prompt and another for generation). Each step runs the stages in config order:
 * KV: each layer's present (``present_key_names`` / ``present_value_names``) becomes the next
   run's past, whichever stage wrote it. With ``search.past_present_share_buffer`` one
   ``[batch, kv_heads, max_length, head_size]`` buffer per K and V is bound as both (the graph
-  writes in place); otherwise pasts start empty and grow.
+  writes in place); otherwise pasts start empty and grow, and a present that the stage
+  which wrote it also takes as a past is handed over inside that stage's binding without a
+  copy (copied out only when something reads, rewinds or reorders the cache, or another
+  stage needs it).
 * The logits are read from the stage that outputs ``model.decoder.outputs.logits``, at each
   row's last real token.
 
@@ -271,6 +274,16 @@ class PipelineRunner:
         self.logits_rows = logits_rows
         self._past_of = dict(zip(io.present_keys, io.past_keys, strict=True))
         self._past_of.update(zip(io.present_values, io.past_values, strict=True))
+        #: Per stage: the (present, past) pairs it writes and reads (growing layout: handed
+        #: over in its binding after each run).
+        self._handover = [
+            [
+                (present, self._past_of[present])
+                for present in stage.outputs
+                if present in self._past_of and self._past_of[present] in stage.inputs
+            ]
+            for stage in self.stages
+        ]
         self._kv_dtype: dict[str, np.dtype] = {}
         for stage, session in zip(self.stages, model.stage_sessions, strict=True):
             dtypes = session.input_dtypes
@@ -307,15 +320,32 @@ class PipelineRunner:
         }
 
     @property
+    def kv(self) -> dict[str, np.ndarray]:
+        """The KV cache by past name, as host arrays (the next run's pasts); pasts handed
+        over inside a stage's binding are copied out first."""
+        for past, binding in self._live.items():
+            self._kv_host[past] = binding.input_value(past)
+        self._live = {}
+        return self._kv_host
+
+    @kv.setter
+    def kv(self, arrays: dict[str, np.ndarray]) -> None:
+        self._kv_host = arrays
+        #: Pasts held by a stage's binding (its last present, rebound as its input).
+        self._live: dict[str, NativeSession] = {}
+
+    @property
     def nbytes(self) -> int:
         """Bytes of the KV cache."""
-        return sum(a.nbytes for a in self.kv.values())
+        if not self.share_buffer:
+            return self.used_bytes()
+        return sum(a.nbytes for a in self._kv_host.values())
 
     def used_bytes(self) -> int:
         """Bytes of the KV cache the tokens so far occupy."""
         io = self.io
         per_position = io.kv_heads * io.head_size * self.batch
-        return sum(per_position * self.computed * a.itemsize for a in self.kv.values())
+        return sum(per_position * self.computed * a.itemsize for a in self._kv_host.values())
 
     def rewind(self, length: int) -> None:
         """Keep the KV of the first ``length - 1`` tokens (the next run recomputes the last
@@ -375,7 +405,7 @@ class PipelineRunner:
             fed[io.attention_mask] = self.mask
         if io.position_ids:
             fed[io.position_ids] = np.ascontiguousarray(positions, self._position_dtype)
-        fed.update(self.kv)
+        fed.update((k, v) for k, v in self._kv_host.items() if k not in self._live)
         self._run_stages(fed, count > 1)
         logits = self.logits
         assert logits is not None
@@ -394,13 +424,18 @@ class PipelineRunner:
         presents: dict[str, np.ndarray] = {}
         ran: list[str] = []
         self.logits = None
-        for stage, binding in zip(self.stages, self.bindings, strict=True):
+        for stage, binding, handover in zip(
+            self.stages, self.bindings, self._handover, strict=True
+        ):
             if not stage.runs(prompt):
                 continue
             for name in stage.outputs:
                 self.store.pop(stage.stored_name(name), None)
             for name in stage.inputs:
-                value = fed.get(name)
+                holder = self._live.get(name)
+                if holder is binding:
+                    continue  # its own last present, already bound as this input
+                value = fed.get(name) if holder is None else holder.input_value(name)
                 if value is None:
                     value = self.store.get(name)
                 if value is None:
@@ -413,21 +448,29 @@ class PipelineRunner:
             for name in stage.outputs:
                 past = self._past_of.get(name)
                 if past is not None and self.share_buffer:
-                    binding.bind_output(name, self.kv[past])
+                    binding.bind_output(name, self._kv_host[past])
                 else:
                     binding.bind_output_to_device(name)
             binding.run()
             ran.append(stage.name)
+            kept = {} if self.share_buffer else dict(handover)
             for name in stage.outputs:
                 past = self._past_of.get(name)
                 if name == io.logits:
                     self.logits = binding.get_output(name)
                 elif past is not None:
-                    presents[name] = (
-                        self.kv[past] if self.share_buffer else binding.get_output(name)
-                    )
+                    if self.share_buffer:
+                        presents[name] = self._kv_host[past]
+                    elif name in kept:
+                        presents[name] = None  # handed over below
+                    else:
+                        presents[name] = binding.get_output(name)
                 else:
                     self.store[stage.stored_name(name)] = binding.get_output(name)
+            if kept:
+                binding.rebind_outputs_as_inputs_py(list(kept), list(kept.values()))
+                for past in kept.values():
+                    self._live[past] = binding
         missing = [name for name in self._past_of if name not in presents]
         if missing or self.logits is None:
             what = ", ".join(missing + ([] if self.logits is not None else [io.logits]))
@@ -436,7 +479,11 @@ class PipelineRunner:
                 f"({', '.join(ran) or 'none'}) did not write {what}"
             )
         if not self.share_buffer:
-            self.kv = {self._past_of[name]: value for name, value in presents.items()}
+            for name, value in presents.items():
+                past = self._past_of[name]
+                if value is not None:
+                    self._kv_host[past] = value
+                    self._live.pop(past, None)
         if not prompt:  # as the reference: prompt-only stages' outputs end with the first token
             for stage in self.stages:
                 if not stage.run_on_token_gen:
@@ -460,5 +507,8 @@ class PipelineRunner:
     def read_input(self, name: str) -> np.ndarray | None:
         """A copy of what the last run fed as model input ``name`` (ids, mask, positions or a
         past)."""
+        if name in self._past_of.values() and not self.share_buffer and self.last_run_count:
+            # the past it fed: the cache before the run's tokens (maybe handed over since)
+            return self.kv[name][:, :, : self.computed - self.last_run_count].copy()
         value = self.last_inputs.get(name)
         return None if value is None else np.array(value)
