@@ -339,3 +339,32 @@ def test_webgpu_refuses_a_host_buffer_as_past_and_present(static_model_dir, monk
     session.bind_input("past_key_values.0.value", device)
     session.bind_output("present.0.value", device)
     assert device.in_device_memory and device.memory_name.startswith("WebGPU")
+
+
+@pytest.mark.skipif(_webgpu_ready() is not None, reason=str(_webgpu_ready()))
+def test_webgpu_captured_generator_rewound_to_zero_replays_for_a_new_prompt(
+    static_model_dir, monkeypatch
+) -> None:
+    """What the serving fallback does with a finished generator: rewind_to(0) and a new
+    prompt replay the graph already captured (no new graph id) with a fresh run's tokens."""
+    monkeypatch.setenv("ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER", "1")
+    cfg = genai.Config(str(static_model_dir))
+    cfg.clear_providers()
+    cfg.append_provider("webgpu")
+    cfg.set_provider_option("webgpu", "enableGraphCapture", "1")
+    try:
+        model = genai.Model(cfg)
+    except genai.errors.ProviderUnavailableError as exc:
+        pytest.skip(str(exc))
+    cpu = _tokens(_generator(_model(static_model_dir), False))
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=40, kv_initial_capacity=0)
+    gen = genai.Generator(model, params)
+    assert gen._loop.capture
+    gen.append_tokens(PROMPT)
+    assert _tokens(gen) == cpu
+    graphs = model.session.next_graph_id()  # the counter after this generator's graph
+    gen.rewind_to(0)
+    gen.append_tokens(PROMPT)
+    assert _tokens(gen) == cpu
+    assert model.session.next_graph_id() == graphs + 1  # no graph was added meanwhile

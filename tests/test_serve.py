@@ -765,6 +765,29 @@ def test_pipeline_model_is_served_through_generators(tmp_path):
     assert got == [[tokenizer.decode([t]) for t in want] for want in expected]
 
 
+def test_fallback_runner_reuses_its_generators(fixture_folders):
+    """Nine requests one after another through 2 fallback slots: two generators are made
+    (then rewound to 0 and reused) and every request gets a fresh Generator's tokens."""
+    model = genai.Model(fixture_folders["optimum"])
+    engine = ServeEngine(model, genai.Tokenizer(model), max_slots=2, lanes=1)
+    assert isinstance(engine.runner, GeneratorBatchRunner)
+    prompts = prompts_of(np.random.default_rng(14), 9, model.io.vocab_size, low=3, high=20)
+    expected = [[t for t in alone_greedy(model, p, 8) if t != EOS] for p in prompts]
+
+    async def main():
+        out = []
+        for prompt in prompts:  # one after another: slots are freed and refilled
+            request = GenerationRequest(prompt, 8, SamplingOptions(temperature=0.0))
+            tokens = []
+            async for event in engine.scheduler.submit([request]):
+                tokens.extend(event.tokens)
+            out.append(tokens)
+        return out
+
+    assert run_with(engine.scheduler, main) == expected
+    assert engine.runner.generators_made <= 2
+
+
 def test_a_request_that_fails_to_start_ends_alone(gqa_model):
     """A request whose setup fails ends with finish_reason "error"; its slot is freed and
     the request beside it completes."""

@@ -294,7 +294,10 @@ class SlotBatchRunner(BatchRunner):
 
 class GeneratorBatchRunner(BatchRunner):
     """Fallback for KV layouts without per-row lengths: a batch-1 `Generator` per slot; a
-    decode step runs them one after another (same tokens, no batching speed-up)."""
+    decode step runs them one after another (same tokens, no batching speed-up). A finished
+    sequence's generator is rewound to 0 and kept for the next one: at most ``max_slots``
+    generators ever exist, so their KV buffers (and, on a provider with graph capture, their
+    captured graphs) are made once, not once per request."""
 
     batched = False
 
@@ -310,13 +313,32 @@ class GeneratorBatchRunner(BatchRunner):
         self._params = GeneratorParams(model)
         self._params.set_search_options(max_length=self.max_length)
         self._gens: list = [None] * max_slots
+        #: Generators of finished sequences, rewound to 0, for the next ones.
+        self._spare: list = []
+        #: Generators made so far.
+        self.generators_made = 0
 
     def _generator(self, slot: int):
         from ..generator import Generator
 
         if self._gens[slot] is None:
-            self._gens[slot] = Generator(self.model, self._params)
+            if self._spare:
+                self._gens[slot] = self._spare.pop()
+            else:
+                self._gens[slot] = Generator(self.model, self._params)
+                self.generators_made += 1
         return self._gens[slot]
+
+    def _retire(self, slot: int) -> None:
+        """Keep ``slot``'s generator (rewound to 0) for a later sequence."""
+        gen, self._gens[slot] = self._gens[slot], None
+        if gen is None:
+            return
+        try:
+            gen.rewind_to(0)
+        except Exception:  # a generator left broken by a failed run is not reused
+            return
+        self._spare.append(gen)
 
     def prefill(self, slot: int, tokens: np.ndarray) -> np.ndarray:
         gen = self._generator(slot)
@@ -333,7 +355,7 @@ class GeneratorBatchRunner(BatchRunner):
 
     def release(self, slot: int, active: int) -> int | None:
         last = active - 1
-        self._gens[slot] = None
+        self._retire(slot)
         self.lengths[slot] = 0
         if slot != last:
             self._gens[slot], self._gens[last] = self._gens[last], None
@@ -342,7 +364,7 @@ class GeneratorBatchRunner(BatchRunner):
         return None
 
     def reset(self, slot: int) -> None:
-        self._gens[slot] = None
+        self._retire(slot)
         self.lengths[slot] = 0
 
 
