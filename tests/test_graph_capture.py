@@ -294,17 +294,23 @@ def _webgpu_ready() -> str | None:
     return None
 
 
-@pytest.mark.skipif(_webgpu_ready() is not None, reason=str(_webgpu_ready()))
-def test_webgpu_capture_replays(static_model_dir, monkeypatch) -> None:
+def _webgpu_capture_model(folder, monkeypatch):
+    """``folder``'s model on WebGPU (lavapipe allowed) with graph capture on; skips when the
+    EP cannot run."""
     monkeypatch.setenv("ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER", "1")
-    cfg = genai.Config(str(static_model_dir))
+    cfg = genai.Config(str(folder))
     cfg.clear_providers()
     cfg.append_provider("webgpu")
     cfg.set_provider_option("webgpu", "enableGraphCapture", "1")
     try:
-        model = genai.Model(cfg)
+        return genai.Model(cfg)
     except genai.errors.ProviderUnavailableError as exc:
         pytest.skip(str(exc))
+
+
+@pytest.mark.skipif(_webgpu_ready() is not None, reason=str(_webgpu_ready()))
+def test_webgpu_capture_replays(static_model_dir, monkeypatch) -> None:
+    model = _webgpu_capture_model(static_model_dir, monkeypatch)
     cpu = _tokens(_generator(_model(static_model_dir), False))
     params = genai.GeneratorParams(model)
     params.set_search_options(max_length=40, kv_initial_capacity=8)
@@ -347,15 +353,7 @@ def test_webgpu_captured_generator_rewound_to_zero_replays_for_a_new_prompt(
 ) -> None:
     """What the serving fallback does with a finished generator: rewind_to(0) and a new
     prompt replay the graph already captured (no new graph id) with a fresh run's tokens."""
-    monkeypatch.setenv("ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER", "1")
-    cfg = genai.Config(str(static_model_dir))
-    cfg.clear_providers()
-    cfg.append_provider("webgpu")
-    cfg.set_provider_option("webgpu", "enableGraphCapture", "1")
-    try:
-        model = genai.Model(cfg)
-    except genai.errors.ProviderUnavailableError as exc:
-        pytest.skip(str(exc))
+    model = _webgpu_capture_model(static_model_dir, monkeypatch)
     cpu = _tokens(_generator(_model(static_model_dir), False))
     params = genai.GeneratorParams(model)
     params.set_search_options(max_length=40, kv_initial_capacity=0)
