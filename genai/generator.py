@@ -601,17 +601,22 @@ class Generator:
             self._logits_rows[:] = sampling.check_logits(logits, self.rows, self.vocab_size)
         self._loop.set_logits_ready()
 
+    def _external_value(self, name: str, kind: str) -> np.ndarray:
+        """A host copy of the last run's ``kind`` ("input" or "output") ``name`` from the
+        runner that feeds a windowed or pipeline model outside the native loop."""
+        runner = self._windowed or self._pipeline
+        if not runner.last_run_count:
+            raise GenerationError("the model has not run yet")
+        value = runner.read_output(name) if kind == "output" else runner.read_input(name)
+        if value is None:
+            raise KeyError(f"{name!r} is not an {kind} of the model")
+        return value
+
     def get_output(self, name: str) -> np.ndarray:
         """A host copy of the last run's output ``name`` (``"logits"``, ``"present.0.key"``)."""
         loop = self._loop
-        runner = self._windowed or self._pipeline
-        if runner is not None:
-            if not runner.last_run_count:
-                raise GenerationError("the model has not run yet")
-            value = runner.read_output(name)
-            if value is None:
-                raise KeyError(f"{name!r} is not an output of the model")
-            return value
+        if self._windowed is not None or self._pipeline is not None:
+            return self._external_value(name, "output")
         if not loop.ran_once:
             raise GenerationError("the model has not run yet")
         if name == self._io.logits:
@@ -626,14 +631,8 @@ class Generator:
     def get_input(self, name: str) -> np.ndarray:
         """A host copy of the last run's input ``name``."""
         io = self._io
-        runner = self._windowed or self._pipeline
-        if runner is not None:
-            if not runner.last_run_count:
-                raise GenerationError("the model has not run yet")
-            value = runner.read_input(name)
-            if value is None:
-                raise KeyError(f"{name!r} is not an input of the model")
-            return value
+        if self._windowed is not None or self._pipeline is not None:
+            return self._external_value(name, "input")
         for which, graph_name in (
             ("input_ids", io.input_ids),
             ("attention_mask", io.attention_mask),

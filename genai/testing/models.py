@@ -557,6 +557,13 @@ _SPLIT_KV_OUTPUTS = {
     "present_key_names": "present.%d.key",
     "present_value_names": "present.%d.value",
 }
+#: `genai_config.json` inputs of a graph fed ids, mask, position ids and split K/V pasts.
+_POSITION_SPLIT_KV_INPUTS = {
+    "input_ids": "input_ids",
+    "attention_mask": "attention_mask",
+    "position_ids": "position_ids",
+    **_SPLIT_KV_INPUTS,
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -784,12 +791,7 @@ def write_optimum_decoder(
         g.model(),
         model_type="llama",
         dims=dims,
-        inputs={
-            "input_ids": "input_ids",
-            "attention_mask": "attention_mask",
-            "position_ids": "position_ids",
-            **_SPLIT_KV_INPUTS,
-        },
+        inputs=_POSITION_SPLIT_KV_INPUTS,
         outputs=_SPLIT_KV_OUTPUTS,
         share_buffer=False,
         bos_token_id=bos_token_id,

@@ -33,7 +33,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .models import (
-    _SPLIT_KV_INPUTS,
+    _POSITION_SPLIT_KV_INPUTS,
     _SPLIT_KV_OUTPUTS,
     IdDtype,
     _attention,
@@ -169,12 +169,7 @@ def write_windowed_decoder(
         graph,
         model_type="llama",
         dims=dims,
-        inputs={
-            "input_ids": "input_ids",
-            "attention_mask": "attention_mask",
-            "position_ids": "position_ids",
-            **_SPLIT_KV_INPUTS,
-        },
+        inputs=_POSITION_SPLIT_KV_INPUTS,
         outputs=_SPLIT_KV_OUTPUTS,
         share_buffer=False,
         bos_token_id=bos_token_id,
