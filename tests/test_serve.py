@@ -836,3 +836,73 @@ def test_runner_kind_follows_the_kv_cache(tmp_path, gqa_model, monkeypatch):
     monkeypatch.setattr(genai_model, "get_provider", stateful)
     with pytest.raises(ConfigError, match="enable_causallm"):
         make_batch_runner(genai.Model(gqa_model.path), 4)
+
+
+def test_builder_default_folder_is_served(tmp_path):
+    """A folder our builder writes with its defaults (logits of the last position only, as
+    `genai pull` makes) is served with the reference engine's greedy tokens, prompts fed as one
+    prefill and in chunks; /health counts no failure."""
+    og = pytest.importorskip("onnxruntime_genai")
+    from genai.builder import build
+    from genai.builder.testing import ARCH_CONFIGS, random_weights, write_hf_checkpoint
+
+    cfg = ARCH_CONFIGS["llama"]
+    source = write_hf_checkpoint(tmp_path / "hf", cfg, random_weights(cfg))
+    folder = build(source, tmp_path / "built")
+    model = genai.Model(folder)
+    assert model.session.output_shapes[model.io.logits][1] == 1  # last position only
+    rng = np.random.default_rng(3)
+    prompts = [[int(t) for t in rng.integers(3, cfg["vocab_size"], n)] for n in (1, 9, 23)]
+    reference = og.Model(str(folder))
+    expected = []
+    for prompt in prompts:
+        params = og.GeneratorParams(reference)
+        params.set_search_options(max_length=len(prompt) + 6)
+        gen = og.Generator(reference, params)
+        gen.append_tokens(np.array(prompt, np.int32))
+        while not gen.is_done():
+            gen.generate_next_token()
+        expected.append([int(t) for t in gen.get_sequence(0)[len(prompt) :]])
+    for chunk in (256, 4):
+        engine = ServeEngine(model, genai.Tokenizer(model), max_slots=2, prefill_chunk=chunk)
+        assert isinstance(engine.runner, SlotBatchRunner)
+        with BackgroundServer(engine) as srv:
+            for prompt, tokens in zip(prompts, expected, strict=True):
+                body = {"prompt": prompt, "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+                reply = httpx.post(srv.url + "/v1/completions", json=body, timeout=60)
+                assert reply.status_code == 200, reply.text
+                assert reply.json()["choices"][0]["text"] == engine.tokenizer.decode(tokens)
+            health = httpx.get(srv.url + "/health", timeout=10).json()
+            assert health["status"] == "ok"
+            assert health["failed_requests"] == 0
+
+
+def test_failed_generations_show_in_health(gqa_model, monkeypatch):
+    """A generation that fails in the model answers 500 and turns /health to 503 "failing"
+    with the count and the error; the next success turns it back to "ok"."""
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=2, lanes=1)
+    body = {"prompt": [5, 6, 7], "max_tokens": 3, "temperature": 0}
+    with BackgroundServer(engine) as srv:
+        assert httpx.get(srv.url + "/health").json()["failed_requests"] == 0
+        real = engine.runner.prefill
+
+        def broken(slot, tokens):
+            raise RuntimeError("the model broke")
+
+        monkeypatch.setattr(engine.runner, "prefill", broken)
+        for stream in (False, True):
+            reply = httpx.post(srv.url + "/v1/completions", json=dict(body, stream=stream))
+            if stream:
+                assert "the model broke" in reply.text
+            else:
+                assert reply.status_code == 500 and "the model broke" in reply.text
+        health = httpx.get(srv.url + "/health")
+        assert health.status_code == 503
+        state = health.json()
+        assert state["status"] == "failing" and state["failed_requests"] == 2
+        assert "the model broke" in state["last_error"]
+        monkeypatch.setattr(engine.runner, "prefill", real)
+        assert httpx.post(srv.url + "/v1/completions", json=body).status_code == 200
+        health = httpx.get(srv.url + "/health")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert health.json()["failed_requests"] == 2

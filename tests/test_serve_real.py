@@ -1,5 +1,9 @@
 """genai serve on the real SmolLM2-135M int4 model (slow): concurrency exactness, JSON schema
-and tool calls through the openai client, an event loop that keeps answering during steps."""
+and tool calls through the openai client, an event loop that keeps answering during steps.
+
+Every test runs twice: on the reference-built folder in ../shared (logits at every position)
+and on the folder our own builder makes with its defaults (`genai pull`: last-position logits),
+the one a new user serves."""
 
 from __future__ import annotations
 
@@ -34,9 +38,10 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def smollm2(smollm2_path):
-    return genai.Model(smollm2_path)
+@pytest.fixture(scope="module", params=["reference-built", "builder-default"])
+def smollm2(request):
+    fixture = "smollm2_path" if request.param == "reference-built" else "default_model_path"
+    return genai.Model(request.getfixturevalue(fixture))
 
 
 @pytest.fixture(scope="module")

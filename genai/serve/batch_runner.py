@@ -154,7 +154,11 @@ class SlotBatchRunner(BatchRunner):
         self._prefill_mask = np.zeros(0, io.mask_dtype)
         self._grow_mask()
         self._decode_logits = np.zeros((max_slots, self.vocab_size), io.logits_dtype)
-        self._prefill_logits = np.zeros((max_chunk, self.vocab_size), io.logits_dtype)
+        # Graphs built for last-position logits (the builder's default) declare a sequence
+        # dim of 1 and give one row per run; the others give one row per new token.
+        self._last_only = model.session.output_shapes[io.logits][1] == 1
+        rows = 1 if self._last_only else max_chunk
+        self._prefill_logits = np.zeros((rows, self.vocab_size), io.logits_dtype)
         # (rows, buffer version) the decode binding's KV is bound for
         self._decode_bound = (-1, -1)
         # (slot, buffer version) the prefill binding's KV is bound for
@@ -221,10 +225,11 @@ class SlotBatchRunner(BatchRunner):
         ids[:count] = tokens
         session.bind_input(io.input_ids, ids, (1, count))
         session.bind_input(io.attention_mask, self._prefill_mask, (1, total))
-        session.bind_output(io.logits, logits, (1, count, self.vocab_size))
+        rows = 1 if self._last_only else count
+        session.bind_output(io.logits, logits, (1, rows, self.vocab_size))
         session.run()
         self.lengths[slot] = total
-        return logits[count - 1].astype(np.float32, copy=False)
+        return logits[rows - 1].astype(np.float32, copy=False)
 
     def decode(
         self,
