@@ -278,14 +278,13 @@ def create_app(
         )
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health() -> JSONResponse:
+        """200 with ``status`` "ok"; 503 with "failing" while the last finished generation
+        failed (a load balancer takes the replica out until one succeeds)."""
         sched = engine.scheduler
-        return {
-            "status": "ok",
-            "running": sched.running,
-            "waiting": sched.queue_depth,
-            "pid": os.getpid(),
-        }
+        state = engine.metrics.health()
+        state.update(running=sched.running, waiting=sched.queue_depth, pid=os.getpid())
+        return JSONResponse(state, status_code=200 if state["status"] == "ok" else 503)
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -549,7 +548,7 @@ async def _respond(engine: ServeEngine, request: Request, prepared: _Prepared) -
     try:
         handle = engine.scheduler.submit(prepared.sequences)
     except QueueFullError as exc:
-        engine.metrics.requests.labels("rejected").inc()
+        engine.metrics.outcome("rejected")
         raise APIError(str(exc), 429, code="queue_full") from None
     engine.metrics.prompt_tokens.inc(prepared.prompt_tokens)
     rid = ("chatcmpl-" if prepared.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
@@ -581,11 +580,11 @@ async def _collect(handle: Any, count: int) -> list[_Choice]:
 def _raise_for(engine: ServeEngine, choices: Sequence[_Choice]) -> None:
     reasons = {c.finish_reason for c in choices}
     if "error" in reasons:
-        engine.metrics.requests.labels("error").inc()
         error = next(c.error for c in choices if c.finish_reason == "error")
+        engine.metrics.outcome("error", error)
         raise APIError(f"generation failed: {error}", 500)
     if "timeout" in reasons:
-        engine.metrics.requests.labels("timeout").inc()
+        engine.metrics.outcome("timeout")
         raise APIError("the request ran past its timeout", 408, code="timeout")
 
 
@@ -601,7 +600,7 @@ async def _complete(
             if await request.is_disconnected():
                 handle.cancel()
                 task.cancel()
-                engine.metrics.requests.labels("disconnected").inc()
+                engine.metrics.outcome("disconnected")
                 return Response(status_code=499)
     except asyncio.CancelledError:
         handle.cancel()
@@ -609,7 +608,7 @@ async def _complete(
         raise
     choices = task.result()
     _raise_for(engine, choices)
-    engine.metrics.requests.labels("ok").inc()
+    engine.metrics.outcome("ok")
     completion_tokens = sum(c.completion_tokens for c in choices)
     n = prepared.body.n
     usage = {
@@ -764,7 +763,7 @@ async def _stream(
         async for event in handle:
             i = event.index
             if event.finish_reason in ("error", "timeout"):
-                engine.metrics.requests.labels(event.finish_reason).inc()
+                engine.metrics.outcome(event.finish_reason, event.error)
                 status = 500 if event.finish_reason == "error" else 408
                 message = (
                     f"generation failed: {event.error}"
@@ -804,7 +803,7 @@ async def _stream(
                     yield chunk(i, delta, None)
                 yield chunk(i, {} if chat else "", finish)
         finished_ok = True
-        engine.metrics.requests.labels("ok").inc()
+        engine.metrics.outcome("ok")
         if body.include_usage:
             total = sum(completion_tokens)
             yield _sse(
@@ -826,4 +825,4 @@ async def _stream(
     finally:
         if not finished_ok:
             handle.cancel()  # the client went away: free the slots
-            engine.metrics.requests.labels("disconnected").inc()
+            engine.metrics.outcome("disconnected")

@@ -7,6 +7,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
@@ -46,6 +47,11 @@ class ServerMetrics:
             "Prompt tokens whose KV came from the cache",
             registry=r,
         )
+        #: Requests whose generation failed (500s), those since the last success, and the
+        #: last failure's message: `/health` reports them.
+        self.failed_requests = 0
+        self.consecutive_failures = 0
+        self.last_error: str | None = None
         self._window = window
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
         self._lock = threading.Lock()
@@ -56,6 +62,29 @@ class ServerMetrics:
         scrape."""
         self.queue_depth.set_function(waiting)
         self.running.set_function(running)
+
+    def outcome(self, label: str, error: str | None = None) -> None:
+        """A request finished as ``label`` ("ok", "error", "timeout", "rejected",
+        "disconnected"); ``error``: why a generation failed."""
+        self.requests.labels(label).inc()
+        with self._lock:
+            if label == "error":
+                self.failed_requests += 1
+                self.consecutive_failures += 1
+                self.last_error = error
+            elif label == "ok":
+                self.consecutive_failures = 0
+
+    def health(self) -> dict[str, Any]:
+        """``status`` "ok", or "failing" while the last finished generation failed (none has
+        succeeded since), with the failure counts and the last error."""
+        with self._lock:
+            return {
+                "status": "failing" if self.consecutive_failures else "ok",
+                "failed_requests": self.failed_requests,
+                "consecutive_failures": self.consecutive_failures,
+                "last_error": self.last_error,
+            }
 
     def tokens(self, count: int) -> None:
         """Scheduler thread: ``count`` tokens were generated now."""
