@@ -102,6 +102,31 @@ def _as_bool_option(name: str, value: Any) -> bool:
     )
 
 
+#: Delimiter tokens a model's config may name (``model.bot_token_id`` ...): tool call begin/end
+#: and reasoning begin/end. Property name -> config key.
+DELIMITER_TOKEN_KEYS = {
+    "bot_token_id": "model.bot_token_id",
+    "eot_token_id": "model.eot_token_id",
+    "bor_token_id": "model.bor_token_id",
+    "eor_token_id": "model.eor_token_id",
+}
+
+#: The reference's defaults for configs written before those keys existed, by ``model.type``:
+#: the token each id stands for. The reference hard-codes the ids (Qwen's and Phi-4-mini's);
+#: here the token is looked up in the model's own vocabulary, so a tokenizer without it has
+#: no default instead of a wrong id.
+DELIMITER_TOKEN_DEFAULTS: dict[str, dict[str, str]] = {
+    "qwen2": {"bot_token_id": "<tool_call>", "eot_token_id": "</tool_call>"},
+    "qwen3": {
+        "bot_token_id": "<tool_call>",
+        "eot_token_id": "</tool_call>",
+        "bor_token_id": "<think>",
+        "eor_token_id": "</think>",
+    },
+    "phi3": {"bot_token_id": "<|tool_call|>", "eot_token_id": "<|/tool_call|>"},
+}
+
+
 def _int_or_none(value: Any, key: str) -> int | None:
     if value is None:
         return None
@@ -180,6 +205,35 @@ class Tokenizer:
         self._eos_token_ids = np.asarray(eos or [self._pad_token_id], dtype=np.int32)
         self._vocab_size = vocab
         self._id_limit = max(self._known_size, vocab or 0)
+        self._delimiter_ids = self._load_delimiter_ids(config if has_model_config else None)
+
+    def _load_delimiter_ids(self, config: Any) -> dict[str, int]:
+        """``model.bot_token_id`` and the other delimiter ids the config sets; for a config
+        without them, the model type's defaults (`DELIMITER_TOKEN_DEFAULTS`) the vocabulary
+        has."""
+        found: dict[str, int] = {}
+        model_type = config.get("model.type") if config is not None else None
+        defaults = DELIMITER_TOKEN_DEFAULTS.get(str(model_type), {})
+        for name, key in DELIMITER_TOKEN_KEYS.items():
+            value = config.get(key) if config is not None else None
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)  # JSON 7.0: the reference takes integral numbers
+            token_id = _int_or_none(value, key)
+            if token_id is None and name in defaults:
+                token_id = self._hf.token_to_id(defaults[name])
+            if token_id is not None:
+                found[name] = int(token_id)
+        return found
+
+    def _delimiter_id(self, name: str) -> int:
+        token_id = self._delimiter_ids.get(name)
+        if token_id is None:
+            raise RuntimeError(
+                f"{name} is not defined for this model: {self._path} sets no "
+                f"{DELIMITER_TOKEN_KEYS[name]} in genai_config.json and its model type has no "
+                "default token for it in the tokenizer"
+            )
+        return token_id
 
     @property
     def path(self) -> Path:
@@ -200,6 +254,30 @@ class Tokenizer:
     def pad_token_id(self) -> int:
         """Padding token id (``model.pad_token_id``)."""
         return self._pad_token_id
+
+    @property
+    def bot_token_id(self) -> int:
+        """Tool-call begin token id (``model.bot_token_id``, e.g. ``<tool_call>``); raises
+        RuntimeError when the model defines none."""
+        return self._delimiter_id("bot_token_id")
+
+    @property
+    def eot_token_id(self) -> int:
+        """Tool-call end token id (``model.eot_token_id``, e.g. ``</tool_call>``); raises
+        RuntimeError when the model defines none."""
+        return self._delimiter_id("eot_token_id")
+
+    @property
+    def bor_token_id(self) -> int:
+        """Reasoning begin token id (``model.bor_token_id``, e.g. ``<think>``); raises
+        RuntimeError when the model defines none."""
+        return self._delimiter_id("bor_token_id")
+
+    @property
+    def eor_token_id(self) -> int:
+        """Reasoning end token id (``model.eor_token_id``, e.g. ``</think>``); raises
+        RuntimeError when the model defines none."""
+        return self._delimiter_id("eor_token_id")
 
     @property
     def vocab_size(self) -> int:

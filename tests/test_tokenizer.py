@@ -262,6 +262,125 @@ def test_special_ids_and_to_token_id_match_reference(name, ours, ref):
         assert tok.to_token_id(token) == r.to_token_id(token), token
 
 
+# -- tool-call and reasoning delimiter ids (model.bot_token_id ...) ---------------------------
+
+DELIMITERS = ("bot_token_id", "eot_token_id", "bor_token_id", "eor_token_id")
+# Folders around a real tokenizer: (tokenizer, model.type, delimiter keys written).
+DELIMITER_CASES = {
+    # As the reference's builder writes them for a tokenizer with <tool_call> and <think>.
+    "qwen3-keys": ("qwen3", "llama", {"_strings": True}),
+    "qwen3-partial": ("qwen3", "llama", {"bot_token_id": 7, "eor_token_id": 9.0}),
+    "qwen3-none-llama": ("qwen3", "llama", {}),
+    # Configs written before the keys existed: the model type's defaults.
+    "qwen3-none-qwen2": ("qwen3", "qwen2", {}),
+    "qwen3-none-qwen3": ("qwen3", "qwen3", {}),
+    "qwen3-override-qwen3": ("qwen3", "qwen3", {"bor_token_id": 5}),
+    "phi3-keys": ("phi3", "phi3", {"bot_token_id": 32010, "eot_token_id": 32011}),
+}
+DELIMITER_TOKENS = {
+    "bot_token_id": "<tool_call>",
+    "eot_token_id": "</tool_call>",
+    "bor_token_id": "<think>",
+    "eor_token_id": "</think>",
+}
+
+
+def _write_delimiter_folder(root: Path, name: str, tokenizer: str, model_type: str, keys) -> Path:
+    folder = root / name
+    folder.mkdir()
+    for file in ("model.onnx", "model.onnx.data"):
+        os.symlink(SMOLLM2 / file, folder / file)
+    for file in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (TOKENIZERS / tokenizer / file).is_file():
+            shutil.copy(TOKENIZERS / tokenizer / file, folder / file)
+    config = json.loads((SMOLLM2 / "genai_config.json").read_text())
+    config["model"].update(SPECIAL_IDS[tokenizer], type=model_type)
+    if keys.get("_strings"):
+        # The builder's way: each key present when the tokenizer has the token.
+        hf = json.loads((folder / "tokenizer.json").read_text())
+        added = {t["content"]: t["id"] for t in hf["added_tokens"]}
+        keys = {key: added[token] for key, token in DELIMITER_TOKENS.items() if token in added}
+        assert len(keys) == 4
+    config["model"].update(keys)
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def delimiter_folders(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("delimiter_models")
+    return {
+        name: _write_delimiter_folder(root, name, tokenizer, model_type, keys)
+        for name, (tokenizer, model_type, keys) in DELIMITER_CASES.items()
+    }
+
+
+def _delimiter_answers(tokenizer) -> dict[str, object]:
+    """Each delimiter id, or the kind of error reading it raises."""
+    answers: dict[str, object] = {}
+    for name in DELIMITERS:
+        try:
+            answers[name] = getattr(tokenizer, name)
+        except Exception as exc:  # the reference raises RuntimeError for an undefined id
+            answers[name] = type(exc)
+    return answers
+
+
+@pytest.mark.parametrize("case", sorted(DELIMITER_CASES))
+def test_delimiter_ids_match_reference(case, delimiter_folders, og):
+    folder = delimiter_folders[case]
+    want = _delimiter_answers(og.Tokenizer(og.Model(str(folder))))
+    got = _delimiter_answers(Tokenizer(folder))
+    assert got == want
+    assert all(isinstance(v, int) or v is RuntimeError for v in want.values()), want
+
+
+def test_delimiter_ids_facts(delimiter_folders):
+    # Independent of the reference: the ids are the Qwen3 tokenizer's own tokens.
+    tok = Tokenizer(delimiter_folders["qwen3-keys"])
+    for name, token in DELIMITER_TOKENS.items():
+        assert getattr(tok, name) == tok.to_token_id(token) > 0
+        assert tok.encode(token).tolist() == [getattr(tok, name)]
+    assert Tokenizer(delimiter_folders["qwen3-none-qwen3"]).bor_token_id == 151667
+    assert Tokenizer(delimiter_folders["qwen3-override-qwen3"]).bor_token_id == 5
+    undefined = Tokenizer(delimiter_folders["qwen3-none-llama"])
+    with pytest.raises(RuntimeError, match=r"bot_token_id is not defined for this model"):
+        _ = undefined.bot_token_id
+    # A property that raises still exists: hasattr-style checks on the class see it.
+    assert isinstance(Tokenizer.__dict__["bot_token_id"], property)
+    # No genai_config.json (a bare tokenizer folder): nothing is defined.
+    with pytest.raises(RuntimeError, match="eor_token_id"):
+        _ = Tokenizer(TOKENIZERS / "qwen3").eor_token_id
+
+
+def test_delimiter_default_needs_the_token_in_the_vocabulary(tmp_path, og):
+    # Difference (docs/differences.md): for model type phi3 without the keys the reference
+    # answers Phi-4-mini's hard-coded ids (200025/200026) even for a tokenizer without
+    # <|tool_call|>; genai looks the token up and has no id to give.
+    folder = _write_delimiter_folder(tmp_path, "phi3-none", "phi3", "phi3", {})
+    ref_tok = og.Tokenizer(og.Model(str(folder)))
+    assert (ref_tok.bot_token_id, ref_tok.eot_token_id) == (200025, 200026)
+    tok = Tokenizer(folder)
+    assert tok.to_token_id("<|tool_call|>") == -1
+    with pytest.raises(RuntimeError, match="bot_token_id is not defined"):
+        _ = tok.bot_token_id
+
+
+def test_delimiter_keys_must_be_integers(tmp_path):
+    folder = _write_delimiter_folder(tmp_path, "bad", "qwen3", "llama", {"bot_token_id": "7"})
+    with pytest.raises(ValueError, match=r"model\.bot_token_id must be an integer"):
+        Tokenizer(folder)
+
+
+def test_delimiter_ids_through_genai_config(delimiter_folders):
+    # The same folder through genai.Config (which must accept the builder's keys).
+    from genai.config import Config
+
+    folder = delimiter_folders["qwen3-keys"]
+    tok = Tokenizer(Config(folder))
+    assert [getattr(tok, name) for name in DELIMITERS] == [151657, 151658, 151667, 151668]
+
+
 def test_bare_tokenizer_folder_uses_tokenizer_config():
     # No genai_config.json: ids come from tokenizer_config.json's token strings.
     qwen = Tokenizer(TOKENIZERS / "qwen3")
