@@ -12,7 +12,9 @@ done
 [ "$have" = 1 ] && exit 0
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-python -m pip download --quiet --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d "$tmp"
+# Only the sdist itself is wanted: its build dependencies may come as wheels (building them
+# from source, as --no-binary :all: does, compiles CMake and takes many minutes).
+python -m pip download --quiet --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 -d "$tmp"
 tar xzf "$tmp"/llama_cpp_python-0.3.36.tar.gz -C "$tmp" --wildcards '*/models/ggml-vocab-*'
 mkdir -p "$dest"
 for name in "${names[@]}"; do
