@@ -7,6 +7,13 @@ rank-0 arrays to them (the branch adds exact zeros: the base model); activating 
 that generator's own arrays, so generators on one model run different adapters side by side.
 Several adapters active on one generator are concatenated along the rank axis, which adds their
 deltas: ``x @ [A1 A2] @ [B1; B2] = x @ A1 @ B1 + x @ A2 @ B2``.
+
+A parameter may also name any other input of the graph (`genai.model.AdapterInput`: an input
+genai does not feed itself, or an overridable initializer), as the reference binds an adapter's
+parameters by name (e.g. its test models' ``adapter_a`` / ``adapter_b`` added to the logits).
+Such a parameter is bound as it is; when several active adapters set the same one, the one
+activated last wins (the reference's order). Without an active adapter such an input keeps the
+graph's initializer (or, with none, must be fed otherwise, as in the reference).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from .generator import Generator
-    from .model import LoraInput, Model
+    from .model import AdapterInput, LoraInput, Model
 
 __all__ = [
     "AdapterError",
@@ -138,13 +145,15 @@ class Adapters:
             )
         path = Path(path)
         lora = self.model.lora_inputs
-        if not lora:
+        others = self.model.adapter_inputs
+        if not lora and not others:
             raise AdapterError(
                 f"cannot load {str(path)!r}: the model {self.model.path} has no LoRA inputs "
-                "(graph inputs named ...lora_A... / ...lora_B...)"
+                "(graph inputs named ...lora_A... / ...lora_B...) nor other inputs an adapter "
+                "could set (graph inputs beyond ids, mask, positions and KV)"
             )
         params = read_adapter_file(path)
-        _check_params(path, params, lora)
+        _check_params(path, params, lora, others)
         self._adapters[name] = _Adapter(name, path, params)
 
     def unload(self, name: str) -> None:
@@ -191,18 +200,28 @@ class Adapters:
         return f"Adapters({str(self.model.path)!r}, loaded={self.names})"
 
 
-def _check_params(path: Path, params: dict[str, np.ndarray], lora: Mapping[str, LoraInput]) -> None:
+def _check_params(
+    path: Path,
+    params: dict[str, np.ndarray],
+    lora: Mapping[str, LoraInput],
+    others: Mapping[str, AdapterInput],
+) -> None:
     where = f"adapter {str(path)!r}"
     if not params:
         raise AdapterError(f"{where} has no parameters")
     for pname, array in params.items():
+        other = others.get(pname)
+        if other is not None:
+            _check_plain_param(where, pname, array, other)
+            continue
         spec = lora.get(pname)
         if spec is None:
-            close = difflib.get_close_matches(pname, list(lora), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; e.g. {next(iter(lora))!r}"
+            known = [*lora, *others]
+            close = difflib.get_close_matches(pname, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; e.g. {known[0]!r}"
             raise AdapterError(
-                f"{where}: parameter {pname!r} is not a LoRA input of the model "
-                f"({len(lora)} LoRA inputs{hint})"
+                f"{where}: parameter {pname!r} is not an input of the model an adapter can set "
+                f"({len(lora)} LoRA inputs, {len(others)} other inputs{hint})"
             )
         if array.dtype != spec.dtype:
             raise AdapterError(
@@ -224,6 +243,8 @@ def _check_params(path: Path, params: dict[str, np.ndarray], lora: Mapping[str, 
                 f"model's input has a fixed rank of {spec.max_rank}"
             )
     for pname in params:
+        if pname in others:
+            continue
         spec = lora[pname]
         if spec.partner not in params:
             raise AdapterError(
@@ -239,6 +260,23 @@ def _check_params(path: Path, params: dict[str, np.ndarray], lora: Mapping[str, 
                 f"{where}: parameter {pname!r} has rank {rank_a} but {spec.partner!r} has rank "
                 f"{rank_b}"
             )
+
+
+def _check_plain_param(where: str, pname: str, array: np.ndarray, spec: AdapterInput) -> None:
+    """A parameter bound as it is: the input's dtype, its rank and its fixed dimensions."""
+    if spec.dtype is not None and array.dtype != spec.dtype:
+        raise AdapterError(
+            f"{where}: parameter {pname!r} is {array.dtype}, the model's input is {spec.dtype}"
+        )
+    fits = array.ndim == len(spec.shape) and all(
+        not isinstance(d, int) or d < 0 or int(array.shape[k]) == d
+        for k, d in enumerate(spec.shape)
+    )
+    if not fits:
+        raise AdapterError(
+            f"{where}: parameter {pname!r} has shape {list(array.shape)}, the model's input "
+            f"has shape {list(spec.shape)}"
+        )
 
 
 def _bind(generator: Generator, active: list[_Adapter]) -> None:
@@ -263,6 +301,11 @@ def _bind(generator: Generator, active: list[_Adapter]) -> None:
             pad[spec.rank_axis] = (0, spec.max_rank - rank)
             value = np.pad(value, pad)  # zero rows/columns add exact zeros
         values[name] = value
+    for name in model.adapter_inputs:
+        # As ORT binds active adapters' parameters: the adapter activated last wins.
+        chosen = [a.params[name] for a in active if name in a.params]
+        if chosen:
+            values[name] = chosen[-1]
     session = generator._session
     for name, value in values.items():
         # The binding keeps a reference to the array until the input is bound again.

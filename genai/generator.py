@@ -25,6 +25,7 @@ models (``model.decoder.pipeline``, several graphs) run the same way, through a
 from __future__ import annotations
 
 import copy
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,7 +48,16 @@ if TYPE_CHECKING:
     from .generator_params import GeneratorParams
     from .model import DecoderIO, Model
 
-__all__ = ["Generator", "KVSnapshot"]
+__all__ = ["Generator", "KVSnapshot", "TensorNotFoundError"]
+
+
+class TensorNotFoundError(KeyError, RuntimeError):
+    """`Generator.get_input` / `get_output` for a name the model does not have. A KeyError,
+    and a RuntimeError as the reference raises."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
 
 #: One `genai.Tokenizer` per model, built on first need (stop strings, guidance).
 _TOKENIZERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -180,6 +190,12 @@ class Generator:
         )
         if graph:
             self._loop.use_graph_capture(graph)
+        # Outputs beyond logits and KV (e.g. hidden_states): ORT allocates them at every run so
+        # that get_output serves them (only models that have them pay for it). A captured
+        # graph needs every output at a fixed address: they are not produced then.
+        self._extra_outputs: tuple[str, ...] = () if graph else model.extra_outputs
+        for name in self._extra_outputs:
+            session.bind_output_to_device(name)
         self._sequences = self._loop.array("sequences")
         self._logits_rows = self._loop.array("logits_rows")
         if window is not None:
@@ -193,6 +209,7 @@ class Generator:
         self._session = None
         self._kv = None
         self._windowed = None
+        self._extra_outputs = ()
         self.active_adapters = []
         self._loop = self._new_loop(None, pad_id, kv_pairs=[])
         self._sequences = self._loop.array("sequences")
@@ -268,11 +285,24 @@ class Generator:
         #: per row: "stop" once a stop string matched (other reasons are read from the loop)
         self._finish: list[str | None] = [None] * batch
         self._all_finished = False
+        #: set_runtime_option("terminate_session", "1"): every call that would run the model
+        #: or read its state raises until "0".
+        self._terminated = False
+        #: Inputs given with set_model_input (name -> this generator's copy).
+        self._model_inputs: dict[str, np.ndarray] = {}
+
+    def _check_terminated(self) -> None:
+        if self._terminated:
+            raise GenerationError(
+                "the session was terminated (set_runtime_option('terminate_session', '1')); "
+                "set it to '0' to continue"
+            )
 
     # --- feeding tokens -------------------------------------------------------------------------
     def append_tokens(self, tokens: np.ndarray | list[int] | list[list[int]]) -> None:
         """Append prompt tokens (1-D for batch 1, or [batch, length]) and run the model on them
         now. Later calls continue the sequence (batch 1)."""
+        self._check_terminated()
         array = np.asarray(tokens)
         if array.dtype.kind not in "iu":
             raise TypeError(f"tokens must be integers, got dtype {array.dtype}")
@@ -351,6 +381,7 @@ class Generator:
     def generate_next_token(self) -> None:
         """Run the model on pending tokens if needed, choose the next token per row and append
         it."""
+        self._check_terminated()
         loop = self._loop
         if not loop.logits_ready and loop.length == 0:
             raise GenerationError("call append_tokens before generate_next_token")
@@ -530,6 +561,7 @@ class Generator:
     def is_done(self) -> bool:
         """True when every row finished (EOS, a stop string; beam search: every batch entry has
         its hypotheses) or the sequence reached max_length or max_new_tokens."""
+        self._check_terminated()
         loop = self._loop
         return loop.all_done or loop.length >= self._stop_length or self._all_finished
 
@@ -586,6 +618,7 @@ class Generator:
         (runs the model on a pending token first, as the reference)."""
         loop = self._loop
         if not loop.logits_ready:
+            self._check_terminated()
             if loop.length == 0:
                 raise GenerationError("no logits yet: call append_tokens first")
             self._run_pending()
@@ -613,7 +646,9 @@ class Generator:
         return value
 
     def get_output(self, name: str) -> np.ndarray:
-        """A host copy of the last run's output ``name`` (``"logits"``, ``"present.0.key"``)."""
+        """A host copy of the last run's output ``name``: ``"logits"``, ``"present.0.key"``,
+        or any other output the graph declares (e.g. ``"hidden_states"``)."""
+        self._check_terminated()
         loop = self._loop
         if self._windowed is not None or self._pipeline is not None:
             return self._external_value(name, "output")
@@ -623,16 +658,27 @@ class Generator:
             if loop.last_run_count == 1:
                 return loop.array("step_logits").copy()
             return self._session.get_output(name)
+        if name in self._extra_outputs:
+            return self._session.get_output(name)
         value = self._kv.read(name)
         if value is None:
-            raise KeyError(f"{name!r} is not an output of the model")
+            if name in self.model.extra_outputs:
+                raise GenerationError(
+                    f"output {name!r} is not produced while the generator replays a captured "
+                    "graph (graph capture binds outputs at fixed addresses)"
+                )
+            raise TensorNotFoundError(f"{name!r} is not an output of the model")
         return value
 
     def get_input(self, name: str) -> np.ndarray:
-        """A host copy of the last run's input ``name``."""
+        """A host copy of the last run's input ``name`` (also the inputs bound with
+        `set_model_input` and preset inputs such as ``num_logits_to_keep``)."""
+        self._check_terminated()
         io = self._io
         if self._windowed is not None or self._pipeline is not None:
             return self._external_value(name, "input")
+        if name in self._model_inputs or name in self.model.preset_inputs:
+            return self._session.input_value(name)
         for which, graph_name in (
             ("input_ids", io.input_ids),
             ("attention_mask", io.attention_mask),
@@ -644,8 +690,81 @@ class Generator:
                 return self._loop.input_view(which).copy()
         value = self._kv.read(name)
         if value is None:
-            raise KeyError(f"{name!r} is not an input of the model")
+            raise TensorNotFoundError(f"{name!r} is not an input of the model")
         return value
+
+    # --- model inputs and run options -----------------------------------------------------------
+    def set_model_input(self, name: str, value: np.ndarray) -> None:
+        """Feed graph input ``name`` with ``value`` (a copy is bound) in this generator's runs
+        from the next one on: an input the model takes beyond ids, mask, positions and KV
+        (e.g. an extra input of an exported graph). As the reference, a name the graph does not
+        take is ignored (with a warning here); the dtype must be the graph's."""
+        if self._session is None or self._windowed is not None:
+            raise NotImplementedError(
+                "set_model_input on a pipeline or windowed model (inputs fed by its runner)"
+            )
+        if name in self.model.fed_inputs:
+            raise ValueError(
+                f"{name!r} is fed by the generator itself (ids, mask, positions, KV); "
+                "set_model_input takes the model's other inputs"
+            )
+        array = np.array(value, order="C", copy=True)
+        if name not in self._session.input_dtypes:
+            warnings.warn(
+                f"set_model_input: the model has no input {name!r}; ignored (as the reference)",
+                stacklevel=2,
+            )
+            return
+        self._session.bind_input(name, array)  # TypeError names a dtype the graph refuses
+        self._model_inputs[name] = array
+
+    def set_inputs(self, named_tensors: Any) -> None:
+        """The reference's input path for multimodal and speech models; a decoder-only model
+        takes its tokens through `append_tokens` (the reference raises the same)."""
+        raise GenerationError(
+            f"Please use generator.append_tokens for {self.model.type}. set_inputs is not "
+            "supported for this model type."
+        )
+
+    def set_runtime_option(self, key: str, value: str) -> None:
+        """A run option for this generator's runs (the reference's ``SetRuntimeOption``):
+        ``terminate_session`` ``"1"`` makes every call that runs the model or reads its state
+        raise until ``"0"``; any other key is an onnxruntime run config entry (e.g.
+        ``memory.enable_memory_arena_shrinkage``) for this generator's runs."""
+        key, value = str(key), str(value)
+        if key == "terminate_session":
+            if value not in ("0", "1"):
+                raise GenerationError(f"terminate_session key value unexpected: {value}")
+            self._terminated = value == "1"
+            return
+        if self._session is None:
+            raise NotImplementedError("run options on a pipeline model (one session per stage)")
+        self._session.set_run_config_entry(key, value)
+
+    def snapshot_state(self) -> None:
+        """The reference's snapshot of recurrent state (conv / linear-attention layers) for a
+        later `rewind_to`; the decoder-only models genai runs keep only a KV cache, which
+        `rewind_to` truncates, so there is nothing to capture (the reference does nothing
+        either). See `snapshot` for genai's prefix snapshots."""
+        self._check_terminated()
+
+    def set_hidden_states(self, hidden_states: np.ndarray) -> None:
+        """Stage a ``hidden_states`` input for the next runs (a model whose config names
+        ``model.decoder.inputs.hidden_states``, e.g. a multi-token-prediction head); a copy is
+        bound. Without that input it does nothing, as the reference."""
+        self._check_terminated()
+        name = (self.model.config.decoder.get("inputs") or {}).get("hidden_states")
+        if not name or self._session is None or name not in self._session.input_dtypes:
+            return
+        array = np.array(hidden_states, order="C", copy=True)
+        self._session.bind_input(name, array)
+        self._model_inputs[name] = array
+
+    def get_speculative_stats(self) -> dict[str, Any]:
+        """Speculative decoding statistics: not available until speculative decoding lands."""
+        raise NotImplementedError(
+            "speculative decoding (get_speculative_stats) is not supported yet"
+        )
 
     def rewind_to(self, length: int) -> None:
         """Drop tokens after the first ``length``; the next step continues from there."""

@@ -42,6 +42,20 @@ class GeneratorParams:
         """All options; numbers as floats, as the reference returns them."""
         return self.search.as_reference_dict()
 
+    def set_speculative_options(self, **options: Any) -> None:
+        """The reference's speculative-decoding options: not supported until speculative
+        decoding lands."""
+        raise NotImplementedError(
+            "speculative decoding (set_speculative_options) is not supported yet"
+        )
+
+    def get_speculative_options(self) -> dict[str, float | bool]:
+        """The reference's speculative-decoding options: not supported until speculative
+        decoding lands."""
+        raise NotImplementedError(
+            "speculative decoding (get_speculative_options) is not supported yet"
+        )
+
     def set_logit_bias(self, bias: dict[int, float]) -> None:
         """Add ``bias[id]`` to token ``id``'s logit every step (OpenAI's ``logit_bias``;
         beyond the reference). An empty dict clears it."""

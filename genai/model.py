@@ -20,7 +20,7 @@ from .pipeline import PIPELINE_TYPE, PipelineStage, check_stages, read_stages, s
 from .providers import ExecutionProvider, get_provider
 from .windowed_cache import static_shape_overrides
 
-__all__ = ["DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
+__all__ = ["AdapterInput", "DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
 
 _SUPPORTED_DTYPES = {np.dtype(t) for t in (np.float32, np.float16, np.int64, np.int32)}
 #: KV caches may also be uint8: quantized static caches of windowed (QNN-style) models.
@@ -75,6 +75,30 @@ DECODER_ONLY_TYPES = frozenset(
         "ernie4_5",
     ]
 )
+
+
+#: ``Model.device_type`` as the reference spells it, by provider name (its
+#: ``to_string(DeviceType)`` of the device interface each provider installs). A provider not
+#: listed here runs its buffers through the host, as the reference's fallback: ``"CPU"``.
+_REFERENCE_DEVICE_TYPES = {
+    "cpu": "CPU",
+    "cuda": "CUDA",
+    "DML": "DirectML",
+    "WebGPU": "WebGPU",
+    "OpenVINO": "OpenVINO",
+    "NvTensorRtRtx": "NvTensorRtRtx",
+    "RyzenAI": "RyzenAI",
+    "AMDGPU": "AMDGPU",
+}
+
+#: Graph inputs the reference feeds with a preset value when nothing else claims them
+#: (``PresetExtraInputs``): ``num_logits_to_keep``, and its alias ``onnx::Neg_*`` (an exporter's
+#: name for the same input): int64 ``[1]`` holding 0 (keep every position's logits).
+_PRESET_INPUT_PREFIXES = ("onnx::Neg_",)
+_PRESET_INPUT_NAMES = frozenset(["num_logits_to_keep"])
+
+#: ORT's session config key for the folder of external-data files of a model loaded from memory.
+_EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 
 
 def default_intra_op_threads() -> int:
@@ -150,6 +174,21 @@ class LoraInput:
     base: np.ndarray = field(repr=False, compare=False)
 
 
+@dataclass(frozen=True)
+class AdapterInput:
+    """A graph input (or an overridable initializer) that adapter files may set by name, as
+    the reference binds an adapter's parameters (ORT's LoRA adapters): any input genai does
+    not feed itself and that is not a ``lora_A`` / ``lora_B`` pair (`LoraInput`)."""
+
+    name: str
+    dtype: np.dtype | None
+    #: The declared shape (a dynamic dimension is a str or -1).
+    shape: tuple[int | str, ...]
+    #: True for an overridable initializer: without an adapter the graph's own value is used;
+    #: False for a plain input, which a run needs fed (an adapter active, or set_model_input).
+    has_default: bool
+
+
 class Model:
     """A generative model loaded from an onnxruntime-genai model folder.
 
@@ -223,6 +262,19 @@ class Model:
             self.io = replace(self.io, shape_sessions=dict(self.shape_sessions))
         #: The graph's LoRA weight inputs by name (empty for a model without adapters).
         self.lora_inputs: dict[str, LoraInput] = _describe_lora_inputs(self.config, self.session)
+        #: Other inputs adapter files may set by name (`AdapterInput`), as the reference binds
+        #: an adapter's parameters.
+        self.adapter_inputs: dict[str, AdapterInput] = _describe_adapter_inputs(
+            self.session, claimed=_claimed_inputs(self.io, self.lora_inputs)
+        )
+        #: Graph inputs fed a preset value (see `preset_input_values`): name -> value.
+        self.preset_inputs: dict[str, np.ndarray] = preset_input_values(
+            self.session, claimed=_claimed_inputs(self.io, self.lora_inputs)
+        )
+        #: Graph outputs beyond the logits and the KV cache (e.g. ``hidden_states``): bound on
+        #: every generator's binding to memory ORT allocates at each run, so that
+        #: `Generator.get_output` serves them as the reference does; empty for most models.
+        self.extra_outputs: tuple[str, ...] = extra_output_names(self.io, self.session)
         if self.lora_inputs and self.shape_sessions:
             raise ConfigError(
                 f"{self.config.file}: LoRA inputs in a windowed model with one session per run "
@@ -285,6 +337,9 @@ class Model:
         self.io = _describe_io(config, _StageUnion(stages, sessions), where="the pipeline stages")
         check_stages(config, stages, self.stage_sessions, self.io)
         self.lora_inputs = {}
+        self.adapter_inputs = {}
+        self.preset_inputs = {}
+        self.extra_outputs = ()
         for stage, session in zip(stages, sessions, strict=True):
             if _describe_lora_inputs(config, session):
                 raise NotImplementedError(
@@ -302,13 +357,33 @@ class Model:
 
     @property
     def device_type(self) -> str:
-        """The provider's device (``"cpu"``, ``"cuda"``, ...)."""
-        return self.provider.device
+        """The device the model runs on, spelled as the reference does: ``"CPU"``, ``"CUDA"``,
+        ``"DirectML"``, ``"WebGPU"``, ``"OpenVINO"``, ``"NvTensorRtRtx"``, and for QNN
+        ``"QnnWithSharedMemory"`` when its shared-memory allocator is on (HTP
+        ``enable_htp_shared_memory_allocator=1`` or the GPU backend), else ``"CPU"``."""
+        return reference_device_type(self.provider.name, self.provider_options)
 
     @property
     def path(self) -> Path:
         """The model folder."""
         return self.config.path
+
+    def create_multimodal_processor(self) -> Any:
+        """The reference's processor for vision/speech model types; the decoder-only types
+        genai runs have none (the reference raises the same for them)."""
+        raise RuntimeError(
+            f"MultiModalProcessor cannot be created. {self.type} is not a registered "
+            "multi-modal model type."
+        )
+
+    def create_streaming_processor(self) -> Any:
+        """The reference's streaming audio processor (Moonshine / Nemotron speech models);
+        the decoder-only types genai runs have none (the reference raises the same for them)."""
+        raise RuntimeError(
+            f"CreateStreamingProcessor: unsupported model type {self.type!r}. "
+            "StreamingProcessor supports 'streaming_enc_dec_asr' (Moonshine) and "
+            "'nemotron_speech' (Nemotron); genai does not run speech models yet."
+        )
 
     def _create_session(
         self,
@@ -350,10 +425,16 @@ class Model:
             # (DecoderLoop.use_graph_capture): onnxruntime would capture the first run under
             # the default id 0 and replay it for every later one.
             run_entries.setdefault("gpu_graph_id", "-1")
+        model_bytes = config.model_data(filename)
+        if model_bytes is not None:
+            # ORT resolves a model's external-data files against the model's own path, which a
+            # model given as bytes does not have: the model folder, as the reference (unless
+            # the session options name another folder).
+            entries.setdefault(_EXTERNAL_DATA_FOLDER, str(Path(config.path).resolve()))
         try:
             return NativeSession(
                 str(path),
-                model_bytes=config.model_data(filename),
+                model_bytes=model_bytes,
                 intra_op_num_threads=int(
                     session_cfg.get("intra_op_num_threads") or default_intra_op_threads()
                 ),
@@ -381,12 +462,31 @@ class Model:
 
     def bind_extra_inputs(self, session: NativeSession) -> None:
         """Bind the inputs a run needs beyond ids, mask, positions and KV on a new binding:
-        each LoRA weight input gets its base value (rank 0: the model without adapters)."""
+        each LoRA weight input gets its base value (rank 0: the model without adapters), each
+        preset input its preset value (`preset_inputs`)."""
         for name, spec in self.lora_inputs.items():
             session.bind_input(name, spec.base)
+        for name, value in self.preset_inputs.items():
+            session.bind_input(name, value)
+
+    @property
+    def fed_inputs(self) -> frozenset[str]:
+        """The graph inputs a generator feeds itself (ids, mask, positions, KV): not settable
+        with `Generator.set_model_input`."""
+        return _claimed_inputs(self.io, {})
 
     def __repr__(self) -> str:
         return f"Model({str(self.path)!r}, type={self.type!r}, provider={self.provider.name!r})"
+
+
+def reference_device_type(provider: str, options: dict[str, str]) -> str:
+    """``Model.device_type`` of the reference for ``provider`` (a genai provider name) with
+    ``options`` (its provider options)."""
+    if provider == "QNN":
+        shared = options.get("enable_htp_shared_memory_allocator") == "1"
+        gpu = options.get("backend_type") == "gpu"
+        return "QnnWithSharedMemory" if shared or gpu else "CPU"
+    return _REFERENCE_DEVICE_TYPES.get(provider, "CPU")
 
 
 def _check_stage_provider(
@@ -637,6 +737,53 @@ def _describe_lora_inputs(config: Config, session: NativeSession) -> dict[str, L
             name, kind, np.dtype(dtype), tuple(shape), rank_axis, partner, max_rank, base
         )
     return found
+
+
+def _claimed_inputs(io: DecoderIO, lora: dict[str, LoraInput]) -> frozenset[str]:
+    """The graph inputs genai feeds itself: ids, mask, positions, KV and LoRA weights."""
+    names = {io.input_ids, io.attention_mask, io.position_ids, *io.past_keys, *io.past_values}
+    return frozenset(n for n in (*names, *lora) if n is not None)
+
+
+def _describe_adapter_inputs(session: Any, claimed: frozenset[str]) -> dict[str, AdapterInput]:
+    """Every input and overridable initializer of ``session`` outside ``claimed``."""
+    found: dict[str, AdapterInput] = {}
+    for table, has_default in (
+        ((session.input_dtypes, session.input_shapes), False),
+        ((session.initializer_dtypes, session.initializer_shapes), True),
+    ):
+        dtypes, shapes = table
+        for name, dtype in dtypes.items():
+            if name in claimed:
+                continue
+            kind = np.dtype(dtype) if dtype is not None else None
+            found[name] = AdapterInput(name, kind, tuple(shapes[name]), has_default)
+    return found
+
+
+def preset_input_values(session: Any, claimed: frozenset[str]) -> dict[str, np.ndarray]:
+    """The reference's preset extra inputs of ``session``: a graph input named
+    ``num_logits_to_keep`` (or ``onnx::Neg_*``, an exporter's name for it) that genai does not
+    feed otherwise gets int64 ``[1]`` = 0, as the reference feeds it (in the declared integer
+    type when the graph declares another). Every other unclaimed input is left unbound: ORT
+    then reports it missing, as with the reference."""
+    found: dict[str, np.ndarray] = {}
+    for name, dtype in session.input_dtypes.items():
+        if name in claimed:
+            continue
+        if name not in _PRESET_INPUT_NAMES and not name.startswith(_PRESET_INPUT_PREFIXES):
+            continue
+        kind = np.dtype(dtype) if dtype is not None else np.dtype(np.int64)
+        value = np.zeros([1], kind if kind.kind in "iu" else np.int64)
+        value.flags.writeable = False
+        found[name] = value
+    return found
+
+
+def extra_output_names(io: DecoderIO, session: Any) -> tuple[str, ...]:
+    """The outputs of ``session`` that are neither the logits nor a KV present."""
+    known = {io.logits, *io.present_keys, *io.present_values}
+    return tuple(name for name in session.output_dtypes if name not in known)
 
 
 def _layer_names(template: str, num_layers: int) -> tuple[str, ...]:

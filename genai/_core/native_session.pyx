@@ -251,6 +251,54 @@ cdef int _load_device_fns() except -1:
     return 0
 
 
+# Overridable initializers (initializers also listed as graph inputs: a run may feed them, or
+# not and get the initializer): OrtApi positions, same documented layout as above.
+cdef enum:
+    _SLOT_SessionGetOverridableInitializerCount = 32
+    _SLOT_SessionGetOverridableInitializerTypeInfo = 35
+    _SLOT_SessionGetOverridableInitializerName = 38
+
+
+cdef struct _InitializerFns:
+    OrtStatus* (*Count)(const OrtSession* session, size_t* out) noexcept nogil
+    OrtStatus* (*TypeInfo)(const OrtSession* session, size_t index,
+                           OrtTypeInfo** type_info) noexcept nogil
+    OrtStatus* (*Name)(const OrtSession* session, size_t index, OrtAllocator* allocator,
+                       char** value) noexcept nogil
+
+cdef _InitializerFns _initfns
+cdef bint _initfns_loaded = False
+
+
+cdef int _load_initializer_fns() except -1:
+    """Read _InitializerFns from the library ort_api loaded, as _load_device_fns."""
+    global _initfns_loaded
+    if _initfns_loaded:
+        return 0
+    ort_fns()
+    from genai._core.ort_api import library_path
+    path = library_path()
+    cdef bytes bpath = os.fsencode(path)
+    cdef void* handle = dlopen(bpath, RTLD_NOW | RTLD_LOCAL)
+    if handle == NULL:
+        raise ImportError(f"cannot load {path}")
+    cdef void* sym = dlsym(handle, b"OrtGetApiBase")
+    if sym == NULL:
+        raise ImportError(f"{path} does not export OrtGetApiBase")
+    cdef const _ApiBase* base = (<_GetApiBaseFn>sym)()
+    cdef const void* const* table = NULL
+    if base != NULL:
+        table = <const void* const*>base.GetApi(ORT_API_VERSION_REQUIRED)
+    if table == NULL:
+        raise ImportError(f"{path}: GetApi({ORT_API_VERSION_REQUIRED}) returned NULL")
+    memcpy(&_initfns.Count, &table[_SLOT_SessionGetOverridableInitializerCount], sizeof(void*))
+    memcpy(&_initfns.TypeInfo, &table[_SLOT_SessionGetOverridableInitializerTypeInfo],
+           sizeof(void*))
+    memcpy(&_initfns.Name, &table[_SLOT_SessionGetOverridableInitializerName], sizeof(void*))
+    _initfns_loaded = True
+    return 0
+
+
 # The tensor's memory may come from its owner's allocator: a garbage-collected cycle (session ->
 # bound tensor -> session) must free the tensor first, so tp_clear leaves `owner` alone.
 @cython.no_gc_clear
@@ -637,9 +685,16 @@ cdef class NativeSession:
                                            &self.cpu_info), "CreateCpuMemoryInfo")
         check_status(f.CreateIoBinding(self.session, &self.binding), "CreateIoBinding")
 
-        cdef size_t count = 0
+        cdef size_t count = 0, n_overridable = 0
+        cdef Py_ssize_t n_graph_inputs
         check_status(f.SessionGetInputCount(self.session, &count), "SessionGetInputCount")
-        self.n_inputs = <Py_ssize_t>count
+        n_graph_inputs = <Py_ssize_t>count
+        # Overridable initializers follow the graph inputs in every per-input array: bindable
+        # by name like them, but not listed in input_names / input_dtypes / input_shapes.
+        _load_initializer_fns()
+        check_status(_initfns.Count(self.session, &n_overridable),
+                     "SessionGetOverridableInitializerCount")
+        self.n_inputs = n_graph_inputs + <Py_ssize_t>n_overridable
         check_status(f.SessionGetOutputCount(self.session, &count), "SessionGetOutputCount")
         self.n_outputs = <Py_ssize_t>count
         self.input_names_c = <char**>calloc(self.n_inputs + 1, sizeof(char*))
@@ -672,23 +727,32 @@ cdef class NativeSession:
 
         names, shapes = [], []
         for i in range(self.n_inputs):
-            check_status(f.SessionGetInputName(self.session, i, alloc, &cname),
-                         "SessionGetInputName")
+            if i < n_graph_inputs:
+                check_status(f.SessionGetInputName(self.session, i, alloc, &cname),
+                             "SessionGetInputName")
+            else:
+                check_status(_initfns.Name(self.session, i - n_graph_inputs, alloc, &cname),
+                             "SessionGetOverridableInitializerName")
             try:
                 self.input_names_c[i] = _dup_cstr(cname)
             finally:
                 check_status(f.AllocatorFree(alloc, cname), "AllocatorFree")
             names.append(self.input_names_c[i].decode("utf-8"))
-            check_status(f.SessionGetInputTypeInfo(self.session, i, &tinfo),
-                         "SessionGetInputTypeInfo")
+            if i < n_graph_inputs:
+                check_status(f.SessionGetInputTypeInfo(self.session, i, &tinfo),
+                             "SessionGetInputTypeInfo")
+            else:
+                check_status(_initfns.TypeInfo(self.session, i - n_graph_inputs, &tinfo),
+                             "SessionGetOverridableInitializerTypeInfo")
             try:
                 elem, shape = _read_type(f, tinfo)
             finally:
                 f.ReleaseTypeInfo(tinfo)
             self.input_types_c[i] = elem
             shapes.append(shape)
-        self.input_names = tuple(names)
+        self.input_names = tuple(names[:n_graph_inputs])
         self._input_shapes = tuple(shapes)
+        self._input_index = {n: k for k, n in enumerate(names)}
 
         names, shapes = [], []
         for i in range(self.n_outputs):
@@ -710,7 +774,6 @@ cdef class NativeSession:
         self.output_names = tuple(names)
         self._output_shapes = tuple(shapes)
 
-        self._input_index = {n: k for k, n in enumerate(self.input_names)}
         self._output_index = {n: k for k, n in enumerate(self.output_names)}
         self._input_refs = [None] * self.n_inputs
         self._output_refs = [None] * self.n_outputs
@@ -734,7 +797,7 @@ cdef class NativeSession:
 
     def _memory_infos(self, bint outputs):
         cdef const OrtFns* f = self.fn
-        cdef Py_ssize_t n = self.n_outputs if outputs else self.n_inputs, i
+        cdef Py_ssize_t n = self.n_outputs if outputs else len(self.input_names), i
         cdef const OrtMemoryInfo** infos = NULL
         if self.session == NULL:
             raise RuntimeError("NativeSession is not initialised")
@@ -1290,6 +1353,21 @@ cdef class NativeSession:
         return dict(zip(self.input_names, self._input_shapes))
 
     @property
+    def initializer_dtypes(self):
+        """{name: numpy dtype} of the overridable initializers: initializers the graph also
+        lists as inputs, which a run may feed (bind_input by name) or leave to their value.
+        Not among input_names / input_dtypes."""
+        cdef Py_ssize_t first = len(self.input_names)
+        return {n: ELEM_TO_DTYPE.get(self.input_types_c[i])
+                for n, i in self._input_index.items() if i >= first}
+
+    @property
+    def initializer_shapes(self):
+        """{name: shape} of the overridable initializers (see initializer_dtypes)."""
+        cdef Py_ssize_t first = len(self.input_names)
+        return {n: self._input_shapes[i] for n, i in self._input_index.items() if i >= first}
+
+    @property
     def output_shapes(self):
         """{name: shape}; a dynamic dim is its symbolic name (str), or -1 when unnamed."""
         return dict(zip(self.output_names, self._output_shapes))
@@ -1558,6 +1636,36 @@ cdef class NativeSession:
         self.capture_run_options = capture
         self.skip_run_options = skip
         self.graph_id = graph_id
+
+    def set_run_config_entry(self, str key, str value):
+        """Add the run config entry ``key`` = ``value`` to this binding's runs only (other
+        bindings of the session keep the session's run options)."""
+        cdef OrtRunOptions* opts = NULL
+        cdef const OrtFns* f = self.fn
+        cdef bytes bkey, bvalue
+        if self.session == NULL:
+            raise RuntimeError("NativeSession is not initialised")
+        config = {**self._run_config, key: value}  # a copy: the dict is shared with the owner
+        if self.graph_id is not None:
+            self._run_config = config
+            self.set_graph_capture(self.graph_id)  # rebuilds both run options from it
+            return
+        try:
+            check_status(f.CreateRunOptions(&opts), "CreateRunOptions")
+            for k, v in config.items():
+                bkey = str(k).encode()
+                bvalue = str(v).encode()
+                check_status(f.AddRunConfigEntry(opts, bkey, bvalue),
+                             f"adding run config entry {k!r}={v!r}")
+        except BaseException:
+            if opts != NULL:
+                f.ReleaseRunOptions(opts)
+            raise
+        # Plain runs use skip_run_options when set (owned by this object).
+        if self.skip_run_options != NULL:
+            f.ReleaseRunOptions(self.skip_run_options)
+        self.skip_run_options = opts
+        self._run_config = config
 
     def next_graph_id(self):
         """A graph id no other binding of this ORT session has been given (1, 2, ...)."""

@@ -49,7 +49,14 @@ from onnx import TensorProto
 
 from genai.onnx_graph import MS_DOMAIN, GraphBuilder
 
-__all__ = ["write_gpt2_decoder", "write_gqa_decoder", "write_optimum_decoder"]
+__all__ = [
+    "add_logits_addend_input",
+    "expose_hidden_states",
+    "save_external_data",
+    "write_gpt2_decoder",
+    "write_gqa_decoder",
+    "write_optimum_decoder",
+]
 
 IdDtype = Literal["int64", "int32"]
 
@@ -909,3 +916,87 @@ def write_gpt2_decoder(
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Graph edits on a written folder (the reference's own test-model recipes)
+# --------------------------------------------------------------------------------------------
+
+
+def save_external_data(folder: str | pathlib.Path, location: str = "model.onnx.data") -> None:
+    """Re-save ``folder/model.onnx`` with its weights in the external-data file ``location``
+    beside it (the builder's layout: ``model.onnx`` + ``model.onnx.data``)."""
+    path = pathlib.Path(folder) / "model.onnx"
+    model = onnx.load(str(path))
+    for stale in {
+        e.value
+        for t in model.graph.initializer
+        for e in t.external_data
+        if e.key == "location" and e.value != location
+    }:
+        (path.parent / stale).unlink(missing_ok=True)
+    onnx.save_model(
+        model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+        location=location, size_threshold=1024,
+    )  # fmt: skip
+
+
+def _logits_producer(model: onnx.ModelProto, logits: str) -> onnx.NodeProto:
+    for node in model.graph.node:
+        if logits in node.output:
+            return node
+    raise ValueError(f"no node of the graph writes {logits!r}")
+
+
+def add_logits_addend_input(
+    folder: str | pathlib.Path,
+    name: str,
+    *,
+    elem_type: int = TensorProto.FLOAT,
+    shape: Sequence[int | str] = (),
+    default: np.ndarray | None = None,
+    logits: str = "logits",
+    location: str = "model.data",
+) -> None:
+    """Add graph input ``name`` whose value (cast to float) is added to the logits, as the
+    reference's tests build their extra-input and adapter models: the node writing
+    ``logits`` now writes ``logits_0``, then ``logits = Cast(name) + logits_0``. ``default``:
+    also an initializer of that name (an input the session may be fed, or not). Calling it
+    twice with two names adds both (``logits = a + (b + logits_0)``). The model is saved with
+    external data in ``location``."""
+    path = pathlib.Path(folder) / "model.onnx"
+    model = onnx.load(str(path))
+    producer = _logits_producer(model, logits)
+    inner = f"{logits}_before_{name}"
+    producer.output[list(producer.output).index(logits)] = inner
+    model.graph.input.append(onnx.helper.make_tensor_value_info(name, elem_type, list(shape)))
+    if default is not None:
+        model.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(default), name))
+    addend = name
+    if elem_type != TensorProto.FLOAT:
+        addend = f"{name}_as_float"
+        model.graph.node.append(
+            onnx.helper.make_node("Cast", [name], [addend], to=TensorProto.FLOAT)
+        )
+    model.graph.node.append(onnx.helper.make_node("Add", [addend, inner], [logits]))
+    path.unlink()
+    onnx.save_model(model, str(path), save_as_external_data=True, location=location)
+
+
+def expose_hidden_states(
+    folder: str | pathlib.Path, name: str = "hidden_states", *, logits: str = "logits"
+) -> None:
+    """Add graph output ``name``: the final hidden state the lm_head reads (``[batch, seq,
+    hidden]`` fp32), as a builder export with ``include_hidden_states`` has. The config's
+    ``model.decoder.outputs`` is left as it is."""
+    path = pathlib.Path(folder) / "model.onnx"
+    model = onnx.load(str(path))
+    producer = _logits_producer(model, logits)
+    hidden = producer.input[0]
+    model.graph.node.append(onnx.helper.make_node("Identity", [hidden], [name]))
+    model.graph.output.append(
+        onnx.helper.make_tensor_value_info(
+            name, TensorProto.FLOAT, ["batch_size", "sequence_length", "hidden_size"]
+        )
+    )
+    onnx.save_model(model, str(path))
