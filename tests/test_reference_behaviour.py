@@ -1,0 +1,394 @@
+"""Behaviours the reference's own test suite checks, side by side with the reference engine
+(``onnxruntime_genai``) on the same folders: device-type spelling, models loaded from memory with
+external data, every declared graph output, preset and user-set extra inputs, run options, the
+generic adapter inputs of its ``adapters`` / ``multiple_adapters`` test models, and the methods
+of its Python classes. The folders follow the reference's recipes (its
+``test_onnxruntime_genai_api.py``) on a tiny GroupQueryAttention decoder."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+import genai
+from genai.model import reference_device_type
+from genai.testing.models import (
+    add_logits_addend_input,
+    expose_hidden_states,
+    save_external_data,
+    write_gqa_decoder,
+)
+
+og = pytest.importorskip("onnxruntime_genai", reason="the reference engine is a test dependency")
+
+ENGINES = pytest.mark.parametrize("engine", [og, genai], ids=["reference", "genai"])
+VOCAB = 64
+#: Batch 2, left-padded as in the reference's test_get_output / test_hidden_states.
+PROMPT = np.array([[0, 0, 5, 52], [0, 7, 19, 31]], dtype=np.int32)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    return write_gqa_decoder(tmp_path_factory.mktemp("reference-behaviour"), name="base")
+
+
+def copy_of(base: pathlib.Path, tmp_path: pathlib.Path, name: str) -> pathlib.Path:
+    folder = tmp_path / name
+    shutil.copytree(base, folder)
+    return folder
+
+
+def generator(engine: Any, model: Any, max_length: int = 10, batch_size: int = 2) -> Any:
+    params = engine.GeneratorParams(model)
+    params.set_search_options(max_length=max_length, batch_size=batch_size)
+    return engine.Generator(model, params)
+
+
+def greedy(engine: Any, model: Any, setup: Callable[[Any], None] | None = None) -> np.ndarray:
+    """Rows of a greedy run on PROMPT, with ``setup(generator)`` before the prompt."""
+    gen = generator(engine, model)
+    if setup is not None:
+        setup(gen)
+    gen.append_tokens(PROMPT)
+    while not gen.is_done():
+        gen.generate_next_token()
+    return np.stack([np.asarray(gen.get_sequence(i)) for i in range(PROMPT.shape[0])])
+
+
+# --------------------------------------------------------------------------------------------
+# Model.device_type
+# --------------------------------------------------------------------------------------------
+
+
+def test_device_type_spelled_as_the_reference(base: pathlib.Path) -> None:
+    assert genai.Model(base).device_type == og.Model(str(base)).device_type == "CPU"
+
+
+@pytest.mark.parametrize(
+    ("provider", "options", "expected"),
+    [
+        # The reference's to_string(DeviceType) for the device each provider installs.
+        ("cuda", {}, "CUDA"),
+        ("DML", {}, "DirectML"),
+        ("WebGPU", {}, "WebGPU"),
+        ("OpenVINO", {}, "OpenVINO"),
+        ("NvTensorRtRtx", {}, "NvTensorRtRtx"),
+        ("QNN", {}, "CPU"),
+        ("QNN", {"enable_htp_shared_memory_allocator": "1"}, "QnnWithSharedMemory"),
+        ("SomePluginEP", {}, "CPU"),
+    ],
+)
+def test_device_type_of_other_providers(provider: str, options: dict, expected: str) -> None:
+    assert reference_device_type(provider, options) == expected
+
+
+# --------------------------------------------------------------------------------------------
+# Config.add_model_data with the builder's model.onnx.data beside it
+# --------------------------------------------------------------------------------------------
+
+
+def test_model_from_memory_reads_external_data_from_the_model_folder(
+    base: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = copy_of(base, tmp_path, "external")
+    save_external_data(folder)  # model.onnx + model.onnx.data
+    assert (folder / "model.onnx.data").is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the data file is not in the working directory
+    rows = {}
+    for engine in (og, genai):
+        config = engine.Config(str(folder))
+        config.add_model_data("model.onnx", (folder / "model.onnx").read_bytes())
+        model = engine.Model(config)
+        config.remove_model_data("model.onnx")
+        rows[engine] = greedy(engine, model)
+    np.testing.assert_array_equal(rows[genai], rows[og])
+
+
+# --------------------------------------------------------------------------------------------
+# get_output for every declared output
+# --------------------------------------------------------------------------------------------
+
+
+def test_hidden_states_output_matches_the_reference(
+    base: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    folder = copy_of(base, tmp_path, "hidden")
+    expose_hidden_states(folder)
+    seen: dict[Any, list[np.ndarray]] = {}
+    for engine in (og, genai):
+        gen = generator(engine, engine.Model(str(folder)))
+        gen.append_tokens(PROMPT)
+        gen.generate_next_token()
+        first = np.asarray(gen.get_output("hidden_states"))
+        gen.generate_next_token()
+        seen[engine] = [first, np.asarray(gen.get_output("hidden_states"))]
+    ours, ref = seen[genai], seen[og]
+    assert ref[0].shape == (2, 4, 64) and ref[1].shape == (2, 1, 64)
+    for a, b in zip(ours, ref, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@ENGINES
+def test_unknown_output_or_input_is_a_runtime_error(engine: Any, base: pathlib.Path) -> None:
+    gen = generator(engine, engine.Model(str(base)))
+    gen.append_tokens(PROMPT)
+    with pytest.raises(RuntimeError, match="zzz"):
+        gen.get_output("zzz")
+    with pytest.raises(RuntimeError, match="zzz"):
+        gen.get_input("zzz")
+
+
+# --------------------------------------------------------------------------------------------
+# Preset extra inputs and set_model_input (the reference's test_preset_extra_inputs)
+# --------------------------------------------------------------------------------------------
+
+
+def extra_input_folder(base: pathlib.Path, tmp_path: pathlib.Path, name: str) -> pathlib.Path:
+    """The reference's recipe: an int64 scalar input, cast and added to the logits."""
+    folder = copy_of(base, tmp_path, name.replace(":", "_"))
+    add_logits_addend_input(folder, name, elem_type=onnx.TensorProto.INT64, shape=[])
+    return folder
+
+
+@pytest.mark.parametrize("name", ["num_logits_to_keep", "onnx::Neg_67"])
+def test_preset_extra_inputs_fed_as_the_reference(
+    base: pathlib.Path, tmp_path: pathlib.Path, name: str
+) -> None:
+    folder = extra_input_folder(base, tmp_path, name)
+    rows, fed = {}, {}
+    for engine in (og, genai):
+        model = engine.Model(str(folder))
+        rows[engine] = greedy(engine, model)
+        gen = generator(engine, model)
+        gen.append_tokens(PROMPT)
+        fed[engine] = np.asarray(gen.get_input(name))
+    np.testing.assert_array_equal(rows[genai], rows[og])
+    assert fed[genai].dtype == fed[og].dtype == np.int64
+    np.testing.assert_array_equal(fed[genai], fed[og])
+
+
+@ENGINES
+def test_unclaimed_extra_input_is_missing(
+    engine: Any, base: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    folder = extra_input_folder(base, tmp_path, "abcde")
+    gen = generator(engine, engine.Model(str(folder)))
+    with pytest.raises(RuntimeError, match="Missing Input: abcde"):
+        gen.append_tokens(PROMPT)
+
+
+@pytest.mark.parametrize("name", ["abcde", "num_logits_to_keep"])
+def test_set_model_input_feeds_the_graph(
+    base: pathlib.Path, tmp_path: pathlib.Path, name: str
+) -> None:
+    folder = extra_input_folder(base, tmp_path, name)
+    value = np.array(3, dtype=np.int64)
+    logits, fed = {}, {}
+    for engine in (og, genai):
+        gen = generator(engine, engine.Model(str(folder)))
+        gen.set_model_input(name, value)
+        gen.append_tokens(PROMPT)
+        logits[engine] = [np.asarray(gen.get_logits())]
+        fed[engine] = np.asarray(gen.get_input(name))
+        gen.generate_next_token()
+        logits[engine].append(np.asarray(gen.get_logits()))
+    np.testing.assert_array_equal(fed[genai], fed[og])
+    for ours, ref in zip(logits[genai], logits[og], strict=True):
+        np.testing.assert_allclose(ours, ref, atol=1e-5)
+    # 3 added to every logit (the graph's own logits are not all 3 + something else)
+    plain = generator(genai, genai.Model(str(base)))
+    plain.append_tokens(PROMPT)
+    np.testing.assert_allclose(logits[genai][0], np.asarray(plain.get_logits()) + 3, atol=1e-5)
+
+
+def test_set_model_input_checks_the_name(base: pathlib.Path) -> None:
+    gen = generator(genai, genai.Model(base))
+    with pytest.raises(ValueError, match="fed by the generator"):
+        gen.set_model_input("input_ids", np.zeros((2, 4), np.int32))
+    with pytest.warns(UserWarning, match="no input 'zzz'"):
+        gen.set_model_input("zzz", np.array(1, np.int64))  # ignored, as the reference
+    gen.append_tokens(PROMPT)
+    with pytest.raises(KeyError):
+        gen.get_input("zzz")
+
+
+# --------------------------------------------------------------------------------------------
+# set_runtime_option, snapshot_state, set_hidden_states, set_inputs
+# --------------------------------------------------------------------------------------------
+
+
+def outcome(call: Callable[[], Any]) -> str:
+    try:
+        call()
+    except RuntimeError:
+        return "raises"
+    return "ok"
+
+
+def test_terminate_session_as_the_reference(base: pathlib.Path) -> None:
+    seen: dict[Any, list[str]] = {}
+    rows = {}
+    for engine in (og, genai):
+        gen = generator(engine, engine.Model(str(base)))
+        gen.append_tokens(PROMPT)
+        gen.generate_next_token()
+        gen.set_runtime_option("terminate_session", "1")
+        seen[engine] = [
+            outcome(gen.generate_next_token),
+            outcome(gen.is_done),
+            outcome(gen.get_logits),
+            outcome(lambda g=gen: g.get_output("logits")),
+            outcome(lambda g=gen: g.append_tokens(np.array([[5], [6]], np.int32))),
+            outcome(gen.snapshot_state),
+            outcome(gen.get_next_tokens),
+            outcome(gen.token_count),
+            outcome(lambda g=gen: g.set_runtime_option("terminate_session", "2")),
+        ]
+        gen.set_runtime_option("terminate_session", "0")
+        while not gen.is_done():
+            gen.generate_next_token()
+        rows[engine] = np.stack([np.asarray(gen.get_sequence(i)) for i in range(2)])
+    assert seen[genai] == seen[og]
+    assert "raises" in seen[og] and "ok" in seen[og]
+    np.testing.assert_array_equal(rows[genai], rows[og])
+
+
+def test_run_option_and_no_op_state_calls_keep_the_tokens(base: pathlib.Path) -> None:
+    def setup(gen: Any) -> None:
+        gen.set_runtime_option("memory.enable_memory_arena_shrinkage", "cpu:0")
+        gen.snapshot_state()  # no recurrent state: nothing to capture
+        gen.set_hidden_states(np.zeros((2, 4, 64), np.float32))  # no hidden_states input
+
+    rows = {engine: greedy(engine, engine.Model(str(base)), setup) for engine in (og, genai)}
+    np.testing.assert_array_equal(rows[genai], rows[og])
+    np.testing.assert_array_equal(rows[genai], greedy(genai, genai.Model(base)))
+
+
+def test_run_option_is_per_generator(base: pathlib.Path) -> None:
+    model = genai.Model(base)
+    gen = generator(genai, model)
+    gen.set_runtime_option("bad.entry", "x")
+    other = generator(genai, model)
+    other.append_tokens(PROMPT)  # the other binding keeps the session's run options
+    assert other.token_count() == 4
+
+
+@ENGINES
+def test_set_inputs_and_processors_refused_for_a_decoder(engine: Any, base: pathlib.Path) -> None:
+    model = engine.Model(str(base))
+    gen = generator(engine, model)
+    with pytest.raises(RuntimeError, match="SetInputs|set_inputs"):
+        gen.set_inputs(og.NamedTensors() if engine is og else {})
+    with pytest.raises(RuntimeError, match="not a registered multi-modal model type"):
+        model.create_multimodal_processor()
+    with pytest.raises(RuntimeError, match="unsupported model type 'llama'"):
+        model.create_streaming_processor()
+
+
+@pytest.mark.parametrize("cls", ["Generator", "Model", "GeneratorParams", "Adapters"])
+def test_every_reference_method_exists(cls: str) -> None:
+    ours = dir(getattr(genai, cls))
+    missing = [n for n in dir(getattr(og, cls)) if not n.startswith("_") and n not in ours]
+    assert missing == []
+
+
+# --------------------------------------------------------------------------------------------
+# Adapters: the reference's adapters / multiple_adapters test models
+# --------------------------------------------------------------------------------------------
+
+
+def export_adapter(path: pathlib.Path, params: dict[str, np.ndarray]) -> str:
+    adapter = onnxruntime.AdapterFormat()
+    adapter.set_adapter_version(1)
+    adapter.set_model_version(1)
+    adapter.set_parameters(
+        {k: onnxruntime.OrtValue.ortvalue_from_numpy(v) for k, v in params.items()}
+    )
+    adapter.export_adapter(str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def adapter_model(base: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """``adapter_a`` + ``adapter_b`` ([vocab] float, initializers of zeros also listed as graph
+    inputs) added to the logits, as the reference's test_adapters builds its folders."""
+    folder = tmp_path_factory.mktemp("adapters") / "adapters"
+    shutil.copytree(base, folder)
+    for name in ("adapter_a", "adapter_b"):
+        add_logits_addend_input(folder, name, shape=[VOCAB], default=np.zeros(VOCAB, np.float32))
+    return folder
+
+
+ADAPTER_CASES = {
+    "none": [],
+    "adapters": [{"adapter_a": 0, "adapter_b": 1}],  # one file with both
+    "multiple_adapters": [{"adapter_a": 0}, {"adapter_b": 1}],  # one file each
+    "same_input_twice": [{"adapter_a": 0}, {"adapter_a": 1}],  # the last activated wins
+}
+
+
+@pytest.mark.parametrize("case", list(ADAPTER_CASES))
+def test_adapter_inputs_by_name_match_the_reference(
+    adapter_model: pathlib.Path, tmp_path: pathlib.Path, case: str
+) -> None:
+    rng = np.random.default_rng(7)
+    values = [rng.random(VOCAB, dtype=np.float32) for _ in range(2)]
+    files = [
+        export_adapter(
+            tmp_path / f"{case}_{i}.onnx_adapter", {k: values[v] for k, v in spec.items()}
+        )
+        for i, spec in enumerate(ADAPTER_CASES[case])
+    ]
+    logits, rows = {}, {}
+    for engine in (og, genai):
+        model = engine.Model(str(adapter_model))
+        adapters = engine.Adapters(model)
+
+        def activate(gen: Any, adapters: Any = adapters) -> None:
+            for i in range(len(files)):
+                gen.set_active_adapter(adapters, f"adapter_{i}")
+
+        for i, path in enumerate(files):
+            adapters.load(path, f"adapter_{i}")
+        gen = generator(engine, model)
+        activate(gen)
+        gen.append_tokens(PROMPT)
+        logits[engine] = np.asarray(gen.get_logits())
+        rows[engine] = greedy(engine, model, activate)
+    np.testing.assert_allclose(logits[genai], logits[og], atol=1e-5)
+    np.testing.assert_array_equal(rows[genai], rows[og])
+    base_logits = generator(genai, genai.Model(adapter_model))
+    base_logits.append_tokens(PROMPT)
+    delta = logits[genai] - np.asarray(base_logits.get_logits())
+    expected = {
+        "none": 0,
+        "adapters": values[0] + values[1],
+        "multiple_adapters": values[0] + values[1],
+        "same_input_twice": values[1],
+    }[case]
+    np.testing.assert_allclose(delta, np.broadcast_to(expected, delta.shape), atol=1e-5)
+
+
+def test_adapter_parameter_checked_against_the_graph_input(
+    adapter_model: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    adapters = genai.Adapters(genai.Model(adapter_model))
+    with pytest.raises(genai.adapters.AdapterError, match="'nothere' is not an input"):
+        adapters.load(export_adapter(tmp_path / "a.onnx_adapter", {"nothere": np.ones(3)}), "a")
+    with pytest.raises(genai.adapters.AdapterError, match="shape \\[3\\]"):
+        adapters.load(
+            export_adapter(tmp_path / "b.onnx_adapter", {"adapter_a": np.ones(3, np.float32)}),
+            "b",
+        )
+    with pytest.raises(genai.adapters.AdapterError, match="float64"):
+        adapters.load(export_adapter(tmp_path / "c.onnx_adapter", {"adapter_a": np.ones(64)}), "c")
