@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -11,9 +14,34 @@ import pytest
 from genai.builder import pull
 from genai.testing.models import write_gpt2_decoder, write_gqa_decoder, write_optimum_decoder
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
 SMOLLM2 = SHARED / "models" / "smollm2-135m-instruct-int4"
 TOKENIZERS = SHARED / "tokenizers"
+
+
+def missing_test_dependencies(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The requirements of the ``test`` extra in ``pyproject`` that are not installed."""
+    import tomllib  # Python 3.11+: a lazy import keeps 3.10 collecting the suite
+
+    extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["test"]
+    missing = []
+    for requirement in extra:
+        name = re.match(r"[A-Za-z0-9._-]+", requirement).group(0)
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            missing.append(requirement)
+    return missing
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In CI a missing pinned test dependency fails the run: the tests that need it would
+    otherwise skip through `pytest.importorskip` and the run would pass without them."""
+    if os.environ.get("CI") and sys.version_info >= (3, 11):
+        missing = missing_test_dependencies()
+        if missing:
+            pytest.exit(f"CI: test dependencies not installed: {', '.join(missing)}", 1)
 
 
 @pytest.fixture(scope="session")
