@@ -3,6 +3,7 @@ checked against NumPy and onnxruntime's own Python InferenceSession."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -368,11 +369,27 @@ def test_clear_bindings(affine_model):
         s.get_output("Y")
 
 
+def _threads_and_files() -> tuple[int, int]:
+    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 def test_many_sessions_are_released(affine_model):
+    """Each session holds an intra-op thread pool: held sessions add threads, released ones
+    give them (and their file handles) back."""
+    NativeSession(affine_model, intra_op_num_threads=2)  # process-wide ORT state, made once
+    gc.collect()
+    threads, files = _threads_and_files()
+    held = [NativeSession(affine_model, intra_op_num_threads=2) for _ in range(5)]
+    assert _threads_and_files()[0] >= threads + 5  # the measure sees sessions
+    del held
     for _ in range(20):
-        s = NativeSession(affine_model)
+        s = NativeSession(affine_model, intra_op_num_threads=2)
         s.bind_input("X", np.zeros((1, 4), np.float32))
+        s.bind_output_to_device("Y")
         del s
+    gc.collect()
+    assert _threads_and_files() == (threads, files)
 
 
 # ----------------------------------------------------------------- session options
