@@ -3,6 +3,7 @@
 from ._version import __version__
 from .adapters import Adapters
 from .config import Config
+from .engine_enums import EngineErrorCode, EngineEventFlags, FinishReason
 from .errors import (
     ConfigError,
     GenerationError,
@@ -12,24 +13,85 @@ from .errors import (
 from .generator import Generator
 from .generator_params import GeneratorParams
 from .hookspecs import hookimpl
+from .logging_options import set_log_callback, set_log_options
 from .model import Model
-from .providers import list_providers, register_execution_provider_library
+from .provider_queries import (
+    is_cuda_available,
+    is_dml_available,
+    is_openvino_available,
+    is_qnn_available,
+    is_webgpu_available,
+)
+from .providers import (
+    get_current_gpu_device_id,
+    list_providers,
+    register_execution_provider_library,
+    set_current_gpu_device_id,
+    unregister_execution_provider_library,
+)
+from .telemetry import disable_telemetry_events, enable_telemetry_events
+from .tensors import NamedTensors, Tensor
 from .tokenizer import Tokenizer, TokenizerStream
+from .unsupported import (
+    Audios,
+    Engine,
+    EngineCapabilities,
+    EngineEvent,
+    EngineEventBuffer,
+    Images,
+    MtpGenerator,
+    MultiModalProcessor,
+    Request,
+    RequestOptions,
+    StreamingProcessor,
+    TurnOptions,
+    TurnUsage,
+)
 
 __all__ = [
     "Adapters",
+    "Audios",
     "Config",
     "ConfigError",
+    "Engine",
+    "EngineCapabilities",
+    "EngineErrorCode",
+    "EngineEvent",
+    "EngineEventBuffer",
+    "EngineEventFlags",
+    "FinishReason",
     "GenerationError",
     "Generator",
     "GeneratorParams",
+    "Images",
     "Model",
+    "MtpGenerator",
+    "MultiModalProcessor",
+    "NamedTensors",
     "ProviderUnavailableError",
+    "Request",
+    "RequestOptions",
     "SearchOptionError",
+    "StreamingProcessor",
+    "Tensor",
     "Tokenizer",
     "TokenizerStream",
+    "TurnOptions",
+    "TurnUsage",
     "__version__",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
+    "get_current_gpu_device_id",
     "hookimpl",
+    "is_cuda_available",
+    "is_dml_available",
+    "is_openvino_available",
+    "is_qnn_available",
+    "is_webgpu_available",
     "list_providers",
     "register_execution_provider_library",
+    "set_current_gpu_device_id",
+    "set_log_callback",
+    "set_log_options",
+    "unregister_execution_provider_library",
 ]

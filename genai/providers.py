@@ -53,14 +53,19 @@ __all__ = [
     "SessionKV",
     "SessionSpec",
     "available_ort_providers",
+    "available_providers",
+    "get_current_gpu_device_id",
     "get_ep_devices",
     "get_provider",
     "get_provider_class",
+    "is_provider_available",
     "list_providers",
     "ort_library_dir",
     "probe_shared_library",
     "register_execution_provider_library",
     "register_provider",
+    "set_current_gpu_device_id",
+    "unregister_execution_provider_library",
 ]
 
 #: Names a conformance test may require (see `Capabilities.supports`).
@@ -249,6 +254,27 @@ class ExecutionProvider:
                 f"{', '.join(names)}){_install_hint(self.requires)}"
             )
         return None
+
+    def is_available(self) -> bool:
+        """Whether the provider can run here (`unavailable_reason` is None). Never raises: a
+        probe that raises counts as unavailable."""
+        try:
+            return self.unavailable_reason() is None
+        except Exception:
+            return False
+
+    # --- current GPU device (the reference's get/set_current_gpu_device_id) ---------------
+    def current_gpu_device_id(self) -> int | None:
+        """The GPU device this provider's sessions use when the options name none, for a
+        provider that has such a process-wide current device; None (the default) when it has
+        none, so the question goes to another provider."""
+        return None
+
+    def set_current_gpu_device_id(self, device_id: int) -> bool:
+        """Make ``device_id`` the current GPU device of this provider. Returns False (the
+        default) when the provider has no current GPU device to set; True when it took it.
+        Raises ValueError for a device it does not have."""
+        return False
 
     # --- session -----------------------------------------------------------------------------
     def validate_options(self, options: Mapping[str, str]) -> dict[str, str]:
@@ -741,6 +767,56 @@ def list_providers() -> list[ProviderInfo]:
     return rows
 
 
+def is_provider_available(name: str) -> bool:
+    """Whether a registered provider answers to ``name`` (any spelling the reference accepts:
+    ``"cuda"``, ``"dml"``, ``"webgpu"``...) and can run here. False when no installed plugin
+    provides it. Never raises for an unknown name."""
+    cls = _REGISTRY.lookup(name)
+    return cls is not None and cls().is_available()
+
+
+def available_providers() -> list[ExecutionProvider]:
+    """An instance of every registered provider that can run here, cpu first."""
+    _REGISTRY.ensure()
+    found = [cls() for cls in _REGISTRY.classes.values()]
+    found = [provider for provider in found if provider.is_available()]
+    found.sort(key=lambda p: (p.name != "cpu", p.name.lower()))
+    return found
+
+
+def _no_gpu_device_error(what: str) -> ProviderUnavailableError:
+    names = ", ".join(p.name for p in available_providers()) or "none"
+    return ProviderUnavailableError(
+        f"{what}: no execution provider that can run here has a current GPU device (available "
+        f"providers: {names}); install a GPU provider plugin and its onnxruntime package (see "
+        "`genai providers` and docs/providers.md)"
+    )
+
+
+def get_current_gpu_device_id() -> int:
+    """The current GPU device id (the reference's ``og.get_current_gpu_device_id``), asked of
+    the first available provider that has one. Raises `ProviderUnavailableError` when none
+    has (a CPU-only machine)."""
+    for provider in available_providers():
+        device_id = provider.current_gpu_device_id()
+        if device_id is not None:
+            return int(device_id)
+    raise _no_gpu_device_error("get_current_gpu_device_id")
+
+
+def set_current_gpu_device_id(device_id: int) -> None:
+    """Make ``device_id`` the current GPU device (the reference's
+    ``og.set_current_gpu_device_id``) of every available provider that has one. Raises
+    `ProviderUnavailableError` when none has (a CPU-only machine)."""
+    if isinstance(device_id, bool) or not isinstance(device_id, (int, np.integer)):
+        raise TypeError(f"device_id must be an int, not {type(device_id).__name__}")
+    if device_id < 0:
+        raise ValueError(f"device_id must be >= 0, got {device_id}")
+    taken = [p for p in available_providers() if p.set_current_gpu_device_id(int(device_id))]
+    if not taken:
+        raise _no_gpu_device_error("set_current_gpu_device_id")
+
+
 # ---------------------------------------------------------------------------------------------
 # ORT plumbing (lazy: the library loads on first use)
 # ---------------------------------------------------------------------------------------------
@@ -766,8 +842,21 @@ def register_execution_provider_library(registration_name: str, path: str | os.P
     ``og.register_execution_provider_library``); repeated calls with the same arguments are
     no-ops."""
     from ._core import ort_api
+    from .logging_options import log_event
 
+    log_event("ort_lib", f"RegisterExecutionProviderLibrary({registration_name}, {path})")
     ort_api.register_execution_provider_library(registration_name, os.fspath(path))
+
+
+def unregister_execution_provider_library(registration_name: str) -> None:
+    """Unload a library registered with `register_execution_provider_library` (the reference's
+    ``og.unregister_execution_provider_library``). Raises RuntimeError for a name that is not
+    registered, as the reference does."""
+    from ._core import ort_api
+    from .logging_options import log_event
+
+    log_event("ort_lib", f"UnregisterExecutionProviderLibrary({registration_name})")
+    ort_api.unregister_execution_provider_library(registration_name)
 
 
 def probe_shared_library(name: str) -> str | None:
