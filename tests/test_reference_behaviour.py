@@ -392,3 +392,29 @@ def test_adapter_parameter_checked_against_the_graph_input(
         )
     with pytest.raises(genai.adapters.AdapterError, match="float64"):
         adapters.load(export_adapter(tmp_path / "c.onnx_adapter", {"adapter_a": np.ones(64)}), "c")
+
+
+# --------------------------------------------------------------------------------------------
+# Folders of kinds genai does not run yet: refused naming the feature
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("inputs", "model_type", "feature"),
+    [
+        ({"rnn_states_prev": "rnn_states_prev"}, "llama", "Marian-style"),
+        ({}, "marian-ssru", "Marian-style"),
+        ({"block_table": "block_table"}, "decoder", "paged-KV engine models"),
+        ({"cumulative_sequence_lengths": "cu_seqlens"}, "llama", "paged-KV engine models"),
+    ],
+)
+def test_unsupported_model_kinds_refused_by_name(
+    base: pathlib.Path, inputs: dict, model_type: str, feature: str
+) -> None:
+    config = genai.Config(base)
+    # The keys as the reference's folders carry them (set past Config's own validation, which
+    # is not what this checks).
+    config._data["model"]["type"] = model_type
+    config._data["model"]["decoder"]["inputs"].update(inputs)
+    with pytest.raises(NotImplementedError, match=feature):
+        genai.Model(config)
