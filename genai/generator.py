@@ -709,11 +709,15 @@ class Generator:
                 "set_model_input takes the model's other inputs"
             )
         array = np.array(value, order="C", copy=True)
+        # As the reference: only the graph's inputs (an overridable initializer is set by an
+        # adapter, not here).
         if name not in self._session.input_dtypes:
-            warnings.warn(
-                f"set_model_input: the model has no input {name!r}; ignored (as the reference)",
-                stacklevel=2,
+            what = (
+                f"{name!r} is an initializer of the model (an adapter sets it)"
+                if name in self._session.initializer_dtypes
+                else f"the model has no input {name!r}"
             )
+            warnings.warn(f"set_model_input: {what}; ignored (as the reference)", stacklevel=2)
             return
         self._session.bind_input(name, array)  # TypeError names a dtype the graph refuses
         self._model_inputs[name] = array

@@ -7,6 +7,7 @@ of its Python classes. The folders follow the reference's recipes (its
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import shutil
 from collections.abc import Callable
@@ -418,3 +419,20 @@ def test_unsupported_model_kinds_refused_by_name(
     config._data["model"]["decoder"]["inputs"].update(inputs)
     with pytest.raises(NotImplementedError, match=feature):
         genai.Model(config)
+
+
+def test_set_model_input_leaves_initializers_to_adapters(adapter_model: pathlib.Path) -> None:
+    """The reference binds set_model_input values only to graph inputs: an overridable
+    initializer (an adapter's target) keeps its value."""
+    value = np.linspace(0, 1, VOCAB, dtype=np.float32)
+    logits = {}
+    for engine in (og, genai):
+        gen = generator(engine, engine.Model(str(adapter_model)))
+        with pytest.warns(UserWarning) if engine is genai else contextlib.nullcontext():
+            gen.set_model_input("adapter_b", value)
+        gen.append_tokens(PROMPT)
+        logits[engine] = np.asarray(gen.get_logits())
+    plain = generator(og, og.Model(str(adapter_model)))
+    plain.append_tokens(PROMPT)
+    np.testing.assert_allclose(logits[og], np.asarray(plain.get_logits()), atol=1e-6)
+    np.testing.assert_allclose(logits[genai], logits[og], atol=1e-5)
