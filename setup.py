@@ -31,7 +31,7 @@ extensions = [
     Extension(
         name,
         [name.replace(".", "/") + ".pyx"],
-        include_dirs=[np.get_include()],
+        include_dirs=[np.get_include(), "genai/_core"],  # the kernels' C headers
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3"],
         libraries=LIBRARIES.get(name, []) if sys.platform.startswith("linux") else [],

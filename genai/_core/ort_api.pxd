@@ -11,27 +11,7 @@ All ``OrtFns`` members are plain C function pointers: callable without the GIL.
 
 from libc.stdint cimport int64_t, uint32_t
 
-cdef extern from *:
-    """
-    #ifndef GENAI_ORT_OPAQUE_TYPES_H
-    #define GENAI_ORT_OPAQUE_TYPES_H
-    typedef struct OrtEnv OrtEnv;
-    typedef struct OrtStatus OrtStatus;
-    typedef struct OrtMemoryInfo OrtMemoryInfo;
-    typedef struct OrtIoBinding OrtIoBinding;
-    typedef struct OrtSession OrtSession;
-    typedef struct OrtValue OrtValue;
-    typedef struct OrtRunOptions OrtRunOptions;
-    typedef struct OrtTypeInfo OrtTypeInfo;
-    typedef struct OrtTensorTypeAndShapeInfo OrtTensorTypeAndShapeInfo;
-    typedef struct OrtSessionOptions OrtSessionOptions;
-    typedef struct OrtAllocator OrtAllocator;
-    typedef struct OrtCUDAProviderOptionsV2 OrtCUDAProviderOptionsV2;
-    typedef struct OrtKeyValuePairs OrtKeyValuePairs;
-    typedef struct OrtHardwareDevice OrtHardwareDevice;
-    typedef struct OrtEpDevice OrtEpDevice;
-    #endif
-    """
+cdef extern from "ort_opaque_types.h":
     ctypedef struct OrtEnv
     ctypedef struct OrtStatus
     ctypedef struct OrtMemoryInfo
