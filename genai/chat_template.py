@@ -36,6 +36,7 @@ __all__ = [
     "render_chat_template",
     "select_chat_template",
     "special_token_strings",
+    "template_supports_tools",
 ]
 
 #: File name of a stand-alone chat template next to ``tokenizer_config.json``.
@@ -304,3 +305,47 @@ def render_chat_template(
         raise ChatTemplateError(f"chat template raised an error: {exc}") from exc
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
         raise ChatTemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+
+
+#: The tool a template is probed with by `template_supports_tools` (a name no real tool has).
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "genai_probe_tool_7f3a",
+        "description": "genai probe",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+_PROBE_MESSAGES = [{"role": "user", "content": "genai probe message"}]
+
+
+@functools.lru_cache(maxsize=64)
+def _supports_tools(template: str, variables: tuple[tuple[str, Any], ...]) -> bool:
+    kwargs = dict(variables)
+    try:
+        without = render_chat_template(template, _PROBE_MESSAGES, tools=None, **kwargs)
+    except ChatTemplateError:
+        without = None
+    try:
+        with_tool = render_chat_template(template, _PROBE_MESSAGES, tools=[_PROBE_TOOL], **kwargs)
+    except ChatTemplateError:
+        return False  # a template that fails when given tools cannot take them
+    name = _PROBE_TOOL["function"]["name"]
+    return with_tool != without and name in with_tool
+
+
+def template_supports_tools(template: str, **variables: Any) -> bool:
+    """Whether ``template`` shows tool definitions to the model.
+
+    The template is rendered for a one-message chat with and without a probe tool; it
+    supports tools when the two renderings differ and the probe tool's name appears in the
+    one with tools (SmolLM2's template ignores ``tools``: both renderings are the same).
+    A template that raises when given tools does not support them. ``variables`` are extra
+    template variables (e.g. ``bos_token``). The answer is cached per template.
+    """
+    try:
+        key = tuple(sorted(variables.items()))
+        hash(key)
+    except TypeError:  # unhashable variable values: probe without the cache
+        return _supports_tools.__wrapped__(template, tuple(variables.items()))
+    return _supports_tools(template, key)

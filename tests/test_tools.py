@@ -38,7 +38,8 @@ ADD = {
 
 
 def call_text(name, arguments):
-    body = json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"))
+    """A call as Hermes / Qwen templates write one (json.dumps' default separators)."""
+    body = json.dumps({"name": name, "arguments": arguments})
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
@@ -111,11 +112,22 @@ def test_parse_bare_json(text, names):
         ([WEATHER], "none", "forbids"),
         ([WEATHER], "sometimes", "tool_choice must"),
         ([WEATHER], {"type": "function", "function": {"name": "nope"}}, "not one of the tools"),
+        ([WEATHER], {"type": "function", "function": "get_weather"}, "tool_choice must be"),
+        ([WEATHER], {"type": "retrieval", "function": {"name": "x"}}, "tool_choice must be"),
+        ([WEATHER], {}, "tool_choice must be"),
     ],
 )
 def test_bad_tools_raise(tools, choice, message):
     with pytest.raises(ValueError, match=message):
         tool_call_guidance(tools, choice)
+
+
+@pytest.mark.parametrize("max_calls", [0, -1, 1.5, True, "2"])
+def test_bad_max_calls_raise(max_calls):
+    with pytest.raises(ValueError, match="max_calls"):
+        tool_call_guidance([WEATHER], max_calls=max_calls)
+    with pytest.raises(ValueError, match="tool_format"):
+        tool_call_guidance([WEATHER], tool_format="xml")
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +182,55 @@ def test_auto_allows_plain_text_or_calls(tokenizer):
     assert accepts(tokenizer, auto, "It is sunny in Paris today.")
     assert accepts(tokenizer, auto, call_text("get_weather", {"city": "Paris", "unit": "c"}))
     assert not accepts(tokenizer, auto, "<tool_call>\n{}\n</tool_call>")
+
+
+def test_parallel_calls_bounded_by_max_calls(tokenizer):
+    three = "\n".join(call_text("add", {"a": i, "b": i}) for i in range(3))
+    two = "\n".join(call_text("add", {"a": i, "b": i}) for i in range(2))
+    bounded = tool_call_guidance([ADD], max_calls=2)
+    assert accepts(tokenizer, bounded, two)
+    assert not accepts(tokenizer, bounded, three)
+    assert accepts(tokenizer, tool_call_guidance([ADD]), three)  # default bound: 8
+
+
+def test_argument_objects_without_additional_properties_are_closed(tokenizer):
+    # ADD's parameters say nothing of additionalProperties: made-up arguments are refused
+    # (left open, a small model adds "type":"integer",... until max_tokens).
+    guidance = tool_call_guidance([ADD])
+    assert accepts(tokenizer, guidance, call_text("add", {"a": 1, "b": 2}))
+    assert not accepts(tokenizer, guidance, call_text("add", {"a": 1, "b": 2, "c": 3}))
+    nested = {
+        "type": "function",
+        "function": {
+            "name": "book",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "who": {"type": "object", "properties": {"name": {"type": "string"}}},
+                    "extra": {"type": "object", "additionalProperties": True},
+                },
+            },
+        },
+    }
+    guidance = tool_call_guidance([nested])
+    assert accepts(tokenizer, guidance, call_text("book", {"who": {"name": "Ada"}}))
+    assert not accepts(tokenizer, guidance, call_text("book", {"who": {"name": "A", "x": 1}}))
+    # an explicit additionalProperties stays as written
+    assert accepts(tokenizer, guidance, call_text("book", {"extra": {"any": 1}}))
+
+
+def test_compact_calls_refused_in_hermes_format(tokenizer):
+    # whitespace is fixed: json.dumps' separators, as the templates show earlier calls
+    compact = '<tool_call>\n{"name":"add","arguments":{"a":1,"b":2}}\n</tool_call>'
+    assert not accepts(tokenizer, tool_call_guidance([ADD]), compact)
+
+
+def test_parse_generic_format():
+    one = '{"tool_call":{"name":"add","arguments":{"a":1,"b":2}}}'
+    several = (
+        '{"tool_calls":[{"name":"add","arguments":{"a":1,"b":2}},'
+        '{"name":"get_weather","arguments":{"city":"Oslo","unit":"c"}}]}'
+    )
+    assert [c["function"]["name"] for c in parse_tool_calls(one)] == ["add"]
+    assert [c["function"]["name"] for c in parse_tool_calls(several)] == ["add", "get_weather"]
+    assert parse_tool_calls('{"response":"Hi"}') == []
