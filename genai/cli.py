@@ -216,7 +216,14 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
         default=os.environ.get("GENAI_API_KEY"),
         metavar="KEY",
         help="require 'Authorization: Bearer KEY' on the /v1 endpoints (default: env "
-        "GENAI_API_KEY; unset: no key); /health and /metrics stay open",
+        "GENAI_API_KEY; unset or empty: no key, with a warning for an empty one); /health and "
+        "/metrics stay open, /docs, /redoc and /openapi.json are off",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        metavar="N",
+        help="larger request bodies get HTTP 413 (default: 4 MiB)",
     )
     serve.add_argument(
         "--allowed-origin",
@@ -265,6 +272,8 @@ def _serve_ray(args: argparse.Namespace) -> int:
     }
     if args.api_key:
         options["api_key"] = args.api_key
+    if args.max_body_bytes is not None:
+        options["max_body_bytes"] = args.max_body_bytes
     if args.allowed_origin:
         options["allowed_origins"] = list(args.allowed_origin)
     if args.served_model_name:
@@ -315,6 +324,9 @@ def _serve(args: argparse.Namespace) -> int:
         f"({type(engine.runner).__name__}, {args.max_slots} slots)",
         file=sys.stderr,
     )
+    http: dict[str, int] = {}
+    if args.max_body_bytes is not None:
+        http["max_body_bytes"] = args.max_body_bytes
     run_server(
         engine,
         args.host,
@@ -322,6 +334,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         api_key=args.api_key,
         allowed_origins=args.allowed_origin,
+        **http,
     )
     return 0
 

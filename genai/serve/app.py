@@ -4,16 +4,21 @@
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (server-sent events with
 ``stream: true``), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus).
 Errors have OpenAI's body ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
-request, 404 for an unknown model or path, 429 when the queue is full, 408 when a request
-ran past its timeout, 500 for a failure inside the engine.
+request, 401 without the API key, 404 for an unknown model or path, 413 for a body over
+``max_body_bytes``, 415 for a body that is not JSON, 429 when the queue is full (with
+``Retry-After``), 408 when a request ran past its timeout, 500 for a failure inside the engine
+(the connection stays usable).
 
-The event loop only parses, tokenizes and formats: model steps run on the scheduler thread
-with the GIL released.
+The event loop only parses and formats: chat templates, tokenization and grammar compilation
+run on a small thread pool (`ServeEngine.edge_workers`; the tokenizer releases the GIL there),
+model steps on the scheduler threads with the GIL released. A prompt that cannot fit the
+context is refused from its size in bytes before it is tokenized (`ServeEngine.max_token_bytes`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import hmac
@@ -23,28 +28,81 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .batch_runner import make_batch_runner
 from .metrics import ServerMetrics
-from .protocol import APIError, ChatCompletionRequest, CompletionRequest, error_body
+from .protocol import (
+    MAX_CHOICES,
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    error_body,
+    parse_request,
+    validation_message,
+)
 from .scheduler import GenerationRequest, QueueFullError, SamplingOptions, Scheduler
 from .scheduler_group import SchedulerGroup
 
-__all__ = ["ServeEngine", "create_app", "default_lanes"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "JSON_MODE_MAX_TOKENS",
+    "ServeEngine",
+    "create_app",
+    "default_lanes",
+    "max_token_bytes",
+]
 
 log = logging.getLogger("genai.serve")
+
+#: Largest request body `create_app` reads by default (413 beyond it): 4 MiB, far above
+#: any prompt that fits a context (SmolLM2's 8,192 tokens are about 40 KB of text).
+DEFAULT_MAX_BODY_BYTES = 4 << 20
+#: ``max_tokens`` of a ``response_format`` (JSON mode) request that sets none: a model can
+#: keep writing whitespace inside JSON; this bounds how long it holds a slot doing so.
+JSON_MODE_MAX_TOKENS = 2048
+#: Seconds a 429 asks the client to wait (``Retry-After``).
+RETRY_AFTER_SECONDS = 1
+
+_T = TypeVar("_T")
+
+
+def max_token_bytes(tokenizer: Any) -> int | None:
+    """The most bytes of input text one token of ``tokenizer`` stands for, from its folder's
+    ``tokenizer.json`` (vocabulary and added tokens), or None when it has no such bound (a
+    vocabulary that fuses runs of unknown characters into one token) or it cannot be read.
+    A text of B bytes then has at least B / max_token_bytes tokens."""
+    path = getattr(tokenizer, "path", None)
+    if path is None:
+        return None
+    try:
+        with open(Path(path) / "tokenizer.json", encoding="utf-8") as file:
+            spec = json.load(file)
+        model = spec["model"]
+        vocab = model["vocab"]
+        pieces = [p if isinstance(p, str) else p[0] for p in vocab]  # dict keys or [piece, score]
+        pieces += [t["content"] for t in spec.get("added_tokens") or ()]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    if model.get("fuse_unk") and not model.get("byte_fallback"):
+        return None
+    byte_level = "ByteLevel" in json.dumps([spec.get("decoder"), spec.get("pre_tokenizer")])
+    # byte-level pieces spell one byte per character; otherwise UTF-8 bytes (an upper bound
+    # for metaspace "▁" and byte-fallback "<0x41>" pieces)
+    longest = max((len(p) if byte_level else len(p.encode()) for p in pieces), default=1)
+    if model.get("type") == "WordPiece":  # an unknown word becomes one [UNK]
+        longest = max(longest, 4 * int(model.get("max_input_chars_per_word") or 100))
+    return max(4, longest)
 
 
 def _cores() -> int:
@@ -95,6 +153,7 @@ class ServeEngine:
         switch_interval: float | None = None,
         overlap_prefill: bool = True,
         lanes: int | None = None,
+        edge_workers: int = 2,
     ) -> None:
         if max_slots < 2:
             raise ValueError("max_slots must be >= 2")
@@ -102,11 +161,19 @@ class ServeEngine:
             lanes = default_lanes(model)
         if lanes < 1:
             raise ValueError("lanes must be >= 1")
+        if edge_workers < 1:
+            raise ValueError("edge_workers must be >= 1")
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name or Path(str(model.path)).name
         self.context_length = int(model.config.context_length)
         self.vocab_size = int(model.io.vocab_size)
+        #: Threads that render chat templates, tokenize and compile grammars for the event
+        #: loop (more requests wait for one).
+        self.edge_workers = edge_workers
+        self._edge_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        #: `max_token_bytes` of the tokenizer (None: prompts are always tokenized in full).
+        self.max_token_bytes = max_token_bytes(tokenizer)
         self.metrics = ServerMetrics()
         options: dict[str, int] = {"max_chunk": max(3, prefill_chunk)}
         if initial_capacity:
@@ -170,8 +237,42 @@ class ServeEngine:
         self.scheduler.start()
 
     def shutdown(self) -> None:
-        """Stop the scheduler thread."""
+        """Stop the scheduler thread (and the edge pool)."""
         self.scheduler.shutdown()
+        pool, self._edge_pool = self._edge_pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    async def off_loop(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn`` on the edge pool (``edge_workers`` threads) and await its result."""
+        if self._edge_pool is None:
+            self._edge_pool = concurrent.futures.ThreadPoolExecutor(
+                self.edge_workers, thread_name_prefix="genai-edge"
+            )
+        return await asyncio.get_running_loop().run_in_executor(self._edge_pool, fn)
+
+    def encode(self, text: str, param: str) -> np.ndarray:
+        """Token ids of ``text`` (int32), for a prompt that must fit the context: a text of
+        more bytes than the context times `max_token_bytes` is refused (`APIError` 400,
+        ``context_length_exceeded``) without tokenizing it. Runs the tokenizer's batch call,
+        which releases the GIL (call it off the event loop: `off_loop`)."""
+        if self.max_token_bytes is not None and len(text) * 4 > self.max_token_bytes * (
+            self.context_length - 1
+        ):
+            size = len(text.encode("utf-8", "surrogatepass"))
+            at_least = -(-size // self.max_token_bytes)
+            if at_least >= self.context_length:
+                raise APIError(
+                    f"the prompt has at least {at_least} tokens ({size} bytes, at most "
+                    f"{self.max_token_bytes} per token); the model's context is "
+                    f"{self.context_length}",
+                    param=param,
+                    code="context_length_exceeded",
+                )
+        encode_batch = getattr(self.tokenizer, "encode_batch", None)
+        if encode_batch is not None:
+            return np.asarray(encode_batch([text])[0], np.int32)
+        return np.asarray(self.tokenizer.encode(text), np.int32)
 
     @functools.lru_cache(maxsize=65536)  # noqa: B019 - one engine per process
     def token_text(self, token: int) -> str:
@@ -210,15 +311,79 @@ class _Prepared:
     tools: list[dict[str, Any]] | None = None
 
 
-def _validation_message(exc: ValidationError | RequestValidationError) -> tuple[str, str | None]:
-    errors = exc.errors()
-    if not errors:
-        return str(exc), None
-    first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    param = ".".join(loc) or None
-    message = first.get("msg", "invalid request")
-    return (f"{param}: {message}" if param else message), param
+class _BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` is answered with 413, from its
+    ``Content-Length`` before any of it is read, or (a chunked body) as soon as the bytes read
+    pass the limit; the server discards the rest and the connection stays usable."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _error(self) -> APIError:
+        return APIError(
+            f"the request body is larger than this server's limit of {self.max_bytes} bytes",
+            413,
+            code="request_too_large",
+        )
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    length = -1
+                if length > self.max_bytes:
+                    error = self._error()
+                    await JSONResponse(error.body(), status_code=413)(scope, receive, send)
+                    return
+        received = 0
+
+        async def limited() -> dict:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise self._error()
+            return message
+
+        await self.app(scope, limited, send)
+
+
+class _ErrorGuard:
+    """ASGI middleware: an exception no handler took becomes a 500 with OpenAI's error body
+    (Starlette's own last-resort handler re-raises it, and uvicorn then resets the
+    connection). A response already under way cannot be changed: that one still ends the
+    connection."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            if started:
+                raise
+            log.exception("request failed")
+            body = error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error")
+            await JSONResponse(body, status_code=500)(scope, receive, send)
 
 
 def create_app(
@@ -227,13 +392,21 @@ def create_app(
     manage_engine: bool = True,
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The FastAPI app serving ``engine``; with ``manage_engine`` the app's lifespan starts
     and stops its scheduler. With ``api_key``, the ``/v1`` endpoints answer 401 unless the
-    request carries ``Authorization: Bearer <api_key>`` (what OpenAI clients send);
-    ``/health`` and ``/metrics`` stay open for load balancers and Prometheus.
-    ``allowed_origins``: web origins whose pages may call the API from a browser (CORS;
-    ``"*"`` for any)."""
+    request carries ``Authorization: Bearer <api_key>`` (what OpenAI clients send), and the
+    interactive docs (``/docs``, ``/redoc``, ``/openapi.json``) are off; ``/health`` and
+    ``/metrics`` stay open for load balancers and Prometheus. An empty ``api_key`` means no key
+    (with a warning). ``allowed_origins``: web origins whose pages may call the API from a
+    browser (CORS; ``"*"`` for any). ``max_body_bytes``: larger request bodies get 413."""
+    if max_body_bytes < 1:
+        raise ValueError("max_body_bytes must be >= 1")
+    if api_key is not None and not api_key.strip():
+        log.warning("the API key is empty: serving WITHOUT an API key")
+        api_key = None
+    key = None if api_key is None else api_key.encode("utf-8")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -245,8 +418,14 @@ def create_app(
             if manage_engine:
                 engine.shutdown()
 
-    app = FastAPI(title="genai serve", version="1", lifespan=lifespan)
+    docs: dict[str, Any] = {}
+    if key is not None:
+        docs = {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="genai serve", version="1", lifespan=lifespan, **docs)
     app.state.engine = engine
+    # the last added is the outermost: CORS, then the error guard, then the body limit
+    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(_ErrorGuard)
     if allowed_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -257,25 +436,17 @@ def create_app(
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = _validation_message(exc)
+        message, param = validation_message(exc)
         return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("request failed")
-        return JSONResponse(
-            error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"),
-            status_code=500,
-        )
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -291,10 +462,13 @@ def create_app(
         return Response(engine.metrics.render(), media_type="text/plain; version=0.0.4")
 
     def authorize(request: Request) -> None:
-        if api_key is None:
+        if key is None:
             return
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), api_key):
+        # header values arrive as latin-1 text: compare their bytes (any byte is allowed)
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode("latin-1"), key
+        ):
             raise APIError(
                 "missing or incorrect API key: send the header 'Authorization: Bearer <key>'",
                 401,
@@ -341,19 +515,23 @@ def create_app(
     return app
 
 
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
 async def _parse(request: Request, model: type) -> Any:
-    try:
-        raw = await request.body()
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise APIError(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise APIError("the request body must be a JSON object")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        message, param = _validation_message(exc)
-        raise APIError(message, param=param) from None
+    # JSON only: a web page may POST text/plain cross-origin without a CORS preflight
+    if not _is_json(request.headers.get("content-type", "")):
+        raise APIError(
+            "the request body must be JSON: send 'Content-Type: application/json'",
+            415,
+            code="unsupported_media_type",
+        )
+    raw = await request.body()
+    return parse_request(raw, model)
 
 
 # --- building requests ----------------------------------------------------------------------------
@@ -380,9 +558,7 @@ def _sampling(
             )
         bias[token] = float(value)
     seed = body.seed
-    if seed is not None:
-        if not -(2**63) <= seed < 2**64:
-            raise APIError("seed is out of range", param="seed")
+    if seed is not None:  # in [-2**63, 2**64) (`genai.serve.protocol`)
         seed = (seed + index) % 2**63  # each choice its own stream
     return SamplingOptions(
         temperature=1.0 if body.temperature is None else float(body.temperature),
@@ -399,8 +575,14 @@ def _sampling(
 
 
 def _limit(
-    engine: ServeEngine, prompt_len: int, requested: int | None, param: str = "messages"
+    engine: ServeEngine,
+    prompt_len: int,
+    requested: int | None,
+    param: str = "messages",
+    default_cap: int | None = None,
 ) -> int:
+    """New tokens allowed: ``requested``, or the rest of the context (at most ``default_cap``
+    when given); raises `APIError` when the prompt or the request do not fit."""
     if prompt_len == 0:
         raise APIError("the prompt is empty", param=param)
     room = engine.context_length - prompt_len
@@ -411,7 +593,7 @@ def _limit(
             code="context_length_exceeded",
         )
     if requested is None:
-        return room
+        return room if default_cap is None else min(room, default_cap)
     if requested > room:
         raise APIError(
             f"max_tokens {requested} + prompt {prompt_len} tokens exceed the model's context "
@@ -425,8 +607,10 @@ def _limit(
 async def _constraints(
     engine: ServeEngine, kind: str, data: str, count: int, param: str
 ) -> list[Any]:
+    """``count`` grammar constraints, compiled now (off the event loop): an invalid grammar is
+    a 400 before the request is queued."""
     try:
-        return await asyncio.to_thread(
+        return await engine.off_loop(
             lambda: [engine.constraint_factory(kind, data) for _ in range(count)]
         )
     except ImportError as exc:
@@ -437,43 +621,35 @@ async def _constraints(
 
 async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Prepared:
     _check_model(engine, body.model)
-    try:
-        messages = [m.for_template() for m in body.messages]
-    except ValueError as exc:
-        raise APIError(str(exc), param="messages") from None
+    messages = [m.for_template() for m in body.messages]
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     if body.response_format and tools:
         raise APIError("use either response_format or tools, not both", param="response_format")
 
     def render() -> np.ndarray:
-        text = engine.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True
-        )
-        return np.asarray(engine.tokenizer.encode(text), np.int32)
+        try:
+            text = engine.tokenizer.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=True
+            )
+        except Exception as exc:
+            raise APIError(f"could not apply the chat template: {exc}", param="messages") from None
+        return engine.encode(text, "messages")
 
-    try:  # off the event loop: a long conversation takes a while to render and encode
-        ids = await asyncio.to_thread(render)
-    except Exception as exc:
-        raise APIError(f"could not apply the chat template: {exc}", param="messages") from None
-    try:
-        n_logprobs = body.n_logprobs
-    except ValueError as exc:
-        raise APIError(str(exc), param="top_logprobs") from None
-    max_new = _limit(engine, len(ids), body.new_tokens_limit)
+    # off the event loop: a long conversation takes a while to render and encode
+    ids = await engine.off_loop(render)
+    n_logprobs = body.n_logprobs
     guidance: tuple[str, str] | None = None
     param = "response_format"
+    cap = None
     if body.response_format:
         kind = body.response_format.get("type")
         if kind == "json_schema":
-            spec = body.response_format.get("json_schema") or {}
-            schema = spec.get("schema")
-            if schema is None:
-                raise APIError("response_format.json_schema.schema is missing", param=param)
+            schema = body.response_format["json_schema"]["schema"]
             guidance = ("json_schema", json.dumps(schema))
         elif kind == "json_object":
             guidance = ("json_schema", json.dumps({"type": "object"}))
-        elif kind != "text":
-            raise APIError(f"unsupported response_format type {kind!r}", param=param)
+        if guidance is not None:
+            cap = JSON_MODE_MAX_TOKENS
     elif tools:
         from ..tools import tool_call_guidance
 
@@ -482,6 +658,7 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
             guidance = tool_call_guidance(tools, body.tool_choice or "auto")
         except (ValueError, TypeError) as exc:
             raise APIError(f"invalid tools: {exc}", param="tools") from None
+    max_new = _limit(engine, len(ids), body.new_tokens_limit, default_cap=cap)
     constraints = (
         await _constraints(engine, guidance[0], guidance[1], body.n, param) if guidance else None
     )
@@ -510,20 +687,22 @@ async def _prepare_completion(engine: ServeEngine, body: CompletionRequest) -> _
         raise APIError("suffix is not supported", param="suffix")
     if body.echo:
         raise APIError("echo is not supported", param="echo")
-    try:
-        prompts = body.prompts()
-    except ValueError as exc:
-        raise APIError(str(exc), param="prompt") from None
-    if len(prompts) * body.n > 64:
-        raise APIError("at most 64 choices (prompts x n) per request", param="n")
+    prompts = body.prompts()
+    if len(prompts) * body.n > MAX_CHOICES:
+        raise APIError(f"at most {MAX_CHOICES} choices (prompts x n) per request", param="n")
+    texts = [p for p in prompts if isinstance(p, str)]
+    # off the event loop (the tokenizer releases the GIL there)
+    encoded = iter(
+        await engine.off_loop(lambda: [engine.encode(t, "prompt") for t in texts]) if texts else []
+    )
     sequences = []
     prompt_tokens = 0
     for p, prompt in enumerate(prompts):
         if isinstance(prompt, str):
-            ids = np.asarray(engine.tokenizer.encode(prompt), np.int32)
+            ids = next(encoded)
         else:
             ids = np.asarray(prompt, np.int64)
-            if ids.size and (ids.min() < 0 or ids.max() >= engine.vocab_size):
+            if ids.size and ids.max() >= engine.vocab_size:
                 raise APIError("prompt token ids are outside the vocabulary", param="prompt")
             ids = ids.astype(np.int32)
         prompt_tokens += len(ids)
@@ -549,7 +728,12 @@ async def _respond(engine: ServeEngine, request: Request, prepared: _Prepared) -
         handle = engine.scheduler.submit(prepared.sequences)
     except QueueFullError as exc:
         engine.metrics.outcome("rejected")
-        raise APIError(str(exc), 429, code="queue_full") from None
+        raise APIError(
+            str(exc),
+            429,
+            code="queue_full",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        ) from None
     engine.metrics.prompt_tokens.inc(prepared.prompt_tokens)
     rid = ("chatcmpl-" if prepared.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
     if prepared.body.stream:
@@ -709,10 +893,15 @@ def _chat_logprobs(
 
 
 def _completion_logprobs(
-    engine: ServeEngine, tokens: list[int], info: list[tuple[float, list[tuple[int, float]]]]
+    engine: ServeEngine,
+    tokens: list[int],
+    info: list[tuple[float, list[tuple[int, float]]]],
+    start: int = 0,
 ) -> dict[str, Any]:
+    """OpenAI's completion ``logprobs``; ``text_offset`` counts from ``start`` (a stream's
+    later chunks continue where the earlier ones ended)."""
     texts = [engine.token_text(t) for t in tokens]
-    offsets, pos = [], 0
+    offsets, pos = [], start
     for t in texts:
         offsets.append(pos)
         pos += len(t)
@@ -740,6 +929,7 @@ async def _stream(
     cached_tokens = [0] * count
     started = [False] * count
     buffered = [[] for _ in range(count)]  # tool calls are sent whole at the end
+    text_offset = [0] * count  # completions' logprobs.text_offset, continued over chunks
     want_lp = body.n_logprobs is not None
 
     def chunk(index: int, delta: Any, finish: str | None, logprobs: Any = None) -> bytes:
@@ -776,11 +966,11 @@ async def _stream(
                 return
             lp = None
             if want_lp and event.logprobs:
-                lp = (
-                    _chat_logprobs(engine, event.tokens, event.logprobs)
-                    if chat
-                    else _completion_logprobs(engine, event.tokens, event.logprobs)
-                )
+                if chat:
+                    lp = _chat_logprobs(engine, event.tokens, event.logprobs)
+                else:
+                    lp = _completion_logprobs(engine, event.tokens, event.logprobs, text_offset[i])
+                    text_offset[i] += sum(len(t) for t in lp["tokens"])
             if chat and not started[i]:
                 started[i] = True
                 yield chunk(i, {"role": "assistant", "content": ""}, None)
@@ -812,6 +1002,7 @@ async def _stream(
                     "object": obj,
                     "created": created,
                     "model": engine.model_name,
+                    "system_fingerprint": "genai",
                     "choices": [],
                     "usage": {
                         "prompt_tokens": prepared.prompt_tokens,

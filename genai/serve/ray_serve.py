@@ -29,7 +29,7 @@ from typing import Any
 
 from ray import serve
 
-from .app import ServeEngine, create_app
+from .app import DEFAULT_MAX_BODY_BYTES, ServeEngine, create_app
 
 __all__ = ["GenaiReplica", "build_app", "deployment_options"]
 
@@ -56,6 +56,7 @@ class GenaiReplica:
         engine_options: dict[str, Any] | None = None,
         api_key: str | None = None,
         allowed_origins: Sequence[str] = (),
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         options = dict(engine_options or {})
         options.setdefault("model_name", Path(model).name)
@@ -65,10 +66,16 @@ class GenaiReplica:
         self.engine = ServeEngine.from_path(model, **options)
         self.api_key = api_key
         self.allowed_origins = tuple(allowed_origins)
+        self.max_body_bytes = int(max_body_bytes)
         self.pid = os.getpid()
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self.engine, api_key=self.api_key, allowed_origins=self.allowed_origins)
+        return create_app(
+            self.engine,
+            api_key=self.api_key,
+            allowed_origins=self.allowed_origins,
+            max_body_bytes=self.max_body_bytes,
+        )
 
 
 try:  # late-bound ingress: the app is built per replica, after __init__ loaded the model
@@ -116,8 +123,9 @@ def build_app(args: dict[str, Any]) -> Any:
     for autoscaling, ``num_cpus`` per replica, ``max_ongoing_requests``, ``name``), and
     `ServeEngine` options (``threads``, ``max_slots``, ``max_queue``, ``request_timeout``,
     ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``, ``lanes``: default 1 per replica),
-    and ``api_key`` and ``allowed_origins`` (a list, or a comma-separated string; see
-    `genai.serve.app.create_app`). Values may be strings (from the command line).
+    and the HTTP options ``api_key``, ``allowed_origins`` (a list, or a comma-separated string)
+    and ``max_body_bytes`` (see `genai.serve.app.create_app`). Values may be strings (from the
+    command line).
     """
     args = dict(args)
     model = args.pop("model", None)
@@ -125,6 +133,7 @@ def build_app(args: dict[str, Any]) -> Any:
         raise ValueError("build_app needs args['model'], the model folder")
     name = str(args.pop("name", "genai"))
     api_key = args.pop("api_key", None)
+    max_body_bytes = int(_number(args.pop("max_body_bytes", DEFAULT_MAX_BODY_BYTES)))
     origins = args.pop("allowed_origins", ())
     if isinstance(origins, str):
         origins = [o.strip() for o in origins.split(",") if o.strip()]
@@ -141,7 +150,7 @@ def build_app(args: dict[str, Any]) -> Any:
         options["ray_actor_options"] = {"num_cpus": float(engine["threads"])}
     deployment = serve.deployment(GenaiReplica, name=name, **options)
     key = None if api_key is None else str(api_key)
-    return deployment.bind(str(model), engine, key, tuple(origins))
+    return deployment.bind(str(model), engine, key, tuple(origins), max_body_bytes)
 
 
 def _number(value: Any) -> Any:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .app import ServeEngine, create_app
+from .app import DEFAULT_MAX_BODY_BYTES, ServeEngine, create_app
 
 __all__ = ["BackgroundServer", "free_port", "run_server"]
 
@@ -21,12 +21,15 @@ def run_server(
     log_level: str = "info",
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
-    """Serve ``engine`` until interrupted (``api_key``, ``allowed_origins``: see
-    `create_app`)."""
+    """Serve ``engine`` until interrupted (``api_key``, ``allowed_origins``,
+    ``max_body_bytes``: see `create_app`)."""
     import uvicorn
 
-    app = create_app(engine, api_key=api_key, allowed_origins=allowed_origins)
+    app = create_app(
+        engine, api_key=api_key, allowed_origins=allowed_origins, max_body_bytes=max_body_bytes
+    )
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 
@@ -40,7 +43,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 class BackgroundServer:
     """uvicorn serving ``engine`` on ``host``:``port`` in a daemon thread; a context manager
     that waits until the server accepts connections and stops it on exit (``api_key``,
-    ``allowed_origins``: see `create_app`; ``config``: more `uvicorn.Config` options)."""
+    ``allowed_origins``, ``max_body_bytes``: see `create_app`; ``config``: more
+    `uvicorn.Config` options)."""
 
     def __init__(
         self,
@@ -50,6 +54,7 @@ class BackgroundServer:
         *,
         api_key: str | None = None,
         allowed_origins: Sequence[str] = (),
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         **config: Any,
     ) -> None:
         import uvicorn
@@ -60,7 +65,12 @@ class BackgroundServer:
         options = {"log_level": "warning", "access_log": False, **config}
         self._server = uvicorn.Server(
             uvicorn.Config(
-                create_app(engine, api_key=api_key, allowed_origins=allowed_origins),
+                create_app(
+                    engine,
+                    api_key=api_key,
+                    allowed_origins=allowed_origins,
+                    max_body_bytes=max_body_bytes,
+                ),
                 host=host,
                 port=self.port,
                 **options,
