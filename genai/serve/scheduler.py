@@ -348,8 +348,19 @@ class Scheduler:
     # --- public (asyncio side) -------------------------------------------------------------------
     @property
     def queue_depth(self) -> int:
-        """Sequences waiting for a slot."""
+        """Sequences not in a slot yet (waiting for the scheduler thread to admit them)."""
         return len(self._waiting)
+
+    @property
+    def free_slots(self) -> int:
+        """Slots no sequence holds."""
+        return max(0, self.runner.max_slots - len(self._active))
+
+    @property
+    def queued(self) -> int:
+        """Sequences waiting beyond the free slots: what ``max_queue`` bounds (a sequence
+        about to move into a free slot does not count)."""
+        return max(0, len(self._waiting) - self.free_slots)
 
     @property
     def running(self) -> int:
@@ -397,15 +408,20 @@ class Scheduler:
         handle: RequestHandle,
         requests: Sequence[GenerationRequest],
         timeout: float | None = None,
+        *,
+        bounded: bool = True,
     ) -> None:
         """Queue ``requests`` whose events go to ``handle`` (`submit` without making the
-        handle; a `SchedulerGroup` makes it). Raises `QueueFullError` like `submit`."""
+        handle; a `SchedulerGroup` makes it, checks its own bound and passes ``bounded=False``).
+        Raises `QueueFullError` like `submit` when the sequences waiting beyond the free slots
+        would exceed ``max_queue``."""
         now = time.monotonic()
         deadline = now + (self.request_timeout if timeout is None else timeout)
         with self._cond:
-            if len(self._waiting) + len(requests) > self.max_queue:
+            queued = max(0, len(self._waiting) + len(requests) - self.free_slots)
+            if bounded and queued > self.max_queue:
                 raise QueueFullError(
-                    f"the server is busy: {len(self._waiting)} requests are waiting "
+                    f"the server is busy: {self.queued} requests are waiting for a slot "
                     f"(queue limit {self.max_queue}); retry later"
                 )
             for request in requests:
@@ -778,8 +794,13 @@ class Scheduler:
             if seq.length >= self.runner.max_length:
                 finish = "length"
                 break
-        if finish is None and seq.constraint is not None and seq.constraint.is_finished:
-            finish = "stop"
+        if (
+            finish in (None, "length")
+            and emitted
+            and seq.constraint is not None
+            and seq.constraint.is_finished
+        ):
+            finish = "stop"  # the grammar is complete (also when its last token hit the limit)
         if finish is not None:
             tail = seq.stream.flush()
             if seq.stopper is None:

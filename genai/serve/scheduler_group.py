@@ -42,8 +42,8 @@ __all__ = ["SchedulerGroup"]
 class SchedulerGroup:
     """``len(runners)`` `Scheduler` s, one per runner, behind one queue interface (`submit`,
     `queue_depth`, `running`, `stats`) that the server uses like a single `Scheduler`'s.
-    ``max_queue`` bounds the requests waiting in all of them together; the other keyword
-    arguments go to every `Scheduler`."""
+    ``max_queue`` bounds the requests waiting beyond the free slots of all of them together;
+    the other keyword arguments go to every `Scheduler`."""
 
     def __init__(
         self,
@@ -84,6 +84,13 @@ class SchedulerGroup:
     def queue_depth(self) -> int:
         """Sequences waiting for a slot (all members)."""
         return sum(m.queue_depth for m in self.members)
+
+    @property
+    def queued(self) -> int:
+        """Sequences waiting beyond the free slots of all members (what ``max_queue``
+        bounds: an idle member takes waiting sequences from a full one)."""
+        waiting = sum(m.queue_depth for m in self.members)
+        return max(0, waiting - sum(m.free_slots for m in self.members))
 
     @property
     def running(self) -> int:
@@ -135,15 +142,16 @@ class SchedulerGroup:
         """Queue ``requests`` (the choices of one API request) on the least loaded member;
         raises `QueueFullError` when the group's queue cannot take them all."""
         loop = loop or asyncio.get_running_loop()
-        waiting = self.queue_depth
-        if waiting + len(requests) > self.max_queue:
+        waiting = sum(m.queue_depth for m in self.members)
+        free = sum(m.free_slots for m in self.members)
+        if max(0, waiting + len(requests) - free) > self.max_queue:
             raise QueueFullError(
-                f"the server is busy: {waiting} requests are waiting (queue limit "
-                f"{self.max_queue}); retry later"
+                f"the server is busy: {self.queued} requests are waiting for a slot (queue "
+                f"limit {self.max_queue}); retry later"
             )
         member = min(self.members, key=_load)
         handle = RequestHandle(self._wake, len(requests), loop)
-        member.enqueue(handle, requests, timeout)
+        member.enqueue(handle, requests, timeout, bounded=False)
         # an idle member with free slots takes them over if the chosen one is full
         self._wake()
         return handle
