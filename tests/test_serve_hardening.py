@@ -1,0 +1,559 @@
+"""`genai serve` at the HTTP edge (issue 14): body limits, prompts too long for the context,
+API keys, request validation with OpenAI error bodies on a connection that stays usable, the
+queue bound, streamed logprob offsets, JSON-only bodies. Each case goes through the real server
+on loopback (a tiny GQA fixture model; SmolLM2 for JSON mode, whose vocabulary has JSON
+punctuation)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import json
+import logging
+import os
+import statistics
+import threading
+import time
+
+import pytest
+
+import genai
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from genai.serve.app import ServeEngine, create_app  # noqa: E402
+from genai.serve.server import BackgroundServer, free_port  # noqa: E402
+
+TEN_MB = 10 * 1000 * 1000
+#: Under the default 4 MiB body limit, far beyond the context of the fixture models.
+THREE_MB = 3 * 1000 * 1000
+
+
+@pytest.fixture(scope="module")
+def gqa_model(fixture_folders):
+    return genai.Model(fixture_folders["gqa"])
+
+
+@pytest.fixture(scope="module")
+def server(gqa_model):
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=4, max_queue=16)
+    with BackgroundServer(engine) as srv:
+        yield srv
+
+
+def _client_port(reply) -> int:
+    """The client-side port of the connection that carried ``reply``."""
+    return reply.extensions["network_stream"].get_extra_info("client_addr")[1]
+
+
+def _error(reply, status: int) -> dict:
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    return error
+
+
+def _big_completion(size: int = TEN_MB) -> bytes:
+    words = "hello world " * (size // 12)
+    return json.dumps({"prompt": words, "max_tokens": 1}).encode()
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+# --- 1. body size, prompts beyond the context, memory, the stream's cadence -----------------------
+def test_body_over_the_limit_is_413_and_the_connection_stays(server):
+    body = _big_completion()
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        first = http.post(
+            "/v1/completions", content=body, headers={"content-type": "application/json"}
+        )
+        error = _error(first, 413)
+        assert "limit" in error["message"] and str(4 << 20) in error["message"]
+
+        def chunks():  # no Content-Length: chunked transfer encoding
+            for start in range(0, len(body), 1 << 16):
+                yield body[start : start + (1 << 16)]
+
+        second = http.post(
+            "/v1/completions", content=chunks(), headers={"content-type": "application/json"}
+        )
+        assert "content-length" not in second.request.headers
+        _error(second, 413)
+        ok = http.post("/v1/completions", json={"prompt": "after", "max_tokens": 2})
+        assert ok.status_code == 200, ok.text
+        assert _client_port(ok) == _client_port(first) == _client_port(second)
+
+
+def test_body_limit_is_configurable(gqa_model):
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=2)
+    with BackgroundServer(engine, max_body_bytes=100) as srv:
+        small = httpx.post(srv.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert small.status_code == 200
+        big = httpx.post(srv.url + "/v1/completions", json={"prompt": "x" * 200, "max_tokens": 2})
+        assert "100 bytes" in _error(big, 413)["message"]
+
+
+@pytest.fixture(scope="module")
+def long_server(tmp_path_factory):
+    """A fixture model with a 4,096-token context (long streams)."""
+    from genai.testing.models import write_gqa_decoder
+
+    folder = write_gqa_decoder(tmp_path_factory.mktemp("long"), context_length=4096)
+    model = genai.Model(str(folder))
+    engine = ServeEngine(model, genai.Tokenizer(model), max_slots=4)
+    with BackgroundServer(engine) as srv:
+        yield srv
+
+
+def test_prompt_beyond_the_context_is_refused_before_tokenizing(long_server, monkeypatch):
+    engine = long_server.engine
+    assert engine.max_token_bytes is not None
+    seen: list[int] = []
+    encode_batch = engine.tokenizer.encode_batch
+
+    def recording(texts):
+        seen.extend(len(t) for t in texts)
+        return encode_batch(texts)
+
+    monkeypatch.setattr(engine.tokenizer, "encode_batch", recording)
+    with httpx.Client(base_url=long_server.url, timeout=60) as http:
+        headers = {"content-type": "application/json"}
+        reply = http.post("/v1/completions", content=_big_completion(THREE_MB), headers=headers)
+        error = _error(reply, 400)
+        assert error["code"] == "context_length_exceeded" and error["param"] == "prompt"
+        assert "4096" in error["message"]
+        chat = {"messages": [{"role": "user", "content": "hello world " * 250_000}]}
+        error = _error(http.post("/v1/chat/completions", json=chat), 400)
+        assert error["code"] == "context_length_exceeded" and error["param"] == "messages"
+        assert max(seen, default=0) < 1_000_000  # the big texts were never tokenized
+        # a prompt just over the context, short enough to tokenize, is refused exactly
+        words = "hello world " * 3000  # 6,000 fixture tokens
+        error = _error(http.post("/v1/completions", json={"prompt": words}), 400)
+        assert error["code"] == "context_length_exceeded"
+        ok = http.post("/v1/completions", json={"prompt": "hello world", "max_tokens": 2})
+        assert ok.status_code == 200
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_a_stream_keeps_its_cadence_while_10mb_requests_arrive(long_server):
+    """Tokens of a running stream keep arriving while 10 MB requests are read and refused
+    (the old server froze every client for seconds per request, tokenizing on the event
+    loop), and the memory they took comes back: 10 MB bodies get 413 unread, 3 MB ones are
+    read and refused from their size (beyond the context) without being tokenized."""
+    bodies = [_big_completion(), _big_completion(THREE_MB)] * 3
+    times: list[float] = []
+    started = threading.Event()
+    stop = threading.Event()
+    stream = {
+        "prompt": "a",
+        "max_tokens": 4000,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+
+    def read_stream() -> None:
+        with (
+            httpx.Client(timeout=120) as http,
+            http.stream("POST", long_server.url + "/v1/completions", json=stream) as reply,
+        ):
+            for line in reply.iter_lines():
+                if line.startswith("data: {"):
+                    times.append(time.perf_counter())
+                    if len(times) == 200:
+                        started.set()
+                if stop.is_set():
+                    return
+
+    reader = threading.Thread(target=read_stream, daemon=True)
+    reader.start()
+    assert started.wait(60), "the stream did not start"
+    rss_before = _rss()
+    statuses = []
+    with httpx.Client(base_url=long_server.url, timeout=120) as http:
+        window_start = time.perf_counter()
+        for body in bodies:
+            reply = http.post(
+                "/v1/completions", content=body, headers={"content-type": "application/json"}
+            )
+            statuses.append(reply.status_code)
+        window_end = time.perf_counter()
+    rss_after = _rss()
+    stop.set()
+    reader.join(60)
+    assert statuses == [413, 400] * 3
+    assert times[-1] > window_end, "the stream ended before the big requests did"
+    inside = [t for t in times if window_start <= t <= window_end]
+    assert len(inside) >= 2, "no token arrived while the big requests were refused"
+    # events that arrive in one read come out together: compare the gaps between reads
+    reads = [t for prev, t in itertools.pairwise(times) if t - prev > 1e-4]
+    before = [b - a for a, b in itertools.pairwise([r for r in reads if r < window_start])]
+    edges = [window_start, *[r for r in reads if window_start <= r <= window_end], window_end]
+    gaps = [b - a for a, b in itertools.pairwise(edges)]
+    print(f"median gap {statistics.median(before):.4f} s, longest while refusing {max(gaps):.4f} s")
+    # generous: the old server froze every stream for seconds per request (thousands of medians)
+    assert max(gaps) < 1000 * statistics.median(before)
+    assert rss_after - rss_before < 300 << 20
+
+
+# --- 2. API keys ----------------------------------------------------------------------------------
+def test_an_empty_api_key_means_no_key_with_a_warning(gqa_model, caplog):
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=2)
+    with caplog.at_level(logging.WARNING, logger="genai.serve"):
+        srv = BackgroundServer(engine, api_key="")
+    assert any("empty" in r.getMessage() for r in caplog.records)
+    with srv:
+        assert httpx.get(srv.url + "/v1/models").status_code == 200
+        bare = httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer"})
+        assert bare.status_code == 200
+
+
+def test_api_key_compares_bytes_and_closes_the_docs(gqa_model):
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=2)
+    with BackgroundServer(engine, api_key="s3cret") as srv, httpx.Client(base_url=srv.url) as http:
+        for given in (b"Bearer \xe9t\xe9", b"Bearer", b"Bearer s3cret\xe9", b"Basic s3cret"):
+            reply = http.get("/v1/models", headers=[(b"Authorization", given)])
+            assert _error(reply, 401)["code"] == "invalid_api_key"
+        ok = http.get("/v1/models", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and _client_port(ok) == _client_port(reply)
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            assert http.get(path).status_code == 404
+            assert http.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 404
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=2)
+    with BackgroundServer(engine) as srv:  # without a key: the schema is served
+        assert httpx.get(srv.url + "/openapi.json").status_code == 200
+
+
+# --- 3. every bad request is a 4xx with OpenAI's body, on a connection that stays ---------------
+USER = [{"role": "user", "content": "hi"}]
+CHAT_CASES = [
+    ('{"messages":' + "[" * 100_000 + "]" * 100_000 + "}", None),
+    (
+        json.dumps(
+            {"messages": USER, "response_format": {"type": "json_schema", "json_schema": "abc"}}
+        ),
+        "response_format",
+    ),
+    (json.dumps({"messages": USER, "response_format": {"type": "yaml"}}), "response_format"),
+    (
+        json.dumps(
+            {
+                "messages": USER,
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": "f"},
+            }
+        ),
+        "tool_choice",
+    ),
+    (
+        json.dumps(
+            {
+                "messages": USER,
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            }
+        ),
+        "tool_choice",
+    ),
+    (json.dumps({"messages": USER, "tools": [{"type": "function", "function": "f"}]}), "tools"),
+    (
+        '{"messages":[{"role":"user","content":"hi"}],"repetition_penalty":Infinity}',
+        "repetition_penalty",
+    ),
+    ('{"messages":[{"role":"user","content":"hi"}],"temperature":NaN}', "temperature"),
+    (json.dumps({"messages": USER, "top_k": 1_000_000_000_000}), "top_k"),
+    (json.dumps({"messages": USER, "seed": 2**70}), "seed"),
+    (json.dumps({"messages": USER, "logit_bias": {"1": 1e300}}), "logit_bias"),
+    (
+        json.dumps(
+            {
+                "messages": USER,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "a",
+                        "schema": {"type": "string", "pattern": "^(a{1000}){1000}$"},
+                    },
+                },
+            }
+        ),
+        "response_format",
+    ),
+    (
+        json.dumps(
+            {
+                "messages": USER,
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "f",
+                            "parameters": {
+                                "type": "object",
+                                "properties": {"x": {"type": "string", "pattern": "(b{500}){500}"}},
+                            },
+                        },
+                    }
+                ],
+            }
+        ),
+        "tools",
+    ),
+    # lenient before, 400 now
+    (json.dumps({"messages": [{"role": "tool", "content": "42"}]}), "messages.0"),
+    (json.dumps({"messages": [{"role": "user"}]}), "messages.0"),
+    (json.dumps({"messages": [{"role": "user", "content": None}]}), "messages.0"),
+    (json.dumps({"messages": USER, "tool_choice": "auto"}), "tool_choice"),
+    (
+        json.dumps(
+            {
+                "messages": USER,
+                "tool_choice": "sometimes",
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+            }
+        ),
+        "tool_choice",
+    ),
+    (json.dumps({"messages": USER, "max_tokens": "10"}), "max_tokens"),
+    (json.dumps({"messages": USER, "max_tokens": 10.5}), "max_tokens"),
+    (json.dumps({"messages": USER, "stream": "yes"}), "stream"),
+    (json.dumps({"messages": USER, "stream_options": {"include_usage": True}}), "stream_options"),
+    (json.dumps({"messages": USER, "top_logprobs": 2}), "top_logprobs"),
+    (
+        json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+        "messages.0.content",
+    ),
+]
+COMPLETION_CASES = [
+    ('{"prompt":"a\\ud800b","max_tokens":4}', None),
+    ('{"prompt":[100000000000000000000]}', "prompt"),
+    ('{"prompt":[-1]}', "prompt"),
+    ('{"prompt":[1,"a"]}', "prompt"),
+    ('{"prompt":{"a":1}}', "prompt"),
+    ('{"prompt":[]}', "prompt"),
+    ('{"prompt":"hi","n":16,"best_of":1,"logprobs":9}', "logprobs"),
+    ('{"prompt":["a","b","c","d","e"],"n":16}', "n"),
+    ('{"prompt":"hi","max_tokens":100000000000000000000000}', "max_tokens"),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "param"),
+    [("/v1/chat/completions", raw, param) for raw, param in CHAT_CASES]
+    + [("/v1/completions", raw, param) for raw, param in COMPLETION_CASES],
+)
+def test_bad_requests_are_400_and_the_connection_stays(server, path, raw, param):
+    before = server.engine.scheduler.generated_tokens
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        bad = http.post(path, content=raw.encode(), headers={"content-type": "application/json"})
+        error = _error(bad, 400)
+        assert error["type"] == "invalid_request_error"
+        assert error["param"] == param, error
+        good = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert good.status_code == 200, good.text
+        assert _client_port(good) == _client_port(bad)
+    assert server.engine.scheduler.generated_tokens - before <= 2  # the bad one never ran
+
+
+def test_the_regex_bomb_is_refused_at_once(server):
+    """The pattern that took 4-10 s to fail at the first token is refused by validation: no
+    grammar is compiled, nothing is queued."""
+    body = {
+        "messages": USER,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "a",
+                "schema": {"type": "string", "pattern": "^(a{1000}){1000}$"},
+            },
+        },
+    }
+    calls = []
+    engine = server.engine
+    original = engine.constraint_factory
+    engine.constraint_factory = lambda *a: calls.append(a) or original(*a)
+    try:
+        error = _error(httpx.post(server.url + "/v1/chat/completions", json=body, timeout=30), 400)
+    finally:
+        del engine.constraint_factory
+    assert "too complex" in error["message"]
+    assert calls == []
+
+
+def test_a_generic_failure_is_a_500_on_a_connection_that_stays(gqa_model, monkeypatch):
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=2)
+    with BackgroundServer(engine) as srv, httpx.Client(base_url=srv.url, timeout=30) as http:
+        submit = engine.scheduler.submit
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(engine.scheduler, "submit", broken)
+        bad = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        error = _error(bad, 500)
+        assert error["type"] == "server_error" and "RuntimeError" in error["message"]
+        monkeypatch.setattr(engine.scheduler, "submit", submit)
+        good = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert good.status_code == 200
+        assert _client_port(good) == _client_port(bad)
+
+
+# --- 5. the queue bound, streamed logprobs, JSON only ---------------------------------------------
+@pytest.fixture(params=[1, 2], ids=["one-lane", "two-lanes"])
+def held_server(gqa_model, request):
+    """A server whose scheduler(s) are not started: requests stay where `submit` put them."""
+    lanes = request.param
+    engine = ServeEngine(
+        gqa_model,
+        genai.Tokenizer(gqa_model),
+        max_slots=2 * lanes,
+        max_queue=2,
+        lanes=lanes,
+        request_timeout=120,
+    )
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(engine, manage_engine=False),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield engine, f"http://127.0.0.1:{port}", 2 * lanes
+    server.should_exit = True
+    thread.join(30)
+    engine.shutdown()
+
+
+def test_a_burst_fills_the_free_slots_and_the_queue_then_429(held_server):
+    engine, url, slots = held_server
+    body = {"prompt": "burst", "max_tokens": 3}
+    count = slots + 2 + 2  # free slots + max_queue + 2 too many
+
+    def post():
+        return httpx.post(url + "/v1/completions", json=body, timeout=120)
+
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        futures = [pool.submit(post) for _ in range(count)]
+        deadline = time.monotonic() + 30
+        rejected = []
+        while len(rejected) < 2 and time.monotonic() < deadline:
+            rejected = [f for f in futures if f.done()]
+            time.sleep(0.01)
+        assert len(rejected) == 2
+        for future in rejected:
+            reply = future.result()
+            assert _error(reply, 429)["code"] == "queue_full"
+            assert int(reply.headers["retry-after"]) >= 1
+        assert engine.scheduler.queue_depth == slots + 2
+        engine.start()
+        admitted = [f.result() for f in futures if f not in rejected]
+    assert [r.status_code for r in admitted] == [200] * (slots + 2)
+
+
+def test_streamed_logprob_offsets_continue_and_usage_has_the_fingerprint(server):
+    body = {
+        "prompt": "the",
+        "max_tokens": 12,
+        "temperature": 0,
+        "ignore_eos": True,
+        "logprobs": 1,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    tokens, offsets, fingerprints, usage = [], [], set(), None
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=30) as reply:
+        for line in reply.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            fingerprints.add(chunk["system_fingerprint"])
+            if chunk.get("usage"):
+                usage = chunk
+            for choice in chunk["choices"]:
+                if choice["logprobs"]:
+                    tokens += choice["logprobs"]["tokens"]
+                    offsets += choice["logprobs"]["text_offset"]
+    assert usage is not None and usage["usage"]["completion_tokens"] == 12
+    assert fingerprints == {"genai"}
+    assert len(tokens) == 12
+    expected = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
+    assert offsets == expected
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_only_json_bodies_are_accepted(server, content_type):
+    before = server.engine.scheduler.generated_tokens
+    headers = {"Origin": "http://evil.example"}
+    if content_type:
+        headers["content-type"] = content_type
+    raw = json.dumps({"prompt": "hi", "max_tokens": 4}).encode()
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        reply = http.post("/v1/completions", content=raw, headers=headers)
+        assert _error(reply, 415)["code"] == "unsupported_media_type"
+        assert server.engine.scheduler.generated_tokens == before
+        ok = http.post(
+            "/v1/completions",
+            content=raw,
+            headers={"content-type": "application/json; charset=utf-8"},
+        )
+        assert ok.status_code == 200
+
+
+# --- JSON mode on SmolLM2 -------------------------------------------------------------------------
+def test_json_mode_cut_by_max_tokens_says_length(smollm2_path):
+    pytest.importorskip("llguidance")
+    model = genai.Model(str(smollm2_path))
+    engine = ServeEngine(model, genai.Tokenizer(model), max_slots=2)
+    body = {
+        "messages": [
+            {"role": "user", "content": "Describe Paris as a JSON object with many fields."}
+        ],
+        "response_format": {"type": "json_object"},
+        "temperature": 0,
+    }
+    with BackgroundServer(engine) as srv:
+        cut = httpx.post(
+            srv.url + "/v1/chat/completions", json=dict(body, max_tokens=4), timeout=120
+        )
+        assert cut.status_code == 200, cut.text
+        choice = cut.json()["choices"][0]
+        assert choice["finish_reason"] == "length"
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(choice["message"]["content"])
+        schema = {
+            "type": "object",
+            "properties": {"ok": {"type": "boolean"}},
+            "required": ["ok"],
+            "additionalProperties": False,
+        }
+        whole = httpx.post(
+            srv.url + "/v1/chat/completions",
+            json=dict(
+                body,
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "ok", "schema": schema},
+                },
+            ),
+            timeout=120,
+        )
+        choice = whole.json()["choices"][0]
+        assert choice["finish_reason"] == "stop"
+        assert set(json.loads(choice["message"]["content"])) == {"ok"}
