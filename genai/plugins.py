@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import logging
 import os
 import sys
 import threading
@@ -38,6 +39,9 @@ import pluggy
 
 from . import hookspecs
 from .hookspecs import PROJECT, hookimpl
+
+#: Hook-call tracing (``GENAI_TRACE_PLUGINS=1``).
+_trace_log = logging.getLogger("genai.plugins.trace")
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -174,20 +178,41 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             )
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at each record (pytest's capture swaps it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("genai-trace: %(message)s"))
+
+    @property
+    def stream(self) -> Any:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def _trace(pm: pluggy.PluginManager) -> None:
+    """Log every hook call to the ``genai.plugins.trace`` logger at DEBUG; the environment
+    variable asked for it, so with no handler configured it goes to stderr."""
     starts: list[float] = []
+    if not _trace_log.handlers:
+        _trace_log.addHandler(_StderrHandler())
+        _trace_log.setLevel(logging.DEBUG)
 
     def before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
         starts.append(time.perf_counter())
         plugins = ", ".join(impl.plugin_name for impl in impls)
         args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-        print(f"genai-trace: {hook_name}({args}) -> [{plugins}]", file=sys.stderr)
+        _trace_log.debug("%s(%s) -> [%s]", hook_name, args, plugins)
 
     def after(outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
         ms = 1000 * (time.perf_counter() - starts.pop()) if starts else 0.0
         error = outcome.exception
         result = f"raised {error!r}" if error is not None else f"returned {outcome.get_result()!r}"
-        print(f"genai-trace: {hook_name} {result} in {ms:.2f} ms", file=sys.stderr)
+        _trace_log.debug("%s %s in %.2f ms", hook_name, result, ms)
 
     pm.add_hookcall_monitoring(before, after)
 
