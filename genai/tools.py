@@ -329,10 +329,11 @@ def _arguments(value: Any) -> Any:
     return {} if value is None else value
 
 
-def _generic_history(messages: list[dict[str, Any]], parallel: bool) -> list[dict[str, Any]]:
+def _generic_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The chat with tool calls and tool results written as the `GENERIC` format has them, in
-    roles any template knows: an assistant turn with ``tool_calls`` gets the JSON object it
-    would have written, and ``tool`` messages become user messages (consecutive ones merged)."""
+    roles any template knows: an assistant turn with ``tool_calls`` gets the JSON object the
+    grammar would have let it write (``tool_call`` for one call, ``tool_calls`` for several),
+    and ``tool`` messages become user messages (consecutive ones merged)."""
     names: dict[str, str] = {}
     out: list[dict[str, Any]] = []
     last_was_tool = False
@@ -349,7 +350,7 @@ def _generic_history(messages: list[dict[str, Any]], parallel: bool) -> list[dic
                 calls.append({"name": name, "arguments": _arguments(function.get("arguments"))})
                 if isinstance(call, Mapping) and call.get("id"):
                     names[str(call["id"])] = name
-            body = {"tool_calls": calls} if parallel or len(calls) > 1 else {"tool_call": calls[0]}
+            body = {"tool_calls": calls} if len(calls) > 1 else {"tool_call": calls[0]}
             text = json.dumps(body, ensure_ascii=False, separators=_COMPACT)
             new.pop("tool_calls")
             new["content"] = f"{new['content']}\n{text}" if new["content"] else text
@@ -427,7 +428,7 @@ def render_chat_with_tools(
         if show:
             _chosen(_functions(tool_list), tool_choice)  # the same errors as the other format
         return ToolPrompt(render(chat, show), HERMES)
-    chat = _generic_history(chat, parallel_tool_calls)
+    chat = _generic_history(chat)
     if not show:
         return ToolPrompt(render(chat, False), GENERIC)
     instructions = generic_tool_prompt(

@@ -266,6 +266,22 @@ def test_generic_history_of_calls_and_results(smol_tokenizer):
     assert "None" not in chat.prompt
 
 
+def test_generic_history_of_one_call_is_the_form_the_grammar_allows(smol_tokenizer):
+    call = {
+        "id": "c",
+        "type": "function",
+        "function": {"name": "add", "arguments": {"a": 1, "b": 2}},
+    }
+    messages = [*ASK, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    messages.append({"role": "tool", "tool_call_id": "c", "content": '{"sum": 1}'})
+    chat = prepare_tool_chat(smol_tokenizer, messages, [ADD], parallel_tool_calls=True)
+    assistant, result = turns(chat.prompt)[2:4]
+    written = assistant[1]
+    assert json.loads(written) == {"tool_call": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+    assert json.loads(result[1]) == {"tool_response": {"name": "add", "content": {"sum": 1}}}
+    assert accepts(smol_tokenizer, chat.guidance, written)
+
+
 def test_template_refusing_system_messages_gets_the_tools_in_the_first_user_message():
     template = (
         "{% for m in messages %}{% if m['role'] == 'system' %}"
