@@ -285,11 +285,19 @@ DELIMITER_TOKENS = {
 }
 
 
-def _write_delimiter_folder(root: Path, name: str, tokenizer: str, model_type: str, keys) -> Path:
+def _write_delimiter_folder(
+    root: Path, name: str, tokenizer: str, model_type: str, keys, *, link_model: bool = True
+) -> Path:
+    """A model folder around a shared tokenizer: SmolLM2's graph linked in (the reference loads
+    it), or an empty placeholder graph (``link_model=False``: for genai.Config, which refuses
+    files that resolve outside the folder)."""
     folder = root / name
     folder.mkdir()
     for file in ("model.onnx", "model.onnx.data"):
-        os.symlink(SMOLLM2 / file, folder / file)
+        if link_model:
+            os.symlink(SMOLLM2 / file, folder / file)
+        else:
+            (folder / file).write_bytes(b"")
     for file in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         if (TOKENIZERS / tokenizer / file).is_file():
             shutil.copy(TOKENIZERS / tokenizer / file, folder / file)
@@ -372,11 +380,13 @@ def test_delimiter_keys_must_be_integers(tmp_path):
         Tokenizer(folder)
 
 
-def test_delimiter_ids_through_genai_config(delimiter_folders):
-    # The same folder through genai.Config (which must accept the builder's keys).
+def test_delimiter_ids_through_genai_config(tmp_path):
+    # The builder's keys through genai.Config (which must accept them).
     from genai.config import Config
 
-    folder = delimiter_folders["qwen3-keys"]
+    folder = _write_delimiter_folder(
+        tmp_path, "qwen3-keys", "qwen3", "llama", {"_strings": True}, link_model=False
+    )
     tok = Tokenizer(Config(folder))
     assert [getattr(tok, name) for name in DELIMITERS] == [151657, 151658, 151667, 151668]
 
