@@ -99,9 +99,9 @@ def _unsupported(
 
         cls.__init__ = __init__  # type: ignore[misc]
         for member in methods:
-            setattr(cls, member, _method(info, f"{name}.{member}"))
+            setattr(cls, member, _function(info, f"{name}.{member}"))
         for member in properties:
-            setattr(cls, member, property(_method(info, f"{name}.{member}")))
+            setattr(cls, member, property(_function(info, f"{name}.{member}")))
         for member in staticmethods:
             setattr(cls, member, staticmethod(_function(info, f"{name}.{member}")))
         return cls
@@ -109,16 +109,10 @@ def _unsupported(
     return decorate
 
 
-def _method(info: Feature, what: str) -> Callable[..., NoReturn]:
-    def method(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
-        raise info.error(what)
-
-    method.__name__ = what.rsplit(".", 1)[1]
-    method.__doc__ = f"Not supported yet: {info.name} ({info.plan})."
-    return method
-
-
 def _function(info: Feature, what: str) -> Callable[..., NoReturn]:
+    """A function that raises ``info``'s error for ``what`` whatever its arguments (so it
+    serves as an instance method, a property getter and a static method alike)."""
+
     def function(*args: Any, **kwargs: Any) -> NoReturn:
         raise info.error(what)
 

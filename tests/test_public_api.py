@@ -25,8 +25,14 @@ from genai.errors import ProviderUnavailableError
 from genai.hookspecs import hookimpl
 from genai.providers import CPUProvider, ExecutionProvider, is_provider_available
 from genai.unsupported import FEATURES
+from tests import test_providers
 
 og = pytest.importorskip("onnxruntime_genai", reason="reference engine not installed")
+
+#: Only the built-in cpu plugin, plus the plugin modules a test registers (test_providers'
+#: fixture); providers/<name>/ plugin packages loaded from the source tree.
+isolated = test_providers.isolated
+load_provider_package = test_providers.load_provider_package
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2 = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
@@ -216,25 +222,6 @@ PROVIDER_PACKAGES = {
 }
 
 
-@pytest.fixture
-def isolated(monkeypatch: pytest.MonkeyPatch):
-    """Only the built-in cpu plugin, plus the plugin modules a test registers."""
-    monkeypatch.setenv(plugins.ENV_DISABLE_AUTOLOAD, "1")
-    plugins.reset()
-    added: list[types.ModuleType] = []
-
-    def register(module: types.ModuleType) -> types.ModuleType:
-        added.append(module)
-        plugins.register_plugin(module, module.__name__)
-        return module
-
-    yield register
-    for module in added:
-        plugins.unregister_plugin(module)
-    monkeypatch.undo()
-    plugins.reset()
-
-
 def _plugin(name: str, *classes: type[ExecutionProvider]) -> types.ModuleType:
     module = types.ModuleType(name)
 
@@ -247,18 +234,6 @@ def _plugin(name: str, *classes: type[ExecutionProvider]) -> types.ModuleType:
     return module
 
 
-def _load_real_plugin(package: str) -> types.ModuleType:
-    """providers/<package>/genai_provider_<package> from the source tree."""
-    import importlib.util
-
-    path = ROOT / "providers" / package / f"genai_provider_{package}" / "__init__.py"
-    spec = importlib.util.spec_from_file_location(f"_api_test_provider_{package}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("name", REFERENCE_PROVIDERS)
 def test_is_available_without_a_plugin_is_false(name: str, isolated) -> None:
     # No plugin answers to the name: genai cannot run it, whatever its build.
@@ -267,7 +242,7 @@ def test_is_available_without_a_plugin_is_false(name: str, isolated) -> None:
 
 @pytest.mark.parametrize("name", REFERENCE_PROVIDERS)
 def test_is_available_matches_the_reference_with_the_real_plugins(name: str, isolated) -> None:
-    module = isolated(_load_real_plugin(PROVIDER_PACKAGES[name]))
+    module = isolated(load_provider_package(PROVIDER_PACKAGES[name]))
     ours = getattr(genai, f"is_{name}_available")()
     ref = getattr(og, f"is_{name}_available")()
     # The plugin that answers is the one whose provider the reference's name normalises to.
