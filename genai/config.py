@@ -16,25 +16,72 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .unsupported import FEATURES, Feature
 
-__all__ = ["CONFIG_FILENAME", "Config", "normalize_provider_name"]
+__all__ = [
+    "CONFIG_FILENAME",
+    "REFERENCE_DEFAULTS",
+    "SCHEMA",
+    "TAG_TOKEN_FALLBACKS",
+    "TAG_TOKEN_KEYS",
+    "UNSUPPORTED_KEYS",
+    "Config",
+    "is_model_package",
+    "normalize_provider_name",
+]
 
 CONFIG_FILENAME = "genai_config.json"
 
 # --- schema -------------------------------------------------------------------------------------
-# A leaf is a tuple of accepted Python types. A dict is a nested object. ``ANY_STRINGS`` is an
-# object whose keys are free but whose values must be strings (ORT config entries, provider
-# options). ``OPAQUE`` is a section we accept without validating its contents (sections of model
-# kinds this engine does not run yet: they still load, and `Model` refuses them clearly).
+# The keys onnxruntime-genai 0.18 accepts, with its types (tests/test_config_schema.py checks each
+# against the installed reference). A leaf is a tuple of accepted Python types. A dict is a
+# nested object; its "*" entry, when present, is the schema of any other key. `ANY_STRINGS` is an
+# object whose keys are free and whose values are strings (ORT config entries, run options).
+# `OPAQUE` is accepted without looking inside. Others are the marker classes below.
 _STR = (str,)
-_INT = (int,)
+_INT = (int,)  # a JSON number with an integral value (the reference rejects 1.5 there)
 _NUM = (int, float)
 _BOOL = (bool,)
-_INT_OR_LIST = (int, list)
 ANY_STRINGS = "any-strings"
 OPAQUE = "opaque"
-_PROVIDER_OPTIONS = "provider-options"
-_PIPELINE = "pipeline"
+
+
+class _ListOf:
+    """A JSON array whose items follow ``item``."""
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+
+class _IntOrList:
+    """An integer, or an array of integers (``eos_token_id``)."""
+
+
+class _Stages:
+    """The reference's pipeline: ``[{stage: {...}, ...}, ...]`` (stages in order, several per
+    object allowed) or one ``{stage: {...}, ...}`` object; each stage follows ``stage``."""
+
+    def __init__(self, stage: dict[str, Any], require_filename: bool) -> None:
+        self.stage = stage
+        self.require_filename = require_filename
+
+
+class _ProviderOptions:
+    """``[{provider name: {option: "value", ..., "device_filtering_options": {...}}}, ...]``."""
+
+
+_PROVIDER_OPTIONS = _ProviderOptions()
+_INT_OR_LIST = _IntOrList()
+_STRINGS = _ListOf(_STR)
+_INTS = _ListOf(_INT)
+
+#: ``device_filtering_options`` of one provider (how the reference picks an EP device).
+_DEVICE_FILTERING: dict[str, Any] = {
+    "hardware_device_type": _STR,  # "cpu", "gpu" or "npu", any case
+    "hardware_device_id": _NUM,
+    "hardware_vendor_id": _NUM,
+}
+_HARDWARE_DEVICE_TYPES = ("cpu", "gpu", "npu")
 
 _SESSION_OPTIONS: dict[str, Any] = {
     "log_id": _STR,
@@ -52,39 +99,87 @@ _SESSION_OPTIONS: dict[str, Any] = {
     "*": _STR,
 }
 
-_DECODER_INPUTS = dict.fromkeys(
-    [
-        "input_ids",
-        "inputs_embeds",
-        "attention_mask",
-        "position_ids",
-        "past_key_names",
-        "past_value_names",
-        "past_names",
-        "past_sequence_length",
-        "current_sequence_length",
-        "total_sequence_length",
-        "cache_indirection",
-        "encoder_hidden_states",
-        "encoder_attention_mask",
-        "rnn_prev_states",
-        "past_key_values_length",
-        "seqlens_k",
-    ],
-    _STR,
+_SHARED_INITIALIZER: dict[str, Any] = {
+    "name": _STR,
+    "data_file": _STR,
+    "offset": _STR,
+    "length": _STR,
+    "data_type": _INT,
+    "shape": _INTS,
+}
+
+
+def _names(*keys: str) -> dict[str, Any]:
+    """An ``inputs`` / ``outputs`` object: graph names (strings) by role."""
+    return dict.fromkeys(keys, _STR)
+
+
+def _graph(*, filename: bool = True, **fields: Any) -> dict[str, Any]:
+    """A section that names one ONNX file with its own session and run options."""
+    section: dict[str, Any] = {"session_options": _SESSION_OPTIONS, "run_options": ANY_STRINGS}
+    if filename:
+        section["filename"] = _STR
+    section.update(fields)
+    return section
+
+
+_DECODER_INPUTS = _names(
+    "input_ids",
+    "inputs_embeds",
+    "attention_mask",
+    "position_ids",
+    "past_key_names",
+    "past_value_names",
+    "past_names",
+    "cross_past_key_names",
+    "cross_past_value_names",
+    "past_sequence_length",
+    "current_sequence_length",
+    "total_sequence_length",
+    "encoder_hidden_states",
+    "encoder_attention_mask",
+    "rnn_states_prev",
+    "past_key_values_length",
+    "cache_indirection",
+    "cumulative_sequence_lengths",
+    "past_sequence_lengths",
+    "block_table",
+    "block_table_windowed",
+    "attention_metadata",
+    "logits_indices",
+    "past_key_scale_names",
+    "past_value_scale_names",
+    "past_conv_names",
+    "past_recurrent_names",
+    "state_update_capture_count",
+    "state_update_active",
+    "hidden_states",
+    "targets",
+    "targets_length",
+    "lstm_hidden_state",
+    "lstm_cell_state",
+    "per_layer_inputs",
 )
 
-_DECODER_OUTPUTS = dict.fromkeys(
-    [
-        "logits",
-        "present_key_names",
-        "present_value_names",
-        "present_names",
-        "output_cross_qk_names",
-        "rnn_states",
-        "hidden_states",
-    ],
-    _STR,
+_DECODER_OUTPUTS = _names(
+    "logits",
+    "present_key_names",
+    "present_value_names",
+    "present_names",
+    "present_key_scale_names",
+    "present_value_scale_names",
+    "output_cross_qk_names",
+    "rnn_states",
+    "present_conv_names",
+    "present_recurrent_names",
+    "state_update_conv_value_names",
+    "state_update_recurrent_capsule_names",
+    "hidden_states",
+    "aux_hidden_states",
+    "outputs",
+    "outputs_length",
+    "lstm_hidden_state",
+    "lstm_cell_state",
 )
 
 _SLIDING_WINDOW = {
@@ -93,47 +188,219 @@ _SLIDING_WINDOW = {
     "alignment": _STR,
     "slide_key_value_cache": _BOOL,
     "slide_inputs": _BOOL,
-    "layers": (list,),
+    "layers": _INTS,
     "cache_slack": _INT,
 }
 
-_STRINGS = (list,)  # a list of strings: checked by _Validator._strings
+#: One stage of ``model.decoder.pipeline`` (see `genai.pipeline`).
+_PIPELINE_STAGE: dict[str, Any] = _graph(
+    inputs=_STRINGS,
+    outputs=_STRINGS,
+    output_names_forwarder=ANY_STRINGS,
+    run_on_prompt=_BOOL,
+    run_on_token_gen=_BOOL,
+    is_lm_head=_BOOL,
+    inherit_session_options=_BOOL,
+    reset_session_idx=_INT,
+)
 
-#: One stage of ``model.decoder.pipeline`` (the reference's keys; see `genai.pipeline`).
-_PIPELINE_STAGE: dict[str, Any] = {
-    "filename": _STR,
-    "session_options": _SESSION_OPTIONS,
-    "run_options": ANY_STRINGS,
-    "inputs": _STRINGS,
-    "outputs": _STRINGS,
-    "output_names_forwarder": ANY_STRINGS,
-    "run_on_prompt": _BOOL,
-    "run_on_token_gen": _BOOL,
-    "is_lm_head": _BOOL,
-    "inherit_session_options": _BOOL,
-    "reset_session_idx": _INT,
+#: One entry of ``model.decoder.state_groups`` (the reference's paged / hybrid state layout:
+#: ``kind`` is paged_kv, fixed_conv, fixed_recurrent or fixed).
+_STATE_GROUP: dict[str, Any] = {
+    "kind": _STR,
+    "layer_ids": _INTS,
+    "bindings": OPAQUE,
+    "state_update": {"enabled": _BOOL, "capsule": _STR, "key_head_count": _INT},
 }
 
-_DECODER: dict[str, Any] = {
-    "filename": _STR,
-    "hidden_size": _INT,
-    "num_attention_heads": _INT,
-    "num_key_value_heads": _INT,
-    "num_hidden_layers": _INT,
-    "head_size": _INT,
-    "session_options": _SESSION_OPTIONS,
-    "run_options": ANY_STRINGS,
-    "inputs": _DECODER_INPUTS,
-    "outputs": _DECODER_OUTPUTS,
-    "sliding_window": _SLIDING_WINDOW,
-    "pipeline": _PIPELINE,
-    "layer_types": (list,),
-    "shared_initializers": (list,),
-    "state_groups": OPAQUE,
+_DECODER: dict[str, Any] = _graph(
+    hidden_size=_INT,
+    num_attention_heads=_INT,
+    num_key_value_heads=_INT,
+    num_hidden_layers=_INT,
+    head_size=_INT,
+    conv_cache_size=_INT,
+    state_update_capacity=_INT,
+    inputs=_DECODER_INPUTS,
+    outputs=_DECODER_OUTPUTS,
+    sliding_window=_SLIDING_WINDOW,
+    pipeline=_Stages(_PIPELINE_STAGE, require_filename=True),
+    layer_types=_STRINGS,
+    shared_initializers=_ListOf(_SHARED_INITIALIZER),
+    state_groups=_ListOf(_STATE_GROUP),
+)
+
+_ENCODER = _graph(
+    hidden_size=_INT,
+    num_attention_heads=_INT,
+    num_hidden_layers=_INT,
+    num_key_value_heads=_INT,
+    head_size=_INT,
+    inputs=_names(
+        "input_ids",
+        "inputs_embeds",
+        "attention_mask",
+        "position_ids",
+        "audio_features",
+        "input_lengths",
+        "cache_last_channel",
+        "cache_last_time",
+        "cache_last_channel_len",
+        "lang_id",
+    ),
+    outputs=_names(
+        "encoder_hidden_states",
+        "encoder_outputs",
+        "output_lengths",
+        "cache_last_channel_next",
+        "cache_last_time_next",
+        "cache_last_channel_len_next",
+        "cross_present_key_names",
+        "cross_present_value_names",
+    ),
+)
+
+_VISION = _graph(
+    config_filename=_STR,
+    adapter_filename=_STR,
+    spatial_merge_size=_INT,
+    tokens_per_second=_NUM,
+    patch_size=_INT,
+    num_visual_tokens=_INT,
+    max_num_patches=_INT,
+    window_size=_INT,
+    inputs=_names(
+        "pixel_values", "pixel_position_ids", "image_sizes", "image_grid_thw", "attention_mask"
+    ),
+    outputs=_names("image_features"),
+    pipeline=_Stages(
+        _graph(inputs=_STRINGS, outputs=_STRINGS, run_on_cpu=_BOOL), require_filename=False
+    ),
+)
+
+_SPEECH = _graph(
+    config_filename=_STR,
+    adapter_filename=_STR,
+    inputs=_names(
+        "audio_embeds", "attention_mask", "audio_sizes", "audio_lengths", "audio_projection_mode"
+    ),
+    outputs=_names("audio_features"),
+)
+
+_EMBEDDING = _graph(
+    prefault=_BOOL,
+    inputs=_names("input_ids", "image_features", "audio_features"),
+    outputs=_names("inputs_embeds", "per_layer_inputs"),
+)
+
+_JOINER = _graph(
+    inputs=_names("encoder_outputs", "decoder_outputs"),
+    outputs=_names("logits"),
+)
+
+_VAD = _graph(threshold=_NUM, silence_duration_ms=_INT, prefix_padding_ms=_INT)
+
+_MTP = _graph(
+    shared_initializers=_ListOf(_SHARED_INITIALIZER),
+    enabled=_BOOL,
+    num_hidden_layers=_INT,
+    num_key_value_heads=_INT,
+    head_size=_INT,
+    main_hidden_states=_STR,
+    inputs=_names(
+        "input_ids",
+        "hidden_states",
+        "attention_mask",
+        "position_ids",
+        "past_key_names",
+        "past_value_names",
+    ),
+    outputs=_names("logits", "hidden_states", "present_key_names", "present_value_names"),
+)
+
+#: The reference's block drafters (``model.dflash2``, ``model.dspark``): the same keys.
+_BLOCK_DRAFTER = _graph(
+    shared_initializers=_ListOf(_SHARED_INITIALIZER),
+    num_hidden_layers=_INT,
+    num_key_value_heads=_INT,
+    head_size=_INT,
+    block_size=_INT,
+    num_draft_tokens=_INT,
+    mask_token_id=_INT,
+    selector_top_k=_INT,
+    sliding_window=_INT,
+    independent_sampling=_BOOL,
+    sampled_proposal=_STR,  # none, greedy_path, independent or lattice
+    sampling_temperature=_NUM,
+    sampling_top_p=_NUM,
+    sampling_min_p=_NUM,
+    main_aux_hidden_states=_STR,
+    aux_hidden_state_layers=_INTS,
+    inputs=_names(
+        "input_ids",
+        "inputs_embeds",
+        "past_key_names",
+        "past_value_names",
+        "past_key_scale_names",
+        "past_value_scale_names",
+        "cumulative_sequence_lengths",
+        "past_sequence_lengths",
+        "block_table",
+        "attention_metadata",
+        "block_row_index",
+        "q_row_map",
+        "qkv_row_map",
+        "aux_hidden_states",
+    ),
+    outputs=_names(
+        "present_key_names",
+        "present_value_names",
+        "present_key_scale_names",
+        "present_value_scale_names",
+        "candidate_ids",
+        "scores",
+    ),
+)
+
+# Moonshine streaming ASR: the graphs' input and output names cannot all be read back from
+# the reference (they are compared inline in its binary), so those objects take any names.
+_MOONSHINE_GRAPH = {"inputs": ANY_STRINGS, "outputs": ANY_STRINGS}
+_MOONSHINE: dict[str, Any] = {
+    "frontend_filename": _STR,
+    "encoder_filename": _STR,
+    "adapter_filename": _STR,
+    "cross_kv_filename": _STR,
+    "decoder_kv_filename": _STR,
+    "encoder": _MOONSHINE_GRAPH,
+    "adapter": _MOONSHINE_GRAPH,
+    "cross_kv": _MOONSHINE_GRAPH,
+    "decoder_kv": _MOONSHINE_GRAPH,
+    "max_seq_len": _NUM,
+    "tokens_per_second": _NUM,
+    "seconds_per_memory_frame": _NUM,
+    "max_segment_memory_frames": _NUM,
+    "min_segment_memory_frames": _NUM,
+    "left_context_frames": _NUM,
+    "total_lookahead": _NUM,
+    "sample_buffer_size": _NUM,
+    "conv1_buffer_size": _NUM,
+    "conv2_buffer_size": _NUM,
+}
+
+_AUDIO_OUTPUT: dict[str, Any] = {
+    "num_codebooks": _INT,
+    "codebook_size": _INT,
+    "audio_start_token_id": _INT,
+    "text_end_token_id": _INT,
+    "interleaved_n_text": _INT,
+    "interleaved_n_audio": _INT,
+    "depthformer": {"filename": _STR, "session_options": _SESSION_OPTIONS},
+    "embedding": {"filename": _STR, "session_options": _SESSION_OPTIONS},
 }
 
 _MODEL: dict[str, Any] = {
     "type": _STR,
+    "tokenizer_dir": _STR,
     "context_length": _INT,
     "vocab_size": _INT,
     "bos_token_id": _INT,
@@ -142,14 +409,48 @@ _MODEL: dict[str, Any] = {
     "sep_token_id": _INT,
     "decoder_start_token_id": _INT,
     "image_token_id": _INT,
+    "audio_token_id": _INT,
+    "boa_token_id": _INT,
     "video_token_id": _INT,
     "vision_start_token_id": _INT,
+    # tool-call and reasoning delimiters (see Config.tag_token_id)
+    "bot_token_id": _INT,
+    "eot_token_id": _INT,
+    "bor_token_id": _INT,
+    "eor_token_id": _INT,
+    # streaming speech recognition (RNNT / TDT models)
+    "num_mels": _INT,
+    "fft_size": _INT,
+    "hop_length": _INT,
+    "win_length": _INT,
+    "preemph": _NUM,
+    "log_eps": _NUM,
+    "norm_eps": _NUM,
+    "subsampling_factor": _INT,
+    "left_context": _INT,
+    "conv_context": _INT,
+    "pre_encode_cache_size": _INT,
+    "sample_rate": _INT,
+    "chunk_samples": _INT,
+    "blank_id": _INT,
+    "max_symbols_per_step": _INT,
+    "left_context_samples": _INT,
+    "right_context_samples": _INT,
+    "tdt_durations": _INTS,
+    # the graphs
     "decoder": _DECODER,
-    "encoder": OPAQUE,
-    "embedding": OPAQUE,
-    "vision": OPAQUE,
-    "speech": OPAQUE,
-    "mtp": OPAQUE,
+    "draft": _DECODER,
+    "encoder": _ENCODER,
+    "vision": _VISION,
+    "speech": _SPEECH,
+    "embedding": _EMBEDDING,
+    "joiner": _JOINER,
+    "vad": _VAD,
+    "mtp": _MTP,
+    "dflash2": _BLOCK_DRAFTER,
+    "dspark": _BLOCK_DRAFTER,
+    "moonshine": _MOONSHINE,
+    "audio_output": _AUDIO_OUTPUT,
 }
 
 _SEARCH = {
@@ -169,15 +470,216 @@ _SEARCH = {
     "diversity_penalty": _NUM,
     "past_present_share_buffer": _BOOL,
     "random_seed": _INT,
+    # The reference takes any number (> 0 enables chunked prefill); genai wants a whole one.
     "chunk_size": _INT,
+    # options of speech and audio-output models
+    "blank_penalty": _NUM,
+    "audio_interleaved": _BOOL,
+    "audio_temperature": _NUM,
+    "audio_top_k": _INT,
 }
 
-SCHEMA: dict[str, Any] = {
+_SPECULATIVE = {
+    "max_draft_tokens": _INT,
+    "ngram_size": _INT,
+    "ngram_chained_lookup": _BOOL,
+    "min_adaptive_k": _INT,
+    "cooldown": _BOOL,
+}
+
+_ENGINE = {
+    "dynamic_batching": {
+        "block_size": _INT,
+        "num_blocks": _INT,
+        "gpu_utilization_factor": _NUM,
+        "max_batch_size": _INT,
+        "max_scheduled_tokens": _INT,
+        "prefix_caching": _BOOL,
+        "dflash2_max_snapshots": _INT,
+    },
+    "static_batching": {"max_batch_size": _INT},
+}
+
+_SECTIONS: dict[str, Any] = {
     "model": _MODEL,
     "search": _SEARCH,
-    "speculative": OPAQUE,
-    "engine": OPAQUE,
+    "speculative": _SPECULATIVE,
+    "engine": _ENGINE,
 }
+
+#: One of the reference's ``runtime_profiles``: an overlay of the sections above, applied
+#: when the device's memory is in the ``eligibility`` ranges (CUDA only).
+_RUNTIME_PROFILE: dict[str, Any] = {
+    "id": _STR,
+    "eligibility": {
+        "minimum_total_device_memory_bytes": _NUM,
+        "maximum_total_device_memory_bytes": _NUM,
+        "minimum_free_device_memory_bytes": _NUM,
+        "maximum_free_device_memory_bytes": _NUM,
+        "is_integrated": _BOOL,
+    },
+    "overlay": _SECTIONS,
+}
+
+#: The whole document. Scalars at the top level are ignored, as the reference ignores them.
+SCHEMA: dict[str, Any] = {**_SECTIONS, "runtime_profiles": _ListOf(_RUNTIME_PROFILE)}
+
+#: The reference's values for keys a folder leaves out (the ones with a value of their own;
+#: any other number is 0, string "" and list []). ``search.max_length`` 0 means
+#: ``model.context_length``; an empty ``model.eos_token_id`` means ``[pad_token_id]``.
+#: ``model.bot_token_id`` and the other three delimiters have none (see `Config.tag_token_id`).
+REFERENCE_DEFAULTS: dict[str, Any] = {
+    "search.do_sample": False,
+    "search.min_length": 0,
+    "search.max_length": 0,
+    "search.batch_size": 1,
+    "search.num_beams": 1,
+    "search.num_return_sequences": 1,
+    "search.top_k": 50,
+    "search.top_p": 0.0,
+    "search.temperature": 1.0,
+    "search.repetition_penalty": 1.0,
+    "search.length_penalty": 1.0,
+    "search.early_stopping": True,
+    "search.no_repeat_ngram_size": 0,
+    "search.diversity_penalty": 0.0,
+    "search.past_present_share_buffer": False,
+    "search.random_seed": -1,
+    "search.blank_penalty": 0.0,
+    "speculative.max_draft_tokens": 4,
+    "speculative.ngram_size": 0,
+    "speculative.ngram_chained_lookup": False,
+    "speculative.min_adaptive_k": 0,
+    "speculative.cooldown": False,
+    "engine.dynamic_batching.block_size": 256,
+    "engine.dynamic_batching.max_batch_size": 16,
+    "engine.dynamic_batching.max_scheduled_tokens": 2048,
+    "engine.static_batching.max_batch_size": 4,
+    "model.decoder.inputs.input_ids": "input_ids",
+    "model.decoder.inputs.inputs_embeds": "inputs_embeds",
+    "model.decoder.inputs.attention_mask": "attention_mask",
+    "model.decoder.inputs.position_ids": "position_ids",
+    "model.decoder.inputs.past_key_names": "past_key_values.%d.key",
+    "model.decoder.inputs.past_value_names": "past_key_values.%d.value",
+    "model.decoder.outputs.logits": "logits",
+    "model.decoder.outputs.present_key_names": "present.%d.key",
+    "model.decoder.outputs.present_value_names": "present.%d.value",
+    "model.decoder.sliding_window.alignment": "right",
+    "model.decoder.sliding_window.slide_key_value_cache": True,
+    "model.decoder.sliding_window.slide_inputs": True,
+    "model.decoder.sliding_window.cache_slack": 0,
+    "model.decoder.pipeline.run_on_prompt": True,
+    "model.decoder.pipeline.run_on_token_gen": True,
+    "model.decoder.pipeline.is_lm_head": False,
+    "model.decoder.pipeline.inherit_session_options": False,
+    "model.decoder.pipeline.reset_session_idx": -1,
+    "model.mtp.num_hidden_layers": 1,
+    "model.mtp.main_hidden_states": "hidden_states",
+    "model.vision.spatial_merge_size": 2,
+    "model.vision.tokens_per_second": 2.0,
+    "model.vision.patch_size": 14,
+    "model.vision.config_filename": "processor_config.json",
+    "model.speech.config_filename": "audio_processor_config.json",
+    "model.vad.threshold": 0.5,
+    "model.vad.silence_duration_ms": 500,
+    "model.vad.prefix_padding_ms": 300,
+}
+
+# --- features genai does not run yet --------------------------------------------------------------
+_SPECULATIVE_FEATURE = FEATURES["speculative"]
+_PAGED = Feature(
+    "paged-KV engine models (block tables, per-request lengths and state groups fed by the "
+    "reference's Engine)",
+    "planned with the Engine API in issue 21; `genai serve` batches over per-sequence caches",
+)
+_CROSS_ATTENTION = Feature(
+    "encoder-decoder models with cross-attention caches (Whisper)", FEATURES["speech"].plan
+)
+_MARIAN = Feature(
+    "Marian-style encoder-decoder models with recurrent decoder state", "not planned yet"
+)
+_QUANTIZED_KV = Feature(
+    "quantized KV caches (per-layer key/value scale tensors)", "not planned yet"
+)
+_HYBRID = Feature(
+    "hybrid decoders with convolution or recurrent state (LFM2, Qwen3.5 linear attention)",
+    "not planned yet",
+)
+_FED = Feature(
+    "decoders fed by another graph (per-layer inputs, hidden-state inputs of MTP heads)",
+    "not planned yet",
+)
+_TRANSDUCER = Feature(
+    "transducer decoders (RNNT / TDT speech recognition)", FEATURES["speech"].plan
+)
+_SHARED_INITIALIZERS = Feature(
+    "initializers shared between sessions (model.*.shared_initializers)", "not planned yet"
+)
+_TOKENIZER_DIR = Feature("a tokenizer outside the model folder (model.tokenizer_dir)", "issue 15")
+_RUNTIME_PROFILES = Feature(
+    "runtime profiles (config overlays chosen by the device's memory, CUDA only)",
+    "not planned yet",
+)
+_AUDIO_SEARCH = Feature("search options of speech and audio-output models", FEATURES["speech"].plan)
+
+#: Keys the reference accepts whose presence changes what it runs, and genai does not run yet:
+#: `Config.check_supported` refuses a folder that has one (a `Model` calls it when loading).
+UNSUPPORTED_KEYS: dict[str, Feature] = {
+    "runtime_profiles": _RUNTIME_PROFILES,
+    "model.tokenizer_dir": _TOKENIZER_DIR,
+    "model.draft": _SPECULATIVE_FEATURE,
+    "model.dflash2": _SPECULATIVE_FEATURE,
+    "model.dspark": _SPECULATIVE_FEATURE,
+    "model.decoder.shared_initializers": _SHARED_INITIALIZERS,
+    "model.decoder.state_groups": _PAGED,
+    "model.decoder.conv_cache_size": _HYBRID,
+    "model.decoder.state_update_capacity": _HYBRID,
+    **{
+        f"model.decoder.inputs.{key}": feature
+        for feature, keys in (
+            (_PAGED, ["block_table", "block_table_windowed", "cumulative_sequence_lengths"]),
+            (_PAGED, ["past_sequence_lengths", "attention_metadata", "logits_indices"]),
+            (_CROSS_ATTENTION, ["cross_past_key_names", "cross_past_value_names"]),
+            (_MARIAN, ["rnn_states_prev"]),
+            (_QUANTIZED_KV, ["past_key_scale_names", "past_value_scale_names"]),
+            (_HYBRID, ["past_conv_names", "past_recurrent_names"]),
+            (_HYBRID, ["state_update_capture_count", "state_update_active"]),
+            (_FED, ["hidden_states", "per_layer_inputs"]),
+            (_TRANSDUCER, ["targets", "targets_length", "lstm_hidden_state", "lstm_cell_state"]),
+        )
+        for key in keys
+    },
+    **{
+        f"model.decoder.outputs.{key}": feature
+        for feature, keys in (
+            (_CROSS_ATTENTION, ["output_cross_qk_names"]),
+            (_MARIAN, ["rnn_states"]),
+            (_QUANTIZED_KV, ["present_key_scale_names", "present_value_scale_names"]),
+            (_HYBRID, ["present_conv_names", "present_recurrent_names"]),
+            (_HYBRID, ["state_update_conv_value_names", "state_update_recurrent_capsule_names"]),
+            (_TRANSDUCER, ["outputs", "outputs_length", "lstm_hidden_state", "lstm_cell_state"]),
+        )
+        for key in keys
+    },
+    **{
+        f"search.{key}": _AUDIO_SEARCH
+        for key in ("blank_penalty", "audio_interleaved", "audio_temperature", "audio_top_k")
+    },
+}
+
+#: The reference's fallbacks for the tool-call and reasoning delimiters a folder leaves out,
+#: by model type (its tokenizer resolves them so; other types have none).
+TAG_TOKEN_FALLBACKS: dict[str, dict[str, int]] = {
+    "qwen2": {"bot_token_id": 151657, "eot_token_id": 151658},
+    "qwen3": {
+        "bot_token_id": 151657,
+        "eot_token_id": 151658,
+        "bor_token_id": 151667,
+        "eor_token_id": 151668,
+    },
+    "phi3": {"bot_token_id": 200025, "eot_token_id": 200026},
+}
+TAG_TOKEN_KEYS = ("bot_token_id", "eot_token_id", "bor_token_id", "eor_token_id")
 
 # Canonical provider names, as the reference normalises them (case-insensitive, with or
 # without the "ExecutionProvider" suffix). Unknown names pass through unchanged.
@@ -221,6 +723,14 @@ class _Validator:
             raise ConfigError(message)
         warnings.warn(message, stacklevel=4)
 
+    def document(self, value: Any) -> dict[str, Any]:
+        """Check a whole document; return it without its top-level scalars (the reference
+        ignores those)."""
+        self._object(value, "")
+        kept = {k: v for k, v in value.items() if isinstance(v, dict | list)}
+        self.check(kept, SCHEMA, "")
+        return kept
+
     def check(self, value: Any, schema: Any, path: str) -> None:
         if schema == OPAQUE:
             return
@@ -228,28 +738,34 @@ class _Validator:
             self._object(value, path)
             for key, item in value.items():
                 self._leaf(item, _STR, f"{path}.{key}")
-            return
-        if schema == _PROVIDER_OPTIONS:
+        elif isinstance(schema, _ProviderOptions):
             self._provider_options(value, path)
-            return
-        if schema == _PIPELINE:
-            self._pipeline(value, path)
-            return
-        if schema is _STRINGS:
-            self._strings(value, path)
-            return
-        if isinstance(schema, tuple):
-            self._leaf(value, schema, path)
-            return
-        self._object(value, path)
-        for key, item in value.items():
-            child_path = f"{path}.{key}" if path else key
-            if key in schema:
-                self.check(item, schema[key], child_path)
-            elif "*" in schema:
-                self.check(item, schema["*"], child_path)
+        elif isinstance(schema, _Stages):
+            self._stages(value, schema, path)
+        elif isinstance(schema, _ListOf):
+            if not isinstance(value, list):
+                raise ConfigError(
+                    f"{path} in {self.source} must be a list, got {type(value).__name__}"
+                )
+            for index, item in enumerate(value):
+                self.check(item, schema.item, f"{path}[{index}]")
+        elif isinstance(schema, _IntOrList):
+            if isinstance(value, list):
+                self.check(value, _INTS, path)
             else:
-                self._unknown(child_path)
+                self._leaf(value, _INT, path)
+        elif isinstance(schema, tuple):
+            self._leaf(value, schema, path)
+        else:
+            self._object(value, path)
+            for key, item in value.items():
+                child_path = f"{path}.{key}" if path else key
+                if key in schema:
+                    self.check(item, schema[key], child_path)
+                elif "*" in schema:
+                    self.check(item, schema["*"], child_path)
+                else:
+                    self._unknown(child_path)
 
     def _object(self, value: Any, path: str) -> None:
         if not isinstance(value, dict):
@@ -269,17 +785,12 @@ class _Validator:
                 f"got {type(value).__name__} {value!r}"
             )
 
-    def _strings(self, value: Any, path: str) -> None:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{path} in {self.source} must be a list of strings, got {value!r}")
-
-    def _pipeline(self, value: Any, path: str) -> None:
-        """``[{stage: {...}, ...}, ...]`` (stages in order; several per object allowed) or one
-        ``{stage: {...}, ...}`` object, as the reference parses it; each stage needs
-        ``filename``."""
-        groups = value if isinstance(value, list) else [value]
+    def _stages(self, value: Any, schema: _Stages, path: str) -> None:
+        """``[{stage: {...}, ...}, ...]`` or one ``{stage: {...}, ...}`` object, as the
+        reference parses a pipeline; each stage checked against ``schema.stage``."""
         if not isinstance(value, list | dict):
             raise ConfigError(f"{path} in {self.source} must be a list of {{stage: {{...}}}}")
+        groups = value if isinstance(value, list) else [value]
         seen: set[str] = set()
         for index, group in enumerate(groups):
             where = f"{path}[{index}]" if isinstance(value, list) else path
@@ -289,8 +800,8 @@ class _Validator:
                 if name in seen:
                     raise ConfigError(f"{stage_path} in {self.source}: stage {name!r} twice")
                 seen.add(name)
-                self.check(stage, _PIPELINE_STAGE, stage_path)
-                if "filename" not in stage:
+                self.check(stage, schema.stage, stage_path)
+                if schema.require_filename and "filename" not in stage:
                     raise ConfigError(f"{stage_path}.filename is required in {self.source}")
 
     def _provider_options(self, value: Any, path: str) -> None:
@@ -298,17 +809,70 @@ class _Validator:
             raise ConfigError(f"{path} in {self.source} must be a list of {{name: {{...}}}}")
         for index, entry in enumerate(value):
             item_path = f"{path}[{index}]"
-            if not isinstance(entry, dict) or len(entry) != 1:
+            if not isinstance(entry, dict):
                 raise ConfigError(
-                    f"{item_path} in {self.source} must be an object with one provider name"
+                    f"{item_path} in {self.source} must be an object of {{provider name: "
+                    f"{{...}}}}, got {type(entry).__name__}"
                 )
-            ((name, options),) = entry.items()
-            self._object(options, f"{item_path}.{name}")
-            for key, option in options.items():
-                if key == "device_filtering_options":
-                    self._object(option, f"{item_path}.{name}.{key}")
-                    continue
-                self._leaf(option, _STR, f"{item_path}.{name}.{key}")
+            for name, options in entry.items():
+                self._provider_entry(name, options, f"{item_path}.{name}")
+        # One entry per provider, as the reference keeps them: an object naming several
+        # providers is split, one naming none dropped, a name given twice merged.
+        merged: dict[str, dict[str, Any]] = {}
+        for entry in value:
+            for name, options in entry.items():
+                merged.setdefault(name, {}).update(options)
+        value[:] = [{name: options} for name, options in merged.items()]
+
+    def _provider_entry(self, name: str, options: Any, where: str) -> None:
+        self._object(options, where)
+        for key, option in options.items():
+            option_path = f"{where}.{key}"
+            if key == _DEVICE_FILTERING_KEY and isinstance(option, dict):
+                self.check(option, _DEVICE_FILTERING, option_path)
+                kind = option.get("hardware_device_type")
+                if kind is not None:
+                    _hardware_device_type(kind, f"{option_path}.hardware_device_type")
+                continue
+            self._leaf(option, _STR, option_path)
+
+
+_DEVICE_FILTERING_KEY = "device_filtering_options"
+
+
+def _hardware_device_type(value: str, what: str) -> str:
+    """``value`` checked as the reference's hardware device type (cpu, gpu, npu; any case)."""
+    if not isinstance(value, str) or value.lower() not in _HARDWARE_DEVICE_TYPES:
+        raise ConfigError(
+            f"{what}: unsupported hardware device type {value!r}; expected one of "
+            f"{', '.join(_HARDWARE_DEVICE_TYPES)} (any case)"
+        )
+    return value
+
+
+def _hardware_id(value: int, what: str) -> int:
+    """``value`` checked as a hardware device or vendor id (an unsigned 32-bit integer)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise ConfigError(f"{what} must be an integer in [0, 2**32), got {value!r}")
+    return value
+
+
+def is_model_package(path: Path) -> bool:
+    """A model package as the reference tells one: a folder with ``manifest.json`` and no
+    ``genai_config.json`` at its root."""
+    return (
+        path.is_dir()
+        and (path / "manifest.json").is_file()
+        and not (path / CONFIG_FILENAME).exists()
+    )
+
+
+def _package_error(path: Path) -> NotImplementedError:
+    return NotImplementedError(
+        f"{str(path)!r} is a model package (manifest.json with a variant per execution "
+        "provider): model packages are not supported by genai yet; load a variant's folder "
+        f"(the one holding its {CONFIG_FILENAME}) with Config(path) instead"
+    )
 
 
 class Config:
@@ -320,6 +884,8 @@ class Config:
 
     def __init__(self, path: str | os.PathLike[str], *, strict: bool = True) -> None:
         given = Path(path)
+        if is_model_package(given):
+            raise _package_error(given)
         if given.is_dir():
             folder, file = given, given / CONFIG_FILENAME
         elif given.name == CONFIG_FILENAME and given.exists():
@@ -337,8 +903,7 @@ class Config:
             data = json.loads(file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{file} is not valid JSON: {exc}") from exc
-        _Validator(str(file), strict).check(data, SCHEMA, "")
-        self._data: dict[str, Any] = data
+        self._data: dict[str, Any] = _Validator(str(file), strict).document(data)
         self._overlay_model_data: dict[str, bytes] = {}
         self._check_required()
 
@@ -493,7 +1058,7 @@ class Config:
                 patch = json.loads(json_text)
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"overlay is not valid JSON: {exc}") from exc
-        _Validator("the overlay", self.strict).check(patch, SCHEMA, "")
+        patch = _Validator("the overlay", self.strict).document(patch)
         merged = copy.deepcopy(self._data)
         _deep_merge(merged, patch)
         old = self._data
@@ -517,8 +1082,21 @@ class Config:
         result = []
         for entry in self.provider_options:
             ((name, options),) = entry.items()
-            result.append((normalize_provider_name(name), dict(options)))
+            plain = {k: v for k, v in options.items() if not isinstance(v, dict)}
+            result.append((normalize_provider_name(name), plain))
         return result
+
+    def device_filtering_options(self, provider: str) -> dict[str, Any]:
+        """The ``device_filtering_options`` of ``provider`` (how the reference picks the
+        provider's device: ``hardware_device_type``, ``hardware_device_id``,
+        ``hardware_vendor_id``); empty when none are set."""
+        canonical = normalize_provider_name(provider)
+        for entry in self.provider_options:
+            ((name, options),) = entry.items()
+            found = options.get(_DEVICE_FILTERING_KEY)
+            if normalize_provider_name(name) == canonical and isinstance(found, dict):
+                return dict(found)
+        return {}
 
     def clear_providers(self) -> None:
         """Empty the provider list (an empty list means CPU)."""
@@ -542,6 +1120,126 @@ class Config:
             ((name, options),) = entry.items()
             if normalize_provider_name(name) == canonical:
                 options[key] = value
+
+    def _set_device_filter(self, provider: str, key: str, value: Any | None) -> None:
+        """Set (``value`` not None) or clear one device-filtering field of every entry of
+        ``provider`` in the provider list; a provider not in the list is left alone, as the
+        reference does."""
+        canonical = normalize_provider_name(provider)
+        for entry in self.provider_options:
+            ((name, options),) = entry.items()
+            if normalize_provider_name(name) != canonical:
+                continue
+            current = options.get(_DEVICE_FILTERING_KEY)
+            if not isinstance(current, dict):
+                if value is None:
+                    continue
+                current = options[_DEVICE_FILTERING_KEY] = {}
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
+
+    def set_decoder_provider_options_hardware_device_type(
+        self, provider: str, hardware_device_type: str
+    ) -> None:
+        """Pick ``provider``'s device by type: ``"cpu"``, ``"gpu"`` or ``"npu"`` (any case).
+        Only a provider already in the list is changed (as the reference)."""
+        what = f"hardware device type for provider {provider!r}"
+        self._set_device_filter(
+            provider, "hardware_device_type", _hardware_device_type(hardware_device_type, what)
+        )
+
+    def set_decoder_provider_options_hardware_device_id(
+        self, provider: str, hardware_device_id: int
+    ) -> None:
+        """Pick ``provider``'s device by its hardware device id (a provider in the list)."""
+        what = f"hardware_device_id for provider {provider!r}"
+        self._set_device_filter(
+            provider, "hardware_device_id", _hardware_id(hardware_device_id, what)
+        )
+
+    def set_decoder_provider_options_hardware_vendor_id(
+        self, provider: str, hardware_vendor_id: int
+    ) -> None:
+        """Pick ``provider``'s device by its hardware vendor id (a provider in the list)."""
+        what = f"hardware_vendor_id for provider {provider!r}"
+        self._set_device_filter(
+            provider, "hardware_vendor_id", _hardware_id(hardware_vendor_id, what)
+        )
+
+    def clear_decoder_provider_options_hardware_device_type(self, provider: str) -> None:
+        """Forget the device type set for ``provider``."""
+        self._set_device_filter(provider, "hardware_device_type", None)
+
+    def clear_decoder_provider_options_hardware_device_id(self, provider: str) -> None:
+        """Forget the hardware device id set for ``provider``."""
+        self._set_device_filter(provider, "hardware_device_id", None)
+
+    def clear_decoder_provider_options_hardware_vendor_id(self, provider: str) -> None:
+        """Forget the hardware vendor id set for ``provider``."""
+        self._set_device_filter(provider, "hardware_vendor_id", None)
+
+    @staticmethod
+    def from_package_ep(config_path: str | os.PathLike[str], ep: str) -> Config:
+        """The reference's loader for a model package (a folder with ``manifest.json`` and a
+        variant per execution provider), picking the variant for ``ep``. A plain model folder
+        is refused as the reference refuses it; packages themselves are not supported yet."""
+        path = Path(config_path)
+        if not is_model_package(path):
+            raise ConfigError(
+                f"{str(path)!r} is not a model package (a folder with manifest.json and no "
+                f"{CONFIG_FILENAME} at its root); use Config(path) for a model folder"
+            )
+        raise _package_error(path)
+
+    # --- features ---------------------------------------------------------------------------------
+    def unsupported_features(self) -> list[tuple[str, Feature]]:
+        """``(dotted key, feature)`` for each key of this config that asks for a feature genai
+        does not run yet (`UNSUPPORTED_KEYS`), in the table's order."""
+        found = []
+        for key, feature in UNSUPPORTED_KEYS.items():
+            value = self.get(key)
+            if value is None or value == []:
+                continue  # absent, or an empty list: asks for nothing
+            if key == "model.tokenizer_dir" and self.tokenizer_folder == self.path:
+                continue  # the model folder itself: nothing changes
+            found.append((key, feature))
+        return found
+
+    def check_supported(self) -> None:
+        """Raise NotImplementedError naming the feature (and the key asking for it) when the
+        config asks for one genai does not run yet; `Model` calls it when loading."""
+        found = self.unsupported_features()
+        if found:
+            key, feature = found[0]
+            others = [k for k, _ in found[1:]]
+            also = f" (also: {', '.join(others)})" if others else ""
+            raise feature.error(f"{key} in {self.file}{also}")
+
+    # --- tokenizer-related keys -----------------------------------------------------------------
+    def tag_token_id(self, name: str) -> int | None:
+        """A tool-call or reasoning delimiter's token id: ``name`` is ``"bot_token_id"``
+        (beginning of a tool call), ``"eot_token_id"`` (its end), ``"bor_token_id"`` /
+        ``"eor_token_id"`` (reasoning). ``model.<name>`` when the folder sets it, else the
+        reference's fallback for the model type (`TAG_TOKEN_FALLBACKS`: qwen2, qwen3, phi3),
+        else None (the reference's tokenizer then raises "<name> is not defined for this
+        model")."""
+        if name not in TAG_TOKEN_KEYS:
+            raise ValueError(f"{name!r} is not one of {', '.join(TAG_TOKEN_KEYS)}")
+        value = self.get(f"model.{name}")
+        if value is not None:
+            return int(value)
+        return TAG_TOKEN_FALLBACKS.get(str(self.get("model.type")), {}).get(name)
+
+    @property
+    def tokenizer_folder(self) -> Path:
+        """Where the tokenizer files are: ``model.tokenizer_dir`` (relative to the model
+        folder) when set, else the model folder."""
+        name = self.get("model.tokenizer_dir") or ""
+        if not name:
+            return self.path
+        return self.resolve_file(name, "model.tokenizer_dir", must_exist=False)
 
     def add_model_data(self, name: str, data: bytes) -> None:
         """Supply a model file's bytes in memory instead of from the folder."""
