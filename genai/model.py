@@ -134,6 +134,7 @@ def refuse_unsupported_features(config: Config) -> None:
             "dynamic batching over a block table) are not supported yet; genai serve batches "
             "continuously over per-sequence caches"
         )
+    config.check_supported()  # every other feature key of the reference (genai.config)
 
 
 def default_intra_op_threads() -> int:
