@@ -181,3 +181,20 @@ def test_model_requires_existing_file(tmp_path, smollm2_path):
     shutil.copy(smollm2_path / "genai_config.json", folder)
     with pytest.raises(FileNotFoundError, match="model.onnx"):
         genai.Model(folder)
+
+
+def test_provider_entries_split_and_merged_as_the_reference(tmp_path):
+    og = pytest.importorskip("onnxruntime_genai", reason="reference engine not installed")
+    doc = json.loads(json.dumps(BASE))
+    doc["model"]["decoder"]["session_options"]["provider_options"] = [
+        {"cuda": {"device_id": "0"}, "dml": {}},
+        {},
+        {"cuda": {"enable_cuda_graph": "1"}},
+    ]
+    folder = write(tmp_path, doc)
+    og.Config(str(folder))  # the reference takes this shape too
+    cfg = genai.Config(folder)
+    assert cfg.providers == [
+        ("cuda", {"device_id": "0", "enable_cuda_graph": "1"}),
+        ("DML", {}),
+    ]
