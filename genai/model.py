@@ -77,20 +77,6 @@ DECODER_ONLY_TYPES = frozenset(
 )
 
 
-#: ``Model.device_type`` as the reference spells it, by provider name (its
-#: ``to_string(DeviceType)`` of the device interface each provider installs). A provider not
-#: listed here runs its buffers through the host, as the reference's fallback: ``"CPU"``.
-_REFERENCE_DEVICE_TYPES = {
-    "cpu": "CPU",
-    "cuda": "CUDA",
-    "DML": "DirectML",
-    "WebGPU": "WebGPU",
-    "OpenVINO": "OpenVINO",
-    "NvTensorRtRtx": "NvTensorRtRtx",
-    "RyzenAI": "RyzenAI",
-    "AMDGPU": "AMDGPU",
-}
-
 #: Graph inputs the reference feeds with a preset value when nothing else claims them
 #: (``PresetExtraInputs``): ``num_logits_to_keep``, and its alias ``onnx::Neg_*`` (an exporter's
 #: name for the same input): int64 ``[1]`` holding 0 (keep every position's logits).
@@ -398,7 +384,7 @@ class Model:
         ``"DirectML"``, ``"WebGPU"``, ``"OpenVINO"``, ``"NvTensorRtRtx"``, and for QNN
         ``"QnnWithSharedMemory"`` when its shared-memory allocator is on (HTP
         ``enable_htp_shared_memory_allocator=1`` or the GPU backend), else ``"CPU"``."""
-        return reference_device_type(self.provider.name, self.provider_options)
+        return self.provider.reference_device_type(self.provider_options)
 
     @property
     def path(self) -> Path:
@@ -514,16 +500,6 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model({str(self.path)!r}, type={self.type!r}, provider={self.provider.name!r})"
-
-
-def reference_device_type(provider: str, options: dict[str, str]) -> str:
-    """``Model.device_type`` of the reference for ``provider`` (a genai provider name) with
-    ``options`` (its provider options)."""
-    if provider == "QNN":
-        shared = options.get("enable_htp_shared_memory_allocator") == "1"
-        gpu = options.get("backend_type") == "gpu"
-        return "QnnWithSharedMemory" if shared or gpu else "CPU"
-    return _REFERENCE_DEVICE_TYPES.get(provider, "CPU")
 
 
 def _check_stage_provider(

@@ -210,6 +210,10 @@ class ExecutionProvider:
     ort_name: ClassVar[str] = ""
     #: Device name of the provider's memory ("cpu", "cuda", "dml", "webgpu", ...).
     device: ClassVar[str] = "cpu"
+    #: ``Model.device_type`` as the reference spells this EP's device (its
+    #: ``to_string(DeviceType)``: "CUDA", "DirectML", "WebGPU", ...); "CPU", the default, is
+    #: the reference's for EPs whose buffers go through the host.
+    reference_device: ClassVar[str] = "CPU"
     #: pip packages that provide the EP (for messages and listings).
     requires: ClassVar[tuple[str, ...]] = ()
     #: One line for listings.
@@ -262,6 +266,11 @@ class ExecutionProvider:
             return self.unavailable_reason() is None
         except Exception:
             return False
+
+    def reference_device_type(self, options: Mapping[str, str]) -> str:
+        """``Model.device_type`` for this provider with ``options``: `reference_device`
+        unless the options change the device (QNN's shared-memory allocator)."""
+        return self.reference_device
 
     # --- current GPU device (the reference's get/set_current_gpu_device_id) ---------------
     def current_gpu_device_id(self) -> int | None:

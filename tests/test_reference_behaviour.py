@@ -19,13 +19,14 @@ import onnxruntime
 import pytest
 
 import genai
-from genai.model import reference_device_type
+from genai.providers import ExecutionProvider
 from genai.testing.models import (
     add_logits_addend_input,
     expose_hidden_states,
     save_external_data,
     write_gqa_decoder,
 )
+from tests.test_providers import load_provider_package
 
 og = pytest.importorskip("onnxruntime_genai", reason="the reference engine is a test dependency")
 
@@ -73,21 +74,41 @@ def test_device_type_spelled_as_the_reference(base: pathlib.Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("provider", "options", "expected"),
+    ("package", "options", "expected"),
     [
         # The reference's to_string(DeviceType) for the device each provider installs.
         ("cuda", {}, "CUDA"),
-        ("DML", {}, "DirectML"),
-        ("WebGPU", {}, "WebGPU"),
-        ("OpenVINO", {}, "OpenVINO"),
-        ("NvTensorRtRtx", {}, "NvTensorRtRtx"),
-        ("QNN", {}, "CPU"),
-        ("QNN", {"enable_htp_shared_memory_allocator": "1"}, "QnnWithSharedMemory"),
-        ("SomePluginEP", {}, "CPU"),
+        ("directml", {}, "DirectML"),
+        ("webgpu", {}, "WebGPU"),
+        ("openvino", {}, "OpenVINO"),
+        ("tensorrt_rtx", {}, "NvTensorRtRtx"),
+        ("qnn", {}, "CPU"),
+        ("qnn", {"enable_htp_shared_memory_allocator": "1"}, "QnnWithSharedMemory"),
+        ("qnn", {"backend_type": "gpu"}, "QnnWithSharedMemory"),
     ],
 )
-def test_device_type_of_other_providers(provider: str, options: dict, expected: str) -> None:
-    assert reference_device_type(provider, options) == expected
+def test_device_type_of_other_providers(package: str, options: dict, expected: str) -> None:
+    """Each provider plugin declares the reference's spelling of its device."""
+    module = load_provider_package(package)
+    classes = [
+        c
+        for c in vars(module).values()
+        if isinstance(c, type)
+        and issubclass(c, ExecutionProvider)
+        and c is not ExecutionProvider
+        and c.__module__ == module.__name__
+    ]
+    assert len(classes) == 1
+    assert classes[0]().reference_device_type(options) == expected
+
+
+def test_device_type_of_a_third_party_provider() -> None:
+    """A provider that declares nothing runs its buffers through the host: "CPU"."""
+
+    class SomePluginEP(ExecutionProvider):
+        name = "SomePluginEP"
+
+    assert SomePluginEP().reference_device_type({}) == "CPU"
 
 
 # --------------------------------------------------------------------------------------------

@@ -373,7 +373,7 @@ class SessionCreationTests(ConformanceFixtures):
     ) -> None:
         model = self.model(genai_model_dir, genai_provider.name, genai_provider_options)
         assert model.provider.name == genai_provider.name
-        assert model.device_type == genai_provider.device
+        assert model.device_type == genai_provider.reference_device_type(model.provider_options)
         gen = self.generator(model, self.prompts(model, 1))
         gen.generate_next_token()
         assert gen.get_next_tokens().shape == (1,)

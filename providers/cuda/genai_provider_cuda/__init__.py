@@ -41,6 +41,7 @@ class CUDAProvider(ExecutionProvider):
     """ONNX Runtime's CUDA EP."""
 
     name = "cuda"
+    reference_device = "CUDA"
     ort_name = "CUDAExecutionProvider"
     device = "cuda"
     requires = ("onnxruntime-gpu",)

@@ -46,6 +46,7 @@ class DirectMLProvider(ExecutionProvider):
     """ONNX Runtime's DirectML EP."""
 
     name = "DML"
+    reference_device = "DirectML"
     aliases = ("directml", "dml")
     ort_name = "DmlExecutionProvider"
     device = "dml"

@@ -82,6 +82,7 @@ class OpenVINOProvider(PluginEPProvider):
     """ONNX Runtime's OpenVINO EP (monolithic build or plugin package)."""
 
     name = "OpenVINO"
+    reference_device = "OpenVINO"
     ort_name = "OpenVINOExecutionProvider"
     device = "openvino"
     ep_module = "onnxruntime_ep_openvino"

@@ -55,6 +55,13 @@ class QNNProvider(PluginEPProvider):
     #: model's S = W and S = 1) gets one session per shape (`genai.Model`).
     static_shapes = True
 
+    def reference_device_type(self, options: Mapping[str, str]) -> str:
+        """The reference's device type: "QnnWithSharedMemory" with the HTP shared-memory
+        allocator or the GPU backend, else "CPU" (host buffers)."""
+        shared = options.get("enable_htp_shared_memory_allocator") == "1"
+        gpu = options.get("backend_type") == "gpu"
+        return "QnnWithSharedMemory" if shared or gpu else "CPU"
+
     def validate_options(self, options: Mapping[str, str]) -> dict[str, str]:
         merged = super().validate_options(options)
         parse_free_dimensions(merged.get("free_dimensions", ""))

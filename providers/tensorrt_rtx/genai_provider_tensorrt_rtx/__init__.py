@@ -83,6 +83,7 @@ class TensorRTRTXProvider(PluginEPProvider):
     """The NV TensorRT-RTX EP from its plugin package."""
 
     name = "NvTensorRtRtx"
+    reference_device = "NvTensorRtRtx"
     aliases = ("tensorrt_rtx", "trt_rtx", "nv_tensorrt_rtx", "NvTensorRTRTX")
     ort_name = "NvTensorRTRTXExecutionProvider"
     device = "cuda"

@@ -26,6 +26,7 @@ class WebGPUProvider(PluginEPProvider):
     """The WebGPU EP from its plugin package."""
 
     name = "WebGPU"
+    reference_device = "WebGPU"
     ort_name = "WebGpuExecutionProvider"
     device = "webgpu"
     ep_module = "onnxruntime_ep_webgpu"
