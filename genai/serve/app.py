@@ -73,6 +73,9 @@ DEFAULT_MAX_BODY_BYTES = 4 << 20
 JSON_MODE_MAX_TOKENS = 2048
 #: Seconds a 429 asks the client to wait (``Retry-After``).
 RETRY_AFTER_SECONDS = 1
+#: Seconds a request's grammar may take to compile and compute its first token mask at the
+#: edge; a slower one is refused (400) instead of stalling its scheduler at the first token.
+GRAMMAR_PREPARE_SECONDS = 10.0
 
 _T = TypeVar("_T")
 
@@ -136,7 +139,8 @@ class ServeEngine:
     ``lanes`` (default `default_lanes`): with more than one, ``scheduler`` is a
     `SchedulerGroup` of that many schedulers, each with ``max_slots / lanes`` slots of its own
     runner; else one `Scheduler` over all slots (with ``overlap_prefill``, its prefills run on
-    a second thread beside its decode steps)."""
+    a second thread beside its decode steps). ``edge_workers``: threads that render chat
+    templates, tokenize prompts and compile grammars for the event loop (`off_loop`)."""
 
     def __init__(
         self,
@@ -607,12 +611,24 @@ def _limit(
 async def _constraints(
     engine: ServeEngine, kind: str, data: str, count: int, param: str
 ) -> list[Any]:
-    """``count`` grammar constraints, compiled now (off the event loop): an invalid grammar is
-    a 400 before the request is queued."""
+    """``count`` grammar constraints, compiled now with their first token mask (off the event
+    loop): an invalid grammar, or one that takes more than `GRAMMAR_PREPARE_SECONDS`, is a 400
+    before the request is queued."""
+
+    def build() -> list[Any]:
+        made = [engine.constraint_factory(kind, data) for _ in range(count)]
+        for constraint in made:
+            constraint.allowed_tokens()  # waits for the first mask; raises if the grammar failed
+        return made
+
     try:
-        return await engine.off_loop(
-            lambda: [engine.constraint_factory(kind, data) for _ in range(count)]
-        )
+        return await asyncio.wait_for(engine.off_loop(build), GRAMMAR_PREPARE_SECONDS)
+    except TimeoutError:
+        raise APIError(
+            f"invalid {param}: the grammar took more than {GRAMMAR_PREPARE_SECONDS:g} s to "
+            "prepare (simplify the schema or its patterns)",
+            param=param,
+        ) from None
     except ImportError as exc:
         raise APIError(f"{param} is not available on this server: {exc}", param=param) from None
     except (ValueError, TypeError) as exc:
