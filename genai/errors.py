@@ -3,7 +3,13 @@ keeps working for callers who don't know ours."""
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "GenerationError", "ProviderUnavailableError", "SearchOptionError"]
+__all__ = [
+    "ConfigError",
+    "GenerationError",
+    "ProviderUnavailableError",
+    "SearchOptionError",
+    "TensorNotFoundError",
+]
 
 
 class ConfigError(ValueError):
@@ -20,3 +26,11 @@ class GenerationError(RuntimeError):
 
 class ProviderUnavailableError(RuntimeError):
     """A requested execution provider cannot run here; the message says what is missing."""
+
+
+class TensorNotFoundError(KeyError, RuntimeError):
+    """A tensor name the model (`Generator.get_input` / `get_output`) or a `NamedTensors` does
+    not have. A KeyError, and a RuntimeError as the reference raises."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

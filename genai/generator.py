@@ -36,10 +36,11 @@ from ._core import sampling
 from ._core.decoder_loop import DecoderLoop
 from ._core.sampling import Sampler
 from .beam_search import BeamScorer
-from .errors import GenerationError, SearchOptionError
+from .errors import GenerationError, SearchOptionError, TensorNotFoundError
 from .kv_cache import make_kv_cache
 from .pipeline import PipelineRunner
 from .stop import StopStringMatcher
+from .unsupported import not_implemented
 from .windowed_cache import sliding_window_spec
 from .windowed_runner import WindowedRunner
 
@@ -49,14 +50,6 @@ if TYPE_CHECKING:
     from .model import DecoderIO, Model
 
 __all__ = ["Generator", "KVSnapshot", "TensorNotFoundError"]
-
-
-class TensorNotFoundError(KeyError, RuntimeError):
-    """`Generator.get_input` / `get_output` for a name the model does not have. A KeyError,
-    and a RuntimeError as the reference raises."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 #: One `genai.Tokenizer` per model, built on first need (stop strings, guidance).
@@ -766,9 +759,7 @@ class Generator:
 
     def get_speculative_stats(self) -> dict[str, Any]:
         """Speculative decoding statistics: not available until speculative decoding lands."""
-        raise NotImplementedError(
-            "speculative decoding (get_speculative_stats) is not supported yet"
-        )
+        raise not_implemented("Generator.get_speculative_stats", "speculative")
 
     def rewind_to(self, length: int) -> None:
         """Drop tokens after the first ``length``; the next step continues from there."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .search import SearchOptions
+from .unsupported import not_implemented
 
 if TYPE_CHECKING:
     from .model import Model
@@ -45,16 +46,12 @@ class GeneratorParams:
     def set_speculative_options(self, **options: Any) -> None:
         """The reference's speculative-decoding options: not supported until speculative
         decoding lands."""
-        raise NotImplementedError(
-            "speculative decoding (set_speculative_options) is not supported yet"
-        )
+        raise not_implemented("GeneratorParams.set_speculative_options", "speculative")
 
     def get_speculative_options(self) -> dict[str, float | bool]:
         """The reference's speculative-decoding options: not supported until speculative
         decoding lands."""
-        raise NotImplementedError(
-            "speculative decoding (get_speculative_options) is not supported yet"
-        )
+        raise not_implemented("GeneratorParams.get_speculative_options", "speculative")
 
     def set_logit_bias(self, bias: dict[int, float]) -> None:
         """Add ``bias[id]`` to token ``id``'s logit every step (OpenAI's ``logit_bias``;

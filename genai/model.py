@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import hugepages, plugins
+from . import hugepages, logging_options, plugins
 from ._core.native_session import NativeSession
 from .config import Config, normalize_provider_name
 from .errors import ConfigError
@@ -469,7 +469,9 @@ class Model:
                 log_id=session_cfg.get("log_id", "genai"),
                 enable_cpu_mem_arena=session_cfg.get("enable_cpu_mem_arena"),
                 enable_mem_pattern=session_cfg.get("enable_mem_pattern"),
-                log_severity_level=session_cfg.get("log_severity_level"),
+                log_severity_level=session_cfg.get(
+                    "log_severity_level", logging_options.ort_log_severity()
+                ),
                 custom_ops_library=(
                     str(config.resolve_file(custom_ops, "custom_ops_library"))
                     if custom_ops

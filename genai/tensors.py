@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import TensorNotFoundError
+
 __all__ = ["ELEMENT_TYPES", "NamedTensors", "Tensor"]
 
 #: NumPy dtype -> ONNX element type (``TensorProto.DataType``), what `Tensor.type` returns.
@@ -78,6 +80,16 @@ class Tensor:
         """A copy of the contents as a NumPy array."""
         return self._array.copy()
 
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """NumPy's view of the contents (read-only), so ``np.asarray(tensor)`` and every genai
+        call taking an array (``Generator.append_tokens``, ``set_model_input``) take a
+        `Tensor` as the reference's overloads do."""
+        view = self._array.view()
+        view.flags.writeable = False
+        if dtype is not None and np.dtype(dtype) != view.dtype:
+            return view.astype(dtype)
+        return view.copy() if copy else view
+
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape()}, dtype={self._array.dtype})"
 
@@ -86,7 +98,8 @@ class NamedTensors(MutableMapping[str, Tensor]):
     """Tensors by name (a model input name -> `Tensor`).
 
     Setting a NumPy array stores a `Tensor` copy of it; setting a `Tensor` stores that object.
-    Reading a missing name raises KeyError; deleting one is a no-op, as in the reference.
+    Reading a missing name raises `TensorNotFoundError` (a KeyError and a RuntimeError);
+    deleting one is a no-op, as in the reference.
     """
 
     def __init__(self) -> None:
@@ -96,7 +109,7 @@ class NamedTensors(MutableMapping[str, Tensor]):
         try:
             return self._tensors[name]
         except KeyError:
-            raise KeyError(f"Tensor with name: {name} not found.") from None
+            raise TensorNotFoundError(f"Tensor with name: {name} not found.") from None
 
     def __setitem__(self, name: str, value: Tensor | np.ndarray) -> None:
         if not isinstance(name, str):

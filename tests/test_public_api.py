@@ -627,3 +627,57 @@ print(json.dumps(devices))
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == ["cpu"]
+
+
+def test_ort_lib_turns_onnxruntime_session_logging_verbose(log_defaults, tmp_path, capfd):
+    """``set_log_options(ort_lib=True)`` reaches onnxruntime: a session made afterwards logs
+    at the verbose/info level (on stderr, onnxruntime's default sink); without it, it doesn't."""
+    from genai.testing.models import write_gqa_decoder
+
+    folder = write_gqa_decoder(tmp_path / "m")
+    genai.Model(folder)
+    assert "Session successfully initialized" not in capfd.readouterr().err
+    genai.set_log_options(enabled=True, ort_lib=True)
+    genai.Model(folder)
+    assert "Session successfully initialized" in capfd.readouterr().err
+
+
+def test_append_tokens_takes_a_tensor(tmp_path) -> None:
+    """The reference's append_tokens(Tensor) overload: the same sequence as the array."""
+    from genai.testing.models import write_gqa_decoder
+
+    folder = write_gqa_decoder(tmp_path / "m")
+    prompt = np.array([[3, 9, 4, 17]], dtype=np.int32)
+    sequences = []
+    for module in (genai, og):
+        model = module.Model(str(folder))
+        params = module.GeneratorParams(model)
+        params.set_search_options(max_length=8)
+        for tokens in (prompt, module.Tensor(prompt)):
+            generator = module.Generator(model, params)
+            generator.append_tokens(tokens)
+            generator.generate_next_token()
+            sequences.append(np.array(generator.get_sequence(0)).tolist())
+    assert len(sequences) == 4 and all(s == sequences[0] for s in sequences)
+
+
+def test_missing_named_tensor_is_a_tensor_not_found_error() -> None:
+    with pytest.raises(genai.errors.TensorNotFoundError, match="Tensor with name: z"):
+        genai.NamedTensors()["z"]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda params, gen: params.set_speculative_options(num_draft_tokens=4),
+        lambda params, gen: params.get_speculative_options(),
+        lambda params, gen: gen.get_speculative_stats(),
+    ],
+)
+def test_speculative_methods_name_their_issue(call, tmp_path) -> None:
+    from genai.testing.models import write_gqa_decoder
+
+    model = genai.Model(write_gqa_decoder(tmp_path / "m"))
+    params = genai.GeneratorParams(model)
+    with pytest.raises(NotImplementedError, match="speculative decoding.*issue 20"):
+        call(params, genai.Generator(model, params))
