@@ -15,7 +15,8 @@
 # Each extra provider gets a venv layered on BASE_VENV (a .pth file makes BASE_VENV's packages
 # visible underneath its own): the ORT plugin package (and the genai provider package, --no-deps)
 # are installed into it. OpenVINO uses the monolithic onnxruntime-openvino, which replaces the
-# onnxruntime package: its venv shadows BASE_VENV's onnxruntime. CI runs only cpu and example.
+# onnxruntime package: its venv shadows BASE_VENV's onnxruntime. CI runs cpu and example, and
+# OpenVINO through scripts/conformance_openvino.sh (a venv of its own, cached; failures fail CI).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
