@@ -70,6 +70,13 @@ class _ProviderOptions:
     """``[{provider name: {option: "value", ..., "device_filtering_options": {...}}}, ...]``."""
 
 
+class _LayerIndices(_ListOf):
+    """``sliding_window.layers``: a list whose items `Config` checks as layer indices."""
+
+    def __init__(self) -> None:
+        super().__init__(_INT)
+
+
 _PROVIDER_OPTIONS = _ProviderOptions()
 _INT_OR_LIST = _IntOrList()
 _STRINGS = _ListOf(_STR)
@@ -188,7 +195,7 @@ _SLIDING_WINDOW = {
     "alignment": _STR,
     "slide_key_value_cache": _BOOL,
     "slide_inputs": _BOOL,
-    "layers": _INTS,
+    "layers": _LayerIndices(),
     "cache_slack": _INT,
 }
 
@@ -742,13 +749,29 @@ class _Validator:
             self._provider_options(value, path)
         elif isinstance(schema, _Stages):
             self._stages(value, schema, path)
+        elif isinstance(schema, _LayerIndices):
+            if not isinstance(value, list):
+                raise ConfigError(f"{path} in {self.source} must be a list, got {value!r}")
         elif isinstance(schema, _ListOf):
+            items = (
+                {_STR: "strings", _INT: "integers"}.get(schema.item, "objects")
+                if isinstance(schema.item, tuple)
+                else "objects"
+            )
             if not isinstance(value, list):
                 raise ConfigError(
-                    f"{path} in {self.source} must be a list, got {type(value).__name__}"
+                    f"{path} in {self.source} must be a list of {items}, got {value!r}"
                 )
             for index, item in enumerate(value):
-                self.check(item, schema.item, f"{path}[{index}]")
+                if isinstance(schema.item, tuple):
+                    try:
+                        self._leaf(item, schema.item, f"{path}[{index}]")
+                    except ConfigError:
+                        raise ConfigError(
+                            f"{path} in {self.source} must be a list of {items}, got {value!r}"
+                        ) from None
+                else:
+                    self.check(item, schema.item, f"{path}[{index}]")
         elif isinstance(schema, _IntOrList):
             if isinstance(value, list):
                 self.check(value, _INTS, path)
