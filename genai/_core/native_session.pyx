@@ -223,11 +223,9 @@ cdef DeviceFns _devfns
 cdef bint _devfns_loaded = False
 
 
-cdef int _load_device_fns() except -1:
-    """Read DeviceFns from the library ort_api loaded (dlopen of a loaded path returns it)."""
-    global _devfns_loaded
-    if _devfns_loaded:
-        return 0
+cdef const void* const* _api_table() except NULL:
+    """The OrtApi function table of the library ort_api loaded (dlopen of a loaded path
+    returns it): read the slots ort_api's OrtFns does not copy."""
     ort_fns()
     from genai._core.ort_api import library_path
     path = library_path()
@@ -244,6 +242,15 @@ cdef int _load_device_fns() except -1:
         table = <const void* const*>base.GetApi(ORT_API_VERSION_REQUIRED)
     if table == NULL:
         raise ImportError(f"{path}: GetApi({ORT_API_VERSION_REQUIRED}) returned NULL")
+    return table
+
+
+cdef int _load_device_fns() except -1:
+    """Read DeviceFns from the library ort_api loaded."""
+    global _devfns_loaded
+    if _devfns_loaded:
+        return 0
+    cdef const void* const* table = _api_table()
     memcpy(&_devfns.CreateTensorAsOrtValue, &table[_SLOT_CreateTensorAsOrtValue], sizeof(void*))
     memcpy(&_devfns.CreateAllocator, &table[_SLOT_CreateAllocator], sizeof(void*))
     memcpy(&_devfns.ReleaseAllocator, &table[_SLOT_ReleaseAllocator], sizeof(void*))
@@ -275,22 +282,7 @@ cdef int _load_initializer_fns() except -1:
     global _initfns_loaded
     if _initfns_loaded:
         return 0
-    ort_fns()
-    from genai._core.ort_api import library_path
-    path = library_path()
-    cdef bytes bpath = os.fsencode(path)
-    cdef void* handle = dlopen(bpath, RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise ImportError(f"cannot load {path}")
-    cdef void* sym = dlsym(handle, b"OrtGetApiBase")
-    if sym == NULL:
-        raise ImportError(f"{path} does not export OrtGetApiBase")
-    cdef const _ApiBase* base = (<_GetApiBaseFn>sym)()
-    cdef const void* const* table = NULL
-    if base != NULL:
-        table = <const void* const*>base.GetApi(ORT_API_VERSION_REQUIRED)
-    if table == NULL:
-        raise ImportError(f"{path}: GetApi({ORT_API_VERSION_REQUIRED}) returned NULL")
+    cdef const void* const* table = _api_table()
     memcpy(&_initfns.Count, &table[_SLOT_SessionGetOverridableInitializerCount], sizeof(void*))
     memcpy(&_initfns.TypeInfo, &table[_SLOT_SessionGetOverridableInitializerTypeInfo],
            sizeof(void*))
