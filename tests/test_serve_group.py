@@ -79,15 +79,18 @@ def test_group_routes_to_the_least_loaded_and_steals_the_surplus(gqa_model):
 
 
 def test_group_queue_limit_counts_every_member(gqa_model):
+    """max_queue bounds the requests waiting beyond every member's free slots (2 x 4 here):
+    8 about to take a slot, 3 queued, and the next is refused."""
     group = make_group(gqa_model, max_queue=3)
 
     async def main():
         prompt = np.array([5, 6, 7], np.int32)
-        for _ in range(3):
+        for _ in range(8 + 3):
             group.submit([greedy(prompt)])
         with pytest.raises(QueueFullError, match="queue limit 3"):
             group.submit([greedy(prompt)])
-        assert group.queue_depth == 3
+        assert group.queue_depth == 11
+        assert group.queued == 3
 
     asyncio.run(main())
 
