@@ -93,6 +93,29 @@ class OpenVINOProvider(PluginEPProvider):
     capabilities = Capabilities(exact=False, logits_atol=1e-3)
     placement = Placement()
     default_options: ClassVar[dict[str, str]] = {"device_type": "CPU"}
+    # The keys onnxruntime-openvino 1.24 accepts (its ``valid_provider_keys``). The EP refuses
+    # any other key too, but through the C API the caller sees only "Failed to load provider
+    # OpenVINO" (the key is named in ORT's log alone): refusing it here names it.
+    known_options: ClassVar[frozenset[str] | None] = frozenset(
+        {
+            "device_type",
+            "device_id",
+            "device_luid",
+            "cache_dir",
+            "precision",
+            "load_config",
+            "context",
+            "num_of_threads",
+            "model_priority",
+            "num_streams",
+            "enable_opencl_throttling",
+            "enable_qdq_optimizer",
+            "enable_causallm",
+            "disable_dynamic_shapes",
+            "reshape_input",
+            "layout",
+        }
+    )
 
     def mode(self) -> str | None:
         """ "monolithic" (EP compiled into onnxruntime), "plugin" (package present), or None."""
