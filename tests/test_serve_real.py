@@ -136,47 +136,75 @@ def test_json_schema_response_format(server, client):
     assert reply.choices[0].finish_reason == "stop"
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_tool_calls(server, client, stream):
-    pytest.importorskip("llguidance")
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": "get_weather",
-                "description": "Current weather in a city",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"city": {"type": "string", "maxLength": 30}},
-                    "required": ["city"],
-                    "additionalProperties": False,
-                },
-            },
-        }
-    ]
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 30}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def _tool_reply(client, server, stream, **options):
+    """(tool calls, finish_reason, content) of a greedy weather question with the tool."""
     kwargs = {
         "model": server.engine.model_name,
         "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-        "tools": tools,
-        "tool_choice": "required",
+        "tools": [WEATHER_TOOL],
         "max_tokens": 80,
         "temperature": 0,
+        **options,
     }
     if stream:
-        calls, finish = [], None
+        calls, finish, content = [], None, []
         for chunk in client.chat.completions.create(**kwargs, stream=True):
             for choice in chunk.choices:
                 calls.extend(choice.delta.tool_calls or [])
+                content.append(choice.delta.content or "")
                 finish = choice.finish_reason or finish
-        call = calls[0].function
-    else:
-        reply = client.chat.completions.create(**kwargs)
-        finish = reply.choices[0].finish_reason
-        assert reply.choices[0].message.content is None
-        call = reply.choices[0].message.tool_calls[0].function
+        return [c.function for c in calls], finish, "".join(content) or None
+    reply = client.chat.completions.create(**kwargs)
+    message = reply.choices[0].message
+    calls = [c.function for c in message.tool_calls or []]
+    return calls, reply.choices[0].finish_reason, message.content
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("choice", ["required", "auto"])
+def test_tool_calls(server, client, stream, choice):
+    """SmolLM2's template ignores tools: the server describes them in the system message,
+    and the model calls the tool, once (parallel_tool_calls false), then stops."""
+    pytest.importorskip("llguidance")
+    calls, finish, content = _tool_reply(
+        client, server, stream, tool_choice=choice, parallel_tool_calls=False
+    )
     assert finish == "tool_calls"
-    assert call.name == "get_weather"
-    assert "city" in json.loads(call.arguments)
+    assert content is None
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    assert json.loads(calls[0].arguments) == {"city": "Paris"}
+
+
+def test_tool_definitions_reach_the_prompt(server, client):
+    """The tools are in the prompt the model sees (more prompt tokens than without them)."""
+    pytest.importorskip("llguidance")
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    common = {"model": server.engine.model_name, "messages": question, "max_tokens": 1}
+    plain = client.chat.completions.create(**common)
+    tooled = client.chat.completions.create(**common, tools=[WEATHER_TOOL], tool_choice="auto")
+    assert tooled.usage.prompt_tokens > plain.usage.prompt_tokens + len(str(WEATHER_TOOL)) // 8
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_calls_cut_by_max_tokens_say_length(server, client, stream):
+    pytest.importorskip("llguidance")
+    _, finish, _ = _tool_reply(client, server, stream, tool_choice="required", max_tokens=6)
+    assert finish == "length"
 
 
 def test_event_loop_answers_during_generation(server):

@@ -40,6 +40,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..chat_template import ChatTemplateError
+from ..tools import prepare_tool_chat
 from .batch_runner import make_batch_runner
 from .metrics import ServerMetrics
 from .protocol import (
@@ -68,8 +70,8 @@ log = logging.getLogger("genai.serve")
 #: Largest request body `create_app` reads by default (413 beyond it): 4 MiB, far above
 #: any prompt that fits a context (SmolLM2's 8,192 tokens are about 40 KB of text).
 DEFAULT_MAX_BODY_BYTES = 4 << 20
-#: ``max_tokens`` of a ``response_format`` (JSON mode) request that sets none: a model can
-#: keep writing whitespace inside JSON; this bounds how long it holds a slot doing so.
+#: ``max_tokens`` of a ``response_format`` (JSON mode) or tool-call request that sets none: a
+#: model can keep writing whitespace inside JSON; this bounds how long it holds a slot doing so.
 JSON_MODE_MAX_TOKENS = 2048
 #: Seconds a 429 asks the client to wait (``Retry-After``).
 RETRY_AFTER_SECONDS = 1
@@ -312,7 +314,7 @@ class _Prepared:
     body: ChatCompletionRequest | CompletionRequest
     sequences: list[GenerationRequest]
     prompt_tokens: int
-    tools: list[dict[str, Any]] | None = None
+    tools: Any = None  # genai.tools.ToolChat of a chat with tools
 
 
 class _BodyLimit:
@@ -641,14 +643,26 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     if body.response_format and tools:
         raise APIError("use either response_format or tools, not both", param="response_format")
+    tool_chat = None
 
     def render() -> np.ndarray:
+        nonlocal tool_chat
         try:
-            text = engine.tokenizer.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=True
-            )
-        except Exception as exc:
+            if body.tools:
+                tool_chat = prepare_tool_chat(
+                    engine.tokenizer,
+                    messages,
+                    body.tools,
+                    tool_choice=body.tool_choice,
+                    parallel_tool_calls=body.parallel_tool_calls is not False,
+                )
+                text = tool_chat.prompt
+            else:
+                text = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        except ChatTemplateError as exc:
             raise APIError(f"could not apply the chat template: {exc}", param="messages") from None
+        except (ValueError, TypeError) as exc:
+            raise APIError(f"invalid tools: {exc}", param="tools") from None
         return engine.encode(text, "messages")
 
     # off the event loop: a long conversation takes a while to render and encode
@@ -666,14 +680,10 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
             guidance = ("json_schema", json.dumps({"type": "object"}))
         if guidance is not None:
             cap = JSON_MODE_MAX_TOKENS
-    elif tools:
-        from ..tools import tool_call_guidance
-
+    elif tool_chat is not None and tool_chat.guidance is not None:
         param = "tools"
-        try:
-            guidance = tool_call_guidance(tools, body.tool_choice or "auto")
-        except (ValueError, TypeError) as exc:
-            raise APIError(f"invalid tools: {exc}", param="tools") from None
+        guidance = tool_chat.guidance
+        cap = JSON_MODE_MAX_TOKENS  # the calls are JSON too
     max_new = _limit(engine, len(ids), body.new_tokens_limit, default_cap=cap)
     constraints = (
         await _constraints(engine, guidance[0], guidance[1], body.n, param) if guidance else None
@@ -694,7 +704,8 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
                 ignore_eos=body.ignore_eos,
             )
         )
-    return _Prepared("chat", body, sequences, len(ids), tools)
+    offered = tool_chat if tool_chat is not None and tool_chat.guidance is not None else None
+    return _Prepared("chat", body, sequences, len(ids), offered)
 
 
 async def _prepare_completion(engine: ServeEngine, body: CompletionRequest) -> _Prepared:
@@ -826,10 +837,8 @@ async def _complete(
             message: dict[str, Any] = {"role": "assistant", "content": text}
             finish = c.finish_reason
             if prepared.tools:
-                calls = _tool_calls(text)
-                if calls:
-                    message = {"role": "assistant", "content": None, "tool_calls": calls}
-                    finish = "tool_calls"
+                result = prepared.tools.result(text, c.finish_reason)
+                message, finish = result.message(), result.finish_reason
             out.append(
                 {
                     "index": i,
@@ -873,15 +882,6 @@ async def _complete(
             "system_fingerprint": "genai",
         }
     )
-
-
-def _tool_calls(text: str) -> list[dict[str, Any]]:
-    from ..tools import parse_tool_calls
-
-    try:
-        return parse_tool_calls(text)
-    except Exception:  # not a call: plain text
-        return []
 
 
 def _chat_logprobs(
@@ -999,13 +999,13 @@ async def _stream(
                 cached_tokens[i] = event.cached_tokens
                 finish = event.finish_reason
                 if prepared.tools:
-                    text = "".join(buffered[i])
-                    calls = _tool_calls(text)
+                    result = prepared.tools.result("".join(buffered[i]), finish)
+                    finish = result.finish_reason
+                    calls = result.tool_calls
                     if calls:
-                        finish = "tool_calls"
                         delta = {"tool_calls": [dict(c, index=k) for k, c in enumerate(calls)]}
                     else:
-                        delta = {"content": text}
+                        delta = {"content": result.content or ""}
                     yield chunk(i, delta, None)
                 yield chunk(i, {} if chat else "", finish)
         finished_ok = True
