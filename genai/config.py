@@ -22,8 +22,6 @@ __all__ = [
     "CONFIG_FILENAME",
     "REFERENCE_DEFAULTS",
     "SCHEMA",
-    "TAG_TOKEN_FALLBACKS",
-    "TAG_TOKEN_KEYS",
     "UNSUPPORTED_KEYS",
     "Config",
     "is_model_package",
@@ -420,7 +418,7 @@ _MODEL: dict[str, Any] = {
     "boa_token_id": _INT,
     "video_token_id": _INT,
     "vision_start_token_id": _INT,
-    # tool-call and reasoning delimiters (see Config.tag_token_id)
+    # tool-call and reasoning delimiters (see Tokenizer.bot_token_id)
     "bot_token_id": _INT,
     "eot_token_id": _INT,
     "bor_token_id": _INT,
@@ -534,7 +532,8 @@ SCHEMA: dict[str, Any] = {**_SECTIONS, "runtime_profiles": _ListOf(_RUNTIME_PROF
 #: The reference's values for keys a folder leaves out (the ones with a value of their own;
 #: any other number is 0, string "" and list []). ``search.max_length`` 0 means
 #: ``model.context_length``; an empty ``model.eos_token_id`` means ``[pad_token_id]``.
-#: ``model.bot_token_id`` and the other three delimiters have none (see `Config.tag_token_id`).
+#: ``model.bot_token_id`` and the other three delimiters have none (see
+#: `genai.tokenizer.DELIMITER_TOKEN_DEFAULTS`).
 REFERENCE_DEFAULTS: dict[str, Any] = {
     "search.do_sample": False,
     "search.min_length": 0,
@@ -673,20 +672,6 @@ UNSUPPORTED_KEYS: dict[str, Feature] = {
         for key in ("blank_penalty", "audio_interleaved", "audio_temperature", "audio_top_k")
     },
 }
-
-#: The reference's fallbacks for the tool-call and reasoning delimiters a folder leaves out,
-#: by model type (its tokenizer resolves them so; other types have none).
-TAG_TOKEN_FALLBACKS: dict[str, dict[str, int]] = {
-    "qwen2": {"bot_token_id": 151657, "eot_token_id": 151658},
-    "qwen3": {
-        "bot_token_id": 151657,
-        "eot_token_id": 151658,
-        "bor_token_id": 151667,
-        "eor_token_id": 151668,
-    },
-    "phi3": {"bot_token_id": 200025, "eot_token_id": 200026},
-}
-TAG_TOKEN_KEYS = ("bot_token_id", "eot_token_id", "bor_token_id", "eor_token_id")
 
 # Canonical provider names, as the reference normalises them (case-insensitive, with or
 # without the "ExecutionProvider" suffix). Unknown names pass through unchanged.
@@ -1241,20 +1226,6 @@ class Config:
             raise feature.error(f"{key} in {self.file}{also}")
 
     # --- tokenizer-related keys -----------------------------------------------------------------
-    def tag_token_id(self, name: str) -> int | None:
-        """A tool-call or reasoning delimiter's token id: ``name`` is ``"bot_token_id"``
-        (beginning of a tool call), ``"eot_token_id"`` (its end), ``"bor_token_id"`` /
-        ``"eor_token_id"`` (reasoning). ``model.<name>`` when the folder sets it, else the
-        reference's fallback for the model type (`TAG_TOKEN_FALLBACKS`: qwen2, qwen3, phi3),
-        else None (the reference's tokenizer then raises "<name> is not defined for this
-        model")."""
-        if name not in TAG_TOKEN_KEYS:
-            raise ValueError(f"{name!r} is not one of {', '.join(TAG_TOKEN_KEYS)}")
-        value = self.get(f"model.{name}")
-        if value is not None:
-            return int(value)
-        return TAG_TOKEN_FALLBACKS.get(str(self.get("model.type")), {}).get(name)
-
     @property
     def tokenizer_folder(self) -> Path:
         """Where the tokenizer files are: ``model.tokenizer_dir`` (relative to the model

@@ -18,7 +18,7 @@ import pytest
 
 import genai
 from genai import config as config_module
-from genai.config import SCHEMA, TAG_TOKEN_KEYS, UNSUPPORTED_KEYS
+from genai.config import SCHEMA, UNSUPPORTED_KEYS
 
 KEYS_FILE = Path(__file__).parent / "data" / "onnxruntime_genai_0_18_config_keys.tsv"
 
@@ -471,27 +471,6 @@ def test_model_packages_refused_as_unsupported(og: Any, tmp_path: Path) -> None:
         genai.Config.from_package_ep(package, "cpu")
     with pytest.raises(NotImplementedError, match="model package"):
         genai.Config(package)
-
-
-# --- the tool-call and reasoning delimiters
-@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "phi3"])
-@pytest.mark.parametrize("explicit", [{}, {"bot_token_id": 5, "eor_token_id": 7}])
-def test_tag_token_ids_as_the_reference_tokenizer(
-    og: Any, smollm2_path: Path, model_type: str, explicit: dict[str, int]
-) -> None:
-    overlay = json.dumps({"model": {"type": model_type, **explicit}})
-    reference = og.Config(str(smollm2_path))
-    reference.overlay(overlay)
-    tokenizer = og.Tokenizer(og.Model(reference))
-    ours = genai.Config(smollm2_path)
-    ours.overlay(overlay)
-    for name in TAG_TOKEN_KEYS:
-        try:
-            expected = getattr(tokenizer, name)
-        except RuntimeError as exc:
-            assert f"{name} is not defined" in str(exc)
-            expected = None
-        assert ours.tag_token_id(name) == expected, name
 
 
 def test_top_level_scalars_ignored_as_the_reference(og: Any, tmp_path: Path) -> None:
