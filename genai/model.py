@@ -87,40 +87,18 @@ _PRESET_INPUT_NAMES = frozenset(["num_logits_to_keep"])
 _EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 
 
-#: ``model.decoder.inputs`` keys of the reference's paged-KV engine models (its ``Engine``
-#: with dynamic batching feeds a block table and per-request lengths).
-_PAGED_INPUT_KEYS = (
-    "block_table",
-    "block_table_windowed",
-    "cumulative_sequence_lengths",
-    "past_sequence_lengths",
-    "attention_metadata",
-)
-
-
 def refuse_unsupported_features(config: Config) -> None:
-    """NotImplementedError naming the feature for a folder of a kind genai does not run yet
-    (keys the reference accepts): Marian-style encoder-decoder models with recurrent decoder
-    state (``model.decoder.inputs.rnn_states_prev``, ``model.type`` ``marian-*``) and paged-KV
-    engine models (``model.decoder.inputs.block_table`` and the other paged inputs; an
-    ``engine`` section alone only configures the reference's Engine API)."""
+    """NotImplementedError naming the feature for a folder of a kind genai does not run yet:
+    every feature key of the reference that genai accepts but does not run
+    (`Config.check_supported`: speculative, paged-KV, Marian, Whisper, ... inputs), and the
+    Marian model types (``model.type`` ``marian-*``) whatever their keys."""
+    config.check_supported()
     model_type = str(config.get("model.type") or "")
-    inputs = config.get("model.decoder.inputs") or {}
-    if "rnn_states_prev" in inputs or model_type.startswith("marian"):
+    if model_type.startswith("marian"):
         raise NotImplementedError(
             f"{config.file}: Marian-style encoder-decoder models with recurrent decoder state "
-            f"(model.type {model_type!r}, model.decoder.inputs.rnn_states_prev) are not "
-            "supported yet"
+            f"(model.type {model_type!r}) are not supported yet"
         )
-    paged = [key for key in _PAGED_INPUT_KEYS if key in inputs]
-    if paged:
-        named = ", ".join(f"model.decoder.inputs.{key}" for key in paged)
-        raise NotImplementedError(
-            f"{config.file}: paged-KV engine models ({named}: the reference's Engine with "
-            "dynamic batching over a block table) are not supported yet; genai serve batches "
-            "continuously over per-sequence caches"
-        )
-    config.check_supported()  # every other feature key of the reference (genai.config)
 
 
 def default_intra_op_threads() -> int:

@@ -434,10 +434,8 @@ def test_unsupported_model_kinds_refused_by_name(
     base: pathlib.Path, inputs: dict, model_type: str, feature: str
 ) -> None:
     config = genai.Config(base)
-    # The keys as the reference's folders carry them (set past Config's own validation, which
-    # is not what this checks).
-    config._data["model"]["type"] = model_type
-    config._data["model"]["decoder"]["inputs"].update(inputs)
+    # The keys as the reference's folders carry them: the config accepts them, Model refuses.
+    config.overlay({"model": {"type": model_type, "decoder": {"inputs": inputs}}})
     with pytest.raises(NotImplementedError, match=feature):
         genai.Model(config)
 
