@@ -621,7 +621,6 @@ _TRANSDUCER = Feature(
 _SHARED_INITIALIZERS = Feature(
     "initializers shared between sessions (model.*.shared_initializers)", "not planned yet"
 )
-_TOKENIZER_DIR = Feature("a tokenizer outside the model folder (model.tokenizer_dir)", "issue 15")
 _RUNTIME_PROFILES = Feature(
     "runtime profiles (config overlays chosen by the device's memory, CUDA only)",
     "not planned yet",
@@ -632,7 +631,6 @@ _AUDIO_SEARCH = Feature("search options of speech and audio-output models", FEAT
 #: `Config.check_supported` refuses a folder that has one (a `Model` calls it when loading).
 UNSUPPORTED_KEYS: dict[str, Feature] = {
     "runtime_profiles": _RUNTIME_PROFILES,
-    "model.tokenizer_dir": _TOKENIZER_DIR,
     "model.draft": _SPECULATIVE_FEATURE,
     "model.dflash2": _SPECULATIVE_FEATURE,
     "model.dspark": _SPECULATIVE_FEATURE,
@@ -1210,8 +1208,6 @@ class Config:
             value = self.get(key)
             if value is None or value == []:
                 continue  # absent, or an empty list: asks for nothing
-            if key == "model.tokenizer_dir" and self.tokenizer_folder == self.path:
-                continue  # the model folder itself: nothing changes
             found.append((key, feature))
         return found
 
@@ -1228,12 +1224,21 @@ class Config:
     # --- tokenizer-related keys -----------------------------------------------------------------
     @property
     def tokenizer_folder(self) -> Path:
-        """Where the tokenizer files are: ``model.tokenizer_dir`` (relative to the model
-        folder) when set, else the model folder."""
+        """Where the tokenizer files are: ``model.tokenizer_dir`` when set, a path relative to
+        the model folder that may leave it (``../tokenizer``, as the reference allows), else
+        the model folder."""
         name = self.get("model.tokenizer_dir") or ""
         if not name:
             return self.path
-        return self.resolve_file(name, "model.tokenizer_dir", must_exist=False)
+        if Path(name).is_absolute():
+            raise ConfigError(
+                f"model.tokenizer_dir {name!r} in {self.file} must be relative to the model "
+                "folder (the reference joins it to the folder)"
+            )
+        folder = (self.path / name).resolve()
+        if not folder.is_dir():
+            raise FileNotFoundError(f"model.tokenizer_dir {name!r} of {self.file}: no {folder}")
+        return folder
 
     def add_model_data(self, name: str, data: bytes) -> None:
         """Supply a model file's bytes in memory instead of from the folder."""

@@ -71,6 +71,9 @@ def _resolve_config(model: Any) -> tuple[Path, Any, bool]:
         if not folder.is_dir():
             raise FileNotFoundError(f"model folder not found: {folder}")
         config = _FolderConfig(folder)
+        tokenizer_dir = config.get("model.tokenizer_dir")
+        if tokenizer_dir:  # relative to the model folder (genai.Config.tokenizer_folder)
+            folder = (folder / str(tokenizer_dir)).resolve()
         return folder, config, config.has_genai_config
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "get"):
@@ -80,7 +83,7 @@ def _resolve_config(model: Any) -> tuple[Path, Any, bool]:
             "Tokenizer expects a Model (with .config), a Config (with .path and .get) "
             f"or a model folder path, not {type(model).__name__}"
         )
-    folder = Path(config.path)
+    folder = Path(getattr(config, "tokenizer_folder", config.path))  # model.tokenizer_dir
     if folder.is_file():  # a path to genai_config.json itself
         folder = folder.parent
     return folder, config, True
@@ -237,7 +240,8 @@ class Tokenizer:
 
     @property
     def path(self) -> Path:
-        """The model folder this tokenizer was loaded from."""
+        """The folder this tokenizer was loaded from: the model folder, or the one its
+        ``model.tokenizer_dir`` names."""
         return self._path
 
     @property

@@ -331,15 +331,6 @@ def test_an_empty_list_asks_for_nothing(tmp_path: Path, key: str) -> None:
     config.check_supported()
 
 
-def test_tokenizer_dir_naming_the_model_folder_is_not_refused(tmp_path: Path) -> None:
-    doc = copy.deepcopy(BASE)
-    doc["model"]["tokenizer_dir"] = "."
-    config = genai.Config(write(tmp_path, doc))
-    assert config.tokenizer_folder == config.path
-    assert config.unsupported_features() == []
-    config.check_supported()
-
-
 def test_check_supported_names_every_key(tmp_path: Path) -> None:
     doc = genai_doc("model.draft", "object")
     _merge(doc, probe_doc("model.decoder.inputs.block_table", "block_table"))

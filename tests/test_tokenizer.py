@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import genai
 from genai.chat_template import (
     ChatTemplateError,
     load_chat_template,
@@ -790,3 +791,28 @@ def test_stream_window_stays_small(ours):
         longest = max(longest, len(stream._ids))  # internal: the decode window
     assert "".join(out) == tok.decode(ids)
     assert longest <= 2 * TokenizerStream.max_window
+
+
+@pytest.mark.parametrize("where", ["tok", "../shared-tokenizer"])
+def test_tokenizer_dir_as_the_reference(tmp_path, og, where):
+    """model.tokenizer_dir: the tokenizer files in a folder relative to the model folder (it
+    may leave it, as the reference allows); both engines encode and decode alike."""
+    import json
+    import shutil
+
+    from genai.testing.models import write_gqa_decoder
+
+    folder = write_gqa_decoder(tmp_path / "m")
+    target = (folder / where).resolve()
+    target.mkdir(parents=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.move(folder / name, target / name)
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["model"]["tokenizer_dir"] = where
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    text = "hello world, tokenizer elsewhere"
+    expected = og.Tokenizer(og.Model(str(folder))).encode(text).tolist()
+    for source in (folder, genai.Config(folder), genai.Model(folder)):
+        tokenizer = Tokenizer(source)
+        assert tokenizer.encode(text).tolist() == expected
+        assert tokenizer.decode(expected) == og.Tokenizer(og.Model(str(folder))).decode(expected)
