@@ -96,8 +96,28 @@ def test_build_app_options():
     config = deployment._deployment_config
     assert config.autoscaling_config.max_replicas == 4
     assert deployment.ray_actor_options["num_cpus"] == 2.0
-    assert app._bound_deployment.init_args == ("/m", {"threads": 2, "max_slots": 8}, None, ())
-    keyed = build_app({"model": "/m", "api_key": "k3y", "allowed_origins": "http://a, http://b"})
-    assert keyed._bound_deployment.init_args == ("/m", {}, "k3y", ("http://a", "http://b"))
+    default_limit = 4 << 20  # genai.serve.app.DEFAULT_MAX_BODY_BYTES
+    assert app._bound_deployment.init_args == (
+        "/m",
+        {"threads": 2, "max_slots": 8},
+        None,
+        (),
+        default_limit,
+    )
+    keyed = build_app(
+        {
+            "model": "/m",
+            "api_key": "k3y",
+            "allowed_origins": "http://a, http://b",
+            "max_body_bytes": "1000",
+        }
+    )
+    assert keyed._bound_deployment.init_args == (
+        "/m",
+        {},
+        "k3y",
+        ("http://a", "http://b"),
+        1000,
+    )
     with pytest.raises(ValueError):
         build_app({})
