@@ -6,9 +6,13 @@ from .config import Config
 from .engine_enums import EngineErrorCode, EngineEventFlags, FinishReason
 from .errors import (
     ConfigError,
+    GenaiError,
     GenerationError,
+    InvalidArgumentError,
     ProviderUnavailableError,
     SearchOptionError,
+    TensorNotFoundError,
+    UnsupportedFeatureError,
 )
 from .generator import Generator
 from .generator_params import GeneratorParams
@@ -60,10 +64,12 @@ __all__ = [
     "EngineEventBuffer",
     "EngineEventFlags",
     "FinishReason",
+    "GenaiError",
     "GenerationError",
     "Generator",
     "GeneratorParams",
     "Images",
+    "InvalidArgumentError",
     "Model",
     "MtpGenerator",
     "MultiModalProcessor",
@@ -74,10 +80,12 @@ __all__ = [
     "SearchOptionError",
     "StreamingProcessor",
     "Tensor",
+    "TensorNotFoundError",
     "Tokenizer",
     "TokenizerStream",
     "TurnOptions",
     "TurnUsage",
+    "UnsupportedFeatureError",
     "__version__",
     "disable_telemetry_events",
     "enable_telemetry_events",

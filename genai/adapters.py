@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .errors import GenaiError
+
 if TYPE_CHECKING:
     from .generator import Generator
     from .model import AdapterInput, LoraInput, Model
@@ -41,12 +43,12 @@ __all__ = [
 ]
 
 
-class AdapterError(ValueError, RuntimeError):
+class AdapterError(GenaiError, ValueError, RuntimeError):
     """An adapter file, name or parameter does not fit the model, or an adapter name is
     unknown / already taken. Also a RuntimeError: what onnxruntime-genai raises for these."""
 
 
-class AdapterInUseError(RuntimeError):
+class AdapterInUseError(GenaiError, RuntimeError):
     """`Adapters.unload` was asked to drop an adapter that a live generator has active."""
 
 

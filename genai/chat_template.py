@@ -26,6 +26,8 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from .errors import GenaiError
+
 __all__ = [
     "ChatTemplateError",
     "compile_chat_template",
@@ -47,7 +49,7 @@ TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 _SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(GenaiError, ValueError):
     """A chat template is missing, does not compile, or raised while rendering."""
 
 

@@ -1,34 +1,54 @@
-"""Exceptions raised by genai. Each subclasses the built-in that fits, so ``except ValueError``
-keeps working for callers who don't know ours."""
+"""Exceptions raised by genai: one base, `GenaiError`, for everything the library reports about
+its input (a model folder, a config, an argument, a request) or its state. Each class also
+subclasses the built-in that fits, so ``except ValueError`` keeps working for callers who
+don't know ours and the reference's exception types are kept; anything else that escapes is
+a bug, not a user error."""
 
 from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "GenaiError",
     "GenerationError",
+    "InvalidArgumentError",
     "ProviderUnavailableError",
     "SearchOptionError",
     "TensorNotFoundError",
+    "UnsupportedFeatureError",
 ]
 
 
-class ConfigError(ValueError):
+class GenaiError(Exception):
+    """Base of every error genai raises on purpose; the CLI and the server answer these as
+    user errors (one line, a 4xx) and let anything else surface as a bug."""
+
+
+class ConfigError(GenaiError, ValueError):
     """A ``genai_config.json`` (or an overlay) is malformed or names something invalid."""
 
 
-class SearchOptionError(ValueError):
+class SearchOptionError(GenaiError, ValueError):
     """A search option has an unknown name, a wrong type, or a value out of range."""
 
 
-class GenerationError(RuntimeError):
+class InvalidArgumentError(GenaiError, ValueError):
+    """An argument of a public call has a wrong value, shape or dtype."""
+
+
+class GenerationError(GenaiError, RuntimeError):
     """The generator was used out of order (e.g. generating before any tokens were appended)."""
 
 
-class ProviderUnavailableError(RuntimeError):
+class ProviderUnavailableError(GenaiError, RuntimeError):
     """A requested execution provider cannot run here; the message says what is missing."""
 
 
-class TensorNotFoundError(KeyError, RuntimeError):
+class UnsupportedFeatureError(GenaiError, NotImplementedError):
+    """The model or call asks for a feature genai does not run yet; the message names it and
+    the plan (docs/differences.md)."""
+
+
+class TensorNotFoundError(GenaiError, KeyError, RuntimeError):
     """A tensor name the model (`Generator.get_input` / `get_output`) or a `NamedTensors` does
     not have. A KeyError, and a RuntimeError as the reference raises."""
 

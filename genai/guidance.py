@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .errors import GenaiError
+
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
@@ -75,7 +77,7 @@ def apply_bitmask(logits_row: np.ndarray, bitmask: np.ndarray) -> None:
     as_bits |= keep
 
 
-class GuidanceError(ValueError):
+class GuidanceError(GenaiError, ValueError):
     """Bad guidance: unknown type, invalid schema / regex / grammar, or a token the grammar
     does not allow."""
 

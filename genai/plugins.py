@@ -38,6 +38,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from .errors import GenaiError
 from .hookspecs import PROJECT, hookimpl
 
 #: Hook-call tracing (``GENAI_TRACE_PLUGINS=1``).
@@ -91,7 +92,7 @@ KNOWN_PROVIDER_PACKAGES: dict[str, tuple[str, str, str]] = {
 }
 
 
-class PluginError(RuntimeError):
+class PluginError(GenaiError, RuntimeError):
     """A plugin failed to import, implements an unknown hook, or registers something that
     conflicts with another plugin."""
 

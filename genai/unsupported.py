@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
+from .errors import UnsupportedFeatureError
+
 __all__ = [
     "FEATURES",
     "Audios",
@@ -48,9 +50,9 @@ class Feature:
     name: str
     plan: str
 
-    def error(self, what: str) -> NotImplementedError:
+    def error(self, what: str) -> UnsupportedFeatureError:
         """The error to raise for ``what`` (e.g. ``"Images.open"``)."""
-        return NotImplementedError(
+        return UnsupportedFeatureError(
             f"{what} is not supported by genai yet: {self.name} ({self.plan}); "
             "see docs/differences.md"
         )

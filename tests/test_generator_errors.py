@@ -106,3 +106,37 @@ def test_rewind_out_of_range(model):
     generator.append_tokens(np.array([5, 6, 7], np.int32))
     with pytest.raises(ValueError, match="cannot rewind to 4"):
         generator.rewind_to(4)
+
+
+def test_every_genai_error_class_shares_one_base():
+    """GenaiError is the base of every exception class genai defines, each keeping the
+    built-in base callers (and the reference) expect."""
+    import genai.adapters
+    import genai.builder.errors
+    import genai.chat_template
+    import genai.guidance
+    import genai.plugins
+    import genai.serve.scheduler
+    from genai import errors
+    from genai.unsupported import not_implemented
+
+    expected = {
+        errors.ConfigError: ValueError,
+        errors.SearchOptionError: ValueError,
+        errors.InvalidArgumentError: ValueError,
+        errors.GenerationError: RuntimeError,
+        errors.ProviderUnavailableError: RuntimeError,
+        errors.UnsupportedFeatureError: NotImplementedError,
+        errors.TensorNotFoundError: KeyError,
+        genai.adapters.AdapterError: ValueError,
+        genai.adapters.AdapterInUseError: RuntimeError,
+        genai.chat_template.ChatTemplateError: ValueError,
+        genai.guidance.GuidanceError: ValueError,
+        genai.plugins.PluginError: RuntimeError,
+        genai.builder.errors.BuildError: ValueError,
+        genai.serve.scheduler.QueueFullError: RuntimeError,
+    }
+    for cls, builtin in expected.items():
+        assert issubclass(cls, errors.GenaiError) and issubclass(cls, builtin), cls
+    error = not_implemented("Images.open", "vision")
+    assert isinstance(error, errors.UnsupportedFeatureError) and "issue 19" in str(error)

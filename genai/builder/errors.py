@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import GenaiError
+
 __all__ = ["BuildError"]
 
 
-class BuildError(ValueError):
+class BuildError(GenaiError, ValueError):
     """The input checkpoint cannot be built (bad file, unsupported type or architecture)."""

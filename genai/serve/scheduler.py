@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from .._core.sampling import Sampler
+from ..errors import GenaiError
 from .batch_runner import BatchRunner
 
 __all__ = [
@@ -70,7 +71,7 @@ def _deliver(batch: list[tuple[RequestHandle, Event]]) -> None:
         handle._queue.put_nowait(event)
 
 
-class QueueFullError(RuntimeError):
+class QueueFullError(GenaiError, RuntimeError):
     """The waiting queue is full (HTTP 429)."""
 
 
