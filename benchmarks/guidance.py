@@ -112,7 +112,7 @@ def trimmed_mean(values: list[float], cut: float = 0.1) -> float:
 def mask_only(folder: Path, prompts: list[np.ndarray], model, schema: str) -> float:
     """Our mask alone (no model run to hide behind): microseconds per token to compute and
     apply the mask and consume the token, replaying the guided greedy outputs."""
-    from genai.guidance import TokenConstraint
+    from genai.constraints.guidance import TokenConstraint
 
     tokenizer = genai.Tokenizer(model)
     eos = int(model.config.eos_token_ids[0])

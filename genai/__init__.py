@@ -1,42 +1,11 @@
 """genai: run generative ONNX models with onnxruntime-genai's API (``import genai as og``)."""
 
-from ._version import __version__
-from .adapters import Adapters
-from .config import Config
-from .engine_enums import EngineErrorCode, EngineEventFlags, FinishReason
-from .errors import (
-    ConfigError,
-    GenaiError,
-    GenerationError,
-    InvalidArgumentError,
-    ProviderUnavailableError,
-    SearchOptionError,
-    TensorNotFoundError,
-    UnsupportedFeatureError,
-)
-from .generator import Generator
-from .generator_params import GeneratorParams
-from .hookspecs import hookimpl
-from .logging_options import set_log_callback, set_log_options
-from .model import Model
-from .provider_queries import (
-    is_cuda_available,
-    is_dml_available,
-    is_openvino_available,
-    is_qnn_available,
-    is_webgpu_available,
-)
-from .providers import (
-    get_current_gpu_device_id,
-    list_providers,
-    register_execution_provider_library,
-    set_current_gpu_device_id,
-    unregister_execution_provider_library,
-)
-from .telemetry import disable_telemetry_events, enable_telemetry_events
-from .tensors import NamedTensors, Tensor
-from .tokenizer import Tokenizer, TokenizerStream
-from .unsupported import (
+from genai._version import __version__
+from genai.compat.engine_enums import EngineErrorCode, EngineEventFlags, FinishReason
+from genai.compat.logging_options import set_log_callback, set_log_options
+from genai.compat.telemetry import disable_telemetry_events, enable_telemetry_events
+from genai.compat.tensors import NamedTensors, Tensor
+from genai.compat.unsupported import (
     Audios,
     Engine,
     EngineCapabilities,
@@ -51,6 +20,37 @@ from .unsupported import (
     TurnOptions,
     TurnUsage,
 )
+from genai.errors import (
+    ConfigError,
+    GenaiError,
+    GenerationError,
+    InvalidArgumentError,
+    ProviderUnavailableError,
+    SearchOptionError,
+    TensorNotFoundError,
+    UnsupportedFeatureError,
+)
+from genai.generation.generator import Generator
+from genai.generation.generator_params import GeneratorParams
+from genai.providers import (
+    get_current_gpu_device_id,
+    list_providers,
+    register_execution_provider_library,
+    set_current_gpu_device_id,
+    unregister_execution_provider_library,
+)
+from genai.providers.hookspecs import hookimpl
+from genai.providers.queries import (
+    is_cuda_available,
+    is_dml_available,
+    is_openvino_available,
+    is_qnn_available,
+    is_webgpu_available,
+)
+from genai.runtime.adapters import Adapters
+from genai.runtime.config import Config
+from genai.runtime.model import Model
+from genai.text.tokenizer import Tokenizer, TokenizerStream
 
 __all__ = [
     "Adapters",

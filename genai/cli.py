@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._version import __version__
+from genai._version import __version__
 
 __all__ = ["main"]
 
@@ -88,7 +88,7 @@ def _build_parser() -> argparse.ArgumentParser:
     chat.add_argument("-v", "--verbose", action="store_true", help="print tok/s per reply")
     chat.set_defaults(handler=_chat)
 
-    from .builder.peft import CONVERT_DESCRIPTION, add_convert_arguments
+    from genai.builder.peft import CONVERT_DESCRIPTION, add_convert_arguments
 
     adapter = commands.add_parser(
         "adapter",
@@ -144,11 +144,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
     _add_serve_command(commands)
 
-    from .builder.cli import add_build_commands
+    from genai.builder.cli import add_build_commands
 
     add_build_commands(commands)
 
-    from . import plugins
+    from genai.providers import plugins
 
     plugins.hook().register_commands(commands=commands)
     return parser
@@ -253,13 +253,13 @@ def _serve_ray(args: argparse.Namespace) -> int:
         import ray
         from ray import serve
 
-        from .serve.ray_serve import build_app
+        from genai.serve.ray_serve import build_app
     except ImportError as exc:
         raise RuntimeError(
             f"genai serve --ray needs the 'ray' extra (pip install 'genai-runtime[ray]'): {exc}"
         ) from exc
     if args.model is None:
-        from .builder.cli import ensure_default_model
+        from genai.builder.cli import ensure_default_model
 
         args.model = str(ensure_default_model(progress=True))
     options: dict[str, object] = {
@@ -299,8 +299,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.ray:
         return _serve_ray(args)
     try:
-        from .serve.app import ServeEngine
-        from .serve.server import run_server
+        from genai.serve.app import ServeEngine
+        from genai.serve.server import run_server
     except ImportError as exc:
         raise RuntimeError(
             f"genai serve needs the 'serve' extra (pip install 'genai-runtime[serve]'): {exc}"
@@ -340,8 +340,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _providers(args: argparse.Namespace) -> int:
-    from . import plugins
-    from .providers import PluginEPProvider, get_provider_class, list_providers
+    from genai.providers import PluginEPProvider, get_provider_class, list_providers, plugins
 
     rows = list_providers()
     registered = {r.name.lower() for r in rows}
@@ -399,7 +398,7 @@ def _providers(args: argparse.Namespace) -> int:
 
 
 def _conformance(args: argparse.Namespace) -> int:
-    from .testing.conformance import run_conformance
+    from genai.testing.conformance import run_conformance
 
     options = {}
     for item in args.option:
@@ -426,7 +425,7 @@ def _load(args: argparse.Namespace):
     import genai
 
     if args.model is None:
-        from .builder.cli import ensure_default_model
+        from genai.builder.cli import ensure_default_model
 
         args.model = str(ensure_default_model(progress=True))  # progress goes to stderr
     config = genai.Config(args.model)
@@ -464,7 +463,7 @@ def _activate_adapters(model, generator, specs: list[str]) -> None:
 
 
 def _adapter_convert(args: argparse.Namespace) -> int:
-    from .builder.peft import run_convert
+    from genai.builder.peft import run_convert
 
     return run_convert(args.parser, args)
 

@@ -20,10 +20,15 @@ import pytest
 from onnx import numpy_helper
 
 import genai
-from genai.adapters import AdapterError, AdapterInUseError, read_adapter_file, write_adapter_file
 from genai.builder.errors import BuildError
 from genai.builder.peft import convert_peft_adapter
 from genai.errors import ConfigError
+from genai.runtime.adapters import (
+    AdapterError,
+    AdapterInUseError,
+    read_adapter_file,
+    write_adapter_file,
+)
 from genai.testing.lora import write_lora_adapter, write_lora_decoder
 from genai.testing.models import write_optimum_decoder
 from tests.numpy_decoder import decoder_logits

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genai.buffers import ALIGNMENT, aligned_empty, aligned_zeros
+from genai.runtime.buffers import ALIGNMENT, aligned_empty, aligned_zeros
 
 
 @pytest.mark.parametrize("shape", [1, 7, (3, 5), (2, 3, 1000, 64)])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import genai
-from genai.config import normalize_provider_name
+from genai.runtime.config import normalize_provider_name
 
 BASE = {
     "model": {

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import genai
-from genai import config as config_module
-from genai.config import SCHEMA, UNSUPPORTED_KEYS
+from genai.runtime import config as config_module
+from genai.runtime.config import SCHEMA, UNSUPPORTED_KEYS
 
 KEYS_FILE = Path(__file__).parent / "data" / "onnxruntime_genai_0_18_config_keys.tsv"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from genai import plugins
+from genai.providers import plugins
 from genai.testing.conformance import ProviderConformanceTests, requires
 from genai.testing.conformance.plugin import format_table
 
@@ -73,7 +73,7 @@ def test_format_table_counts_outcomes() -> None:
 
 BROKEN_PLUGIN = '''
 import numpy as np
-from genai.hookspecs import hookimpl
+from genai.providers.hookspecs import hookimpl
 from genai.providers import ExecutionProvider, GraphCapture, Placement
 
 
@@ -151,7 +151,7 @@ def register_providers(register):
 
 BROKEN_CONFTEST = """
 import broken_providers
-from genai import plugins
+from genai.providers import plugins
 
 plugins.register_plugin(broken_providers, "broken-providers")
 """

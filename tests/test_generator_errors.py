@@ -111,14 +111,14 @@ def test_rewind_out_of_range(model):
 def test_every_genai_error_class_shares_one_base():
     """GenaiError is the base of every exception class genai defines, each keeping the
     built-in base callers (and the reference) expect."""
-    import genai.adapters
     import genai.builder.errors
-    import genai.chat_template
-    import genai.guidance
-    import genai.plugins
+    import genai.constraints.guidance
+    import genai.providers.plugins
+    import genai.runtime.adapters
     import genai.serve.scheduler
+    import genai.text.chat_template
     from genai import errors
-    from genai.unsupported import not_implemented
+    from genai.compat.unsupported import not_implemented
 
     expected = {
         errors.ConfigError: ValueError,
@@ -128,11 +128,11 @@ def test_every_genai_error_class_shares_one_base():
         errors.ProviderUnavailableError: RuntimeError,
         errors.UnsupportedFeatureError: NotImplementedError,
         errors.TensorNotFoundError: KeyError,
-        genai.adapters.AdapterError: ValueError,
-        genai.adapters.AdapterInUseError: RuntimeError,
-        genai.chat_template.ChatTemplateError: ValueError,
-        genai.guidance.GuidanceError: ValueError,
-        genai.plugins.PluginError: RuntimeError,
+        genai.runtime.adapters.AdapterError: ValueError,
+        genai.runtime.adapters.AdapterInUseError: RuntimeError,
+        genai.text.chat_template.ChatTemplateError: ValueError,
+        genai.constraints.guidance.GuidanceError: ValueError,
+        genai.providers.plugins.PluginError: RuntimeError,
         genai.builder.errors.BuildError: ValueError,
         genai.serve.scheduler.QueueFullError: RuntimeError,
     }

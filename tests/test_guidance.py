@@ -1,4 +1,5 @@
-"""Constrained decoding: `GeneratorParams.set_guidance` and `genai.guidance.TokenConstraint`.
+"""Constrained decoding: `GeneratorParams.set_guidance` and
+`genai.constraints.guidance.TokenConstraint`.
 
 Fast tests run on the tiny fixture model (its tokenizer.json goes through the `tokenizers`
 fallback: llguidance cannot read its decoder) and on the real model's tokenizer alone; tests
@@ -14,8 +15,8 @@ import numpy as np
 import pytest
 
 import genai
+from genai.constraints.guidance import LOWEST, GuidanceError, TokenConstraint, apply_bitmask
 from genai.errors import SearchOptionError
-from genai.guidance import LOWEST, GuidanceError, TokenConstraint, apply_bitmask
 
 pytest.importorskip("llguidance", reason="constrained decoding needs llguidance")
 jsonschema = pytest.importorskip("jsonschema")
@@ -396,7 +397,7 @@ def test_regex_outputs_fullmatch(smol, question, regex):
 
 @pytest.mark.slow
 def test_grammar_forced_tool_call_parses(smol):
-    from genai.tools import parse_tool_calls, tool_call_guidance
+    from genai.constraints.tools import parse_tool_calls, tool_call_guidance
 
     model, tokenizer = smol
     tools = [

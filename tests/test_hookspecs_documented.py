@@ -10,7 +10,7 @@ from pathlib import Path
 import pluggy
 import pytest
 
-import genai.hookspecs as hookspecs
+import genai.providers.hookspecs as hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "providers.md"

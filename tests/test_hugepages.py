@@ -1,4 +1,5 @@
-"""genai.hugepages: which memory gets collapsed into 2 MiB pages, and that the kernel does it."""
+"""genai.runtime.hugepages: which memory gets collapsed into 2 MiB pages, and that the kernel
+does it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from genai import hugepages
-from genai.hugepages import HUGE_PAGE
+from genai.runtime import hugepages
+from genai.runtime.hugepages import HUGE_PAGE
 
 MAPS = """\
 55d0c0000000-55d0c0021000 r--p 00000000 08:01 123 /usr/bin/python3.11

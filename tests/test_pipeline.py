@@ -1,4 +1,5 @@
-"""Multi-graph decoders (``model.decoder.pipeline``, `genai.pipeline`): the same tokens and
+"""Multi-graph decoders (``model.decoder.pipeline``, `genai.generation.pipeline`): the same
+tokens and
 logits as the same model in one graph and as the reference on the same folder; batches,
 rewinds, continuous decoding, prompt-only / token-only stages, stage outputs, and every
 refusal."""
@@ -17,10 +18,10 @@ import onnx
 import pytest
 
 import genai
-from genai import model as genai_model
 from genai.errors import ConfigError, GenerationError
-from genai.pipeline import PipelineRunner, PipelineStage, stage_session_options
+from genai.generation.pipeline import PipelineRunner, PipelineStage, stage_session_options
 from genai.providers import CPUProvider
+from genai.runtime import model as genai_model
 from genai.testing.models import write_gqa_decoder, write_optimum_decoder
 from genai.testing.pipeline import PIPELINE_TYPE, write_pipeline_decoder
 from tests.parity import assert_same_run, greedy

@@ -12,10 +12,15 @@ import numpy as np
 import pytest
 
 import genai
-from genai import plugins
 from genai.errors import ConfigError, ProviderUnavailableError
-from genai.hookspecs import hookimpl
-from genai.providers import CPUProvider, ExecutionProvider, get_provider, get_provider_class
+from genai.providers import plugins
+from genai.providers.base import (
+    ExecutionProvider,
+    get_provider,
+    get_provider_class,
+)
+from genai.providers.cpu import CPUProvider
+from genai.providers.hookspecs import hookimpl
 
 
 @pytest.fixture
@@ -53,7 +58,7 @@ def _provider(name: str, **attrs) -> type[ExecutionProvider]:
 
 
 def _fake_distribution(root: Path, dist: str, module: str, source: str, ep_name: str) -> None:
-    """An installed-looking distribution on ``root`` with a genai.plugins entry point."""
+    """An installed-looking distribution on ``root`` with a genai.providers.plugins entry point."""
     (root / f"{module}.py").write_text(textwrap.dedent(source))
     info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
     info.mkdir()
@@ -63,7 +68,7 @@ def _fake_distribution(root: Path, dist: str, module: str, source: str, ep_name:
 
 
 FAKE_PLUGIN = """
-from genai.hookspecs import hookimpl
+from genai.providers.hookspecs import hookimpl
 from genai.providers import ExecutionProvider
 
 class FakeEP(ExecutionProvider):

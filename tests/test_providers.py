@@ -16,19 +16,19 @@ import pytest
 from genai._core.native_session import NativeSession
 
 import genai
-from genai import plugins
 from genai._core import ort_api
 from genai.errors import ConfigError, ProviderUnavailableError
-from genai.hookspecs import hookimpl
-from genai.providers import (
+from genai.providers import plugins
+from genai.providers.base import (
     Capabilities,
-    CPUProvider,
     ExecutionProvider,
     GraphCapture,
     PluginEPProvider,
     get_provider_class,
     list_providers,
 )
+from genai.providers.cpu import CPUProvider
+from genai.providers.hookspecs import hookimpl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -282,7 +282,7 @@ def test_tensorrt_rtx_probe_and_options(fake_ep_module, monkeypatch, isolated) -
 
 
 def test_tensorrt_rtx_session_spec_picks_a_gpu(fixture_folders, monkeypatch) -> None:
-    import genai.providers as gp
+    import genai.providers.base as gp
 
     m = load_provider_package("tensorrt_rtx")
     trt = m.TensorRTRTXProvider()
@@ -354,7 +354,7 @@ def test_directml_probe_options_and_capture(monkeypatch) -> None:
 
 
 def test_openvino_device_types_and_modes(monkeypatch, fake_ep_module) -> None:
-    import genai.providers as gp
+    import genai.providers.base as gp
 
     m = load_provider_package("openvino")
     assert [m.device_kind(v) for v in ("cpu", "GPU.1", "AUTO:NPU,CPU")] == ["CPU", "GPU", "NPU"]
@@ -395,7 +395,7 @@ def test_openvino_device_types_and_modes(monkeypatch, fake_ep_module) -> None:
 
 
 def test_qnn_static_shapes_and_backend(monkeypatch, fake_ep_module) -> None:
-    import genai.providers as gp
+    import genai.providers.base as gp
 
     m = load_provider_package("qnn")
     assert m.parse_free_dimensions("") == {}
@@ -523,7 +523,7 @@ def test_cli_providers_lists_every_provider(isolated, capsys) -> None:
     out = capsys.readouterr().out
     assert out.splitlines()[0].split() == ["cpu", "genai-runtime", "available"]
     assert "genai-provider-cuda" in out and "not installed" in out
-    assert "plugin cpu: genai.providers (built-in); hooks: register_providers" in out
+    assert "plugin cpu: genai.providers.cpu (built-in); hooks: register_providers" in out
     assert main(["providers", "--json", "--plugins", "--devices"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["providers"][0]["name"] == "cpu" and document["providers"][0]["available"]

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 import genai
-from genai import logging_options, plugins
+from genai.compat import logging_options
+from genai.compat.unsupported import FEATURES
 from genai.errors import ProviderUnavailableError
-from genai.hookspecs import hookimpl
-from genai.providers import CPUProvider, ExecutionProvider, is_provider_available
-from genai.unsupported import FEATURES
+from genai.providers import CPUProvider, ExecutionProvider, is_provider_available, plugins
+from genai.providers.hookspecs import hookimpl
 from tests import test_providers
 
 og = pytest.importorskip("onnxruntime_genai", reason="reference engine not installed")

@@ -405,14 +405,14 @@ def test_adapter_parameter_checked_against_the_graph_input(
     adapter_model: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     adapters = genai.Adapters(genai.Model(adapter_model))
-    with pytest.raises(genai.adapters.AdapterError, match="'nothere' is not an input"):
+    with pytest.raises(genai.runtime.adapters.AdapterError, match="'nothere' is not an input"):
         adapters.load(export_adapter(tmp_path / "a.onnx_adapter", {"nothere": np.ones(3)}), "a")
-    with pytest.raises(genai.adapters.AdapterError, match="shape \\[3\\]"):
+    with pytest.raises(genai.runtime.adapters.AdapterError, match="shape \\[3\\]"):
         adapters.load(
             export_adapter(tmp_path / "b.onnx_adapter", {"adapter_a": np.ones(3, np.float32)}),
             "b",
         )
-    with pytest.raises(genai.adapters.AdapterError, match="float64"):
+    with pytest.raises(genai.runtime.adapters.AdapterError, match="float64"):
         adapters.load(export_adapter(tmp_path / "c.onnx_adapter", {"adapter_a": np.ones(64)}), "c")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import genai
-from genai.search import SearchOptions
+from genai.generation.search import SearchOptions
 
 og = pytest.importorskip("onnxruntime_genai", reason="the reference engine is a test dependency")
 

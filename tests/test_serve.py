@@ -444,7 +444,7 @@ def test_grammar_constraint_in_the_scheduler(gqa_model):
     """A regex constraint (the fixture vocabulary has no JSON punctuation; JSON schemas and
     tools are tested on SmolLM2 in test_serve_real.py) while another row runs unconstrained."""
     pytest.importorskip("llguidance")
-    from genai.guidance import TokenConstraint
+    from genai.constraints.guidance import TokenConstraint
 
     tokenizer = genai.Tokenizer(gqa_model)
     runner = SlotBatchRunner(gqa_model, 4, initial_capacity=16)
@@ -821,7 +821,7 @@ def test_a_request_that_fails_to_start_ends_alone(gqa_model):
 def test_runner_kind_follows_the_kv_cache(tmp_path, gqa_model, monkeypatch):
     """Slot rows are views of host buffers: a static cache the engine slides (QNN-style
     windows) takes the Generator fallback, and a cache kept inside the session is refused."""
-    import genai.model as genai_model
+    import genai.runtime.model as genai_model
     from genai.errors import ConfigError
     from genai.providers import CPUProvider, SessionKV
     from genai.testing.windowed import write_windowed_decoder

@@ -16,7 +16,7 @@ import pytest
 from test_providers import load_provider_package
 
 import genai
-import genai.model as genai_model
+import genai.runtime.model as genai_model
 from genai.errors import ConfigError, GenerationError
 from genai.providers import CPUProvider, SessionKV, available_ort_providers
 from genai.testing.models import write_optimum_decoder

@@ -20,7 +20,7 @@ from onnx import numpy_helper
 
 import genai
 from genai.errors import ConfigError, GenerationError
-from genai.kv_cache import (
+from genai.kv.kv_cache import (
     check_relayout,
     relayout,
     resident_rows,

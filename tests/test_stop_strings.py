@@ -1,4 +1,5 @@
-"""Stop strings (`genai.stop.StopStringMatcher`, search option ``stop``) and ``max_new_tokens``,
+"""Stop strings (`genai.constraints.stop.StopStringMatcher`, search option ``stop``) and
+``max_new_tokens``,
 with `Generator.finish_reason`."""
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import numpy as np
 import pytest
 
 import genai
+from genai.constraints.stop import StopStringMatcher, check_stop_strings
 from genai.errors import GenerationError, SearchOptionError
-from genai.stop import StopStringMatcher, check_stop_strings
 
 # --- the matcher against a brute-force reference ---------------------------------------------
 
@@ -274,7 +275,7 @@ def test_max_length_reason_and_eos_reason(fixture_folders):
 
 
 def test_stop_and_max_new_tokens_options():
-    from genai.search import SearchOptions
+    from genai.generation.search import SearchOptions
 
     options = SearchOptions()
     assert "stop" not in options.as_reference_dict()

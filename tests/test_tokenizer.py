@@ -21,14 +21,14 @@ import numpy as np
 import pytest
 
 import genai
-from genai.chat_template import (
+from genai.text.chat_template import (
     ChatTemplateError,
     load_chat_template,
     render_chat_template,
     select_chat_template,
     special_token_strings,
 )
-from genai.tokenizer import Tokenizer, TokenizerStream
+from genai.text.tokenizer import Tokenizer, TokenizerStream
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 if not (SHARED / "tokenizers").is_dir():
@@ -383,7 +383,7 @@ def test_delimiter_keys_must_be_integers(tmp_path):
 
 def test_delimiter_ids_through_genai_config(tmp_path):
     # The builder's keys through genai.Config (which must accept them).
-    from genai.config import Config
+    from genai.runtime.config import Config
 
     folder = _write_delimiter_folder(
         tmp_path, "qwen3-keys", "qwen3", "llama", {"_strings": True}, link_model=False
@@ -427,7 +427,7 @@ def test_accepts_model_and_config_objects(folders):
 
 
 def test_accepts_genai_model_config():
-    from genai.config import Config
+    from genai.runtime.config import Config
 
     config = Config(SMOLLM2)
     tok = Tokenizer(config)

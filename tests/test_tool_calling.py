@@ -17,8 +17,7 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 import genai
-from genai.chat_template import ChatTemplateError, template_supports_tools
-from genai.tools import (
+from genai.constraints.tools import (
     GENERIC,
     HERMES,
     ToolChat,
@@ -28,6 +27,7 @@ from genai.tools import (
     tool_call_guidance,
     tool_call_result,
 )
+from genai.text.chat_template import ChatTemplateError, template_supports_tools
 
 pytest.importorskip("llguidance", reason="tool-call grammars need llguidance")
 
@@ -300,7 +300,7 @@ def test_template_refusing_system_messages_gets_the_tools_in_the_first_user_mess
 
 def constraint_after(tokenizer, guidance, text):
     """The constraint after ``text``'s tokens, or None when the grammar refused one."""
-    from genai.guidance import GuidanceError, TokenConstraint
+    from genai.constraints.guidance import GuidanceError, TokenConstraint
 
     constraint = TokenConstraint.create(tokenizer, *guidance)
     try:

@@ -1,4 +1,4 @@
-"""Tool calling: `genai.tools.tool_call_guidance` grammars and `parse_tool_calls`."""
+"""Tool calling: `genai.constraints.tools.tool_call_guidance` grammars and `parse_tool_calls`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 import genai
-from genai.tools import parse_tool_calls, tool_call_guidance
+from genai.constraints.tools import parse_tool_calls, tool_call_guidance
 
 pytest.importorskip("llguidance", reason="tool-call grammars need llguidance")
 
@@ -137,7 +137,7 @@ def tokenizer(smollm2_path):
 
 def accepts(tokenizer, guidance, text):
     """Whether the grammar allows ``text`` as a complete output."""
-    from genai.guidance import GuidanceError, TokenConstraint
+    from genai.constraints.guidance import GuidanceError, TokenConstraint
 
     constraint = TokenConstraint.create(tokenizer, *guidance)
     try:

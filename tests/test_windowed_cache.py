@@ -1,6 +1,6 @@
 """QNN-style windowed models (``sliding_window.slide_key_value_cache`` / ``slide_inputs``): a
-static cache slid by the engine, prompts fed a window at a time (`genai.windowed_cache`,
-`genai.windowed_runner`).
+static cache slid by the engine, prompts fed a window at a time (`genai.kv.windowed_cache`,
+`genai.generation.windowed_runner`).
 
 The slide and the windowed inputs are checked against plain NumPy definitions; the engine
 against the reference (onnxruntime-genai runs these models only with prompts of at most one
@@ -22,10 +22,10 @@ from onnx import numpy_helper
 
 import genai
 from genai.errors import ConfigError, SearchOptionError
+from genai.generation.windowed_runner import WindowedInputs
+from genai.kv.windowed_cache import KEY_AXIS, VALUE_AXIS, SlidingWindowSpec, WindowedKVCache, slide
 from genai.testing.models import write_gqa_decoder
 from genai.testing.windowed import write_windowed_decoder
-from genai.windowed_cache import KEY_AXIS, VALUE_AXIS, SlidingWindowSpec, WindowedKVCache, slide
-from genai.windowed_runner import WindowedInputs
 from tests.numpy_decoder import decoder_logits
 
 WINDOW, CONTEXT = 8, 128
@@ -183,7 +183,7 @@ def folders(written: dict[str, pathlib.Path]) -> dict[str, pathlib.Path]:
 
 
 def require_loading(folder: pathlib.Path) -> None:
-    """Skip unless genai.Model loads windowed models (genai/model.py must accept slide_*
+    """Skip unless genai.Model loads windowed models (genai/runtime/model.py must accept slide_*
     windows and uint8 KV inputs)."""
     try:
         genai.Model(folder)

@@ -3,7 +3,8 @@
 A windowed graph runs at two sequence lengths (S = W for prompt windows, S = 1 for tokens); a
 provider with ``static_shapes`` (QNN's HTP) cannot run one graph at both, so `genai.Model`
 builds one session per run length from the same file with the sequence and past dimensions
-fixed (`genai.windowed_cache.static_shape_overrides`), and `genai.windowed_runner` runs each
+fixed (`genai.kv.windowed_cache.static_shape_overrides`), and
+`genai.generation.windowed_runner` runs each
 window on the session of its length.
 
 The engine side runs everywhere: a CPU provider told that it wants static shapes gives the
@@ -26,12 +27,12 @@ import pytest
 from test_providers import load_provider_package
 
 import genai
-import genai.model as genai_model
+import genai.runtime.model as genai_model
 from genai.errors import ConfigError, ProviderUnavailableError
+from genai.kv.windowed_cache import sliding_window_spec, static_shape_overrides
 from genai.providers import CPUProvider, SessionSpec, get_provider
 from genai.testing.models import write_gqa_decoder
 from genai.testing.windowed import write_windowed_decoder
-from genai.windowed_cache import sliding_window_spec, static_shape_overrides
 
 WINDOW, CONTEXT = 8, 128
 

@@ -33,7 +33,7 @@ from genai._core.sampling cimport Sampler
 
 import numpy as np
 
-from genai.buffers import aligned_zeros
+from genai.runtime.buffers import aligned_zeros
 
 cnp.import_array()
 

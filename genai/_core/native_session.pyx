@@ -337,7 +337,7 @@ cdef class DeviceTensor:
         if any(d < 0 for d in shape):
             raise ValueError(f"DeviceTensor: negative dimension in {shape}")
         if staging is None:
-            from genai.buffers import aligned_zeros
+            from genai.runtime.buffers import aligned_zeros
 
             staging = aligned_zeros(shape, dtype)
         else:

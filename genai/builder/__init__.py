@@ -3,8 +3,8 @@ onnxruntime-genai model folders (``genai build``), and the default model (``gena
 
 from __future__ import annotations
 
-from .build import build, genai_config
-from .errors import BuildError
-from .spec import SUPPORTED_ARCHITECTURES, ModelSpec
+from genai.builder.build import build, genai_config
+from genai.builder.errors import BuildError
+from genai.builder.spec import SUPPORTED_ARCHITECTURES, ModelSpec
 
 __all__ = ["SUPPORTED_ARCHITECTURES", "BuildError", "ModelSpec", "build", "genai_config"]

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import BuildError
-from .onnx_writer import write_onnx
-from .sources import GGUFSource, HFSource, Source, open_source
-from .spec import ModelSpec
-from .tokenizer_gguf import write_tokenizer_files
+from genai.builder.errors import BuildError
+from genai.builder.onnx_writer import write_onnx
+from genai.builder.sources import GGUFSource, HFSource, Source, open_source
+from genai.builder.spec import ModelSpec
+from genai.builder.tokenizer_gguf import write_tokenizer_files
 
 __all__ = ["build", "genai_config"]
 

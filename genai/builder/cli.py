@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from .pull import default_model_dir, ensure_default_model
+from genai.builder.pull import default_model_dir, ensure_default_model
 
 __all__ = ["add_build_commands", "default_model_dir", "ensure_default_model"]
 
@@ -54,8 +54,8 @@ def add_build_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from .build import build
-    from .progress import StderrProgress
+    from genai.builder.build import build
+    from genai.builder.progress import StderrProgress
 
     started = time.perf_counter()
     reporter = None if args.quiet else StderrProgress()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import GenaiError
+from genai.errors import GenaiError
 
 __all__ = ["BuildError"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BuildError
+from genai.builder.errors import BuildError
 
 __all__ = ["DEQUANTIZERS", "GGML_TYPES", "GGUFFile", "GGUFTensorInfo", "dequantize"]
 

@@ -24,11 +24,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..onnx_graph import MS_DOMAIN, GraphBuilder
-from .errors import BuildError
-from .quantize import BLOCK, quantize_int4
-from .sources import Source
-from .spec import ModelSpec
+from genai.builder.errors import BuildError
+from genai.builder.quantize import BLOCK, quantize_int4
+from genai.builder.sources import Source
+from genai.builder.spec import ModelSpec
+from genai.runtime.onnx_graph import MS_DOMAIN, GraphBuilder
 
 __all__ = ["PRECISIONS", "write_onnx"]
 

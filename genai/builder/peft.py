@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..adapters import write_adapter_file
-from .errors import BuildError
-from .sources import SafetensorsFile
+from genai.builder.errors import BuildError
+from genai.builder.sources import SafetensorsFile
+from genai.runtime.adapters import write_adapter_file
 
 __all__ = ["DEFAULT_MODULE_MAP", "convert_peft_adapter", "main"]
 
@@ -172,7 +172,7 @@ def _scale(config: dict, module: str, rank: int, peft_dir: Path) -> float:
 def _check_against_model(params: Mapping[str, np.ndarray], model_dir: Path, peft_dir: Path) -> None:
     import onnx
 
-    from ..config import Config
+    from genai.runtime.config import Config
 
     config = Config(model_dir)
     filename = config.decoder.get("filename", "model.onnx")

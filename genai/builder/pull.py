@@ -19,9 +19,9 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from .build import build
-from .errors import BuildError
-from .progress import StderrProgress
+from genai.builder.build import build
+from genai.builder.errors import BuildError
+from genai.builder.progress import StderrProgress
 
 __all__ = [
     "DEFAULT_MODEL_NAME",

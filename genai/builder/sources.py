@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .errors import BuildError
-from .gguf import GGUFFile
-from .spec import ModelSpec, spec_from_hf_config, unsupported_architecture
+from genai.builder.errors import BuildError
+from genai.builder.gguf import GGUFFile
+from genai.builder.spec import ModelSpec, spec_from_hf_config, unsupported_architecture
 
 __all__ = ["GGUFSource", "HFSource", "SafetensorsFile", "Source", "open_source"]
 

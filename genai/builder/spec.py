@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BuildError
+from genai.builder.errors import BuildError
 
 __all__ = ["SUPPORTED_ARCHITECTURES", "ModelSpec", "spec_from_hf_config"]
 

@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import BuildError
-from .gguf import GGUFFile
+from genai.builder.errors import BuildError
+from genai.builder.gguf import GGUFFile
 
 __all__ = ["tokenizer_json_from_gguf", "write_tokenizer_files"]
 

@@ -12,11 +12,11 @@ __all__ = ["ServeEngine", "create_app", "run_server"]
 
 def __getattr__(name: str):
     if name in ("ServeEngine", "create_app"):
-        from . import app
+        from genai.serve import app
 
         return getattr(app, name)
     if name == "run_server":
-        from .server import run_server
+        from genai.serve.server import run_server
 
         return run_server
     raise AttributeError(name)

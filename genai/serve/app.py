@@ -40,11 +40,10 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..chat_template import ChatTemplateError
-from ..tools import prepare_tool_chat
-from .batch_runner import make_batch_runner
-from .metrics import ServerMetrics
-from .protocol import (
+from genai.constraints.tools import prepare_tool_chat
+from genai.serve.batch_runner import make_batch_runner
+from genai.serve.metrics import ServerMetrics
+from genai.serve.protocol import (
     MAX_CHOICES,
     APIError,
     ChatCompletionRequest,
@@ -53,8 +52,9 @@ from .protocol import (
     parse_request,
     validation_message,
 )
-from .scheduler import GenerationRequest, QueueFullError, SamplingOptions, Scheduler
-from .scheduler_group import SchedulerGroup
+from genai.serve.scheduler import GenerationRequest, QueueFullError, SamplingOptions, Scheduler
+from genai.serve.scheduler_group import SchedulerGroup
+from genai.text.chat_template import ChatTemplateError
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -128,7 +128,7 @@ def default_lanes(model: Any) -> int:
         return max(1, int(env))
     if getattr(getattr(model, "provider", None), "device", "cpu") != "cpu":
         return 1
-    from ..model import default_intra_op_threads
+    from genai.runtime.model import default_intra_op_threads
 
     session = model.config.get("model.decoder.session_options", {}) or {}
     threads = int(session.get("intra_op_num_threads") or default_intra_op_threads())
@@ -288,7 +288,7 @@ class ServeEngine:
     def constraint_factory(self, kind: str, data: str) -> Any:
         """A `TokenConstraint` (validated now: a bad schema raises here, not in the
         scheduler)."""
-        from ..guidance import TokenConstraint
+        from genai.constraints.guidance import TokenConstraint
 
         return TokenConstraint.create(self.tokenizer, kind, data, vocab_size=self.vocab_size)
 
@@ -314,7 +314,7 @@ class _Prepared:
     body: ChatCompletionRequest | CompletionRequest
     sequences: list[GenerationRequest]
     prompt_tokens: int
-    tools: Any = None  # genai.tools.ToolChat of a chat with tools
+    tools: Any = None  # genai.constraints.tools.ToolChat of a chat with tools
 
 
 class _BodyLimit:

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import ConfigError
+from genai.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..model import Model
+    from genai.runtime.model import Model
 
 __all__ = [
     "BatchRunner",
@@ -307,7 +307,7 @@ class GeneratorBatchRunner(BatchRunner):
     batched = False
 
     def __init__(self, model: Model, max_slots: int = 16, *, max_chunk: int = 256) -> None:
-        from ..generator_params import GeneratorParams
+        from genai.generation.generator_params import GeneratorParams
 
         self.model = model
         self.max_slots = max_slots
@@ -324,7 +324,7 @@ class GeneratorBatchRunner(BatchRunner):
         self.generators_made = 0
 
     def _generator(self, slot: int):
-        from ..generator import Generator
+        from genai.generation.generator import Generator
 
         if self._gens[slot] is None:
             if self._spare:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .._core.sampling import check_options
+from genai._core.sampling import check_options
 
 __all__ = [
     "MAX_CHOICES",

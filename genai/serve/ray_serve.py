@@ -29,7 +29,7 @@ from typing import Any
 
 from ray import serve
 
-from .app import DEFAULT_MAX_BODY_BYTES, ServeEngine, create_app
+from genai.serve.app import DEFAULT_MAX_BODY_BYTES, ServeEngine, create_app
 
 __all__ = ["GenaiReplica", "build_app", "deployment_options"]
 

@@ -48,9 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from .._core.sampling import Sampler
-from ..errors import GenaiError
-from .batch_runner import BatchRunner
+from genai._core.sampling import Sampler
+from genai.errors import GenaiError
+from genai.serve.batch_runner import BatchRunner
 
 __all__ = [
     "Event",
@@ -594,7 +594,7 @@ class Scheduler:
             )
         seq.stream = self.tokenizer.create_stream()
         if request.stop:
-            from ..stop import StopStringMatcher
+            from genai.constraints.stop import StopStringMatcher
 
             seq.stopper = StopStringMatcher(list(request.stop))
         if request.constraint_factory is not None:

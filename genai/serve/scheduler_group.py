@@ -26,8 +26,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from .batch_runner import BatchRunner
-from .scheduler import (
+from genai.serve.batch_runner import BatchRunner
+from genai.serve.scheduler import (
     GenerationRequest,
     PrefixCache,
     QueueFullError,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .app import DEFAULT_MAX_BODY_BYTES, ServeEngine, create_app
+from genai.serve.app import DEFAULT_MAX_BODY_BYTES, ServeEngine, create_app
 
 __all__ = ["BackgroundServer", "free_port", "run_server"]
 

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from genai.adapters import write_adapter_file
+from genai.runtime.adapters import write_adapter_file
 from genai.testing.models import write_gqa_decoder, write_optimum_decoder
 
 __all__ = [

@@ -47,7 +47,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from genai.onnx_graph import MS_DOMAIN, GraphBuilder
+from genai.runtime.onnx_graph import MS_DOMAIN, GraphBuilder
 
 __all__ = [
     "add_logits_addend_input",

@@ -1,7 +1,7 @@
 """A tiny QNN-style windowed decoder folder: the cache and the inputs are slid by the engine.
 
 ``model.decoder.sliding_window`` with ``slide_key_value_cache`` and ``slide_inputs`` (see
-`genai.windowed_cache`): the engine feeds the prompt ``window_size`` tokens at a time, then one
+`genai.kv.windowed_cache`): the engine feeds the prompt ``window_size`` tokens at a time, then one
 token per run, and keeps the KV cache at a fixed context. The graph, written with plain ONNX ops
 so that ONNX Runtime's CPU provider runs it:
 
@@ -32,7 +32,7 @@ from typing import Literal
 import numpy as np
 from onnx import TensorProto
 
-from .models import (
+from genai.testing.models import (
     _POSITION_SPLIT_KV_INPUTS,
     _SPLIT_KV_OUTPUTS,
     IdDtype,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from genai import hookimpl
 from genai.errors import ConfigError
-from genai.hookspecs import hookimpl
 from genai.providers import (
     Capabilities,
     ExecutionProvider,

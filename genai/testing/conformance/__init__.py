@@ -16,8 +16,8 @@ entry point) adds ``--genai-provider``, ``--genai-provider-option``, ``--genai-m
 ``--genai-xfails`` and ``--genai-report``.
 """
 
-from .runner import run_conformance
-from .suite import (
+from genai.testing.conformance.runner import run_conformance
+from genai.testing.conformance.suite import (
     BatchTests,
     BufferPlacementTests,
     ConformanceFixtures,

@@ -62,7 +62,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _is_conformance(item: pytest.Item) -> bool:
-    from .suite import ConformanceFixtures
+    from genai.testing.conformance.suite import ConformanceFixtures
 
     cls = getattr(item, "cls", None)
     return cls is not None and issubclass(cls, ConformanceFixtures)
@@ -162,8 +162,8 @@ def collected_results(config: pytest.Config) -> list[dict[str, Any]]:
 
 
 def _provider_description(config: pytest.Config) -> dict[str, Any]:
-    from genai.config import normalize_provider_name
     from genai.providers import get_provider_class
+    from genai.runtime.config import normalize_provider_name
 
     name = normalize_provider_name(config.getoption("genai_provider", None) or "cpu")
     try:

@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 
 import genai
-from genai.config import normalize_provider_name
 from genai.errors import ConfigError, GenerationError, ProviderUnavailableError, SearchOptionError
 from genai.providers import REQUIREMENTS, ExecutionProvider, get_provider_class
+from genai.runtime.config import normalize_provider_name
 
 __all__ = [
     "BatchTests",
@@ -53,7 +53,7 @@ _MODELS: dict[tuple[str, str], Path] = {}
 
 
 def requires(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark a test as needing provider capabilities (`genai.providers.REQUIREMENTS`); it is
+    """Mark a test as needing provider capabilities (`genai.providers.base.REQUIREMENTS`); it is
     skipped for a provider that declares one unsupported."""
     unknown = set(names) - REQUIREMENTS
     if unknown:

@@ -7,7 +7,7 @@ installing the package (``genai-runtime[cpu]``) pins ONNX Runtime's CPU wheel. L
 it registers the same class through the public hook (registering a class twice is a no-op).
 """
 
-from genai.hookspecs import hookimpl
+from genai import hookimpl
 from genai.providers import CPUProvider
 
 __all__ = ["CPUProvider"]

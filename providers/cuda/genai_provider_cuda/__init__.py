@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from genai import hookimpl
 from genai.errors import ConfigError
-from genai.hookspecs import hookimpl
 from genai.providers import (
     Capabilities,
     ExecutionProvider,

@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from genai import hookimpl
 from genai.errors import ConfigError
-from genai.hookspecs import hookimpl
 from genai.providers import (
     Capabilities,
     ExecutionProvider,
@@ -28,7 +28,7 @@ from genai.providers import (
 )
 
 if TYPE_CHECKING:
-    from genai.config import Config
+    from genai.runtime.config import Config
 
 __all__ = ["GRAPH_CAPTURE_CONFIG_KEY", "DirectMLProvider"]
 

@@ -5,7 +5,7 @@ onnxruntime; it replaces the onnxruntime package) or the onnxruntime-ep-openvino
 (registered with ORT at run time; it lists devices on Intel hardware only). The provider uses
 whichever is present, monolithic first. ``device_type`` (CPU, GPU, NPU, or e.g. ``GPU.1``,
 ``AUTO:GPU,CPU``) picks the device. ``enable_causallm=True`` is the EP's stateful mode: it keeps
-the KV cache inside the session (`genai.providers.SessionKV`; the engine feeds empty pasts and
+the KV cache inside the session (`genai.providers.base.SessionKV`; the engine feeds empty pasts and
 rewinds through the ``kvcache_rewind`` dynamic option). The EP recognises the KV pairs by name,
 so the model's presents must be named ``present_<kind>_%d`` and its pasts must contain
 ``<kind>_%d`` (e.g. ``present_key_%d`` / ``past_key_%d``).
@@ -18,8 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from genai import hookimpl
 from genai.errors import ConfigError, ProviderUnavailableError
-from genai.hookspecs import hookimpl
 from genai.providers import (
     Capabilities,
     Placement,

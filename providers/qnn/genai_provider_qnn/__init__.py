@@ -7,7 +7,7 @@ simulator). QNN wants static shapes: the batch is fixed to 1, and the genai-leve
 dimensions.
 
 Windowed static-cache exports (``sliding_window.slide_key_value_cache`` / ``slide_inputs``) run
-through `genai.windowed_cache`, chosen by the config and the graph, not by this provider. Their
+through `genai.kv.windowed_cache`, chosen by the config and the graph, not by this provider. Their
 sequence and past dimensions change between prompt windows (S = W) and generated tokens
 (S = 1); this provider declares ``static_shapes``, so `genai.Model` builds one session per run
 length from the same file, each with those dimensions fixed on top of the batch fixed here (a
@@ -21,8 +21,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from genai import hookimpl
 from genai.errors import ConfigError
-from genai.hookspecs import hookimpl
 from genai.providers import Capabilities, Placement, PluginEPProvider, SessionSpec
 
 __all__ = ["QNNProvider", "parse_free_dimensions"]

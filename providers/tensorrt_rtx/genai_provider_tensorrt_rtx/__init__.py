@@ -12,8 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from genai import hookimpl
 from genai.errors import ConfigError
-from genai.hookspecs import hookimpl
 from genai.providers import (
     Capabilities,
     GraphCapture,

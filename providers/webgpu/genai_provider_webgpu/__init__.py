@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from genai.hookspecs import hookimpl
+from genai import hookimpl
 from genai.providers import Capabilities, GraphCapture, Placement, PluginEPProvider
 
 #: Set to 1 to let the EP use a software adapter (it then lists a CPU-typed device).

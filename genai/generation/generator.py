@@ -11,15 +11,15 @@ without the GIL. State lives there:
 
 Guidance (`GeneratorParams.set_guidance`) and stop strings (search option ``stop``) add a
 Python stage around that step: make the logits current, apply each row's token mask
-(`genai.guidance.TokenConstraint`), let the loop choose and commit, then feed the chosen tokens
+(`TokenConstraint`), let the loop choose and commit, then feed the chosen tokens
 to the constraints and the stop-string matchers; a row that hits a stop string is flagged done
 (padded from then on, as after EOS). Without them the step stays one native call.
 
 QNN-style windowed models (``sliding_window.slide_key_value_cache``) run outside the native loop:
-a `genai.windowed_runner.WindowedRunner` feeds the pending tokens (prompts a window at a time)
+a `WindowedRunner` feeds the pending tokens (prompts a window at a time)
 and writes the logits rows; the loop still chooses, commits and keeps the sequences. Pipeline
 models (``model.decoder.pipeline``, several graphs) run the same way, through a
-`genai.pipeline.PipelineRunner`.
+`genai.generation.pipeline.PipelineRunner`.
 """
 
 from __future__ import annotations
@@ -32,22 +32,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core import sampling
-from ._core.decoder_loop import DecoderLoop
-from ._core.sampling import Sampler
-from .beam_search import BeamScorer
-from .errors import GenerationError, SearchOptionError, TensorNotFoundError
-from .kv_cache import make_kv_cache
-from .pipeline import PipelineRunner
-from .stop import StopStringMatcher
-from .unsupported import not_implemented
-from .windowed_cache import sliding_window_spec
-from .windowed_runner import WindowedRunner
+from genai._core import sampling
+from genai._core.decoder_loop import DecoderLoop
+from genai._core.sampling import Sampler
+from genai.compat.unsupported import not_implemented
+from genai.constraints.stop import StopStringMatcher
+from genai.errors import GenerationError, SearchOptionError, TensorNotFoundError
+from genai.generation.beam_search import BeamScorer
+from genai.generation.pipeline import PipelineRunner
+from genai.generation.windowed_runner import WindowedRunner
+from genai.kv.kv_cache import make_kv_cache
+from genai.kv.windowed_cache import sliding_window_spec
 
 if TYPE_CHECKING:
-    from .adapters import Adapters
-    from .generator_params import GeneratorParams
-    from .model import DecoderIO, Model
+    from genai.generation.generator_params import GeneratorParams
+    from genai.runtime.adapters import Adapters
+    from genai.runtime.model import DecoderIO, Model
 
 __all__ = ["Generator", "KVSnapshot", "TensorNotFoundError"]
 
@@ -59,7 +59,7 @@ _TOKENIZERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 def _tokenizer_of(model: Model) -> Any:
     found = _TOKENIZERS.get(model)
     if found is None:
-        from .tokenizer import Tokenizer
+        from genai.text.tokenizer import Tokenizer
 
         found = _TOKENIZERS[model] = Tokenizer(model)
     return found
@@ -196,7 +196,7 @@ class Generator:
         self._init_python_stage(model, params)
 
     def _init_pipeline(self, model: Model, params: GeneratorParams, pad_id: int) -> None:
-        """A pipeline model (`genai.pipeline`): its runner feeds the stages and writes the
+        """A pipeline model (`pipeline`): its runner feeds the stages and writes the
         logits rows; the loop (without a session) chooses, commits and keeps the sequences."""
         search = self.search
         self._session = None
@@ -253,7 +253,7 @@ class Generator:
         self._constraints: list[Any] | None = None
         self._ff_tokens = False
         if params.guidance is not None:
-            from .guidance import TokenConstraint
+            from genai.constraints.guidance import TokenConstraint
 
             kind, data = params.guidance
             tokenizer = _tokenizer_of(model)

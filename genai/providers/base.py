@@ -1,7 +1,7 @@
 """Execution providers: the objects that own everything hardware-specific.
 
 A provider is a subclass of `ExecutionProvider` registered by a plugin through the
-``register_providers`` hook (see `genai.hookspecs`). It answers, for its hardware:
+``register_providers`` hook (see `genai.providers.hookspecs`). It answers, for its hardware:
 
 * whether it can run here (`ExecutionProvider.unavailable_reason`: a cheap probe that returns
   the reason when it cannot; imports lazily);
@@ -18,7 +18,7 @@ cannot run raises `ProviderUnavailableError` naming what is missing: there is no
 to CPU.
 
 This module is also the built-in default plugin: it registers the cpu provider through the same
-hook as every other plugin (`genai.plugins.DEFAULT_PLUGINS`).
+hook as every other plugin (`genai.providers.plugins.DEFAULT_PLUGINS`).
 """
 
 from __future__ import annotations
@@ -26,24 +26,22 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from .buffers import aligned_empty, aligned_zeros
-from .config import normalize_provider_name
-from .errors import ConfigError, ProviderUnavailableError
-from .hookspecs import hookimpl
+from genai.errors import ConfigError, ProviderUnavailableError
+from genai.runtime.buffers import aligned_empty, aligned_zeros
+from genai.runtime.config import normalize_provider_name
 
 if TYPE_CHECKING:
-    from ._core.native_session import NativeSession
-    from .config import Config
+    from genai._core.native_session import NativeSession
+    from genai.runtime.config import Config
 
 __all__ = [
     "REQUIREMENTS",
-    "CPUProvider",
     "Capabilities",
     "ExecutionProvider",
     "GraphCapture",
@@ -230,7 +228,7 @@ class ExecutionProvider:
     #: exists; None skips the check (see `check_session`).
     session_memory_device: ClassVar[str | None] = None
     #: Positions a sliding-window layer's cache keeps beyond its window (W + slack, see
-    #: `genai.kv_cache.window_capacity`); None keeps those layers at full length, as the
+    #: `genai.kv.kv_cache.window_capacity`); None keeps those layers at full length, as the
     #: reference does for providers without a windowed cache.
     kv_window_slack: ClassVar[int | None] = None
     #: Set (on the instance, by `validate_options`) when the options make the EP keep the KV
@@ -369,7 +367,7 @@ class ExecutionProvider:
         `genai._core.native_session.DeviceTensor` (zero-filled) that takes its device memory
         from the session it is first bound to."""
         if getattr(self.placement, role) != "cpu" and self.placement.allocator == "session":
-            from ._core.native_session import DeviceTensor
+            from genai._core.native_session import DeviceTensor
 
             return DeviceTensor(tuple(shape), np.dtype(dtype), device=self.device)
         return aligned_zeros(shape, dtype) if zero else aligned_empty(shape, dtype)
@@ -470,7 +468,7 @@ class PluginEPProvider(ExecutionProvider):
         if importlib.util.find_spec(self.ep_module.split(".")[0]) is None:
             return f"the module {self.ep_module} is not installed{_install_hint(self.requires)}"
         try:
-            from ._core import ort_api
+            from genai._core import ort_api
 
             if not ort_api.has_plugin_ep_api():
                 return (
@@ -543,44 +541,6 @@ class PluginEPProvider(ExecutionProvider):
 
 
 # ---------------------------------------------------------------------------------------------
-# The cpu provider (the default) and the built-in plugin that registers it
-# ---------------------------------------------------------------------------------------------
-
-
-class CPUProvider(ExecutionProvider):
-    """ONNX Runtime's CPU execution provider: host buffers, sampling on the host, every
-    capability, and the reference the conformance suite compares other providers with."""
-
-    name = "cpu"
-    ort_name = "CPUExecutionProvider"
-    device = "cpu"
-    requires = ("onnxruntime",)
-    description = "ONNX Runtime's CPU EP (built in; the default)"
-    known_options = frozenset()
-    # The CPU kernel scans the whole window cache, so a little slack amortises compaction
-    # (the reference's default).
-    kv_window_slack = 16
-
-    def unavailable_reason(self) -> str | None:
-        try:
-            from ._core import ort_api
-
-            ort_api.load()
-        except Exception as exc:
-            return f"onnxruntime cannot be loaded: {exc}"
-        return None
-
-    def session_providers(self, options: Mapping[str, str]) -> list[tuple[Any, dict[str, str]]]:
-        return []  # the CPU EP is always there
-
-
-@hookimpl
-def register_providers(register: Callable[..., Any]) -> None:
-    """The built-in default plugin: the cpu provider."""
-    register(CPUProvider)
-
-
-# ---------------------------------------------------------------------------------------------
 # The registry
 # ---------------------------------------------------------------------------------------------
 
@@ -629,7 +589,7 @@ class _Registry:
         key = _key(cls.name)
         existing = self.classes.get(key)
         if existing is not None and existing is not cls:
-            from .plugins import PluginError
+            from genai.providers.plugins import PluginError
 
             raise PluginError(
                 f"execution provider {cls.name!r} is registered twice: by "
@@ -638,7 +598,7 @@ class _Registry:
             )
         owner = self.aliases.get(key)
         if owner is not None and owner != key:
-            from .plugins import PluginError
+            from genai.providers.plugins import PluginError
 
             raise PluginError(
                 f"execution provider name {cls.name!r} is already an alias of "
@@ -654,7 +614,7 @@ class _Registry:
                 alias_key if alias_key in self.classes else None
             )
             if taken is not None and taken != key:
-                from .plugins import PluginError
+                from genai.providers.plugins import PluginError
 
                 raise PluginError(
                     f"alias {alias!r} of execution provider {cls.name!r} is already taken by "
@@ -666,7 +626,7 @@ class _Registry:
     def build(self) -> None:
         """Ask every plugin again (``register_providers``); the registry is complete (and
         `built`) only once every plugin has registered."""
-        from . import plugins
+        from genai.providers import plugins
 
         self.classes.clear()
         self.aliases.clear()
@@ -683,7 +643,7 @@ class _Registry:
     def ensure(self) -> None:
         if self.built:
             return
-        from .plugins import _lock
+        from genai.providers.plugins import _lock
 
         with _lock:  # re-entrant: a lookup from inside a plugin's hook sees `building`
             if not self.built and not self.building:
@@ -721,7 +681,7 @@ def get_provider_class(name: str) -> type[ExecutionProvider]:
     would."""
     cls = _REGISTRY.lookup(name)
     if cls is None:
-        from .plugins import provider_install_hint
+        from genai.providers.plugins import provider_install_hint
 
         registered = ", ".join(sorted(c.name for c in _REGISTRY.classes.values()))
         raise ProviderUnavailableError(
@@ -747,7 +707,7 @@ def get_provider(name: str) -> ExecutionProvider:
 def list_providers() -> list[ProviderInfo]:
     """Every registered provider with its package, and whether it can run here or why not
     (cheap probes only), sorted with cpu first."""
-    from .plugins import distribution_of
+    from genai.providers.plugins import distribution_of
 
     _REGISTRY.ensure()
     rows = []
@@ -833,7 +793,7 @@ def set_current_gpu_device_id(device_id: int) -> None:
 
 def available_ort_providers() -> list[str]:
     """EP names the loaded onnxruntime library was built with (GetAvailableProviders)."""
-    from ._core import ort_api
+    from genai._core import ort_api
 
     return list(ort_api.available_providers())
 
@@ -841,7 +801,7 @@ def available_ort_providers() -> list[str]:
 def get_ep_devices() -> list[Any]:
     """Every (EP, device) pair ORT lists, plugin libraries included (``EpDevice`` objects with
     ``ep_name``, ``device_type``, ``vendor``, ``device_id``, metadata dicts)."""
-    from ._core import ort_api
+    from genai._core import ort_api
 
     return list(ort_api.get_ep_devices())
 
@@ -850,8 +810,8 @@ def register_execution_provider_library(registration_name: str, path: str | os.P
     """Register a plugin EP library with the engine's ORT environment (the reference's
     ``og.register_execution_provider_library``); repeated calls with the same arguments are
     no-ops."""
-    from ._core import ort_api
-    from .logging_options import log_event
+    from genai._core import ort_api
+    from genai.compat.logging_options import log_event
 
     log_event("ort_lib", f"RegisterExecutionProviderLibrary({registration_name}, {path})")
     ort_api.register_execution_provider_library(registration_name, os.fspath(path))
@@ -861,8 +821,8 @@ def unregister_execution_provider_library(registration_name: str) -> None:
     """Unload a library registered with `register_execution_provider_library` (the reference's
     ``og.unregister_execution_provider_library``). Raises RuntimeError for a name that is not
     registered, as the reference does."""
-    from ._core import ort_api
-    from .logging_options import log_event
+    from genai._core import ort_api
+    from genai.compat.logging_options import log_event
 
     log_event("ort_lib", f"UnregisterExecutionProviderLibrary({registration_name})")
     ort_api.unregister_execution_provider_library(registration_name)
@@ -883,13 +843,13 @@ def probe_shared_library(name: str) -> str | None:
 def ort_library_dir() -> str:
     """The folder of the onnxruntime library the engine loads (provider bridge libraries such as
     libonnxruntime_providers_cuda.so sit beside it)."""
-    from ._core import ort_api
+    from genai._core import ort_api
 
     return os.path.dirname(str(ort_api.find_library()))
 
 
 def _ort_version() -> str:
-    from ._core import ort_api
+    from genai._core import ort_api
 
     return str(ort_api.version())
 

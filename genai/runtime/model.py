@@ -12,13 +12,20 @@ from typing import Any
 
 import numpy as np
 
-from . import hugepages, logging_options, plugins
-from ._core.native_session import NativeSession
-from .config import Config, normalize_provider_name
-from .errors import ConfigError
-from .pipeline import PIPELINE_TYPE, PipelineStage, check_stages, read_stages, stage_session_options
-from .providers import ExecutionProvider, get_provider
-from .windowed_cache import static_shape_overrides
+from genai._core.native_session import NativeSession
+from genai.compat import logging_options
+from genai.errors import ConfigError
+from genai.generation.pipeline import (
+    PIPELINE_TYPE,
+    PipelineStage,
+    check_stages,
+    read_stages,
+    stage_session_options,
+)
+from genai.kv.windowed_cache import static_shape_overrides
+from genai.providers import ExecutionProvider, get_provider, plugins
+from genai.runtime import hugepages
+from genai.runtime.config import Config, normalize_provider_name
 
 __all__ = ["AdapterInput", "DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
 
@@ -131,7 +138,7 @@ class DecoderIO:
     #: Sliding-window attention (``model.decoder.sliding_window``): the window W in positions
     #: (0: none). The graph's local layers attend to the last W positions and, built for a
     #: windowed cache (GroupQueryAttention ``sliding_window_cache=1``), keep a cache of a
-    #: fixed capacity of at least W that the op compacts itself (see `genai.kv_cache`).
+    #: fixed capacity of at least W that the op compacts itself (see `genai.kv.kv_cache`).
     window_size: int = 0
     #: The layers with a windowed cache (``sliding_window.layers``; every layer when the config
     #: lists none, as the reference).
@@ -196,14 +203,14 @@ class Model:
     ``model.decoder.session_options.provider_options`` (CPU when the list is empty).
 
     A provider that wants static shapes (``static_shapes``, e.g. QNN) running a windowed model
-    (``sliding_window.slide_*``, `genai.windowed_cache`) gets one session per run length from
+    (``sliding_window.slide_*``, `genai.kv.windowed_cache`) gets one session per run length from
     the same file, each with the sequence and past dimensions fixed
-    (`genai.windowed_cache.static_shape_overrides`, on top of the provider's own
+    (`genai.kv.windowed_cache.static_shape_overrides`, on top of the provider's own
     ``free_dimension_overrides``): `shape_sessions` ``{W: ..., 1: ...}``; `session` is the
     one-token session. Each session holds its own copy of the weights.
 
     A multi-graph decoder (``model.type`` ``"decoder-pipeline"`` with
-    ``model.decoder.pipeline``, `genai.pipeline`) gets one session per stage
+    ``model.decoder.pipeline``, `genai.generation.pipeline`) gets one session per stage
     (`stage_sessions`, in stage order, each made with the stage's merged session options and
     its own first provider); `pipeline` describes the stages, `io` their union, and `session`
     is the stage that writes the logits.
@@ -224,7 +231,7 @@ class Model:
             )
         if not pipelined and self.config.pipeline_stages():
             self._check_ignored_pipeline(str(model_type))
-        #: The stages of a multi-graph decoder (`genai.pipeline.PipelineStage`, in run order),
+        #: The stages of a multi-graph decoder (`PipelineStage`, in run order),
         #: or None for a single-graph model.
         self.pipeline: tuple[PipelineStage, ...] | None = None
         #: One session per pipeline stage (empty for a single-graph model).
@@ -246,7 +253,7 @@ class Model:
             return
         shapes = static_shape_overrides(self.config) if self.provider.static_shapes else {}
         # The session's weights (prepacked by ORT into anonymous memory) are backed by 2 MiB
-        # pages where the OS allows: a decode step streams all of them (genai.hugepages).
+        # pages where the OS allows: a decode step streams all of them (genai.runtime.hugepages).
         with hugepages.backing_new_memory() as report:
             if shapes:
                 for count in sorted(shapes, reverse=True):  # W, then 1
@@ -636,12 +643,12 @@ def _sliding_window(
     evicts inside the provider) keeps a full-length cache, with a warning. A listed layer's
     ``local_window_size`` must be the config's ``window_size``. Windows slid by the engine over
     the inputs and a static cache (QNN-style ``slide_inputs`` / ``slide_key_value_cache``) are
-    another graph contract, run by `genai.windowed_cache`: (0, (), 0) here."""
+    another graph contract, run by `genai.kv.windowed_cache`: (0, (), 0) here."""
     block = config.decoder.get("sliding_window")
     if not block:
         return 0, (), 0
     if block.get("slide_key_value_cache") or block.get("slide_inputs"):
-        return 0, (), 0  # a static cache slid by the engine: genai.windowed_cache
+        return 0, (), 0  # a static cache slid by the engine: genai.kv.windowed_cache
     window = int(block["window_size"])
     layers = tuple(sorted(int(i) for i in block.get("layers") or ())) or tuple(range(num_layers))
     ops = _attention_attributes(config, present_keys)

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
-from .unsupported import FEATURES, Feature
+from genai.compat.unsupported import FEATURES, Feature
+from genai.errors import ConfigError
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -197,7 +197,7 @@ _SLIDING_WINDOW = {
     "cache_slack": _INT,
 }
 
-#: One stage of ``model.decoder.pipeline`` (see `genai.pipeline`).
+#: One stage of ``model.decoder.pipeline`` (see `genai.generation.pipeline`).
 _PIPELINE_STAGE: dict[str, Any] = _graph(
     inputs=_STRINGS,
     outputs=_STRINGS,
@@ -533,7 +533,7 @@ SCHEMA: dict[str, Any] = {**_SECTIONS, "runtime_profiles": _ListOf(_RUNTIME_PROF
 #: any other number is 0, string "" and list []). ``search.max_length`` 0 means
 #: ``model.context_length``; an empty ``model.eos_token_id`` means ``[pad_token_id]``.
 #: ``model.bot_token_id`` and the other three delimiters have none (see
-#: `genai.tokenizer.DELIMITER_TOKEN_DEFAULTS`).
+#: `genai.text.tokenizer.DELIMITER_TOKEN_DEFAULTS`).
 REFERENCE_DEFAULTS: dict[str, Any] = {
     "search.do_sample": False,
     "search.min_length": 0,
@@ -1029,7 +1029,7 @@ class Config:
     def _check_slid_window(
         self, where: str, window: dict[str, Any], size: int, layers: list[Any]
     ) -> None:
-        """A window slid by the engine (QNN-style, `genai.windowed_cache`): both slides,
+        """A window slid by the engine (QNN-style, `genai.kv.windowed_cache`): both slides,
         ``window_size`` > 1 and at most half the context (as the reference), a known
         ``alignment``, no ``layers`` (the slid cache covers every layer)."""
         if not (window.get("slide_key_value_cache") and window.get("slide_inputs")):

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
-from .errors import UnsupportedFeatureError
+from genai.errors import UnsupportedFeatureError
 
 __all__ = [
     "FEATURES",

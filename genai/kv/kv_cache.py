@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core.bookkeeping import move_rows
-from .errors import GenerationError
-from .providers import CPUProvider
+from genai._core.bookkeeping import move_rows
+from genai.errors import GenerationError
+from genai.providers import CPUProvider
 
 if TYPE_CHECKING:
-    from ._core.native_session import NativeSession
-    from .model import DecoderIO
-    from .providers import ExecutionProvider
+    from genai._core.native_session import NativeSession
+    from genai.providers import ExecutionProvider
+    from genai.runtime.model import DecoderIO
 
 __all__ = [
     "GrowingKVCache",
@@ -561,7 +561,7 @@ def make_kv_cache(
 
     Sliding-window layers get `window_capacity_for` positions."""
     if provider.session_kv is not None:
-        from .session_kv_cache import SessionKVCache
+        from genai.kv.session_kv_cache import SessionKVCache
 
         return SessionKVCache(io, session, batch, provider.session_kv)
     windows = window_capacity_for(io, provider, max_length)

@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core.bookkeeping import prefill_inputs
-from .errors import ConfigError, GenerationError
+from genai._core.bookkeeping import prefill_inputs
+from genai.errors import ConfigError, GenerationError
 
 if TYPE_CHECKING:
-    from ._core.native_session import NativeSession
-    from .config import Config
-    from .model import DecoderIO, Model
+    from genai._core.native_session import NativeSession
+    from genai.runtime.config import Config
+    from genai.runtime.model import DecoderIO, Model
 
 __all__ = [
     "PIPELINE_TYPE",

@@ -1,7 +1,7 @@
 """The reference's module-level provider questions: ``is_cuda_available()`` and its siblings.
 
 Each asks the provider registry by the reference's provider name; the provider plugin that
-answers to that name says whether it can run here (`genai.providers.is_provider_available`).
+answers to that name says whether it can run here (`genai.providers.base.is_provider_available`).
 The answer is about this machine, not about how genai was built: with no installed plugin for
 a provider it is False (the reference answers whether its build could load the provider:
 always True for OpenVINO, QNN and WebGPU; see docs/differences.md).
@@ -9,7 +9,7 @@ always True for OpenVINO, QNN and WebGPU; see docs/differences.md).
 
 from __future__ import annotations
 
-from .providers import is_provider_available
+from genai.providers.base import is_provider_available
 
 __all__ = [
     "is_cuda_available",

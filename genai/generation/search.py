@@ -1,6 +1,6 @@
 """Search options: the reference's names, defaults and types, validated once.
 
-``SearchOptions`` is a plain dataclass; `GeneratorParams` (in :mod:`genai.generator_params`)
+``SearchOptions`` is a plain dataclass; `GeneratorParams` (in :mod:`.generator_params`)
 wraps it with the reference's ``set_search_options`` / ``get_search_options`` API.
 """
 
@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .errors import SearchOptionError
-from .stop import check_stop_strings
+from genai.constraints.stop import check_stop_strings
+from genai.errors import SearchOptionError
 
 __all__ = ["MAX_BATCH_SIZE", "SearchOptions"]
 
@@ -61,7 +61,7 @@ class SearchOptions:
     #: limit beyond max_length); `Generator.finish_reason` then says "length"
     max_new_tokens: int = 0
     #: stop strings: a row stops once its decoded text contains one (matched across token
-    #: boundaries, see `genai.stop`); `Generator.finish_reason` then says "stop"
+    #: boundaries, see `genai.constraints.stop`); `Generator.finish_reason` then says "stop"
     stop: tuple[str, ...] = ()
 
     #: Options the reference does not have: left out of `as_reference_dict` while at default.

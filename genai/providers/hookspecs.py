@@ -2,11 +2,12 @@
 
 A plugin is a module (or object) with functions decorated ``@genai.hookimpl`` whose names and
 arguments match the specifications below. It is found through the ``genai.plugins`` entry-point
-group (see `genai.plugins`) or registered by hand with ``genai.plugins.register_plugin``.
+group (see `genai.providers.plugins`) or registered by hand with
+``genai.providers.plugins.register_plugin``.
 Arguments may be left out of an implementation (pluggy passes only the ones it names).
 
 Execution providers are the main thing plugins add; a provider is a subclass of
-`genai.providers.ExecutionProvider` that owns everything hardware-specific (see
+`genai.providers.base.ExecutionProvider` that owns everything hardware-specific (see
 ``docs/providers.md``).
 """
 
@@ -20,8 +21,8 @@ import pluggy
 if TYPE_CHECKING:
     import argparse
 
-    from .config import Config
-    from .providers import ExecutionProvider
+    from genai.providers.base import ExecutionProvider
+    from genai.runtime.config import Config
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
@@ -43,7 +44,7 @@ def register_providers(register: Callable[..., Any]) -> None:
     """Register execution providers.
 
     Called once per process, the first time providers are needed (``genai.Model``,
-    ``genai providers``, ``genai.providers.get_provider``), after every plugin is loaded.
+    ``genai providers``, ``genai.providers.base.get_provider``), after every plugin is loaded.
     Call ``register(ProviderClass, aliases=())`` for each `ExecutionProvider` subclass the
     plugin offers; ``aliases`` are extra names the provider answers to (matched
     case-insensitively, after the reference's name normalisation). Registering the same class

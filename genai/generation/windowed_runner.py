@@ -1,4 +1,4 @@
-"""Feeding a QNN-style windowed model (`genai.windowed_cache`): windowed inputs and the runs.
+"""Feeding a QNN-style windowed model (`genai.kv.windowed_cache`): windowed inputs and the runs.
 
 What the reference does with ``slide_inputs`` (its ``WindowedInputIDs`` /
 ``WindowedPositionInputs``), for each row:
@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .windowed_cache import SlidingWindowSpec, WindowedKVCache
+from genai.kv.windowed_cache import SlidingWindowSpec, WindowedKVCache
 
 if TYPE_CHECKING:
-    from ._core.native_session import NativeSession
-    from .model import DecoderIO
+    from genai._core.native_session import NativeSession
+    from genai.runtime.model import DecoderIO
 
 __all__ = ["WindowedInputs", "WindowedRunner"]
 

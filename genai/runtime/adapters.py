@@ -2,13 +2,13 @@
 ``Generator.set_active_adapter(adapters, name)`` makes a generator run with them.
 
 A model that takes adapters has LoRA weights as graph inputs (``...lora_A...`` ``[in, rank]`` and
-``...lora_B...`` ``[rank, out]`` pairs, see `genai.model.LoraInput`). Every generator binds
+``...lora_B...`` ``[rank, out]`` pairs, see `genai.runtime.model.LoraInput`). Every generator binds
 rank-0 arrays to them (the branch adds exact zeros: the base model); activating adapters binds
 that generator's own arrays, so generators on one model run different adapters side by side.
 Several adapters active on one generator are concatenated along the rank axis, which adds their
 deltas: ``x @ [A1 A2] @ [B1; B2] = x @ A1 @ B1 + x @ A2 @ B2``.
 
-A parameter may also name any other input of the graph (`genai.model.AdapterInput`: an input
+A parameter may also name any other input of the graph (`genai.runtime.model.AdapterInput`: an input
 genai does not feed itself, or an overridable initializer), as the reference binds an adapter's
 parameters by name (e.g. its test models' ``adapter_a`` / ``adapter_b`` added to the logits).
 Such a parameter is bound as it is; when several active adapters set the same one, the one
@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import GenaiError
+from genai.errors import GenaiError
 
 if TYPE_CHECKING:
-    from .generator import Generator
-    from .model import AdapterInput, LoraInput, Model
+    from genai.generation.generator import Generator
+    from genai.runtime.model import AdapterInput, LoraInput, Model
 
 __all__ = [
     "AdapterError",

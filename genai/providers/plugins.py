@@ -37,12 +37,12 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
-from .errors import GenaiError
-from .hookspecs import PROJECT, hookimpl
+from genai.errors import GenaiError
+from genai.providers import hookspecs
+from genai.providers.hookspecs import PROJECT, hookimpl
 
 #: Hook-call tracing (``GENAI_TRACE_PLUGINS=1``).
-_trace_log = logging.getLogger("genai.plugins.trace")
+_trace_log = logging.getLogger("genai.providers.plugins.trace")
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -69,7 +69,7 @@ ENV_LOAD_PLUGINS = "GENAI_LOAD_PLUGINS"
 ENV_TRACE = "GENAI_TRACE_PLUGINS"
 
 #: Built-in plugins: (plugin name, module). They load before any entry point, always.
-DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (("cpu", "genai.providers"),)
+DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (("cpu", "genai.providers.cpu"),)
 
 #: Where the first-party providers live, for "unknown provider" messages and listings: a hint
 #: table only (what to install), no policy. Lower-cased canonical name -> (canonical name,
@@ -196,7 +196,7 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def _trace(pm: pluggy.PluginManager) -> None:
-    """Log every hook call to the ``genai.plugins.trace`` logger at DEBUG; the environment
+    """Log every hook call to the ``genai.providers.plugins.trace`` logger at DEBUG; the environment
     variable asked for it, so with no handler configured it goes to stderr."""
     starts: list[float] = []
     if not _trace_log.handlers:
@@ -253,7 +253,7 @@ def get_plugin_manager() -> pluggy.PluginManager:
 
 
 def hook() -> Any:
-    """The hook relay: ``genai.plugins.hook().register_providers(register=...)``."""
+    """The hook relay: ``genai.providers.plugins.hook().register_providers(register=...)``."""
     return get_plugin_manager().hook
 
 
@@ -261,7 +261,7 @@ def reset() -> None:
     """Forget the loaded plugins and registered providers; the next use loads them again
     (e.g. after changing the environment variables). Plugins registered by hand stay."""
     global _manager
-    from .providers import _invalidate
+    from genai.providers.base import _invalidate
 
     with _lock:
         _manager = None
@@ -272,7 +272,7 @@ def register_plugin(plugin: object, name: str | None = None) -> str:
     """Register a plugin object or module by hand (kept across `reset`); returns its name.
     Checks its hooks at once."""
     name = name or getattr(plugin, "__name__", None) or f"plugin-{id(plugin)}"
-    from .providers import _invalidate
+    from genai.providers.base import _invalidate
 
     with _lock:
         if any(p is plugin for p, _ in _extra):
@@ -294,7 +294,7 @@ def register_plugin(plugin: object, name: str | None = None) -> str:
 
 def unregister_plugin(name_or_plugin: object) -> None:
     """Remove a plugin registered by hand (or any loaded plugin, by name, until `reset`)."""
-    from .providers import _invalidate
+    from genai.providers.base import _invalidate
 
     with _lock:
         _extra[:] = [(p, n) for p, n in _extra if p is not name_or_plugin and n != name_or_plugin]
@@ -343,7 +343,7 @@ def call_register_providers(add: Callable[..., Any]) -> None:
 
 def provider_install_hint(name: str) -> str:
     """ "; install X (...)" for a first-party provider name, else ""."""
-    from .config import normalize_provider_name
+    from genai.runtime.config import normalize_provider_name
 
     key = normalize_provider_name(name).lower()
     if key.endswith("executionprovider"):
@@ -364,7 +364,7 @@ def _own_distribution() -> str:
 
 
 def _own_version() -> str:
-    from ._version import __version__
+    from genai._version import __version__
 
     return str(__version__)
 

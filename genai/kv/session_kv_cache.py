@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import GenerationError
-from .kv_cache import KVCache
+from genai.errors import GenerationError
+from genai.kv.kv_cache import KVCache
 
 if TYPE_CHECKING:
-    from ._core.native_session import NativeSession
-    from .model import DecoderIO
-    from .providers import SessionKV
+    from genai._core.native_session import NativeSession
+    from genai.providers import SessionKV
+    from genai.runtime.model import DecoderIO
 
 # ORT session address -> the cache whose sequence that session's state holds now.
 _OWNERS: dict[int, weakref.ReferenceType[SessionKVCache]] = {}

@@ -26,7 +26,7 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import GenaiError
+from genai.errors import GenaiError
 
 __all__ = [
     "ChatTemplateError",

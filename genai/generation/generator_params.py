@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .search import SearchOptions
-from .unsupported import not_implemented
+from genai.compat.unsupported import not_implemented
+from genai.generation.search import SearchOptions
 
 if TYPE_CHECKING:
-    from .model import Model
+    from genai.runtime.model import Model
 
 __all__ = ["GeneratorParams"]
 
@@ -18,7 +18,7 @@ __all__ = ["GeneratorParams"]
 class GeneratorParams:
     """Search options for `Generator`, starting from the model's ``search`` section.
 
-    Names, defaults and types follow the reference; see `genai.search.SearchOptions`.
+    Names, defaults and types follow the reference; see `genai.generation.search.SearchOptions`.
     Ranges are checked when the `Generator` is created (they depend on the model).
     """
 
@@ -77,14 +77,14 @@ class GeneratorParams:
         ``enable_ff_tokens``: append the tokens the grammar forces without running the model
         for each (batch 1 only, as the reference). ``set_guidance("", "")`` clears it.
 
-        Raises `genai.guidance.GuidanceError` (a ValueError) for an unknown type or an invalid
+        Raises `GuidanceError` (a ValueError) for an unknown type or an invalid
         schema, regex or grammar, with llguidance's message. Needs ``llguidance``.
         """
         if type == "" and data == "":
             self.guidance = None
             self.guidance_ff_tokens = False
             return
-        from .guidance import check_guidance
+        from genai.constraints.guidance import check_guidance
 
         check_guidance(type, data)
         self.guidance = (type, data)

@@ -23,7 +23,7 @@ attention mask (`genai.windowed_inputs`) marks which of the N positions hold rea
 Static shapes (a provider with ``static_shapes``, e.g. QNN's HTP): one graph cannot serve both
 run lengths with fixed dimensions, so `genai.Model` builds one session per run length from the
 same file, `static_shape_overrides` saying which symbolic dimensions each fixes (S = W and
-N - W for prompt windows, S = 1 and N - 1 for tokens); `genai.windowed_runner` runs each
+N - W for prompt windows, S = 1 and N - 1 for tokens); `genai.generation.windowed_runner` runs each
 window on the session of its length.
 """
 
@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import ConfigError, SearchOptionError
+from genai.errors import ConfigError, SearchOptionError
 
 if TYPE_CHECKING:
-    from ._core.native_session import NativeSession
-    from .config import Config
-    from .model import DecoderIO
+    from genai._core.native_session import NativeSession
+    from genai.runtime.config import Config
+    from genai.runtime.model import DecoderIO
 
 __all__ = [
     "SlidingWindowSpec",

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import GenaiError
+from genai.errors import GenaiError
 
 if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
+    from genai.text.tokenizer import Tokenizer
 
 __all__ = [
     "GUIDANCE_TYPES",

@@ -2,7 +2,7 @@
 
 ``Tokenizer`` wraps a Hugging Face ``tokenizers`` tokenizer loaded from ``tokenizer.json`` in the
 model folder, takes its special token ids from the model configuration, and renders chat
-templates with :mod:`genai.chat_template`. ``TokenizerStream`` turns generated token ids into
+templates with :mod:`genai.text.chat_template`. ``TokenizerStream`` turns generated token ids into
 text chunks one token at a time without ever splitting a UTF-8 character.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer as _HFTokenizer
 
-from genai.chat_template import (
+from genai.text.chat_template import (
     ChatTemplateError,
     load_chat_template,
     load_tokenizer_config,

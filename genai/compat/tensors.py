@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TensorNotFoundError
+from genai.errors import TensorNotFoundError
 
 __all__ = ["ELEMENT_TYPES", "NamedTensors", "Tensor"]
 

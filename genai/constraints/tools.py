@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .chat_template import (
+from genai.text.chat_template import (
     ChatTemplateError,
     load_chat_template,
     load_tokenizer_config,
@@ -48,7 +48,7 @@ from .chat_template import (
 )
 
 if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
+    from genai.text.tokenizer import Tokenizer
 
 __all__ = [
     "DEFAULT_MAX_CALLS",
