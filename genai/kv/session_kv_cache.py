@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai.errors import GenerationError
-from genai.kv.kv_cache import KVCache
+from genai.kv.base import KVCache
 
 if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
