@@ -17,12 +17,15 @@ The core asks the provider and never switches on provider names. A requested pro
 cannot run raises `ProviderUnavailableError` naming what is missing: there is no silent fallback
 to CPU.
 
-This module is also the built-in default plugin: it registers the cpu provider through the same
-hook as every other plugin (`genai.providers.plugins.DEFAULT_PLUGINS`).
+The cpu provider is the built-in default plugin (`genai.providers.cpu`, listed in
+`genai.providers.plugins.DEFAULT_PLUGINS`): it registers through the same hook as every other
+plugin. The registry here is built from that hook on first use and forgotten whenever the set
+of plugins changes (`genai.providers.plugins.on_change`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.util
 import os
@@ -32,7 +35,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from genai._core import ort_api
+from genai._core.native_session import DeviceTensor
+from genai.compat.logging_options import log_event
 from genai.errors import ConfigError, ProviderUnavailableError
+from genai.providers import plugins
 from genai.runtime.buffers import aligned_empty, aligned_zeros
 from genai.runtime.config import normalize_provider_name
 
@@ -367,8 +374,6 @@ class ExecutionProvider:
         `genai._core.native_session.DeviceTensor` (zero-filled) that takes its device memory
         from the session it is first bound to."""
         if getattr(self.placement, role) != "cpu" and self.placement.allocator == "session":
-            from genai._core.native_session import DeviceTensor
-
             return DeviceTensor(tuple(shape), np.dtype(dtype), device=self.device)
         return aligned_zeros(shape, dtype) if zero else aligned_empty(shape, dtype)
 
@@ -468,8 +473,6 @@ class PluginEPProvider(ExecutionProvider):
         if importlib.util.find_spec(self.ep_module.split(".")[0]) is None:
             return f"the module {self.ep_module} is not installed{_install_hint(self.requires)}"
         try:
-            from genai._core import ort_api
-
             if not ort_api.has_plugin_ep_api():
                 return (
                     f"onnxruntime {ort_api.version()} has no plugin execution-provider API "
@@ -589,18 +592,14 @@ class _Registry:
         key = _key(cls.name)
         existing = self.classes.get(key)
         if existing is not None and existing is not cls:
-            from genai.providers.plugins import PluginError
-
-            raise PluginError(
+            raise plugins.PluginError(
                 f"execution provider {cls.name!r} is registered twice: by "
                 f"{self.plugins.get(key)} ({existing.__module__}.{existing.__qualname__}) and "
                 f"by {plugin} ({cls.__module__}.{cls.__qualname__})"
             )
         owner = self.aliases.get(key)
         if owner is not None and owner != key:
-            from genai.providers.plugins import PluginError
-
-            raise PluginError(
+            raise plugins.PluginError(
                 f"execution provider name {cls.name!r} is already an alias of "
                 f"{self.classes[owner].name!r}"
             )
@@ -614,9 +613,7 @@ class _Registry:
                 alias_key if alias_key in self.classes else None
             )
             if taken is not None and taken != key:
-                from genai.providers.plugins import PluginError
-
-                raise PluginError(
+                raise plugins.PluginError(
                     f"alias {alias!r} of execution provider {cls.name!r} is already taken by "
                     f"{self.classes[taken].name!r}"
                 )
@@ -626,8 +623,6 @@ class _Registry:
     def build(self) -> None:
         """Ask every plugin again (``register_providers``); the registry is complete (and
         `built`) only once every plugin has registered."""
-        from genai.providers import plugins
-
         self.classes.clear()
         self.aliases.clear()
         self.plugins.clear()
@@ -643,9 +638,7 @@ class _Registry:
     def ensure(self) -> None:
         if self.built:
             return
-        from genai.providers.plugins import _lock
-
-        with _lock:  # re-entrant: a lookup from inside a plugin's hook sees `building`
+        with plugins._lock:  # re-entrant: a lookup from inside a plugin's hook sees `building`
             if not self.built and not self.building:
                 self.build()
 
@@ -662,6 +655,9 @@ _REGISTRY = _Registry()
 def _invalidate() -> None:
     """Forget the registry (plugins changed); the next lookup calls the hook again."""
     _REGISTRY.built = False
+
+
+plugins.on_change(_invalidate)
 
 
 def register_provider(
@@ -681,12 +677,10 @@ def get_provider_class(name: str) -> type[ExecutionProvider]:
     would."""
     cls = _REGISTRY.lookup(name)
     if cls is None:
-        from genai.providers.plugins import provider_install_hint
-
         registered = ", ".join(sorted(c.name for c in _REGISTRY.classes.values()))
         raise ProviderUnavailableError(
             f"unknown execution provider {name!r}: no installed plugin provides it"
-            f"{provider_install_hint(name)}; registered: {registered}"
+            f"{plugins.provider_install_hint(name)}; registered: {registered}"
         )
     return cls
 
@@ -707,8 +701,6 @@ def get_provider(name: str) -> ExecutionProvider:
 def list_providers() -> list[ProviderInfo]:
     """Every registered provider with its package, and whether it can run here or why not
     (cheap probes only), sorted with cpu first."""
-    from genai.providers.plugins import distribution_of
-
     _REGISTRY.ensure()
     rows = []
     for key, cls in _REGISTRY.classes.items():
@@ -724,7 +716,7 @@ def list_providers() -> list[ProviderInfo]:
                     a for a, k in _REGISTRY.aliases.items() if k == key and a not in cls.aliases
                 ),
                 ort_name=cls.ort_name,
-                package=distribution_of(cls.__module__),
+                package=plugins.distribution_of(cls.__module__),
                 plugin=_REGISTRY.plugins.get(key, "<manual>"),
                 requires=tuple(cls.requires),
                 available=reason is None,
@@ -787,22 +779,18 @@ def set_current_gpu_device_id(device_id: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# ORT plumbing (lazy: the library loads on first use)
+# ORT plumbing (`genai._core.ort_api` loads the onnxruntime library on first use)
 # ---------------------------------------------------------------------------------------------
 
 
 def available_ort_providers() -> list[str]:
     """EP names the loaded onnxruntime library was built with (GetAvailableProviders)."""
-    from genai._core import ort_api
-
     return list(ort_api.available_providers())
 
 
 def get_ep_devices() -> list[Any]:
     """Every (EP, device) pair ORT lists, plugin libraries included (``EpDevice`` objects with
     ``ep_name``, ``device_type``, ``vendor``, ``device_id``, metadata dicts)."""
-    from genai._core import ort_api
-
     return list(ort_api.get_ep_devices())
 
 
@@ -810,9 +798,6 @@ def register_execution_provider_library(registration_name: str, path: str | os.P
     """Register a plugin EP library with the engine's ORT environment (the reference's
     ``og.register_execution_provider_library``); repeated calls with the same arguments are
     no-ops."""
-    from genai._core import ort_api
-    from genai.compat.logging_options import log_event
-
     log_event("ort_lib", f"RegisterExecutionProviderLibrary({registration_name}, {path})")
     ort_api.register_execution_provider_library(registration_name, os.fspath(path))
 
@@ -821,9 +806,6 @@ def unregister_execution_provider_library(registration_name: str) -> None:
     """Unload a library registered with `register_execution_provider_library` (the reference's
     ``og.unregister_execution_provider_library``). Raises RuntimeError for a name that is not
     registered, as the reference does."""
-    from genai._core import ort_api
-    from genai.compat.logging_options import log_event
-
     log_event("ort_lib", f"UnregisterExecutionProviderLibrary({registration_name})")
     ort_api.unregister_execution_provider_library(registration_name)
 
@@ -831,8 +813,6 @@ def unregister_execution_provider_library(registration_name: str) -> None:
 def probe_shared_library(name: str) -> str | None:
     """None when the shared library ``name`` (e.g. ``"libcuda.so.1"``) can be loaded, else the
     loader's reason. Loads it into the process when it can (providers probe drivers with it)."""
-    import ctypes
-
     try:
         ctypes.CDLL(name)
     except OSError as exc:
@@ -843,14 +823,10 @@ def probe_shared_library(name: str) -> str | None:
 def ort_library_dir() -> str:
     """The folder of the onnxruntime library the engine loads (provider bridge libraries such as
     libonnxruntime_providers_cuda.so sit beside it)."""
-    from genai._core import ort_api
-
     return os.path.dirname(str(ort_api.find_library()))
 
 
 def _ort_version() -> str:
-    from genai._core import ort_api
-
     return str(ort_api.version())
 
 

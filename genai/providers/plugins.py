@@ -37,9 +37,11 @@ from typing import Any
 
 import pluggy
 
+from genai._version import __version__
 from genai.errors import GenaiError
 from genai.providers import hookspecs
 from genai.providers.hookspecs import PROJECT, hookimpl
+from genai.runtime.config import normalize_provider_name
 
 #: Hook-call tracing (``GENAI_TRACE_PLUGINS=1``).
 _trace_log = logging.getLogger("genai.providers.plugins.trace")
@@ -58,6 +60,7 @@ __all__ = [
     "hook",
     "hookimpl",
     "list_plugins",
+    "on_change",
     "register_plugin",
     "reset",
     "unregister_plugin",
@@ -113,6 +116,21 @@ _lock = threading.RLock()
 _manager: pluggy.PluginManager | None = None
 _origins: dict[str, tuple[str, str, bool]] = {}  # plugin name -> (dist, version, builtin)
 _extra: list[tuple[object, str]] = []  # plugins registered by hand, kept across reset()
+_listeners: list[Callable[[], None]] = []  # called when the set of plugins changes
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` (with the plugin lock held) whenever the set of plugins changes:
+    `reset`, `register_plugin`, `unregister_plugin`. Whatever was built from the hooks (the
+    provider registry) forgets it there and asks the hooks again on next use."""
+    with _lock:
+        if listener not in _listeners:
+            _listeners.append(listener)
+
+
+def _changed() -> None:
+    for listener in list(_listeners):
+        listener()
 
 
 def _truthy(value: str | None) -> bool:
@@ -261,19 +279,15 @@ def reset() -> None:
     """Forget the loaded plugins and registered providers; the next use loads them again
     (e.g. after changing the environment variables). Plugins registered by hand stay."""
     global _manager
-    from genai.providers.base import _invalidate
-
     with _lock:
         _manager = None
-        _invalidate()
+        _changed()
 
 
 def register_plugin(plugin: object, name: str | None = None) -> str:
     """Register a plugin object or module by hand (kept across `reset`); returns its name.
     Checks its hooks at once."""
     name = name or getattr(plugin, "__name__", None) or f"plugin-{id(plugin)}"
-    from genai.providers.base import _invalidate
-
     with _lock:
         if any(p is plugin for p, _ in _extra):
             return name
@@ -288,14 +302,12 @@ def register_plugin(plugin: object, name: str | None = None) -> str:
                 pm.unregister(plugin)
                 _extra.pop()
                 raise PluginError(str(exc)) from exc
-        _invalidate()
+        _changed()
     return name
 
 
 def unregister_plugin(name_or_plugin: object) -> None:
     """Remove a plugin registered by hand (or any loaded plugin, by name, until `reset`)."""
-    from genai.providers.base import _invalidate
-
     with _lock:
         _extra[:] = [(p, n) for p, n in _extra if p is not name_or_plugin and n != name_or_plugin]
         pm = get_plugin_manager()
@@ -304,7 +316,7 @@ def unregister_plugin(name_or_plugin: object) -> None:
         )
         if plugin is not None and pm.is_registered(plugin):
             pm.unregister(plugin)
-        _invalidate()
+        _changed()
 
 
 def list_plugins() -> list[PluginInfo]:
@@ -343,8 +355,6 @@ def call_register_providers(add: Callable[..., Any]) -> None:
 
 def provider_install_hint(name: str) -> str:
     """ "; install X (...)" for a first-party provider name, else ""."""
-    from genai.runtime.config import normalize_provider_name
-
     key = normalize_provider_name(name).lower()
     if key.endswith("executionprovider"):
         key = key[: -len("executionprovider")]
@@ -364,8 +374,6 @@ def _own_distribution() -> str:
 
 
 def _own_version() -> str:
-    from genai._version import __version__
-
     return str(__version__)
 
 
