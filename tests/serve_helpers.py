@@ -8,7 +8,8 @@ import asyncio
 import numpy as np
 
 import genai
-from genai.serve.scheduler import GenerationRequest, SamplingOptions
+from genai.generation.search import SearchOptions
+from genai.serve.scheduler import GenerationRequest
 
 EOS = 2
 
@@ -49,7 +50,7 @@ def staggered_greedy(scheduler, prompts, new_tokens, gap=0.004):
 
     async def one(i):
         await asyncio.sleep(gap * i)
-        request = GenerationRequest(prompts[i], new_tokens, SamplingOptions(temperature=0.0))
+        request = GenerationRequest(prompts[i], new_tokens, SearchOptions())
         tokens = []
         async for event in scheduler.submit([request]):
             tokens.extend(event.tokens)

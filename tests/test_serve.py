@@ -18,6 +18,7 @@ pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
+from genai.generation.search import SearchOptions  # noqa: E402
 from genai.serve.app import ServeEngine, create_app  # noqa: E402
 from genai.serve.batch_runner import (  # noqa: E402
     GeneratorBatchRunner,
@@ -27,7 +28,6 @@ from genai.serve.batch_runner import (  # noqa: E402
 from genai.serve.scheduler import (  # noqa: E402
     GenerationRequest,
     QueueFullError,
-    SamplingOptions,
     Scheduler,
 )
 from genai.serve.server import BackgroundServer  # noqa: E402
@@ -216,7 +216,7 @@ def test_prefix_reuse_gives_same_tokens(gqa_model):
     scheduler = Scheduler(runner, tokenizer, [EOS], prefill_chunk=16)
 
     async def run(prompt):
-        request = GenerationRequest(prompt, 12, SamplingOptions(temperature=0.0))
+        request = GenerationRequest(prompt, 12, SearchOptions())
         handle = scheduler.submit([request])
         tokens = []
         async for event in handle:
@@ -458,7 +458,7 @@ def test_grammar_constraint_in_the_scheduler(gqa_model):
             GenerationRequest(
                 np.array([5, 6, 7, 8], np.int32),
                 20,
-                SamplingOptions(temperature=1.0, seed=s),
+                SearchOptions.from_openai(temperature=1.0, seed=s),
                 constraint_factory=factory if s < 3 else None,
                 index=s,
             )
@@ -779,7 +779,7 @@ def test_fallback_runner_reuses_its_generators(fixture_folders):
     async def main():
         out = []
         for prompt in prompts:  # one after another: slots are freed and refilled
-            request = GenerationRequest(prompt, 8, SamplingOptions(temperature=0.0))
+            request = GenerationRequest(prompt, 8, SearchOptions())
             tokens = []
             async for event in engine.scheduler.submit([request]):
                 tokens.extend(event.tokens)
@@ -804,7 +804,7 @@ def test_a_request_that_fails_to_start_ends_alone(gqa_model):
         prompt = np.array([5, 6, 7, 8], np.int32)
         requests = [
             GenerationRequest(prompt, 5, constraint_factory=broken, index=0),
-            GenerationRequest(prompt, 5, SamplingOptions(temperature=0.0), index=1),
+            GenerationRequest(prompt, 5, SearchOptions(), index=1),
         ]
         reasons = {}
         async for event in scheduler.submit(requests):

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai.compat.unsupported import not_implemented
+from genai.generation.logits import ProcessorLike, check_processor
 from genai.generation.search import SearchOptions
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ class GeneratorParams:
         self.guidance: tuple[str, str] | None = None
         self.guidance_ff_tokens = False
         self.logit_bias: dict[int, float] = {}
+        #: custom stages of the logits chain, in order (`add_logits_processor`)
+        self.logits_processors: list[ProcessorLike] = []
 
     def set_search_options(self, **options: Any) -> None:
         """Set search options by name (unknown names and wrong types raise).
@@ -68,6 +71,21 @@ class GeneratorParams:
                 raise ValueError(f"logit_bias for token {token} must be finite, got {value!r}")
             checked[int(token)] = float(value)
         self.logit_bias = checked
+
+    def add_logits_processor(self, processor: ProcessorLike) -> None:
+        """Add a custom stage to the logits chain (beyond the reference; as Hugging Face's
+        ``LogitsProcessor``): ``processor(token_ids, logits)`` is called every step for each
+        row still generating, with the row's tokens so far (int32 [length], prompt
+        included, read-only) and its float32 [vocab] logits **after** the guidance mask,
+        min_length, the penalties and the logit bias, **before** temperature, top-k, top-p
+        and min-p (and the log-probabilities). It edits ``logits`` in place and returns
+        None, or returns the new row. Processors run in the order they were added; see
+        `genai.generation.logits` and docs/sampling.md. Not with beam search."""
+        self.logits_processors.append(check_processor(processor))
+
+    def clear_logits_processors(self) -> None:
+        """Remove every custom logits processor."""
+        self.logits_processors.clear()
 
     def set_guidance(self, type: str, data: str, enable_ff_tokens: bool = False) -> None:
         """Constrain every row's output (onnxruntime-genai's API): ``type`` is

@@ -78,6 +78,40 @@ class SearchOptions:
     )
 
     @classmethod
+    def from_openai(
+        cls,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        min_p: float = 0.0,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        repetition_penalty: float = 1.0,
+        seed: int | None = None,
+        logprobs: int | None = None,
+    ) -> SearchOptions:
+        """Options from OpenAI-style sampling parameters (the server's requests; defaults
+        are OpenAI's): greedy when ``temperature == 0`` or ``top_k == 1``, else sampling;
+        ``top_p`` outside (0, 1) and ``top_k == 0`` mean no nucleus / no top-k; ``seed``
+        None draws a random seed; ``logprobs`` None: none, N >= 0: the chosen token's and
+        N alternatives. Values are range-checked at the HTTP edge (`genai.serve.protocol`)."""
+        greedy = temperature == 0.0 or top_k == 1
+        return cls(
+            do_sample=not greedy,
+            temperature=float(temperature) if temperature > 0 else 1.0,
+            top_k=int(top_k),
+            top_p=float(top_p) if 0.0 < top_p < 1.0 else 0.0,
+            min_p=float(min_p),
+            presence_penalty=float(presence_penalty),
+            frequency_penalty=float(frequency_penalty),
+            repetition_penalty=float(repetition_penalty),
+            random_seed=-1 if seed is None else int(seed),
+            logprobs=logprobs is not None,
+            top_logprobs=int(logprobs or 0),
+        )
+
+    @classmethod
     def names(cls) -> list[str]:
         """All option names."""
         return [f.name for f in fields(cls)]

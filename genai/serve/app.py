@@ -41,6 +41,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from genai.constraints.tools import prepare_tool_chat
+from genai.generation.search import SearchOptions
 from genai.serve.batch_runner import make_batch_runner
 from genai.serve.metrics import ServerMetrics
 from genai.serve.protocol import (
@@ -52,7 +53,7 @@ from genai.serve.protocol import (
     parse_request,
     validation_message,
 )
-from genai.serve.scheduler import GenerationRequest, QueueFullError, SamplingOptions, Scheduler
+from genai.serve.scheduler import GenerationRequest, QueueFullError, Scheduler
 from genai.serve.scheduler_group import SchedulerGroup
 from genai.text.chat_template import ChatTemplateError
 
@@ -551,9 +552,27 @@ def _check_model(engine: ServeEngine, name: str) -> None:
         )
 
 
-def _sampling(
-    engine: ServeEngine, body: Any, n_logprobs: int | None, index: int
-) -> SamplingOptions:
+def _sampling(body: Any, n_logprobs: int | None, index: int) -> SearchOptions:
+    """The search options of choice ``index`` of a request (OpenAI's parameters)."""
+    seed = body.seed
+    if seed is not None:  # in [-2**63, 2**64) (`genai.serve.protocol`)
+        seed = (seed + index) % 2**63  # each choice its own stream
+    return SearchOptions.from_openai(
+        temperature=1.0 if body.temperature is None else float(body.temperature),
+        top_p=1.0 if body.top_p is None else float(body.top_p),
+        top_k=body.top_k,
+        min_p=body.min_p,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        repetition_penalty=body.repetition_penalty,
+        seed=seed,
+        logprobs=n_logprobs,
+    )
+
+
+def _logit_bias(engine: ServeEngine, body: Any) -> dict[int, float]:
+    """The request's ``logit_bias`` by token id; `APIError` for an id outside the
+    vocabulary."""
     bias: dict[int, float] = {}
     for key, value in (body.logit_bias or {}).items():
         token = int(key)
@@ -563,21 +582,7 @@ def _sampling(
                 param="logit_bias",
             )
         bias[token] = float(value)
-    seed = body.seed
-    if seed is not None:  # in [-2**63, 2**64) (`genai.serve.protocol`)
-        seed = (seed + index) % 2**63  # each choice its own stream
-    return SamplingOptions(
-        temperature=1.0 if body.temperature is None else float(body.temperature),
-        top_p=1.0 if body.top_p is None else float(body.top_p),
-        top_k=body.top_k,
-        min_p=body.min_p,
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        repetition_penalty=body.repetition_penalty,
-        seed=seed,
-        logit_bias=bias,
-        logprobs=n_logprobs,
-    )
+    return bias
 
 
 def _limit(
@@ -697,7 +702,8 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
             GenerationRequest(
                 prompt=ids,
                 max_new_tokens=max_new,
-                sampling=_sampling(engine, body, n_logprobs, i),
+                sampling=_sampling(body, n_logprobs, i),
+                logit_bias=_logit_bias(engine, body),
                 stop=body.stops,
                 constraint_factory=factory,
                 index=i,
@@ -740,7 +746,8 @@ async def _prepare_completion(engine: ServeEngine, body: CompletionRequest) -> _
                 GenerationRequest(
                     prompt=ids,
                     max_new_tokens=max_new,
-                    sampling=_sampling(engine, body, body.n_logprobs, index),
+                    sampling=_sampling(body, body.n_logprobs, index),
+                    logit_bias=_logit_bias(engine, body),
                     stop=body.stops,
                     index=index,
                     ignore_eos=body.ignore_eos,

@@ -10,7 +10,8 @@ free KV slots of a `BatchRunner` at step boundaries. Each iteration it
    all) of the oldest newcomers, so a long prompt is spread over several iterations while
    the others keep decoding;
 4. runs one decode step for every slot that is generating, in one batched model run, and
-   samples each row with its own options, RNG stream, logit bias and grammar constraint.
+   chooses each row's token through its own `LogitsChain` (options, RNG stream, logit bias,
+   grammar constraint, custom processors: the chain `Generator` uses too).
 
 With ``overlap_prefill``, steps 3 and 4 run at the same time, the prefill on a second thread,
 when both have work (the newcomers' slots are filler rows of that decode step, which never
@@ -48,8 +49,10 @@ from typing import Any
 
 import numpy as np
 
-from genai._core.sampling import Sampler
+from genai.constraints.stop import StopStringMatcher
 from genai.errors import GenaiError
+from genai.generation.logits import LogitsChain, ProcessorLike
+from genai.generation.search import SearchOptions
 from genai.serve.batch_runner import BatchRunner
 
 __all__ = [
@@ -58,7 +61,6 @@ __all__ = [
     "PrefixCache",
     "QueueFullError",
     "RequestHandle",
-    "SamplingOptions",
     "Scheduler",
 ]
 
@@ -75,40 +77,11 @@ class QueueFullError(GenaiError, RuntimeError):
     """The waiting queue is full (HTTP 429)."""
 
 
-@dataclass
-class SamplingOptions:
-    """Per-request choice options (OpenAI names mapped onto the sampler's)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    seed: int | None = None
-    logit_bias: dict[int, float] = field(default_factory=dict)
-    #: None: no log-probabilities; N >= 0: the chosen token's and N alternatives.
-    logprobs: int | None = None
-
-    @property
-    def greedy(self) -> bool:
-        """True when the choice is the argmax."""
-        return self.temperature == 0.0 or self.top_k == 1
-
-    def sampler_options(self) -> dict[str, Any]:
-        """Options for `Sampler.configure`."""
-        p = self.top_p if 0.0 < self.top_p < 1.0 else 0.0
-        return {
-            "do_sample": not self.greedy,
-            "temperature": self.temperature if self.temperature > 0 else 1.0,
-            "top_k": self.top_k,
-            "top_p": p,
-            "min_p": self.min_p,
-            "presence_penalty": self.presence_penalty,
-            "frequency_penalty": self.frequency_penalty,
-            "repetition_penalty": self.repetition_penalty,
-        }
+def SamplingOptions(**openai: Any) -> SearchOptions:
+    """Deprecated: `SearchOptions.from_openai` (the server's requests use `SearchOptions`,
+    as `Generator` does). Kept while callers move; the logit bias is
+    `GenerationRequest.logit_bias`."""
+    return SearchOptions.from_openai(**openai)
 
 
 @dataclass
@@ -117,13 +90,19 @@ class GenerationRequest:
 
     prompt: np.ndarray
     max_new_tokens: int
-    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    #: Sampling options (only their sampling part and ``random_seed``, ``logprobs``,
+    #: ``top_logprobs`` are read); the default samples at temperature 1, as OpenAI's API.
+    sampling: SearchOptions = field(default_factory=SearchOptions.from_openai)
     stop: Sequence[str] = ()
     #: Made in the scheduler thread when the request is admitted (grammar constraints).
     constraint_factory: Callable[[], Any] | None = None
     #: Index of the choice in the API response.
     index: int = 0
     ignore_eos: bool = False
+    #: ``{token id: bias}`` added to the logits every step (OpenAI's ``logit_bias``).
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    #: Custom stages of the logits chain (`genai.generation.logits.LogitsProcessor`).
+    logits_processors: Sequence[ProcessorLike] = ()
 
 
 @dataclass
@@ -192,10 +171,9 @@ class _Sequence:
     length: int = 0
     generated: int = 0
     cached: int = 0
-    sampler: Any = None
+    chain: LogitsChain | None = None
     stream: Any = None
     stopper: Any = None
-    constraint: Any = None
     next_token: int = -1
     finished: str | None = None
     first_token: bool = True
@@ -583,22 +561,22 @@ class Scheduler:
         seq.history = np.zeros((1, total), np.int32)
         seq.history[0, : len(prompt)] = prompt
         seq.length = len(prompt)
-        options = request.sampling
-        seq.sampler = Sampler(
-            1, self.runner.vocab_size, seed=-1 if options.seed is None else options.seed
+        constraint = None
+        if request.constraint_factory is not None:
+            constraint = request.constraint_factory()
+        seq.chain = LogitsChain.for_search(
+            1,
+            self.runner.vocab_size,
+            self.eos,
+            request.sampling,
+            logit_bias=request.logit_bias,
+            processors=request.logits_processors,
+            constraints=[constraint] if constraint is not None else None,
+            ban_eos=request.ignore_eos,
         )
-        seq.sampler.configure(**options.sampler_options())
-        if options.logit_bias:
-            seq.sampler.set_logit_bias(
-                None, list(options.logit_bias), list(options.logit_bias.values())
-            )
         seq.stream = self.tokenizer.create_stream()
         if request.stop:
-            from genai.constraints.stop import StopStringMatcher
-
             seq.stopper = StopStringMatcher(list(request.stop))
-        if request.constraint_factory is not None:
-            seq.constraint = request.constraint_factory()
         seq.cached = 0
         seq.pending = prompt
         seq.prefilling = True
@@ -727,45 +705,24 @@ class Scheduler:
             self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
 
     def _choose(self, seq: _Sequence, logits: np.ndarray) -> None:
-        """Choose, record and emit the next token of ``seq`` from its logits row [1, vocab]."""
+        """Choose, record and emit the next token of ``seq`` from its logits row [1, vocab]
+        (the logits chain, then the tokens its grammar forces)."""
         request = seq.request
-        options = request.sampling
-        if seq.constraint is not None:
-            seq.constraint.fill_mask(logits[0])
-        if request.ignore_eos and seq.constraint is None:
-            logits[0, self.eos] = np.finfo(np.float32).min
-        out = np.zeros(1, np.int32)
-        lp = tid = tlp = None
-        if options.logprobs is not None:
-            lp = np.zeros(1, np.float32)
-            n_top = max(options.logprobs, 0)
-            tid = np.zeros((1, max(n_top, 1)), np.int32)
-            tlp = np.zeros((1, max(n_top, 1)), np.float32)
-        seq.sampler.sample_batch(
-            logits,
-            seq.history,
-            seq.length,
-            self.eos,
-            out,
-            prompt_lengths=len(request.prompt),
-            logprobs=lp,
-            top_ids=tid,
-            top_logprobs=tlp,
-        )
+        chain = seq.chain
+        assert chain is not None
+        out = chain.process(logits, seq.history, seq.length, prompt_lengths=len(request.prompt))
         token = int(out[0])
-        tokens = [token]
-        forced: list[int] = []
-        if seq.constraint is not None and token not in self._eos_set:
-            forced = seq.constraint.advance(token)
-        elif seq.constraint is not None:
-            seq.constraint.advance(token)
-        tokens.extend(forced)
+        forced = chain.accept(0, token)
         logprob_info = None
-        if lp is not None:
-            n_top = options.logprobs or 0
-            alts = [(int(tid[0, j]), float(tlp[0, j])) for j in range(n_top)]
-            logprob_info = [(float(lp[0]), alts)] + [(0.0, []) for _ in forced]
-        self._emit(seq, tokens, logprob_info)
+        if chain.logprobs is not None:
+            alts: list[tuple[int, float]] = []
+            if chain.top_ids is not None and chain.top_logprobs is not None:
+                alts = [
+                    (int(i), float(lp))
+                    for i, lp in zip(chain.top_ids[0], chain.top_logprobs[0], strict=True)
+                ]
+            logprob_info = [(float(chain.logprobs[0]), alts)] + [(0.0, []) for _ in forced]
+        self._emit(seq, [token, *forced], logprob_info)
 
     def _emit(self, seq: _Sequence, tokens: list[int], logprob_info: Any) -> None:
         request = seq.request
@@ -798,8 +755,8 @@ class Scheduler:
         if (
             finish in (None, "length")
             and emitted
-            and seq.constraint is not None
-            and seq.constraint.is_finished
+            and seq.chain is not None
+            and seq.chain.finished(0)
         ):
             finish = "stop"  # the grammar is complete (also when its last token hit the limit)
         if finish is not None:
@@ -864,9 +821,9 @@ class Scheduler:
             if seq.finished is None:
                 slot += 1
                 continue
-            if seq.constraint is not None:
+            if seq.chain is not None:
                 with contextlib.suppress(Exception):
-                    seq.constraint.close()
+                    seq.chain.close()
             moved = self.runner.release(slot, len(self._active))
             last = self._active.pop()
             if moved is not None:
