@@ -1,31 +1,30 @@
-"""`Generator`: onnxruntime-genai's generation API over the native decode loop.
+"""`Generator`: onnxruntime-genai's generation API over a decode driver.
 
-The Python side validates input and answers queries; every model run and the per-step
-bookkeeping (input ids, attention mask and positions written into bound buffers, the run,
-logits gathering, the greedy choice, pad-after-EOS) happen in `genai._core.decoder_loop`
-without the GIL. State lives there:
+The Python side validates input, runs the search (sampling, beam search, guidance, stop strings)
+and answers queries; the model kind's graphs are run by one driver
+(`genai.generation.drivers`, picked by `make_driver`), and the per-step state lives in its
+native loop (`genai._core.decoder_loop`):
 
 * ``sequences`` [batch, max_length] and ``length``: every token so far (prompt included);
-* ``computed``: how many of them the KV cache holds; a run feeds ``sequences[:, computed:length]``;
+* ``computed``: how many of them the model has run on; a run feeds
+  ``sequences[:, computed:length]``;
 * the logits rows [batch, vocab] the next token is chosen from, and whether they are current.
+
+For a single-graph decoder the driver's loop feeds the inputs, runs the session, gathers the
+logits, chooses (greedy or the sampler) and commits, all without the GIL; windowed and pipeline
+models are fed by a runner that writes the logits rows, and the loop chooses and commits. The
+generator never asks which: what a driver cannot do it declares (`Driver.unsupported`).
 
 Guidance (`GeneratorParams.set_guidance`) and stop strings (search option ``stop``) add a
 Python stage around that step: make the logits current, apply each row's token mask
-(`TokenConstraint`), let the loop choose and commit, then feed the chosen tokens
+(`TokenConstraint`), let the driver choose and commit, then feed the chosen tokens
 to the constraints and the stop-string matchers; a row that hits a stop string is flagged done
 (padded from then on, as after EOS). Without them the step stays one native call.
-
-QNN-style windowed models (``sliding_window.slide_key_value_cache``) run outside the native loop:
-a `WindowedRunner` feeds the pending tokens (prompts a window at a time)
-and writes the logits rows; the loop still chooses, commits and keeps the sequences. Pipeline
-models (``model.decoder.pipeline``, several graphs) run the same way, through a
-`genai.generation.pipeline.PipelineRunner`.
 """
 
 from __future__ import annotations
 
 import copy
-import warnings
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,16 +32,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai._core import sampling
-from genai._core.decoder_loop import DecoderLoop
 from genai._core.sampling import Sampler
 from genai.compat.unsupported import not_implemented
+from genai.constraints.guidance import TokenConstraint
 from genai.constraints.stop import StopStringMatcher
 from genai.errors import GenerationError, SearchOptionError, TensorNotFoundError
 from genai.generation.beam_search import BeamScorer
-from genai.generation.pipeline import PipelineRunner
-from genai.generation.windowed_runner import WindowedRunner
-from genai.kv.kv_cache import make_kv_cache
-from genai.kv.windowed_cache import sliding_window_spec
+from genai.generation.drivers import Driver, LoopSettings, make_driver, require
+from genai.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from genai.generation.generator_params import GeneratorParams
@@ -59,8 +56,6 @@ _TOKENIZERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 def _tokenizer_of(model: Model) -> Any:
     found = _TOKENIZERS.get(model)
     if found is None:
-        from genai.text.tokenizer import Tokenizer
-
         found = _TOKENIZERS[model] = Tokenizer(model)
     return found
 
@@ -134,112 +129,26 @@ class Generator:
                 self._sampler.set_logit_bias(
                     None, list(params.logit_bias), list(params.logit_bias.values())
                 )
-        if model.pipeline is not None:
-            self._init_pipeline(model, params, pad_id)
-            return
-        self._pipeline: PipelineRunner | None = None
-        # Each generator binds its own buffers: it gets its own binding on the shared session.
-        self._session = session = model.session.new_binding()
-        # Inputs beyond ids/mask/positions/KV that every run needs (e.g. LoRA weights, bound to
-        # their empty base values until an adapter is activated).
-        model.bind_extra_inputs(session)
-        #: Names of the adapters activated on this generator (see `set_active_adapter`).
-        self.active_adapters: list[str] = []
-        # A QNN-style windowed model (sliding_window.slide_*) is fed by a WindowedRunner: a
-        # static cache slid after each run, prompts fed a window at a time.
-        window = sliding_window_spec(config, io, session)
-        self._windowed: WindowedRunner | None = None
-        self._kv: Any = None
-        if window is not None:
-            window.check_search(batch_size=self.batch_size, num_beams=self.num_beams)
-        else:
-            self._kv = make_kv_cache(
-                io,
-                model.provider,
-                session,
-                batch,
-                max_length,
-                self.search.past_present_share_buffer,
-                initial_capacity=search.kv_initial_capacity,
-                growth_factor=search.kv_growth_factor,
-            )
-        kv = self._kv
-        self._loop = self._new_loop(
-            session,
-            pad_id,
-            kv_pairs=kv.handover if kv is not None else [],
-            grow_kv=kv.ensure if kv is not None else None,
-            kv_capacity=kv.capacity if kv is not None else -1,
-        )
-        # Graph capture (a provider whose capture is on): single-token steps bind tensors at
-        # fixed addresses and replay a graph captured for this generator. One that cannot
-        # (more rows, growing or host KV, a windowed runner) runs uncaptured and says so on
-        # every run (gpu_graph_id=-1), else onnxruntime would capture its first run.
-        graph = model.provider.graph_capture_id(
-            model.provider_options,
-            session,
+        settings = LoopSettings(
             rows=batch,
-            shared_kv=self._kv is not None and not self._kv.handover,
-        )
-        if graph:
-            self._loop.use_graph_capture(graph)
-        # Outputs beyond logits and KV (e.g. hidden_states): ORT allocates them at every run so
-        # that get_output serves them (only models that have them pay for it). A captured
-        # graph needs every output at a fixed address: they are not produced then.
-        self._extra_outputs: tuple[str, ...] = () if graph else model.extra_outputs
-        for name in self._extra_outputs:
-            session.bind_output_to_device(name)
-        self._sequences = self._loop.array("sequences")
-        self._logits_rows = self._loop.array("logits_rows")
-        if window is not None:
-            self._windowed = WindowedRunner(io, window, session, batch, self._logits_rows)
-        self._init_python_stage(model, params)
-
-    def _init_pipeline(self, model: Model, params: GeneratorParams, pad_id: int) -> None:
-        """A pipeline model (`pipeline`): its runner feeds the stages and writes the
-        logits rows; the loop (without a session) chooses, commits and keeps the sequences."""
-        search = self.search
-        self._session = None
-        self._kv = None
-        self._windowed = None
-        self._extra_outputs = ()
-        self.active_adapters = []
-        self._loop = self._new_loop(None, pad_id, kv_pairs=[])
-        self._sequences = self._loop.array("sequences")
-        self._logits_rows = self._loop.array("logits_rows")
-        self._pipeline = PipelineRunner(
-            model,
-            self.rows,
-            self.max_length,
-            search.past_present_share_buffer,
-            pad_id,
-            self._logits_rows,
-        )
-        self._init_python_stage(model, params)
-
-    def _new_loop(self, session: Any, pad_id: int, **kv: Any) -> DecoderLoop:
-        """The native loop over ``session`` (None: the model runs outside the loop) for this
-        generator's rows, with the KV handover ``kv`` (``kv_pairs``, ``grow_kv``,
-        ``kv_capacity``)."""
-        io, search = self._io, self.search
-        return DecoderLoop(
-            session,
-            input_ids=io.input_ids,
-            attention_mask=io.attention_mask,
-            position_ids=io.position_ids,
-            logits=io.logits,
-            batch=self.rows,
-            vocab=io.vocab_size,
-            max_length=self.max_length,
+            max_length=max_length,
             pad_id=pad_id,
-            eos_ids=self._eos,
-            id_dtype=io.id_dtype,
-            mask_dtype=io.mask_dtype,
-            logits_dtype=io.logits_dtype,
+            eos=self._eos,
             sampler=self._sampler,
             logprobs=search.top_logprobs if (search.logprobs or search.top_logprobs) else -1,
-            **kv,
         )
+        #: Runs the model kind's graphs (`genai.generation.drivers`).
+        self._driver: Driver = make_driver(model, search, settings)
+        self._loop = self._driver.loop
+        #: The binding runs go through (None for a pipeline model); adapters bind to it.
+        self._session = self._driver.session
+        #: The KV cache (None where the driver's runner keeps its own).
+        self._kv = self._driver.kv
+        #: Names of the adapters activated on this generator (see `set_active_adapter`).
+        self.active_adapters: list[str] = []
+        self._sequences = self._loop.array("sequences")
+        self._logits_rows = self._loop.array("logits_rows")
+        self._init_python_stage(model, params)
 
     def _init_python_stage(self, model: Model, params: GeneratorParams) -> None:
         """State beyond the loop: finish tracking, guidance and stop strings."""
@@ -253,8 +162,6 @@ class Generator:
         self._constraints: list[Any] | None = None
         self._ff_tokens = False
         if params.guidance is not None:
-            from genai.constraints.guidance import TokenConstraint
-
             kind, data = params.guidance
             tokenizer = _tokenizer_of(model)
             self._constraints = [
@@ -281,8 +188,6 @@ class Generator:
         #: set_runtime_option("terminate_session", "1"): every call that would run the model
         #: or read its state raises until "0".
         self._terminated = False
-        #: Inputs given with set_model_input (name -> this generator's copy).
-        self._model_inputs: dict[str, np.ndarray] = {}
 
     def _check_terminated(self) -> None:
         if self._terminated:
@@ -325,14 +230,8 @@ class Generator:
                 f"token id {int(bad)} is outside the vocabulary [0, {self.vocab_size})"
             )
         length = self._loop.length
-        if self._windowed is not None and length == 0:
-            array = self._windowed.pad_prompt(array)  # whole windows, pads kept (reference)
-            if array.shape[1] > self.max_length:
-                raise ValueError(
-                    f"{count} tokens padded to whole windows of {self._windowed.spec.window} "
-                    f"({array.shape[1]}) exceed max_length {self.max_length}"
-                )
-            count = array.shape[1]
+        array = self._driver.prepare_prompt(array, length)  # e.g. padded to whole windows
+        count = array.shape[1]
         if length + count > self.max_length:
             raise ValueError(
                 f"appending {count} tokens to {length} exceeds max_length {self.max_length}"
@@ -343,27 +242,7 @@ class Generator:
             )
         self._loop.append(array)
         self._new_generation()
-        if self._windowed is not None or self._pipeline is not None:
-            self._run_pending(prompt=length == 0)
-        else:
-            self._loop.run(length == 0)
-
-    def _run_pending(self, prompt: bool = False) -> None:
-        """Run the model on the pending tokens so the logits are current (``prompt``: they
-        start the sequences)."""
-        loop = self._loop
-        if self._pipeline is not None:
-            pipeline = self._pipeline
-            pipeline.feed(self._sequences[:, pipeline.computed : loop.length], prompt)
-        elif self._windowed is not None:
-            runner = self._windowed
-            runner.feed(self._sequences[:, runner.computed : loop.length])
-        else:
-            loop.run(False)
-            return
-        if self._sampler is not None:
-            self._sampler.forget_logits()  # rows rewritten outside the loop
-        loop.set_logits_ready()
+        self._driver.run(prompt=length == 0)
 
     def set_active_adapter(self, adapters: Adapters, name: str) -> None:
         """Activate the LoRA adapter ``name`` loaded in ``adapters`` for this generator's
@@ -384,16 +263,14 @@ class Generator:
             raise GenerationError(
                 f"the rows generated max_new_tokens ({self.search.max_new_tokens}) tokens"
             )
-        if (self._windowed is not None or self._pipeline is not None) and not loop.logits_ready:
-            self._run_pending()
         if self._python_stage:
             self._guided_step()
             return
         if self._beams is None:
-            loop.step()
+            self._driver.step()
             return
         if not loop.logits_ready:
-            self._run_pending()
+            self._driver.run()
         self._beam_step()
 
     # --- the Python stage (guidance, stop strings) ----------------------------------------------
@@ -420,13 +297,9 @@ class Generator:
         constraints = self._constraints
         if constraints is not None:
             if not loop.logits_ready:
-                self._run_pending()  # the next masks are computed meanwhile, on llguidance's side
-            logits = self._logits_rows
-            for r in active:
-                constraints[r].fill_mask(logits[r])  # stage 1 of the chain
-            if self._sampler is not None:
-                self._sampler.forget_logits()  # set_logits' block maxima predate the mask
-        loop.step()
+                self._driver.run()  # the next masks are computed meanwhile, on llguidance's side
+            self._mask_logits(active)
+        self._driver.step()
         tokens = loop.array("next_tokens")
         forced: list[int] = []
         for r in active:
@@ -443,6 +316,17 @@ class Generator:
             if self._stops is not None:
                 self._match_stop(0, token)
         self._all_finished = all(done.tolist())
+
+    def _mask_logits(self, active: list[int]) -> None:
+        """Guidance's token masks on the current logits rows of the ``active`` rows (the
+        first stage of the logits-processing chain; the rest runs in the sampler)."""
+        constraints = self._constraints
+        assert constraints is not None
+        logits = self._logits_rows
+        for r in active:
+            constraints[r].fill_mask(logits[r])
+        if self._sampler is not None:
+            self._sampler.forget_logits()  # set_logits' block maxima predate the mask
 
     def _match_stop(self, row: int, token: int) -> None:
         assert self._stops is not None and self._streams is not None
@@ -492,7 +376,7 @@ class Generator:
         order = beams.next_indices
         if (order != np.arange(self.rows)).any():
             self._sequences[:, :length] = self._sequences[order, :length]
-            (self._pipeline or self._kv).reorder(order)
+            self._driver.reorder(order)
         loop.push_tokens(beams.next_tokens, beams.all_done)
 
     def generate_until_done(self, max_new_tokens: int | None = None) -> int:
@@ -506,9 +390,9 @@ class Generator:
         if limit < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {limit}")
         limit = min(limit, max(self._stop_length - loop.length, 0))
-        external = self._windowed is not None or self._pipeline is not None
-        if self._beams is None and not self._python_stage and not external:
-            return loop.steps(limit)
+        driver = self._driver
+        if self._beams is None and not self._python_stage and driver.fused_steps:
+            return driver.steps(limit)
         made = 0
         while made < limit and not self.is_done():
             self.generate_next_token()
@@ -614,7 +498,7 @@ class Generator:
             self._check_terminated()
             if loop.length == 0:
                 raise GenerationError("no logits yet: call append_tokens first")
-            self._run_pending()
+            self._driver.run()
         return self._logits_rows[:, None, :].copy()
 
     def set_logits(self, logits: np.ndarray) -> None:
@@ -627,64 +511,17 @@ class Generator:
             self._logits_rows[:] = sampling.check_logits(logits, self.rows, self.vocab_size)
         self._loop.set_logits_ready()
 
-    def _external_value(self, name: str, kind: str) -> np.ndarray:
-        """A host copy of the last run's ``kind`` ("input" or "output") ``name`` from the
-        runner that feeds a windowed or pipeline model outside the native loop."""
-        runner = self._windowed or self._pipeline
-        if not runner.last_run_count:
-            raise GenerationError("the model has not run yet")
-        value = runner.read_output(name) if kind == "output" else runner.read_input(name)
-        if value is None:
-            raise KeyError(f"{name!r} is not an {kind} of the model")
-        return value
-
     def get_output(self, name: str) -> np.ndarray:
         """A host copy of the last run's output ``name``: ``"logits"``, ``"present.0.key"``,
         or any other output the graph declares (e.g. ``"hidden_states"``)."""
         self._check_terminated()
-        loop = self._loop
-        if self._windowed is not None or self._pipeline is not None:
-            return self._external_value(name, "output")
-        if not loop.ran_once:
-            raise GenerationError("the model has not run yet")
-        if name == self._io.logits:
-            if loop.last_run_count == 1:
-                return loop.array("step_logits").copy()
-            return self._session.get_output(name)
-        if name in self._extra_outputs:
-            return self._session.get_output(name)
-        value = self._kv.read(name)
-        if value is None:
-            if name in self.model.extra_outputs:
-                raise GenerationError(
-                    f"output {name!r} is not produced while the generator replays a captured "
-                    "graph (graph capture binds outputs at fixed addresses)"
-                )
-            raise TensorNotFoundError(f"{name!r} is not an output of the model")
-        return value
+        return self._driver.read_output(name)
 
     def get_input(self, name: str) -> np.ndarray:
         """A host copy of the last run's input ``name`` (also the inputs bound with
         `set_model_input` and preset inputs such as ``num_logits_to_keep``)."""
         self._check_terminated()
-        io = self._io
-        if self._windowed is not None or self._pipeline is not None:
-            return self._external_value(name, "input")
-        if name in self._model_inputs or name in self.model.preset_inputs:
-            return self._session.input_value(name)
-        for which, graph_name in (
-            ("input_ids", io.input_ids),
-            ("attention_mask", io.attention_mask),
-            ("position_ids", io.position_ids),
-        ):
-            if graph_name is not None and name == graph_name:
-                if not self._loop.ran_once:
-                    raise GenerationError("the model has not run yet")
-                return self._loop.input_view(which).copy()
-        value = self._kv.read(name)
-        if value is None:
-            raise TensorNotFoundError(f"{name!r} is not an input of the model")
-        return value
+        return self._driver.read_input(name)
 
     # --- model inputs and run options -----------------------------------------------------------
     def set_model_input(self, name: str, value: np.ndarray) -> None:
@@ -692,28 +529,7 @@ class Generator:
         from the next one on: an input the model takes beyond ids, mask, positions and KV
         (e.g. an extra input of an exported graph). As the reference, a name the graph does not
         take is ignored (with a warning here); the dtype must be the graph's."""
-        if self._session is None or self._windowed is not None:
-            raise NotImplementedError(
-                "set_model_input on a pipeline or windowed model (inputs fed by its runner)"
-            )
-        if name in self.model.fed_inputs:
-            raise ValueError(
-                f"{name!r} is fed by the generator itself (ids, mask, positions, KV); "
-                "set_model_input takes the model's other inputs"
-            )
-        array = np.array(value, order="C", copy=True)
-        # As the reference: only the graph's inputs (an overridable initializer is set by an
-        # adapter, not here).
-        if name not in self._session.input_dtypes:
-            what = (
-                f"{name!r} is an initializer of the model (an adapter sets it)"
-                if name in self._session.initializer_dtypes
-                else f"the model has no input {name!r}"
-            )
-            warnings.warn(f"set_model_input: {what}; ignored (as the reference)", stacklevel=2)
-            return
-        self._session.bind_input(name, array)  # TypeError names a dtype the graph refuses
-        self._model_inputs[name] = array
+        self._driver.set_model_input(name, value)
 
     def set_inputs(self, named_tensors: Any) -> None:
         """The reference's input path for multimodal and speech models; a decoder-only model
@@ -734,9 +550,7 @@ class Generator:
                 raise GenerationError(f"terminate_session key value unexpected: {value}")
             self._terminated = value == "1"
             return
-        if self._session is None:
-            raise NotImplementedError("run options on a pipeline model (one session per stage)")
-        self._session.set_run_config_entry(key, value)
+        self._driver.set_run_option(key, value)
 
     def snapshot_state(self) -> None:
         """The reference's snapshot of recurrent state (conv / linear-attention layers) for a
@@ -750,12 +564,7 @@ class Generator:
         ``model.decoder.inputs.hidden_states``, e.g. a multi-token-prediction head); a copy is
         bound. Without that input it does nothing, as the reference."""
         self._check_terminated()
-        name = (self.model.config.decoder.get("inputs") or {}).get("hidden_states")
-        if not name or self._session is None or name not in self._session.input_dtypes:
-            return
-        array = np.array(hidden_states, order="C", copy=True)
-        self._session.bind_input(name, array)
-        self._model_inputs[name] = array
+        self._driver.set_hidden_states(hidden_states)
 
     def get_speculative_stats(self) -> dict[str, Any]:
         """Speculative decoding statistics: not available until speculative decoding lands."""
@@ -768,18 +577,7 @@ class Generator:
             raise ValueError(f"cannot rewind to {length}: the sequence has {current} tokens")
         if length and self.num_beams > 1:
             raise NotImplementedError("rewind_to(n > 0) needs num_beams 1")
-        if self._windowed is not None:
-            if length:  # as the reference: its windowed cache and inputs cannot rewind
-                raise NotImplementedError(
-                    "a windowed model (sliding_window.slide_key_value_cache) rewinds only to 0: "
-                    "its cache dropped the positions slid out"
-                )
-            self._windowed.reset()
-        self._loop.rewind(length)
-        if self._pipeline is not None:
-            self._pipeline.rewind(length)
-        if self._kv is not None:
-            self._kv.truncate(self._loop.computed)
+        self._driver.rewind(length)
         if self._python_stage:
             self._replay(length)
         else:
@@ -794,18 +592,16 @@ class Generator:
         Batch 1, beam 1."""
         if self.rows != 1:
             raise NotImplementedError("snapshot needs batch_size 1 and num_beams 1")
-        if self._windowed is not None:
-            raise NotImplementedError("snapshots of windowed models (slide_key_value_cache)")
-        if self._pipeline is not None:
-            raise NotImplementedError("snapshots of pipeline models (model.decoder.pipeline)")
+        driver = self._driver
+        require(driver, "snapshot")
         length = self._loop.length
         if length < 1:
             raise GenerationError("nothing to snapshot: append tokens first")
         return KVSnapshot(
             io=self._io,
-            layout=type(self._kv).__name__,
+            layout=driver.kv_layout,
             tokens=self._sequences[:, :length].copy(),
-            kv=self._kv.export(length - 1),
+            kv=driver.snapshot_kv(length),
         )
 
     def restore(self, snapshot: KVSnapshot) -> None:
@@ -815,35 +611,23 @@ class Generator:
             raise GenerationError("restore needs a fresh generator (no tokens appended)")
         if self.rows != 1:
             raise NotImplementedError("restore needs batch_size 1 and num_beams 1")
-        if self._windowed is not None:
-            raise NotImplementedError("snapshots of windowed models (slide_key_value_cache)")
-        if self._pipeline is not None:
-            raise NotImplementedError("snapshots of pipeline models (model.decoder.pipeline)")
-        if snapshot.io != self._io or snapshot.layout != type(self._kv).__name__:
+        driver = self._driver
+        require(driver, "snapshot")
+        if snapshot.io != self._io or snapshot.layout != driver.kv_layout:
             raise ValueError("the snapshot comes from another model or KV layout")
         length = snapshot.tokens.shape[1]
         if length > self.max_length:
             raise ValueError(f"the snapshot's {length} tokens exceed max_length {self.max_length}")
-        self._kv.load(snapshot.kv, length)
-        self._loop.kv_capacity = self._kv.capacity
-        self._loop.restore(snapshot.tokens)
+        driver.restore(snapshot.tokens, snapshot.kv)
         self._new_generation()
 
     @property
     def kv_cache_bytes(self) -> int:
         """Bytes allocated for the KV cache."""
-        if self._windowed is not None:
-            return self._windowed.cache.nbytes
-        if self._pipeline is not None:
-            return self._pipeline.nbytes
-        return self._kv.nbytes
+        return self._driver.kv_bytes
 
     @property
     def kv_cache_used_bytes(self) -> int:
         """Bytes of the KV cache the tokens so far occupy (every layer, K and V; a
         sliding-window layer only its resident positions)."""
-        if self._windowed is not None:
-            return self._windowed.cache.used_bytes(self._windowed.computed)
-        if self._pipeline is not None:
-            return self._pipeline.used_bytes()
-        return self._kv.used_bytes(self._loop.computed)
+        return self._driver.kv_used_bytes

@@ -1,0 +1,158 @@
+"""`NativeDriver`: a single-graph decoder run by the native loop (`genai._core.decoder_loop`).
+
+The loop feeds the pending tokens, runs the session and chooses the next tokens without the
+GIL; the KV cache (`genai.kv.kv_cache`: shared, growing, device or session-kept) is bound to
+the generator's own binding and handed over between runs by the loop.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from genai.errors import GenerationError, TensorNotFoundError
+from genai.generation.drivers.base import LoopSettings, new_loop
+from genai.generation.drivers.common import SessionInputs, bind_outputs
+from genai.kv.kv_cache import make_kv_cache
+
+if TYPE_CHECKING:
+    from genai._core.native_session import NativeSession
+    from genai.generation.search import SearchOptions
+    from genai.runtime.model import Model
+
+__all__ = ["NativeDriver"]
+
+
+class NativeDriver(SessionInputs):
+    """One graph, run by the native loop over ``session`` (a binding of the model's session
+    for this generator); see `genai.generation.drivers.base.Driver`."""
+
+    #: `steps` runs many steps in one GIL-free native call.
+    fused_steps = True
+    #: Everything the protocol names is supported.
+    unsupported = MappingProxyType({})
+
+    def __init__(
+        self, model: Model, session: NativeSession, settings: LoopSettings, search: SearchOptions
+    ) -> None:
+        self.model, self.session, self.settings = model, session, settings
+        io = self.io = model.io
+        self.kv = kv = make_kv_cache(
+            io,
+            model.provider,
+            session,
+            settings.rows,
+            settings.max_length,
+            search.past_present_share_buffer,
+            initial_capacity=search.kv_initial_capacity,
+            growth_factor=search.kv_growth_factor,
+        )
+        self.loop = loop = new_loop(
+            io,
+            session,
+            settings,
+            kv_pairs=kv.handover,
+            grow_kv=kv.ensure,
+            kv_capacity=kv.capacity,
+        )
+        #: Outputs beyond logits and KV produced at every run (see `bind_outputs`).
+        self.extra_outputs = bind_outputs(
+            model, session, loop, settings.rows, shared_kv=not kv.handover
+        )
+        self._init_inputs()
+
+    # --- runs -----------------------------------------------------------------------------------
+    def prepare_prompt(self, tokens: np.ndarray, length: int) -> np.ndarray:
+        """The tokens as given."""
+        return tokens
+
+    def run(self, prompt: bool = False) -> None:
+        """The loop runs the pending tokens (GIL released)."""
+        self.loop.run(prompt)
+
+    def step(self) -> None:
+        """One native step: run if the logits are stale, choose, commit."""
+        self.loop.step()
+
+    def steps(self, count: int) -> int:
+        """Up to ``count`` steps in one GIL-free native call."""
+        return self.loop.steps(count)
+
+    def rewind(self, length: int) -> None:
+        """Keep the first ``length`` tokens and the KV of all but the last of them."""
+        self.loop.rewind(length)
+        self.kv.truncate(self.loop.computed)
+
+    def reorder(self, order: np.ndarray) -> None:
+        """Beam search: the KV rows follow ``order``."""
+        self.kv.reorder(order)
+
+    # --- snapshots ------------------------------------------------------------------------------
+    @property
+    def kv_layout(self) -> str:
+        """The KV cache class's name."""
+        return type(self.kv).__name__
+
+    def snapshot_kv(self, length: int) -> list[np.ndarray]:
+        """Copies of the KV of the first ``length - 1`` tokens."""
+        return self.kv.export(length - 1)
+
+    def restore(self, tokens: np.ndarray, kv: list[np.ndarray]) -> None:
+        """Load ``kv`` and continue after ``tokens`` (the last one runs next)."""
+        self.kv.load(kv, tokens.shape[1])
+        self.loop.kv_capacity = self.kv.capacity
+        self.loop.restore(tokens)
+
+    # --- reading --------------------------------------------------------------------------------
+    def read_output(self, name: str) -> np.ndarray:
+        """The logits, an extra output (e.g. hidden_states) or a present."""
+        loop = self.loop
+        if not loop.ran_once:
+            raise GenerationError("the model has not run yet")
+        if name == self.io.logits:
+            if loop.last_run_count == 1:
+                return loop.array("step_logits").copy()
+            return self.session.get_output(name)
+        if name in self.extra_outputs:
+            return self.session.get_output(name)
+        value = self.kv.read(name)
+        if value is None:
+            if name in self.model.extra_outputs:
+                raise GenerationError(
+                    f"output {name!r} is not produced while the generator replays a captured "
+                    "graph (graph capture binds outputs at fixed addresses)"
+                )
+            raise TensorNotFoundError(f"{name!r} is not an output of the model")
+        return value
+
+    def read_input(self, name: str) -> np.ndarray:
+        """Ids, mask, positions, a past, or an input set with `set_model_input` (or preset)."""
+        io = self.io
+        if name in self.model_inputs or name in self.model.preset_inputs:
+            return self.session.input_value(name)
+        for which, graph_name in (
+            ("input_ids", io.input_ids),
+            ("attention_mask", io.attention_mask),
+            ("position_ids", io.position_ids),
+        ):
+            if graph_name is not None and name == graph_name:
+                if not self.loop.ran_once:
+                    raise GenerationError("the model has not run yet")
+                return self.loop.input_view(which).copy()
+        value = self.kv.read(name)
+        if value is None:
+            raise TensorNotFoundError(f"{name!r} is not an input of the model")
+        return value
+
+    # --- memory ---------------------------------------------------------------------------------
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes allocated for the KV cache."""
+        return self.kv.nbytes
+
+    @property
+    def kv_used_bytes(self) -> int:
+        """Bytes the computed tokens occupy."""
+        return self.kv.used_bytes(self.loop.computed)
