@@ -21,7 +21,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import genai
 from genai._version import __version__
+from genai.builder.cli import add_build_commands, ensure_default_model
+from genai.builder.peft import CONVERT_DESCRIPTION, add_convert_arguments, run_convert
+from genai.providers import PluginEPProvider, get_provider_class, list_providers, plugins
 
 __all__ = ["main"]
 
@@ -88,8 +92,6 @@ def _build_parser() -> argparse.ArgumentParser:
     chat.add_argument("-v", "--verbose", action="store_true", help="print tok/s per reply")
     chat.set_defaults(handler=_chat)
 
-    from genai.builder.peft import CONVERT_DESCRIPTION, add_convert_arguments
-
     adapter = commands.add_parser(
         "adapter",
         help="LoRA adapter tools (convert a PEFT adapter to .onnx_adapter)",
@@ -144,12 +146,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     _add_serve_command(commands)
 
-    from genai.builder.cli import add_build_commands
-
     add_build_commands(commands)
-
-    from genai.providers import plugins
-
     plugins.hook().register_commands(commands=commands)
     return parser
 
@@ -249,7 +246,7 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
 
 
 def _serve_ray(args: argparse.Namespace) -> int:
-    try:
+    try:  # lazy: ray is the optional 'ray' extra
         import ray
         from ray import serve
 
@@ -259,8 +256,6 @@ def _serve_ray(args: argparse.Namespace) -> int:
             f"genai serve --ray needs the 'ray' extra (pip install 'genai-runtime[ray]'): {exc}"
         ) from exc
     if args.model is None:
-        from genai.builder.cli import ensure_default_model
-
         args.model = str(ensure_default_model(progress=True))
     options: dict[str, object] = {
         "model": str(Path(args.model).resolve()),
@@ -298,7 +293,7 @@ def _serve_ray(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     if args.ray:
         return _serve_ray(args)
-    try:
+    try:  # lazy: fastapi and uvicorn are the optional 'serve' extra
         from genai.serve.app import ServeEngine
         from genai.serve.server import run_server
     except ImportError as exc:
@@ -340,8 +335,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _providers(args: argparse.Namespace) -> int:
-    from genai.providers import PluginEPProvider, get_provider_class, list_providers, plugins
-
     rows = list_providers()
     registered = {r.name.lower() for r in rows}
     missing = [
@@ -398,8 +391,12 @@ def _providers(args: argparse.Namespace) -> int:
 
 
 def _conformance(args: argparse.Namespace) -> int:
-    from genai.testing.conformance import run_conformance
-
+    try:  # lazy: pytest is the optional 'conformance' extra
+        from genai.testing.conformance import run_conformance
+    except ImportError as exc:
+        raise RuntimeError(
+            f"genai conformance needs pytest (pip install 'genai-runtime[conformance]'): {exc}"
+        ) from exc
     options = {}
     for item in args.option:
         key, sep, value = item.partition("=")
@@ -422,11 +419,7 @@ def _conformance(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace):
     """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``."""
-    import genai
-
     if args.model is None:
-        from genai.builder.cli import ensure_default_model
-
         args.model = str(ensure_default_model(progress=True))  # progress goes to stderr
     config = genai.Config(args.model)
     if args.threads is not None:
@@ -452,8 +445,6 @@ def _activate_adapters(model, generator, specs: list[str]) -> None:
     """Load each ``FILE[=NAME]`` of ``--adapter`` and activate it on ``generator``."""
     if not specs:
         return
-    import genai
-
     adapters = genai.Adapters(model)
     for spec in specs:
         path, sep, name = spec.partition("=")
@@ -463,14 +454,10 @@ def _activate_adapters(model, generator, specs: list[str]) -> None:
 
 
 def _adapter_convert(args: argparse.Namespace) -> int:
-    from genai.builder.peft import run_convert
-
     return run_convert(args.parser, args)
 
 
 def _chat(args: argparse.Namespace) -> int:
-    import genai
-
     if args.max_new_tokens < 1:
         raise ValueError("--max-new-tokens must be >= 1")
     config, model, tokenizer = _load(args)
@@ -529,8 +516,6 @@ def _chat(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    import genai
-
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     started = time.perf_counter()
     config, model, tokenizer = _load(args)

@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from genai.builder.build import build
+from genai.builder.progress import StderrProgress
 from genai.builder.pull import default_model_dir, ensure_default_model
 
 __all__ = ["add_build_commands", "default_model_dir", "ensure_default_model"]
@@ -54,9 +56,6 @@ def add_build_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from genai.builder.build import build
-    from genai.builder.progress import StderrProgress
-
     started = time.perf_counter()
     reporter = None if args.quiet else StderrProgress()
     out = build(

@@ -28,10 +28,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from genai.builder.errors import BuildError
 from genai.builder.sources import SafetensorsFile
 from genai.runtime.adapters import write_adapter_file
+from genai.runtime.config import Config
 
 __all__ = ["DEFAULT_MODULE_MAP", "convert_peft_adapter", "main"]
 
@@ -170,10 +172,6 @@ def _scale(config: dict, module: str, rank: int, peft_dir: Path) -> float:
 
 
 def _check_against_model(params: Mapping[str, np.ndarray], model_dir: Path, peft_dir: Path) -> None:
-    import onnx
-
-    from genai.runtime.config import Config
-
     config = Config(model_dir)
     filename = config.decoder.get("filename", "model.onnx")
     graph = onnx.load(

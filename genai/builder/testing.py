@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 __all__ = [
     "ARCH_CONFIGS",
@@ -236,8 +237,6 @@ def tokenizer_vocab(vocab_size: int) -> tuple[list[str], list[tuple[str, str]]]:
 
 
 def _write_tokenizer(folder: Path, vocab_size: int, context: int) -> None:
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
     tokens, merges = tokenizer_vocab(vocab_size)
     tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -260,7 +259,7 @@ def write_hf_checkpoint(
     folder: str | Path, cfg: dict[str, Any], weights: dict[str, np.ndarray], bf16: bool = False
 ) -> Path:
     """A Hugging Face folder: config.json, model.safetensors, tokenizer files."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save_file  # lazy: safetensors is a test-only dependency
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
@@ -371,7 +370,7 @@ def write_gguf_checkpoint(
 ) -> Path:
     """Write ``weights`` as a GGUF file; 2-D weights in ggml type ``quant`` when given
     (e.g. ``"Q8_0"``; F32 otherwise). Returns the path."""
-    import gguf
+    import gguf  # lazy: gguf is a test-only dependency
 
     path = Path(path)
     mt = cfg["model_type"]
@@ -429,7 +428,7 @@ def write_gguf_checkpoint(
 def quantized_view(weights: dict[str, np.ndarray], quant: str) -> dict[str, np.ndarray]:
     """``weights`` with every 2-D tensor passed through ggml ``quant`` and back (what a GGUF
     written with :func:`write_gguf_checkpoint` holds)."""
-    import gguf
+    import gguf  # lazy: gguf is a test-only dependency
 
     qtype = gguf.GGMLQuantizationType[quant]
     out = copy.copy(weights)

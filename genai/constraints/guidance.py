@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
 
 from genai.errors import GenaiError
 
@@ -85,7 +86,7 @@ class GuidanceError(GenaiError, ValueError):
 def load_llguidance() -> Any:
     """Import ``llguidance`` or explain how to install it."""
     try:
-        import llguidance
+        import llguidance  # lazy: llguidance is the optional 'guidance' extra
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "constrained decoding needs llguidance: pip install 'genai-runtime[guidance]'"
@@ -197,8 +198,6 @@ def _token_bytes(piece: str, byte_level: dict[str, int] | None) -> bytes:
 
 def _wrapped_tokenizer(file: Path, vocab_size: int, eos_token_id: int) -> Any:
     """An LLTokenizer over `tokenizers` for a tokenizer.json llguidance cannot read."""
-    from tokenizers import Tokenizer as HFTokenizer
-
     llg = load_llguidance()
     spec = json.loads(file.read_text(encoding="utf-8"))
     hf = HFTokenizer.from_file(str(file))

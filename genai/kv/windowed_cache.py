@@ -111,7 +111,7 @@ def static_shape_overrides(config: Config) -> dict[int, dict[str, int]]:
     dimensions unnamed (it cannot be fixed by name) or uses one name for both."""
     if not engine_slides(config):
         return {}
-    import onnx
+    import onnx  # lazy: `import genai` does not load onnx; only windowed models read the graph
 
     block = config.decoder["sliding_window"]
     window, context = int(block["window_size"]), int(config.get("model.context_length"))

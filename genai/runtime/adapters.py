@@ -56,7 +56,7 @@ def read_adapter_file(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """The parameters of the onnxruntime adapter file ``path`` as ``{name: array}`` (copies,
     C-contiguous). FileNotFoundError when it does not exist, AdapterError when onnxruntime
     cannot read it."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # lazy: onnxruntime's Python package loads only for adapter files
 
     path = Path(path)
     if not path.is_file():
@@ -80,7 +80,7 @@ def write_adapter_file(
     model_version: int = 1,
 ) -> None:
     """Write ``params`` (``{name: array}``) as an onnxruntime ``.onnx_adapter`` file."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # lazy: onnxruntime's Python package loads only for adapter files
 
     if not params:
         raise AdapterError("an adapter needs at least one parameter")

@@ -677,7 +677,7 @@ def _sliding_window(
 def _attention_attributes(config: Config, present_keys: tuple[str, ...]) -> dict[int, dict]:
     """Integer attributes of the GroupQueryAttention node writing each layer's present key, by
     layer (read from the graph without its external weights)."""
-    import onnx
+    import onnx  # lazy: `import genai` does not load onnx; only this graph reading needs it
 
     filename = config.decoder.get("filename", "model.onnx")
     data = config.model_data(filename)

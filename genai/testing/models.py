@@ -46,6 +46,8 @@ from typing import Literal
 import numpy as np
 import onnx
 from onnx import TensorProto
+from tokenizers import AddedToken, Tokenizer, decoders, normalizers
+from tokenizers import models as tokenizer_models
 
 from genai.runtime.onnx_graph import MS_DOMAIN, GraphBuilder
 
@@ -456,10 +458,8 @@ def _write_tokenizer(
     context_length: int,
 ) -> None:
     """Write a Llama-style (SentencePiece-like BPE) tokenizer.json and tokenizer_config.json."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
-
     vocab, merges = _build_tokenizer_vocab(vocab_size)
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>"))
+    tokenizer = Tokenizer(tokenizer_models.BPE(vocab=vocab, merges=merges, unk_token="<unk>"))
     # No dummy-prefix space: with ``Prepend`` + ``Strip`` the reference's tokenizer and
     # ``tokenizers`` disagree on leading spaces; without them both encode and decode alike.
     tokenizer.normalizer = normalizers.Replace(" ", _SPACE)

@@ -25,6 +25,12 @@ from typing import Any
 
 import pytest
 
+import genai
+from genai._core import ort_api
+from genai.providers import get_provider_class
+from genai.runtime.config import normalize_provider_name
+from genai.testing.conformance.suite import ConformanceFixtures
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("genai", "genai provider conformance")
@@ -62,8 +68,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _is_conformance(item: pytest.Item) -> bool:
-    from genai.testing.conformance.suite import ConformanceFixtures
-
     cls = getattr(item, "cls", None)
     return cls is not None and issubclass(cls, ConformanceFixtures)
 
@@ -162,9 +166,6 @@ def collected_results(config: pytest.Config) -> list[dict[str, Any]]:
 
 
 def _provider_description(config: pytest.Config) -> dict[str, Any]:
-    from genai.providers import get_provider_class
-    from genai.runtime.config import normalize_provider_name
-
     name = normalize_provider_name(config.getoption("genai_provider", None) or "cpu")
     try:
         cls = get_provider_class(name)
@@ -180,13 +181,9 @@ def _provider_description(config: pytest.Config) -> dict[str, Any]:
 
 def environment() -> dict[str, str]:
     """Versions that matter for a conformance result."""
-    import genai
-
     info = {"genai": genai.__version__, "python": platform.python_version(),
             "platform": platform.platform()}  # fmt: skip
     try:
-        from genai._core import ort_api
-
         info["onnxruntime"] = str(ort_api.version())
         info["onnxruntime_library"] = str(ort_api.library_path())
     except Exception as exc:

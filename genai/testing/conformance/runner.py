@@ -30,7 +30,7 @@ def run_conformance(
     pytest's own), in a scratch root directory so that no project configuration applies.
     """
     try:
-        import pytest
+        import pytest  # lazy: pytest is the optional 'conformance' extra
     except ImportError as exc:  # pragma: no cover - pytest is a test dependency
         raise RuntimeError("the conformance suite needs pytest: pip install pytest") from exc
     suite_file = Path(__file__).with_name("_collect_suite.py")

@@ -28,6 +28,7 @@ import genai
 from genai.errors import ConfigError, GenerationError, ProviderUnavailableError, SearchOptionError
 from genai.providers import REQUIREMENTS, ExecutionProvider, get_provider_class
 from genai.runtime.config import normalize_provider_name
+from genai.testing.models import write_gqa_decoder
 
 __all__ = [
     "BatchTests",
@@ -131,8 +132,6 @@ class ConformanceFixtures:
             return Path(explicit)
         key = (str(tmp_path_factory.getbasetemp()), "gqa")
         if key not in _MODELS or not (_MODELS[key] / "genai_config.json").is_file():
-            from genai.testing.models import write_gqa_decoder
-
             root = tmp_path_factory.mktemp("genai-conformance")
             _MODELS[key] = write_gqa_decoder(root, name="gqa", seed=11)
         return _MODELS[key]
@@ -151,8 +150,6 @@ class ConformanceFixtures:
             return Path(explicit)
         key = (str(tmp_path_factory.getbasetemp()), "gqa-static")
         if key not in _MODELS or not (_MODELS[key] / "genai_config.json").is_file():
-            from genai.testing.models import write_gqa_decoder
-
             root = tmp_path_factory.mktemp("genai-conformance")
             _MODELS[key] = write_gqa_decoder(root, name="gqa-static", seed=11, static_mask=True)
         return _MODELS[key]
