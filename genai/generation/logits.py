@@ -136,13 +136,8 @@ class LogitsChain:
             self.set_logit_bias(None, logit_bias)
         for processor in processors:
             self.add_processor(processor)
-        if constraints is not None and len(constraints) != self.rows:
-            raise InvalidArgumentError(
-                f"{len(constraints)} constraints for {self.rows} rows: pass one per row (or None)"
-            )
-        self.constraints: list[Any | None] | None = (
-            list(constraints) if constraints is not None and any(constraints) else None
-        )
+        self.constraints: list[Any | None] | None = None
+        self.set_constraints(constraints)
         self.ban_eos = bool(ban_eos)
         self.n_logprobs = logprobs
         if logprobs is not None:
@@ -248,6 +243,17 @@ class LogitsChain:
     def seed(self, seed: int = -1, row: int | None = None, stream: int | None = None) -> None:
         """Reseed the RNG streams (as `Sampler.seed`)."""
         self.sampler.seed(seed, row=row, stream=stream)
+
+    def set_constraints(self, constraints: Sequence[Any | None] | None) -> None:
+        """Per row, the `TokenConstraint` of stage 1 (None: that row is unconstrained);
+        None: no guidance."""
+        if constraints is not None and len(constraints) != self.rows:
+            raise InvalidArgumentError(
+                f"{len(constraints)} constraints for {self.rows} rows: pass one per row (or None)"
+            )
+        self.constraints = (
+            list(constraints) if constraints is not None and any(constraints) else None
+        )
 
     def _rows_of(self, row: int | None) -> range | tuple[int]:
         if row is None:
