@@ -22,19 +22,34 @@ model, each run from its own thread (`genai.serve.scheduler_group`).
 
 `GeneratorBatchRunner` is the fallback for other layouts (separate past/present tensors,
 position_ids, combined K/V): one batch-1 `Generator` per slot, run one after another in a
-decode step. Same interface and tokens, no batching speed-up.
+decode step. Same interface and tokens, no batching speed-up; each slot's generator runs its
+model through the decode driver of that model's kind (`genai.generation.drivers`).
+
+A batch runner is not a `genai.generation.drivers.Driver`: a driver advances one batch of rows
+in lockstep for one generator (one length, one native loop that chooses and commits every
+row's token), while a batch runner serves independent slots, each with its own length,
+filled, emptied and compacted as requests come and go, and leaves the choice of tokens to
+the scheduler. Like a driver it is the model side only, and it declares what it cannot do in
+the same ``unsupported`` mapping (`genai.generation.drivers.require` raises its reason).
 """
 
 from __future__ import annotations
 
+import abc
 import mmap
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from genai.errors import ConfigError
+from genai.generation.drivers import require
+from genai.generation.generator import Generator
+from genai.generation.generator_params import GeneratorParams
 
 if TYPE_CHECKING:
+    from genai._core.native_session import NativeSession
     from genai.runtime.model import Model
 
 __all__ = [
@@ -55,8 +70,19 @@ def _lazy_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.frombuffer(region, dtype, count=count).reshape(shape)
 
 
-class BatchRunner:
+class BatchRunner(abc.ABC):
     """Common interface of the runners (see the module docstring)."""
+
+    #: Operation -> why this runner cannot do it (as `genai.generation.drivers.Driver`):
+    #: ``"snapshot"`` is prefix reuse (`export_prefix` / `load_prefix`).
+    unsupported: Mapping[str, str] = MappingProxyType(
+        {
+            "snapshot": (
+                "prefix reuse (export_prefix / load_prefix) needs slots that are rows of "
+                "shared KV buffers (SlotBatchRunner)"
+            )
+        }
+    )
 
     max_slots: int
     vocab_size: int
@@ -67,28 +93,30 @@ class BatchRunner:
     #: True when `decode` runs every slot in one batched model run.
     batched: bool = False
 
+    @abc.abstractmethod
     def prefill(self, slot: int, tokens: np.ndarray) -> np.ndarray:
         """Feed ``tokens`` to ``slot`` after its cached ones; the logits after the last."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
         """Feed ``tokens[b]`` to slot b for b < len(tokens) in one step; logits [n, vocab].
         Rows with ``advance[b]`` False (default: all True) are fillers: their slot's length
         is left as it was (a prefill later overwrites what the step wrote there)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def release(self, slot: int, active: int) -> int | None:
         """Free ``slot`` among the ``active`` compact slots 0..active-1: the last active slot
         moves into it. Returns the index that moved (now ``slot``), or None."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def reset(self, slot: int) -> None:
         """Empty ``slot`` for a new sequence."""
-        raise NotImplementedError
 
     def load_prefix(self, slot: int, kv: list[np.ndarray], length: int) -> None:
-        """Fill ``slot`` with a cached prefix (arrays from `export_prefix`) of ``length``."""
-        raise NotImplementedError
+        """Fill ``slot`` with a cached prefix (arrays from `export_prefix`) of ``length``;
+        `NotImplementedError` where ``"snapshot"`` is unsupported."""
+        require(self, "snapshot")
+        raise NotImplementedError("load_prefix")
 
     def export_prefix(self, slot: int, length: int) -> list[np.ndarray] | None:
         """Copies of ``slot``'s first ``length`` KV positions (None: prefix reuse
@@ -107,6 +135,8 @@ class SlotBatchRunner(BatchRunner):
     batched = True
     #: Set while a prefill and a decode run at the same time: growing would move buffers.
     frozen = False
+    #: Slots are rows of shared buffers: prefixes export and load.
+    unsupported: Mapping[str, str] = MappingProxyType({})
 
     def __init__(
         self,
@@ -202,7 +232,7 @@ class SlotBatchRunner(BatchRunner):
         return sum(b.nbytes for b in self._buffers)
 
     # --- runs -----------------------------------------------------------------------------------
-    def _bind_kv(self, session, rows: slice) -> None:
+    def _bind_kv(self, session: NativeSession, rows: slice) -> None:
         for (past, present), buf in zip(self._pairs, self._buffers, strict=True):
             view = buf[rows]
             session.bind_input(past, view)
@@ -307,8 +337,6 @@ class GeneratorBatchRunner(BatchRunner):
     batched = False
 
     def __init__(self, model: Model, max_slots: int = 16, *, max_chunk: int = 256) -> None:
-        from genai.generation.generator_params import GeneratorParams
-
         self.model = model
         self.max_slots = max_slots
         self.max_chunk = max_chunk
@@ -317,22 +345,22 @@ class GeneratorBatchRunner(BatchRunner):
         self.lengths = np.zeros(max_slots, np.int64)
         self._params = GeneratorParams(model)
         self._params.set_search_options(max_length=self.max_length)
-        self._gens: list = [None] * max_slots
+        self._gens: list[Generator | None] = [None] * max_slots
         #: Generators of finished sequences, rewound to 0, for the next ones.
-        self._spare: list = []
+        self._spare: list[Generator] = []
         #: Generators made so far.
         self.generators_made = 0
 
-    def _generator(self, slot: int):
-        from genai.generation.generator import Generator
-
-        if self._gens[slot] is None:
+    def _generator(self, slot: int) -> Generator:
+        gen = self._gens[slot]
+        if gen is None:
             if self._spare:
-                self._gens[slot] = self._spare.pop()
+                gen = self._spare.pop()
             else:
-                self._gens[slot] = Generator(self.model, self._params)
+                gen = Generator(self.model, self._params)
                 self.generators_made += 1
-        return self._gens[slot]
+            self._gens[slot] = gen
+        return gen
 
     def _retire(self, slot: int) -> None:
         """Keep ``slot``'s generator (rewound to 0) for a later sequence."""

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from genai._core.sampling import Sampler
     from genai.runtime.model import DecoderIO
 
-__all__ = ["Driver", "LoopSettings", "new_loop", "require"]
+__all__ = ["Declares", "Driver", "LoopSettings", "new_loop", "require"]
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,13 @@ class Driver(Protocol):
         ...
 
 
-def require(driver: Driver, operation: str) -> None:
+class Declares(Protocol):
+    """Anything that declares what it cannot do: a `Driver`, a serving batch runner."""
+
+    unsupported: Mapping[str, str]
+
+
+def require(driver: Declares, operation: str) -> None:
     """Raise `NotImplementedError` with the driver's reason when it declares ``operation``
     unsupported."""
     reason = driver.unsupported.get(operation)
