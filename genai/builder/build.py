@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,8 @@ from genai.builder.onnx_writer import write_onnx
 from genai.builder.sources import GGUFSource, HFSource, Source, open_source
 from genai.builder.spec import ModelSpec
 from genai.builder.tokenizer_gguf import write_tokenizer_files
+
+log = logging.getLogger(__name__)
 
 __all__ = ["build", "genai_config"]
 
@@ -148,10 +152,13 @@ def build(
     reference and cannot start from an empty past.
     ``stage``: optional progress reporter (see :data:`StageFactory`).
     """
+    started = time.perf_counter()
     source = open_source(input_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = source.spec
+    log.info("building %s (%s, %d layers, %s) into %s", input_path, spec.arch,
+             spec.num_layers, precision, out)  # fmt: skip
     update = stage("weights", spec.num_layers + 2) if stage else None
     write_onnx(
         source,
@@ -168,4 +175,5 @@ def build(
     (out / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
     if tok_update:
         tok_update(1, 1)
+    log.info("built %s in %.1f s", out, time.perf_counter() - started)
     return out

@@ -67,6 +67,7 @@ _callback: Callable[[str], Any] | None = None
 _handler: logging.Handler | None = None
 _handler_destination: tuple[Any, ...] | None = None
 _saved_propagate: bool | None = None
+_saved_level: int | None = None
 
 # ANSI SGR codes, as the reference colours its labels.
 _BOLD, _RESET, _BG_BLUE, _BG_YELLOW = "\x1b[1m", "\x1b[0m", "\x1b[44m", "\x1b[43m"
@@ -141,7 +142,7 @@ def _new_handler(destination: tuple[Any, ...]) -> logging.Handler:
 def _install() -> None:
     """Make the ``genai`` logger match the options (called with the lock held). The handler
     is replaced only when the destination changes (a log file is opened, and emptied, once)."""
-    global _handler, _handler_destination, _saved_propagate
+    global _handler, _handler_destination, _saved_propagate, _saved_level
     if _filter not in LOGGER.filters:
         LOGGER.addFilter(_filter)
     wanted = _destination() if _options["enabled"] else None
@@ -150,7 +151,9 @@ def _install() -> None:
         _handler.close()
         _handler, _handler_destination = None, None
     if wanted is None:
-        LOGGER.setLevel(logging.NOTSET)
+        if _saved_level is not None:  # the level the application (or `genai -v`) had set
+            LOGGER.setLevel(_saved_level)
+            _saved_level = None
         if _saved_propagate is not None:
             LOGGER.propagate = _saved_propagate
             _saved_propagate = None
@@ -159,6 +162,8 @@ def _install() -> None:
         _handler = _new_handler(wanted)
         _handler_destination = wanted
         LOGGER.addHandler(_handler)
+    if _saved_level is None:
+        _saved_level = LOGGER.level
     LOGGER.setLevel(logging.DEBUG)
     if _saved_propagate is None:
         # One destination, as in the reference: not also the application's root handlers.

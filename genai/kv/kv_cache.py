@@ -22,6 +22,7 @@ works as long as the positions the next token attends to (the last W - 1) are st
 from __future__ import annotations
 
 import ctypes
+import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
     from genai.providers import ExecutionProvider
     from genai.runtime.model import DecoderIO
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "GrowingKVCache",
@@ -153,7 +156,14 @@ class SharedKVCache(KVCache):
             raise ValueError(f"{needed} positions exceed max_length {self.max_length}")
         target = max(needed, int(self.capacity * self.growth_factor))
         target = -(-target // self.block) * self.block
+        before = self.capacity
         self._allocate(min(target, self.max_length), filled)
+        log.debug(
+            "shared KV cache grows from %d to %d positions (%.1f MiB)",
+            before,
+            self.capacity,
+            self.nbytes / 2**20,
+        )
         return self.capacity
 
     def read(self, name: str) -> np.ndarray | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import importlib.util
+import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,6 +47,8 @@ from genai.runtime.config import normalize_provider_name
 if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
     from genai.runtime.config import Config
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "REQUIREMENTS",
@@ -632,6 +635,12 @@ class _Registry:
             for cls, aliases in self.manual:
                 self.add(cls, aliases)
             self.built = True
+            log.debug(
+                "execution providers registered: %s",
+                ", ".join(
+                    f"{c.name} ({self.plugins.get(k, '<manual>')})" for k, c in self.classes.items()
+                ),
+            )
         finally:
             self.building = False
 

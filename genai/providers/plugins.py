@@ -43,8 +43,9 @@ from genai.providers import hookspecs
 from genai.providers.hookspecs import PROJECT, hookimpl
 from genai.runtime.config import normalize_provider_name
 
+log = logging.getLogger(__name__)
 #: Hook-call tracing (``GENAI_TRACE_PLUGINS=1``).
-_trace_log = logging.getLogger("genai.providers.plugins.trace")
+_trace_log = logging.getLogger(f"{__name__}.trace")
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -155,6 +156,7 @@ def _register(pm: pluggy.PluginManager, plugin: object, name: str, origin: str) 
         raise PluginError(f"plugin {name!r} ({origin}) is invalid: {exc}") from exc
     except ValueError as exc:  # already registered under another name, or name taken
         raise PluginError(f"plugin {name!r} ({origin}) cannot be registered: {exc}") from exc
+    log.debug("plugin %r loaded (%s)", name, origin)
 
 
 def _load_entry_points(pm: pluggy.PluginManager) -> None:

@@ -19,6 +19,7 @@ graph's initializer (or, with none, must be fed otherwise, as in the reference).
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import weakref
 from collections.abc import Mapping
@@ -33,6 +34,8 @@ from genai.errors import GenaiError
 if TYPE_CHECKING:
     from genai.generation.generator import Generator
     from genai.runtime.model import AdapterInput, LoraInput, Model
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "AdapterError",
@@ -157,6 +160,7 @@ class Adapters:
         params = read_adapter_file(path)
         _check_params(path, params, lora, others)
         self._adapters[name] = _Adapter(name, path, params)
+        log.info("adapter %r loaded from %s (%d parameters)", name, path, len(params))
 
     def unload(self, name: str) -> None:
         """Drop the adapter ``name``. AdapterError when no adapter has that name;

@@ -3,8 +3,10 @@ of the decoder graph's inputs and outputs."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import time
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,6 +30,8 @@ from genai.runtime import hugepages
 from genai.runtime.config import Config, normalize_provider_name
 
 __all__ = ["AdapterInput", "DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
+
+log = logging.getLogger(__name__)
 
 _SUPPORTED_DTYPES = {np.dtype(t) for t in (np.float32, np.float16, np.int64, np.int32)}
 #: KV caches may also be uint8: quantized static caches of windowed (QNN-style) models.
@@ -217,6 +221,7 @@ class Model:
     """
 
     def __init__(self, config: str | os.PathLike[str] | Config) -> None:
+        started = time.perf_counter()
         self.config = config if isinstance(config, Config) else Config(config)
         refuse_unsupported_features(self.config)
         model_type = self.config.get("model.type")
@@ -250,6 +255,7 @@ class Model:
         self.shape_sessions: dict[int, NativeSession] = {}
         if pipelined:
             self._load_pipeline()
+            self._log_loaded(started, f"{len(self.stage_sessions)} pipeline sessions")
             return
         shapes = static_shape_overrides(self.config) if self.provider.static_shapes else {}
         # The session's weights (prepacked by ORT into anonymous memory) are backed by 2 MiB
@@ -288,6 +294,17 @@ class Model:
                 f"{self.config.file}: LoRA inputs in a windowed model with one session per run "
                 f"length ({self.provider.name}'s static shapes) are not supported"
             )
+        self._log_loaded(started, f"{len(self.shape_sessions) or 1} session(s)")
+
+    def _log_loaded(self, started: float, sessions: str) -> None:
+        log.info(
+            "loaded %s (model.type %s, %s) on %s in %.0f ms",
+            self.config.path,
+            self.config.get("model.type"),
+            sessions,
+            self.provider.name,
+            1000 * (time.perf_counter() - started),
+        )
 
     def _check_ignored_pipeline(self, model_type: str) -> None:
         """A pipeline section under another model type: the reference ignores it and loads
@@ -439,6 +456,13 @@ class Model:
             # model given as bytes does not have: the model folder, as the reference (unless
             # the session options name another folder).
             entries.setdefault(_EXTERNAL_DATA_FOLDER, str(Path(config.path).resolve()))
+        log.debug(
+            "session for %s: provider %s, options %s, fixed dimensions %s",
+            path,
+            provider.name,
+            dict(provider_options),
+            overrides or None,
+        )
         try:
             return NativeSession(
                 str(path),

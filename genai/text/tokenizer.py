@@ -9,6 +9,7 @@ text chunks one token at a time without ever splitting a UTF-8 character.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +29,8 @@ from genai.text.chat_template import (
 )
 
 __all__ = ["ChatTemplateError", "Tokenizer", "TokenizerStream"]
+
+log = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"
 GENAI_CONFIG_FILE = "genai_config.json"
@@ -168,6 +171,7 @@ class Tokenizer:
             [self._hf.get_vocab_size(with_added_tokens=True), *(i + 1 for i in added)]
         )
         self._load_special_ids(config, has_model_config)
+        log.debug("tokenizer loaded from %s (%d tokens)", file, self._known_size)
 
     # -- configuration ----------------------------------------------------------------------
 
