@@ -1,5 +1,6 @@
 """The ``genai`` command line (also ``python -m genai``).
 
+genai [-v | -vv] COMMAND ...   (before the command: log genai's INFO / DEBUG records to stderr)
 genai generate [-m MODEL_DIR] "prompt" [--chat] [--max-length N] [--threads N] [-v]
 genai chat [-m MODEL_DIR] [--system TEXT] [--max-new-tokens N] [--threads N] [-v]
 genai build INPUT -o OUT [--precision int4|fp16|fp32] [--all-logits]
@@ -9,16 +10,23 @@ genai conformance PROVIDER [--model DIR] [--report FILE.json] [-o KEY=VALUE]... 
 genai serve [-m MODEL_DIR] [--host 127.0.0.1] [--port 8000] [--max-slots N] [--threads N] ...
 
 Plugins add subcommands through the ``register_commands`` hook.
+
+The top-level ``-v``/``--verbose`` (given before the command) configures the standard-library
+``genai`` logger: its INFO records (``-vv``: DEBUG too) go to stderr while the command runs.
+It is not the subcommands' own ``-v`` (after the command): ``generate -v`` and ``chat -v``
+print speeds, ``conformance -v`` makes pytest verbose.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import genai
@@ -31,6 +39,11 @@ __all__ = ["main"]
 
 DEFAULT_NEW_TOKENS = 256
 
+log = logging.getLogger(__name__)
+
+#: Format of the records ``genai -v`` writes to stderr.
+LOG_FORMAT = "genai: %(levelname)s %(name)s: %(message)s"
+
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -38,6 +51,15 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Run generative ONNX models (onnxruntime-genai model folders).",
     )
     parser.add_argument("--version", action="version", version=f"genai {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        dest="log_verbosity",
+        help="log genai's INFO records to stderr (-vv: DEBUG too); give it before COMMAND "
+        "(a command's own -v, after it, is that command's option)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     gen = commands.add_parser(
@@ -558,17 +580,66 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at each record (tests swap it)."""
+
+    @property
+    def stream(self) -> object:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
+def _leading_verbosity(argv: Sequence[str]) -> int:
+    """The count of top-level ``-v`` / ``--verbose`` flags: those before the command."""
+    count = 0
+    for arg in argv:
+        if not arg.startswith("-"):
+            break
+        if arg == "--verbose":
+            count += 1
+        elif len(arg) > 1 and arg[1] != "-" and set(arg[1:]) == {"v"}:
+            count += len(arg) - 1
+    return count
+
+
+@contextlib.contextmanager
+def _logging_to_stderr(verbosity: int) -> Iterator[None]:
+    """With ``verbosity`` 1 (2 or more), the ``genai`` logger's INFO (DEBUG) records go to
+    stderr until the block ends; the logger's level and handlers are restored after."""
+    if verbosity <= 0:
+        yield
+        return
+    logger = logging.getLogger("genai")
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    saved = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if verbosity == 1 else logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``genai`` console script; returns the exit status."""
-    parser = _build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except KeyboardInterrupt:
-        return 130
-    except (FileNotFoundError, ValueError, NotImplementedError, RuntimeError) as exc:
-        print(f"genai: error: {exc}", file=sys.stderr)
-        return 1
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Configured before the parser is built: building it loads the plugins, which log.
+    with _logging_to_stderr(_leading_verbosity(argv)):
+        parser = _build_parser()
+        args = parser.parse_args(argv)
+        try:
+            return int(args.handler(args))
+        except KeyboardInterrupt:
+            return 130
+        except (FileNotFoundError, ValueError, NotImplementedError, RuntimeError) as exc:
+            log.debug("%s failed", args.command, exc_info=True)
+            print(f"genai: error: {exc}", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -100,3 +101,45 @@ def test_chat_rejects_bad_options(fixture_folders):
         input="hi\n", capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 1 and "--max-new-tokens must be >= 1" in result.stderr
+
+
+def _generate(folder, *flags: str, verbose_after: bool = False) -> list[str]:
+    args = [*flags, "generate", "-m", str(folder), "abc", "--max-length", "12"]
+    return [*args, "-v"] if verbose_after else args
+
+
+def test_top_level_verbose_logs_genai_info_records_to_stderr(fixture_folders, capsys):
+    folder = fixture_folders["gqa"]
+    logger = logging.getLogger("genai")
+    level, handlers = logger.level, list(logger.handlers)
+    assert main(_generate(folder, "-v")) == 0
+    err = capsys.readouterr().err
+    assert f"genai: INFO genai.runtime.model: loaded {folder.resolve()}" in err
+    assert "DEBUG" not in err
+    assert "tok/s" not in err  # the top-level flag is not generate's own -v
+    assert (logger.level, logger.handlers) == (level, handlers)  # restored after the command
+
+    assert main(_generate(folder)) == 0
+    assert "INFO" not in capsys.readouterr().err
+
+    assert main(_generate(folder, verbose_after=True)) == 0  # generate's -v: speeds, no logging
+    err = capsys.readouterr().err
+    assert "tok/s" in err and "INFO" not in err
+
+
+def test_top_level_vv_adds_debug_records(fixture_folders, capsys):
+    folder = fixture_folders["gqa"]
+    assert main(_generate(folder, "-vv")) == 0
+    err = capsys.readouterr().err
+    assert "genai: DEBUG genai.runtime.model: session for " in err
+    assert "genai: INFO genai.runtime.model: loaded" in err
+    assert main(_generate(folder, "--verbose", "--verbose")) == 0
+    assert "genai: DEBUG" in capsys.readouterr().err
+
+
+def test_top_level_verbose_shows_the_traceback_of_an_error(capsys):
+    assert main(["-vv", "generate", "-m", "/nonexistent/folder", "x"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "genai: error:" in err
+    assert main(["generate", "-m", "/nonexistent/folder", "x"]) == 1
+    assert "Traceback" not in capsys.readouterr().err
