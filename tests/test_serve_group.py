@@ -13,8 +13,9 @@ import genai
 
 pytest.importorskip("fastapi")
 
+from genai.generation.search import SearchOptions
 from genai.serve.batch_runner import SlotBatchRunner
-from genai.serve.scheduler import GenerationRequest, QueueFullError, SamplingOptions
+from genai.serve.scheduler import GenerationRequest, QueueFullError
 from genai.serve.scheduler_group import SchedulerGroup
 from tests.serve_helpers import EOS, alone_greedy, prompts_of, run_with, staggered_greedy
 
@@ -32,7 +33,7 @@ def make_group(model, members=2, slots=4, **options):
 
 
 def greedy(prompt, new=16):
-    return GenerationRequest(prompt, new, SamplingOptions(temperature=0.0))
+    return GenerationRequest(prompt, new, SearchOptions())
 
 
 def test_group_gives_batch1_tokens(gqa_model):
@@ -117,7 +118,7 @@ def test_group_shares_one_prefix_cache(gqa_model):
     async def main():
         # a long first request on member 0; once its prompt is in, the second one arrives
         # and goes to member 1 (member 0 holds a sequence)
-        long = GenerationRequest(prompts[0], 200, SamplingOptions(temperature=0.0))
+        long = GenerationRequest(prompts[0], 200, SearchOptions())
         long.ignore_eos = True
         running = asyncio.ensure_future(collect(group.submit([long])))
         while first.stats["prefill_tokens"] < len(prompts[0]):

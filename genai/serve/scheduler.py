@@ -77,13 +77,6 @@ class QueueFullError(GenaiError, RuntimeError):
     """The waiting queue is full (HTTP 429)."""
 
 
-def SamplingOptions(**openai: Any) -> SearchOptions:
-    """Deprecated: `SearchOptions.from_openai` (the server's requests use `SearchOptions`,
-    as `Generator` does). Kept while callers move; the logit bias is
-    `GenerationRequest.logit_bias`."""
-    return SearchOptions.from_openai(**openai)
-
-
 @dataclass
 class GenerationRequest:
     """One sequence to generate (a choice of an API request)."""
