@@ -27,13 +27,6 @@ LAZY_MARK = "# lazy:"
 #: (file relative to the repository root, imported module) -> why it stays. Shrink it, never
 #: grow it; `test_allow_list_has_no_stale_entries` says when an entry can go.
 ALLOWED_FUNCTION_LEVEL: dict[tuple[str, str], str] = {
-    # genai/generation and genai/serve: owned by the driver / logits-chain work.
-    ("genai/generation/generator_params.py", "genai.constraints.guidance"): "driver work",
-    ("genai/serve/__init__.py", "genai.serve.app"): "serve: lazy, fastapi is optional (mark it)",
-    ("genai/serve/__init__.py", "genai.serve.server"): "serve: lazy, uvicorn is optional (mark)",
-    ("genai/serve/app.py", "genai.runtime.model"): "serve work",
-    ("genai/serve/app.py", "genai"): "serve work",
-    ("genai/serve/app.py", "genai.constraints.guidance"): "logits-chain work",
     # genai/_core/*.pyx: compiled; none of these is needed for a cycle (ort_api, errors and
     # runtime.buffers import nothing of genai's), they move up with the next rebuild.
     ("genai/_core/decoder_loop.pyx", "genai.errors"): "compiled module, next rebuild",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai.compat.unsupported import not_implemented
+from genai.constraints.guidance import check_guidance
 from genai.generation.logits import ProcessorLike, check_processor
 from genai.generation.search import SearchOptions
 
@@ -102,8 +103,6 @@ class GeneratorParams:
             self.guidance = None
             self.guidance_ff_tokens = False
             return
-        from genai.constraints.guidance import check_guidance
-
         check_guidance(type, data)
         self.guidance = (type, data)
         self.guidance_ff_tokens = bool(enable_ff_tokens)

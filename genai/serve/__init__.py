@@ -12,11 +12,11 @@ __all__ = ["ServeEngine", "create_app", "run_server"]
 
 def __getattr__(name: str):
     if name in ("ServeEngine", "create_app"):
-        from genai.serve import app
+        from genai.serve import app  # lazy: fastapi (the serve extra) is optional
 
         return getattr(app, name)
     if name == "run_server":
-        from genai.serve.server import run_server
+        from genai.serve.server import run_server  # lazy: uvicorn is optional
 
         return run_server
     raise AttributeError(name)

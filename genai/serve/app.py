@@ -40,8 +40,11 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from genai.constraints.guidance import TokenConstraint
 from genai.constraints.tools import prepare_tool_chat
 from genai.generation.search import SearchOptions
+from genai.runtime.config import Config
+from genai.runtime.model import Model, default_intra_op_threads
 from genai.serve.batch_runner import make_batch_runner
 from genai.serve.metrics import ServerMetrics
 from genai.serve.protocol import (
@@ -56,6 +59,7 @@ from genai.serve.protocol import (
 from genai.serve.scheduler import GenerationRequest, QueueFullError, Scheduler
 from genai.serve.scheduler_group import SchedulerGroup
 from genai.text.chat_template import ChatTemplateError
+from genai.text.tokenizer import Tokenizer
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -129,8 +133,6 @@ def default_lanes(model: Any) -> int:
         return max(1, int(env))
     if getattr(getattr(model, "provider", None), "device", "cpu") != "cpu":
         return 1
-    from genai.runtime.model import default_intra_op_threads
-
     session = model.config.get("model.decoder.session_options", {}) or {}
     threads = int(session.get("intra_op_num_threads") or default_intra_op_threads())
     return max(1, min(4, _cores() // max(1, threads)))
@@ -225,17 +227,15 @@ class ServeEngine:
         cls, path: str | Path, *, threads: int | None = None, **options: Any
     ) -> ServeEngine:
         """Load the model folder ``path`` (``threads``: ORT intra-op threads)."""
-        import genai
-
-        config = genai.Config(str(path))
+        config = Config(str(path))
         if threads is not None:
             if threads < 1:
                 raise ValueError("threads must be >= 1")
             config.overlay(
                 {"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}
             )
-        model = genai.Model(config)
-        return cls(model, genai.Tokenizer(model), **options)
+        model = Model(config)
+        return cls(model, Tokenizer(model), **options)
 
     def start(self) -> None:
         """Start the scheduler thread (and shorten the GIL switch interval, process-wide)."""
@@ -289,8 +289,6 @@ class ServeEngine:
     def constraint_factory(self, kind: str, data: str) -> Any:
         """A `TokenConstraint` (validated now: a bad schema raises here, not in the
         scheduler)."""
-        from genai.constraints.guidance import TokenConstraint
-
         return TokenConstraint.create(self.tokenizer, kind, data, vocab_size=self.vocab_size)
 
 
