@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from genai._core.native_session import NativeSession
 
 import genai
 from genai._core import ort_api
+from genai._core.native_session import NativeSession
 from genai.errors import ConfigError, ProviderUnavailableError
 from genai.providers import plugins
 from genai.providers.base import (
