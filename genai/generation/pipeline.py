@@ -25,7 +25,8 @@ prompt and another for generation). Each step runs the stages in config order:
 
 `read_stages` parses the config; `check_stages` checks the stages against their graphs when
 `genai.Model` loads them; `PipelineRunner` runs a generator's pending tokens through them
-(`genai.Generator` keeps sequences, sampling and everything else, as for windowed models).
+(`genai.generation.drivers.pipeline.PipelineDriver` drives it for a `genai.Generator`, whose
+loop keeps sequences, sampling and everything else, as for windowed models).
 """
 
 from __future__ import annotations

@@ -104,7 +104,8 @@ class WindowedInputs:
 class WindowedRunner:
     """Runs a windowed model on a generator's pending tokens and writes each row's logits
     (those of the last non-pad token of a window, of the token of a one-token run) into
-    ``logits_rows`` (`genai.Generator` keeps sequences, sampling and everything else).
+    ``logits_rows`` (`genai.generation.drivers.windowed.WindowedDriver` drives it for a
+    `genai.Generator`, whose loop keeps sequences, sampling and everything else).
 
     ``session`` (a generator's binding) runs every window, unless the model has one static
     session per run length (``io.shape_sessions``): then ``session`` runs those of its own
