@@ -387,14 +387,6 @@ def test_processor_through_the_scheduler(gqa_model):
 
 
 # --- through Generator -------------------------------------------------------------------------
-#: Generator does not run the chain yet (its integration is pending, issue 16): this marker goes
-#: when it does (strict: the test then passes and the marker fails the run).
-pending = pytest.mark.xfail(
-    reason="Generator does not run the logits chain's custom processors yet", strict=True
-)
-
-
-@pending
 @pytest.mark.parametrize("options", SAMPLING[:2] + SAMPLING[3:])
 def test_processor_through_generator(gqa_model, options):
     """`GeneratorParams.add_logits_processor` on the fixture model: the first processor sees

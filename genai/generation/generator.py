@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai._core import sampling
-from genai._core.sampling import Sampler
 from genai.compat.unsupported import not_implemented
 from genai.constraints.guidance import TokenConstraint
 from genai.constraints.stop import StopStringMatcher
 from genai.errors import GenerationError, SearchOptionError, TensorNotFoundError
 from genai.generation.beam_search import BeamScorer
 from genai.generation.drivers import Driver, LoopSettings, make_driver, require
+from genai.generation.logits import LogitsChain
 from genai.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -113,6 +113,8 @@ class Generator:
                 )
             if params.logit_bias or search.logprobs or search.top_logprobs:
                 raise SearchOptionError("beam search does not take logit_bias or logprobs")
+            if params.logits_processors:
+                raise SearchOptionError("beam search does not take custom logits processors")
             self._beams = BeamScorer(
                 self.batch_size,
                 self.num_beams,
@@ -122,13 +124,18 @@ class Generator:
                 search.length_penalty,
                 search.early_stopping,
             )
-        elif search.needs_processing or params.logit_bias:
-            self._sampler = Sampler(batch, io.vocab_size, seed=search.random_seed)
-            self._sampler.configure(**search.sampler_options())
-            if params.logit_bias:
-                self._sampler.set_logit_bias(
-                    None, list(params.logit_bias), list(params.logit_bias.values())
-                )
+        #: The logits-processing chain (`genai.generation.logits`); None with beam search.
+        self._chain: LogitsChain | None = None
+        if self.num_beams == 1:
+            self._chain = LogitsChain(
+                batch,
+                io.vocab_size,
+                self._eos,
+                search,
+                logit_bias=params.logit_bias,
+                processors=params.logits_processors,
+            )
+            self._sampler = self._chain.loop_sampler  # None: the loop takes the argmax
         settings = LoopSettings(
             rows=batch,
             max_length=max_length,
@@ -181,7 +188,10 @@ class Generator:
             self._stops = [StopStringMatcher(search.stop) for _ in range(batch)]
             tokenizer = _tokenizer_of(model)
             self._streams = [tokenizer.create_stream() for _ in range(batch)]
-        self._python_stage = self._constraints is not None or self._stops is not None
+        if self._chain is not None:
+            self._chain.set_constraints(self._constraints)
+        chain_stage = self._chain is not None and self._chain.python_stage
+        self._python_stage = chain_stage or self._stops is not None
         #: per row: "stop" once a stop string matched (other reasons are read from the loop)
         self._finish: list[str | None] = [None] * batch
         self._all_finished = False
@@ -294,18 +304,24 @@ class Generator:
         loop, done = self._loop, self._done
         # plain Python on the flags: a NumPy call right after a model run costs tens of us
         active = [r for r, flag in enumerate(done.tolist()) if not flag]
-        constraints = self._constraints
-        if constraints is not None:
+        chain = self._chain
+        assert chain is not None
+        if chain.python_stage:
             if not loop.logits_ready:
                 self._driver.run()  # the next masks are computed meanwhile, on llguidance's side
-            self._mask_logits(active)
-        self._driver.step()
+            chain.prepare(
+                self._logits_rows,
+                self._sequences,
+                loop.length,
+                prompt_lengths=loop.prompt_length,
+                done=done,
+            )
+        self._driver.step()  # the choice, by the chain's sampler (chain.loop_sampler)
         tokens = loop.array("next_tokens")
         forced: list[int] = []
         for r in active:
             token = int(tokens[r])
-            if constraints is not None:
-                forced = constraints[r].advance(token)
+            forced = chain.accept(r, token)
             if self._stops is not None:
                 self._match_stop(r, token)
         # fast-forward (batch 1): append the forced tokens; the next step runs them at once
@@ -316,17 +332,6 @@ class Generator:
             if self._stops is not None:
                 self._match_stop(0, token)
         self._all_finished = all(done.tolist())
-
-    def _mask_logits(self, active: list[int]) -> None:
-        """Guidance's token masks on the current logits rows of the ``active`` rows (the
-        first stage of the logits-processing chain; the rest runs in the sampler)."""
-        constraints = self._constraints
-        assert constraints is not None
-        logits = self._logits_rows
-        for r in active:
-            constraints[r].fill_mask(logits[r])
-        if self._sampler is not None:
-            self._sampler.forget_logits()  # set_logits' block maxima predate the mask
 
     def _match_stop(self, row: int, token: int) -> None:
         assert self._stops is not None and self._streams is not None
@@ -428,12 +433,13 @@ class Generator:
                 "processing search option (e.g. do_sample=True)"
             )
         seed = options.pop("random_seed", None)
+        assert self._chain is not None
         try:
-            self._sampler.configure(row, **options)
+            self._chain.configure(row, **options)
         except (TypeError, ValueError) as exc:
             raise SearchOptionError(str(exc)) from exc
         if seed is not None:
-            self._sampler.seed(int(seed), row=row, stream=0)  # as a batch-1 run with that seed
+            self._chain.seed(int(seed), row=row, stream=0)  # as a batch-1 run with that seed
 
     def is_done(self) -> bool:
         """True when every row finished (EOS, a stop string; beam search: every batch entry has
