@@ -26,13 +26,7 @@ LAZY_MARK = "# lazy:"
 #: Function-level imports of genai modules that are known and not yet untangled:
 #: (file relative to the repository root, imported module) -> why it stays. Shrink it, never
 #: grow it; `test_allow_list_has_no_stale_entries` says when an entry can go.
-ALLOWED_FUNCTION_LEVEL: dict[tuple[str, str], str] = {
-    # genai/_core/*.pyx: compiled; none of these is needed for a cycle (ort_api, errors and
-    # runtime.buffers import nothing of genai's), they move up with the next rebuild.
-    ("genai/_core/decoder_loop.pyx", "genai.errors"): "compiled module, next rebuild",
-    ("genai/_core/native_session.pyx", "genai._core.ort_api"): "compiled module, next rebuild",
-    ("genai/_core/native_session.pyx", "genai.runtime.buffers"): "compiled module, next rebuild",
-}
+ALLOWED_FUNCTION_LEVEL: dict[tuple[str, str], str] = {}
 
 #: A Cython import statement at the start of a line (``cimport`` is compile time: ignored).
 _PYX_IMPORT = re.compile(r"^(\s*)(?:from\s+([\w.]+)\s+import\s+([\w, ()]+)|import\s+([\w.]+))")

@@ -199,11 +199,6 @@ def test_a_wrong_stub_signature_is_reported() -> None:
     assert _check_signature("move_rows", bookkeeping.move_rows, right.body[0]) == []  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pyproject.toml [tool.setuptools.package-data] lacks '_core/*.pyi' (packaging "
-    "tables owned elsewhere): the stubs are not in the wheel yet",
-)
 def test_stubs_ship_in_the_package_data() -> None:
     pyproject = tomllib.loads((CORE.parent.parent / "pyproject.toml").read_text("utf-8"))
     patterns = pyproject["tool"]["setuptools"]["package-data"]["genai"]

@@ -33,6 +33,7 @@ from genai._core.sampling cimport Sampler
 
 import numpy as np
 
+from genai.errors import GenerationError
 from genai.runtime.buffers import aligned_zeros
 
 cnp.import_array()
@@ -305,7 +306,6 @@ cdef class DecoderLoop:
     def push_tokens(self, tokens, bint all_done):
         """Append tokens chosen outside the loop (beam search) at ``length`` for every row."""
         if self.length >= self.max_length:
-            from genai.errors import GenerationError
             raise GenerationError("the sequence reached max_length")
         np.asarray(self.next_tokens)[:] = tokens
         np.asarray(self.sequences)[:, self.length] = tokens
@@ -613,7 +613,6 @@ cdef class DecoderLoop:
         if rc == LOOP_ERR_NAN:
             raise ValueError(f"cannot choose a token: {message}")
         if rc in (LOOP_ERR_FULL, LOOP_ERR_NOTHING):
-            from genai.errors import GenerationError
             raise GenerationError(message)
         if rc == LOOP_ERR_LOGITS:
             raise RuntimeError(message)

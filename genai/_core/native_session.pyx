@@ -43,7 +43,8 @@ from genai._core.ort_api cimport (
     status_to_exception,
 )
 
-from genai._core.ort_api import OrtError
+from genai._core.ort_api import OrtError, library_path, version
+from genai.runtime.buffers import aligned_zeros
 
 cnp.import_array()
 
@@ -164,7 +165,6 @@ cdef _append_provider_devices(const OrtFns* f, OrtEnv* env, OrtSessionOptions* o
     """Add one plugin-style execution provider for `devices` (EpDevice objects of one EP) to
     `opts` with SessionOptionsAppendExecutionProvider_V2."""
     if f.SessionOptionsAppendExecutionProvider_V2 == NULL:
-        from genai._core.ort_api import version
         raise OrtError(f"onnxruntime {version()} cannot append execution providers for "
                        "devices (SessionOptionsAppendExecutionProvider_V2 needs >= 1.22)")
     if not devices:
@@ -227,7 +227,6 @@ cdef const void* const* _api_table() except NULL:
     """The OrtApi function table of the library ort_api loaded (dlopen of a loaded path
     returns it): read the slots ort_api's OrtFns does not copy."""
     ort_fns()
-    from genai._core.ort_api import library_path
     path = library_path()
     cdef bytes bpath = os.fsencode(path)
     cdef void* handle = dlopen(bpath, RTLD_NOW | RTLD_LOCAL)
@@ -337,7 +336,6 @@ cdef class DeviceTensor:
         if any(d < 0 for d in shape):
             raise ValueError(f"DeviceTensor: negative dimension in {shape}")
         if staging is None:
-            from genai.runtime.buffers import aligned_zeros
 
             staging = aligned_zeros(shape, dtype)
         else:
@@ -621,7 +619,6 @@ cdef class NativeSession:
         if custom_ops_library is not None:
             lib = os.fspath(custom_ops_library)
             if f.RegisterCustomOpsLibrary_V2 == NULL:
-                from genai._core.ort_api import version
                 raise OrtError(f"registering custom ops library {lib}: onnxruntime {version()} "
                                "lacks RegisterCustomOpsLibrary_V2 (onnxruntime >= 1.14)")
             blib = os.fsencode(lib)
@@ -796,7 +793,6 @@ cdef class NativeSession:
         fn_missing = (f.SessionGetMemoryInfoForOutputs == NULL if outputs
                       else f.SessionGetMemoryInfoForInputs == NULL)
         if fn_missing:
-            from genai._core.ort_api import version
             raise OrtError(f"onnxruntime {version()} cannot report where a session keeps its "
                            "inputs/outputs (SessionGetMemoryInfoForInputs needs >= 1.23)")
         infos = <const OrtMemoryInfo**>calloc(n + 1, sizeof(OrtMemoryInfo*))
@@ -1552,7 +1548,6 @@ cdef class NativeSession:
             tensor.memory_name = "Cpu"
         else:
             if f.CopyTensors == NULL:
-                from genai._core.ort_api import version
                 raise OrtError(f"onnxruntime {version()} cannot copy to device tensors "
                                "(CopyTensors needs >= 1.23)")
             _load_device_fns()
@@ -1674,7 +1669,6 @@ cdef class NativeSession:
         cdef int device_type = ORT_MEMINFO_DEVICE_CPU
         if device_memory:
             if self.fn.SessionGetMemoryInfoForOutputs == NULL or self.fn.CopyTensors == NULL:
-                from genai._core.ort_api import version
                 raise OrtError(f"onnxruntime {version()} cannot keep outputs in device memory "
                                "(needs >= 1.23)")
             infos = <const OrtMemoryInfo**>calloc(self.n_outputs + 1, sizeof(OrtMemoryInfo*))
