@@ -19,9 +19,10 @@ import pytest
 
 import genai
 from genai.errors import ConfigError, GenerationError
-from genai.generation.pipeline import PipelineRunner, PipelineStage, stage_session_options
+from genai.generation.pipeline import PipelineRunner
 from genai.providers import CPUProvider
 from genai.runtime import model as genai_model
+from genai.runtime.pipeline_stages import PipelineStage, stage_session_options
 from genai.testing.models import write_gqa_decoder, write_optimum_decoder
 from genai.testing.pipeline import PIPELINE_TYPE, write_pipeline_decoder
 from tests.parity import assert_same_run, greedy

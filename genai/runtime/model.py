@@ -17,17 +17,17 @@ import numpy as np
 from genai._core.native_session import NativeSession
 from genai.compat import logging_options
 from genai.errors import ConfigError
-from genai.generation.pipeline import (
+from genai.kv.windowed_cache import static_shape_overrides
+from genai.providers import ExecutionProvider, get_provider, plugins
+from genai.runtime import hugepages
+from genai.runtime.config import Config, normalize_provider_name
+from genai.runtime.pipeline_stages import (
     PIPELINE_TYPE,
     PipelineStage,
     check_stages,
     read_stages,
     stage_session_options,
 )
-from genai.kv.windowed_cache import static_shape_overrides
-from genai.providers import ExecutionProvider, get_provider, plugins
-from genai.runtime import hugepages
-from genai.runtime.config import Config, normalize_provider_name
 
 __all__ = ["AdapterInput", "DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
 
