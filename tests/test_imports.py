@@ -303,3 +303,29 @@ def f():
         (15, False, True),
         (18, False, True),
     ]
+
+
+#: The layers of docs/architecture.md: a package may import the ones below it, never above.
+#: (genai itself, cli, serve, builder and testing sit on top; errors and _core at the bottom.)
+LOWER_LAYERS = {
+    "genai.generation": {"genai.serve"},
+    "genai.runtime": {"genai.generation", "genai.serve"},
+    "genai.kv": {"genai.generation", "genai.serve"},
+    "genai.providers": {"genai.generation", "genai.serve", "genai.kv"},
+    "genai.constraints": {"genai.generation", "genai.serve", "genai.runtime", "genai.kv"},
+    "genai.text": {"genai.generation", "genai.serve", "genai.constraints", "genai.kv"},
+    "genai.compat": {"genai.generation", "genai.serve", "genai.runtime", "genai.kv"},
+}
+
+
+def test_the_layers_import_one_way() -> None:
+    """No package imports (at import time) one that sits above it in docs/architecture.md."""
+    wrong = [
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        for package, above in LOWER_LAYERS.items()
+        if module == package or module.startswith(package + ".")
+        for target in targets
+        if any(target == a or target.startswith(a + ".") for a in above)
+    ]
+    assert not wrong, "imports against the layering:\n" + "\n".join(sorted(wrong))
