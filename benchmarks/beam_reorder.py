@@ -17,9 +17,9 @@ import tempfile
 import time
 
 import numpy as np
-from genai._core.bookkeeping import move_rows
 
 import genai
+from genai._core.bookkeeping import move_rows
 from genai.testing.models import write_gqa_decoder
 
 LAYERS, KV_HEADS, HEAD = 30, 3, 64

@@ -14,9 +14,9 @@ import importlib.util
 
 import numpy as np
 import pytest
-from genai._core.native_session import DeviceTensor
 
 import genai
+from genai._core.native_session import DeviceTensor
 from genai.errors import ConfigError
 from genai.providers import CPUProvider, GraphCapture, Placement
 from genai.testing.models import write_gqa_decoder
