@@ -33,6 +33,7 @@ import genai
 from genai._version import __version__
 from genai.builder.cli import add_build_commands, ensure_default_model
 from genai.builder.peft import CONVERT_DESCRIPTION, add_convert_arguments, run_convert
+from genai.errors import GenaiError, InvalidArgumentError, MissingDependencyError
 from genai.providers import PluginEPProvider, get_provider_class, list_providers, plugins
 
 __all__ = ["main"]
@@ -274,7 +275,7 @@ def _serve_ray(args: argparse.Namespace) -> int:
 
         from genai.serve.ray_serve import build_app
     except ImportError as exc:
-        raise RuntimeError(
+        raise MissingDependencyError(
             f"genai serve --ray needs the 'ray' extra (pip install 'genai-runtime[ray]'): {exc}"
         ) from exc
     if args.model is None:
@@ -319,7 +320,7 @@ def _serve(args: argparse.Namespace) -> int:
         from genai.serve.app import ServeEngine
         from genai.serve.server import run_server
     except ImportError as exc:
-        raise RuntimeError(
+        raise MissingDependencyError(
             f"genai serve needs the 'serve' extra (pip install 'genai-runtime[serve]'): {exc}"
         ) from exc
     _, model, tokenizer = _load(args)
@@ -416,14 +417,14 @@ def _conformance(args: argparse.Namespace) -> int:
     try:  # lazy: pytest is the optional 'conformance' extra
         from genai.testing.conformance import run_conformance
     except ImportError as exc:
-        raise RuntimeError(
+        raise MissingDependencyError(
             f"genai conformance needs pytest (pip install 'genai-runtime[conformance]'): {exc}"
         ) from exc
     options = {}
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--option expects KEY=VALUE, got {item!r}")
+            raise InvalidArgumentError(f"--option expects KEY=VALUE, got {item!r}")
         options[key] = value
     code, results = run_conformance(
         args.provider,
@@ -446,7 +447,7 @@ def _load(args: argparse.Namespace):
     config = genai.Config(args.model)
     if args.threads is not None:
         if args.threads < 1:
-            raise ValueError("--threads must be >= 1")
+            raise InvalidArgumentError("--threads must be >= 1")
         config.overlay({"model": {"decoder": {"session_options": {
             "intra_op_num_threads": args.threads}}}})  # fmt: skip
     model = genai.Model(config)
@@ -481,7 +482,7 @@ def _adapter_convert(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
-        raise ValueError("--max-new-tokens must be >= 1")
+        raise InvalidArgumentError("--max-new-tokens must be >= 1")
     config, model, tokenizer = _load(args)
     params = genai.GeneratorParams(model)
     params.set_search_options(max_length=config.context_length)
@@ -512,7 +513,7 @@ def _chat(args: argparse.Namespace) -> int:
         while common < limit and seen[common] == prompt[common]:
             common += 1
         if len(prompt) + args.max_new_tokens > config.context_length:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the conversation ({len(prompt)} tokens) no longer fits the context "
                 f"({config.context_length}) with a {args.max_new_tokens}-token reply"
             )
@@ -548,7 +549,7 @@ def _generate(args: argparse.Namespace) -> int:
         prompt = tokenizer.apply_chat_template(json.dumps(messages), add_generation_prompt=True)
     ids = tokenizer.encode(prompt)
     if len(ids) == 0:
-        raise ValueError("the prompt encodes to no tokens")
+        raise InvalidArgumentError("the prompt encodes to no tokens")
     context = config.context_length
     max_length = args.max_length or min(context, len(ids) + DEFAULT_NEW_TOKENS)
     params = genai.GeneratorParams(model)
@@ -636,7 +637,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args))
         except KeyboardInterrupt:
             return 130
-        except (FileNotFoundError, ValueError, NotImplementedError, RuntimeError) as exc:
+        except (GenaiError, OSError) as exc:
+            # What genai reports about its input (GenaiError) or a file it could not read or
+            # write: one line. Anything else is a bug and keeps its traceback.
             log.debug("%s failed", args.command, exc_info=True)
             print(f"genai: error: {exc}", file=sys.stderr)
             return 1

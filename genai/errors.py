@@ -7,10 +7,14 @@ a bug, not a user error."""
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentTypeError",
     "ConfigError",
+    "DownloadError",
     "GenaiError",
     "GenerationError",
     "InvalidArgumentError",
+    "MissingDependencyError",
+    "ModelError",
     "ProviderUnavailableError",
     "SearchOptionError",
     "TensorNotFoundError",
@@ -33,6 +37,24 @@ class SearchOptionError(GenaiError, ValueError):
 
 class InvalidArgumentError(GenaiError, ValueError):
     """An argument of a public call has a wrong value, shape or dtype."""
+
+
+class ArgumentTypeError(GenaiError, TypeError):
+    """An argument of a public call has the wrong type."""
+
+
+class ModelError(GenaiError, RuntimeError):
+    """A model cannot be loaded or run as its folder describes (onnxruntime refused it, an
+    output has the wrong shape, the model has no such token or processor)."""
+
+
+class MissingDependencyError(GenaiError, RuntimeError):
+    """An optional dependency (a package extra) that a command or feature needs is not
+    installed; the message says what to install."""
+
+
+class DownloadError(GenaiError, RuntimeError):
+    """Fetching a package from the registry failed (``genai pull``)."""
 
 
 class GenerationError(GenaiError, RuntimeError):

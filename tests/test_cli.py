@@ -143,3 +143,20 @@ def test_top_level_verbose_shows_the_traceback_of_an_error(capsys):
     assert "Traceback" in err and "genai: error:" in err
     assert main(["generate", "-m", "/nonexistent/folder", "x"]) == 1
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_bug_is_not_turned_into_a_one_line_error(fixture_folders, monkeypatch):
+    """Only GenaiError (and OSError) become "genai: error: ..."; anything else is a bug and
+    keeps its traceback."""
+    import genai.cli as cli
+
+    def broken(args):
+        raise ValueError("a plain ValueError is not a user error")
+
+    parser = cli._build_parser()
+    args = parser.parse_args(["generate", "-m", str(fixture_folders["gqa"]), "hi"])
+    monkeypatch.setattr(cli, "_build_parser", lambda: parser)
+    monkeypatch.setattr(args, "handler", broken, raising=False)
+    monkeypatch.setattr(parser, "parse_args", lambda argv: args)
+    with pytest.raises(ValueError, match="not a user error"):
+        main(["generate", "-m", str(fixture_folders["gqa"]), "hi"])

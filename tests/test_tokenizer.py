@@ -331,7 +331,8 @@ def _delimiter_answers(tokenizer) -> dict[str, object]:
         try:
             answers[name] = getattr(tokenizer, name)
         except Exception as exc:  # the reference raises RuntimeError for an undefined id
-            answers[name] = type(exc)
+            # the built-in kind (genai's errors subclass GenaiError and the built-in)
+            answers[name] = next(c for c in type(exc).__mro__ if c.__module__ == "builtins")
     return answers
 
 

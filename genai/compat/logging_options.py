@@ -25,6 +25,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from genai.errors import ArgumentTypeError, InvalidArgumentError
+
 __all__ = [
     "BOOL_OPTIONS",
     "LOGGER",
@@ -178,13 +180,17 @@ def set_log_options(**options: bool | str) -> None:
     for name, value in options.items():
         if name in BOOL_OPTIONS:
             if not isinstance(value, bool):
-                raise TypeError(f"log option {name!r} takes a bool, not {type(value).__name__}")
+                raise ArgumentTypeError(
+                    f"log option {name!r} takes a bool, not {type(value).__name__}"
+                )
         elif name in _STRING_OPTIONS:
             if not isinstance(value, str):
-                raise TypeError(f"log option {name!r} takes a str, not {type(value).__name__}")
+                raise ArgumentTypeError(
+                    f"log option {name!r} takes a str, not {type(value).__name__}"
+                )
         else:
             known = ", ".join([*BOOL_OPTIONS, *_STRING_OPTIONS])
-            raise ValueError(f"unknown log option {name!r}; known options: {known}")
+            raise InvalidArgumentError(f"unknown log option {name!r}; known options: {known}")
     global _callback
     with _lock:
         saved = (dict(_options), _callback)
@@ -205,7 +211,9 @@ def set_log_callback(callback: Callable[[str], Any] | None) -> None:
     """Send log lines to ``callback`` (called with each line, newline included) instead of
     standard error or the log file; None goes back to standard error."""
     if callback is not None and not callable(callback):
-        raise TypeError(f"set_log_callback takes a callable or None, not {type(callback).__name__}")
+        raise ArgumentTypeError(
+            f"set_log_callback takes a callable or None, not {type(callback).__name__}"
+        )
     global _callback
     with _lock:
         _callback = callback

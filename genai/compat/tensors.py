@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from genai.errors import TensorNotFoundError
+from genai.errors import ArgumentTypeError, TensorNotFoundError
 
 __all__ = ["ELEMENT_TYPES", "NamedTensors", "Tensor"]
 
@@ -50,13 +50,13 @@ class Tensor:
 
     def __init__(self, array: np.ndarray) -> None:
         if not isinstance(array, np.ndarray):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"Tensor expects a numpy.ndarray, not {type(array).__name__} "
                 "(wrap it with numpy.asarray first)"
             )
         if array.dtype not in ELEMENT_TYPES:
             supported = ", ".join(sorted(str(d) for d in ELEMENT_TYPES))
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"Tensor: unsupported numpy dtype {array.dtype}; supported: {supported}"
             )
         self._array = np.array(array, order="C", copy=True)
@@ -113,11 +113,11 @@ class NamedTensors(MutableMapping[str, Tensor]):
 
     def __setitem__(self, name: str, value: Tensor | np.ndarray) -> None:
         if not isinstance(name, str):
-            raise TypeError(f"NamedTensors keys are str, not {type(name).__name__}")
+            raise ArgumentTypeError(f"NamedTensors keys are str, not {type(name).__name__}")
         if isinstance(value, np.ndarray):
             value = Tensor(value)
         elif not isinstance(value, Tensor):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"NamedTensors[{name!r}] takes a Tensor or a numpy.ndarray, "
                 f"not {type(value).__name__}"
             )

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 
-from genai.errors import GenaiError
+from genai.errors import ArgumentTypeError, GenaiError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from genai.text.tokenizer import Tokenizer
@@ -103,7 +103,7 @@ def _grammar(kind: str, data: str) -> str:
             "supported)"
         )
     if not isinstance(data, str):
-        raise TypeError(f"guidance data must be a str, got {type(data).__name__}")
+        raise ArgumentTypeError(f"guidance data must be a str, got {type(data).__name__}")
     if not data:
         raise GuidanceError(f"{kind} guidance needs non-empty data")
     if kind == "json_schema":
@@ -222,7 +222,7 @@ def _wrapped_tokenizer(file: Path, vocab_size: int, eos_token_id: int) -> Any:
 
         def __call__(self, text: str) -> list[int]:
             if not isinstance(text, str):
-                raise TypeError("text only")
+                raise ArgumentTypeError("text only")
             return hf.encode(text, add_special_tokens=False).ids
 
     return llg.LLTokenizer(
@@ -342,7 +342,7 @@ class TokenConstraint:
         """Set every disallowed id of ``logits_row`` (float32 [vocab], writable) to the lowest
         float, in place. Once the grammar is complete only the EOS token stays allowed."""
         if logits_row.shape != (self.vocab_size,):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"logits row must have shape ({self.vocab_size},), got {logits_row.shape}"
             )
         if self._ended:

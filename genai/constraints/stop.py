@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from genai.errors import ArgumentTypeError, InvalidArgumentError
+
 __all__ = ["StopStringMatcher", "check_stop_strings"]
 
 
@@ -20,13 +22,13 @@ def check_stop_strings(stops: str | Sequence[str]) -> tuple[str, ...]:
     if isinstance(stops, str):
         stops = [stops]
     if not isinstance(stops, Sequence):
-        raise TypeError(f"stop must be a str or a list of str, got {type(stops).__name__}")
+        raise ArgumentTypeError(f"stop must be a str or a list of str, got {type(stops).__name__}")
     checked: list[str] = []
     for stop in stops:
         if not isinstance(stop, str):
-            raise TypeError(f"stop strings must be str, got {type(stop).__name__} {stop!r}")
+            raise ArgumentTypeError(f"stop strings must be str, got {type(stop).__name__} {stop!r}")
         if not stop:
-            raise ValueError("stop strings must not be empty")
+            raise InvalidArgumentError("stop strings must not be empty")
         if stop not in checked:
             checked.append(stop)
     return tuple(checked)
@@ -46,7 +48,7 @@ class StopStringMatcher:
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops = check_stop_strings(stops)
         if not self.stops:
-            raise ValueError("StopStringMatcher needs at least one stop string")
+            raise InvalidArgumentError("StopStringMatcher needs at least one stop string")
         self._held = ""
         self.stopped = False
         #: the stop string that matched (None until one does)

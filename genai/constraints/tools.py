@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from genai.errors import ArgumentTypeError, InvalidArgumentError
 from genai.text.chat_template import (
     ChatTemplateError,
     load_chat_template,
@@ -90,27 +91,31 @@ _COMPACT = (",", ":")
 def _functions(tools: Any) -> list[dict[str, Any]]:
     """The ``function`` objects of OpenAI tool definitions, checked."""
     if not isinstance(tools, list) or not tools:
-        raise ValueError("tools must be a non-empty list of OpenAI tool definitions")
+        raise InvalidArgumentError("tools must be a non-empty list of OpenAI tool definitions")
     functions, names = [], set()
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
-            raise TypeError(f"tools[{i}] must be a dict, got {type(tool).__name__}")
+            raise ArgumentTypeError(f"tools[{i}] must be a dict, got {type(tool).__name__}")
         if tool.get("type", "function") != "function":
-            raise ValueError(f"tools[{i}]: only type 'function' is supported, got {tool['type']!r}")
+            raise InvalidArgumentError(
+                f"tools[{i}]: only type 'function' is supported, got {tool['type']!r}"
+            )
         function = tool.get("function", tool)
         name = function.get("name") if isinstance(function, dict) else None
         if not isinstance(name, str) or not _NAME.match(name):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"tools[{i}]: function name must match [A-Za-z0-9_.-]{{1,64}}, got {name!r}"
             )
         if name in names:
-            raise ValueError(f"tools[{i}]: duplicate function name {name!r}")
+            raise InvalidArgumentError(f"tools[{i}]: duplicate function name {name!r}")
         parameters = function.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(parameters, dict):
-            raise ValueError(f"tools[{i}] ({name}): parameters must be a JSON schema object")
+            raise InvalidArgumentError(
+                f"tools[{i}] ({name}): parameters must be a JSON schema object"
+            )
         description = function.get("description")
         if description is not None and not isinstance(description, str):
-            raise ValueError(f"tools[{i}] ({name}): description must be a string")
+            raise InvalidArgumentError(f"tools[{i}] ({name}): description must be a string")
         names.add(name)
         functions.append({"name": name, "description": description, "parameters": parameters})
     return functions
@@ -122,18 +127,20 @@ def _chosen(functions: list[dict[str, Any]], tool_choice: Any) -> tuple[list[dic
         function = tool_choice.get("function")
         name = function.get("name") if isinstance(function, Mapping) else None
         if tool_choice.get("type", "function") != "function" or not isinstance(name, str):
-            raise ValueError(
+            raise InvalidArgumentError(
                 'tool_choice must be {"type": "function", "function": {"name": ...}}, '
                 f"got {dict(tool_choice)!r}"
             )
         chosen = [f for f in functions if f["name"] == name]
         if not chosen:
-            raise ValueError(f"tool_choice names {name!r}, which is not one of the tools")
+            raise InvalidArgumentError(f"tool_choice names {name!r}, which is not one of the tools")
         return chosen, "required"
     if tool_choice == "none":
-        raise ValueError("tool_choice 'none' forbids tool calls: generate without guidance")
+        raise InvalidArgumentError(
+            "tool_choice 'none' forbids tool calls: generate without guidance"
+        )
     if tool_choice not in ("required", "auto"):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"tool_choice must be 'auto', 'required', 'none' or a function choice, "
             f"got {tool_choice!r}"
         )
@@ -146,13 +153,15 @@ def _call_limit(parallel_tool_calls: bool, max_calls: int | None) -> int:
     if max_calls is None:
         return DEFAULT_MAX_CALLS
     if isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 1:
-        raise ValueError(f"max_calls must be a positive integer, got {max_calls!r}")
+        raise InvalidArgumentError(f"max_calls must be a positive integer, got {max_calls!r}")
     return max_calls
 
 
 def _check_format(tool_format: str) -> str:
     if tool_format not in TOOL_FORMATS:
-        raise ValueError(f"tool_format must be one of {TOOL_FORMATS}, got {tool_format!r}")
+        raise InvalidArgumentError(
+            f"tool_format must be one of {TOOL_FORMATS}, got {tool_format!r}"
+        )
     return tool_format
 
 

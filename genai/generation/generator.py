@@ -35,7 +35,14 @@ from genai._core import sampling
 from genai.compat.unsupported import not_implemented
 from genai.constraints.guidance import TokenConstraint
 from genai.constraints.stop import StopStringMatcher
-from genai.errors import GenerationError, SearchOptionError, TensorNotFoundError
+from genai.errors import (
+    ArgumentTypeError,
+    GenerationError,
+    InvalidArgumentError,
+    SearchOptionError,
+    TensorNotFoundError,
+    UnsupportedFeatureError,
+)
 from genai.generation.beam_search import BeamScorer
 from genai.generation.drivers import Driver, LoopSettings, make_driver, require
 from genai.generation.logits import LogitsChain
@@ -213,41 +220,43 @@ class Generator:
         self._check_terminated()
         array = np.asarray(tokens)
         if array.dtype.kind not in "iu":
-            raise TypeError(f"tokens must be integers, got dtype {array.dtype}")
+            raise ArgumentTypeError(f"tokens must be integers, got dtype {array.dtype}")
         if array.ndim == 1:
             if array.size % self.batch_size:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"a 1-D token array of {array.size} ids cannot be split into "
                     f"batch_size {self.batch_size} rows; pass [batch, length]"
                 )
             array = array.reshape(self.batch_size, -1)
         elif array.ndim != 2:
-            raise ValueError(f"tokens must be 1-D or [batch, length], got shape {array.shape}")
+            raise InvalidArgumentError(
+                f"tokens must be 1-D or [batch, length], got shape {array.shape}"
+            )
         if array.shape[0] != self.batch_size:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"tokens have {array.shape[0]} rows but batch_size is {self.batch_size}"
             )
         if self.num_beams > 1:
             if self._loop.length:
-                raise NotImplementedError("append_tokens after generating needs num_beams 1")
+                raise UnsupportedFeatureError("append_tokens after generating needs num_beams 1")
             array = np.repeat(array, self.num_beams, axis=0)  # every beam starts from the prompt
         count = array.shape[1]
         if count == 0:
-            raise ValueError("append_tokens needs at least one token")
+            raise InvalidArgumentError("append_tokens needs at least one token")
         if array.min() < 0 or array.max() >= self.vocab_size:
             bad = array[(array < 0) | (array >= self.vocab_size)].flat[0]
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"token id {int(bad)} is outside the vocabulary [0, {self.vocab_size})"
             )
         length = self._loop.length
         array = self._driver.prepare_prompt(array, length)  # e.g. padded to whole windows
         count = array.shape[1]
         if length + count > self.max_length:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"appending {count} tokens to {length} exceeds max_length {self.max_length}"
             )
         if length and self.num_beams > 1:
-            raise NotImplementedError(
+            raise UnsupportedFeatureError(
                 "continuous decoding (append_tokens after the first call) needs num_beams 1"
             )
         self._loop.append(array)
@@ -393,7 +402,7 @@ class Generator:
             raise GenerationError("call append_tokens before generate_until_done")
         limit = self.max_length if max_new_tokens is None else int(max_new_tokens)
         if limit < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {limit}")
+            raise InvalidArgumentError(f"max_new_tokens must be >= 0, got {limit}")
         limit = min(limit, max(self._stop_length - loop.length, 0))
         driver = self._driver
         if self._beams is None and not self._python_stage and driver.fused_steps:
@@ -580,9 +589,11 @@ class Generator:
         """Drop tokens after the first ``length``; the next step continues from there."""
         current = self._loop.length
         if not 0 <= length <= current:
-            raise ValueError(f"cannot rewind to {length}: the sequence has {current} tokens")
+            raise InvalidArgumentError(
+                f"cannot rewind to {length}: the sequence has {current} tokens"
+            )
         if length and self.num_beams > 1:
-            raise NotImplementedError("rewind_to(n > 0) needs num_beams 1")
+            raise UnsupportedFeatureError("rewind_to(n > 0) needs num_beams 1")
         self._driver.rewind(length)
         if self._python_stage:
             self._replay(length)
@@ -597,7 +608,7 @@ class Generator:
         generators from (`restore`) without recomputing them: e.g. after a system prompt.
         Batch 1, beam 1."""
         if self.rows != 1:
-            raise NotImplementedError("snapshot needs batch_size 1 and num_beams 1")
+            raise UnsupportedFeatureError("snapshot needs batch_size 1 and num_beams 1")
         driver = self._driver
         require(driver, "snapshot")
         length = self._loop.length
@@ -616,14 +627,16 @@ class Generator:
         if self._loop.length:
             raise GenerationError("restore needs a fresh generator (no tokens appended)")
         if self.rows != 1:
-            raise NotImplementedError("restore needs batch_size 1 and num_beams 1")
+            raise UnsupportedFeatureError("restore needs batch_size 1 and num_beams 1")
         driver = self._driver
         require(driver, "snapshot")
         if snapshot.io != self._io or snapshot.layout != driver.kv_layout:
-            raise ValueError("the snapshot comes from another model or KV layout")
+            raise InvalidArgumentError("the snapshot comes from another model or KV layout")
         length = snapshot.tokens.shape[1]
         if length > self.max_length:
-            raise ValueError(f"the snapshot's {length} tokens exceed max_length {self.max_length}")
+            raise InvalidArgumentError(
+                f"the snapshot's {length} tokens exceed max_length {self.max_length}"
+            )
         driver.restore(snapshot.tokens, snapshot.kv)
         self._new_generation()
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from genai.compat.unsupported import not_implemented
 from genai.constraints.guidance import check_guidance
+from genai.errors import ArgumentTypeError, InvalidArgumentError
 from genai.generation.logits import ProcessorLike, check_processor
 from genai.generation.search import SearchOptions
 
@@ -63,13 +64,15 @@ class GeneratorParams:
         checked = {}
         for token, value in bias.items():
             if isinstance(token, bool) or not isinstance(token, int | np.integer):
-                raise TypeError(f"logit_bias keys must be token ids, got {token!r}")
+                raise ArgumentTypeError(f"logit_bias keys must be token ids, got {token!r}")
             if not 0 <= int(token) < self.model.io.vocab_size:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"logit_bias token id {token} is outside [0, {self.model.io.vocab_size})"
                 )
             if not np.isfinite(value):
-                raise ValueError(f"logit_bias for token {token} must be finite, got {value!r}")
+                raise InvalidArgumentError(
+                    f"logit_bias for token {token} must be finite, got {value!r}"
+                )
             checked[int(token)] = float(value)
         self.logit_bias = checked
 

@@ -232,9 +232,9 @@ class LogitsChain:
         ids = np.fromiter((int(k) for k in bias), np.int64, len(bias))
         values = np.fromiter((float(v) for v in bias.values()), np.float32, len(bias))
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab):
-            raise ValueError(f"logit bias ids must be in [0, {self.vocab})")
+            raise InvalidArgumentError(f"logit bias ids must be in [0, {self.vocab})")
         if not np.isfinite(values).all():
-            raise ValueError("logit biases must be finite")
+            raise InvalidArgumentError("logit biases must be finite")
         for r in self._rows_of(row):
             self._bias[r] = (ids.astype(np.int32), values)
         if not self.split:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from genai._core.bookkeeping import prefill_inputs
-from genai.errors import GenerationError
+from genai.errors import GenerationError, ModelError, UnsupportedFeatureError
 from genai.runtime.pipeline_stages import PipelineStage
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class PipelineRunner:
     ) -> None:
         io: DecoderIO = model.io
         if io.combined_kv:
-            raise NotImplementedError(
+            raise UnsupportedFeatureError(
                 "combined K/V caches (model.decoder.inputs.past_names) in a pipeline model"
             )
         self.io, self.batch, self.max_length = io, batch, max_length
@@ -215,7 +215,7 @@ class PipelineRunner:
         logits = self.logits
         assert logits is not None
         if logits.ndim != 3 or logits.shape[0] != b or logits.shape[1] not in (count, 1):
-            raise RuntimeError(
+            raise ModelError(
                 f"logits output {io.logits!r} has shape {logits.shape}; expected "
                 f"[{b}, {count} or 1, vocab]"
             )

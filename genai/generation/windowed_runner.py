@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from genai.errors import InvalidArgumentError
 from genai.kv.windowed_cache import SlidingWindowSpec, WindowedKVCache
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ class WindowedRunner:
         if self.computed == 0:
             w = self.spec.window
             if tokens.shape[1] % w:
-                raise ValueError(f"a first prompt is fed in whole windows of {w} tokens")
+                raise InvalidArgumentError(f"a first prompt is fed in whole windows of {w} tokens")
             for start in range(0, tokens.shape[1], w):
                 self.inputs.window(tokens[:, start : start + w])
                 self._run(w)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai._core.bookkeeping import move_rows
-from genai.errors import GenerationError
+from genai.errors import GenerationError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from genai.runtime.model import DecoderIO
@@ -208,7 +208,7 @@ class KVCache:
         order = np.ascontiguousarray(order, dtype=np.int32)
         for view, chunks, chunk_bytes in self._row_blocks():
             if view.shape[0] != len(order):
-                raise ValueError("reorder needs one index per batch row")
+                raise InvalidArgumentError("reorder needs one index per batch row")
             move_rows(view, order, self._scratch_row(view.shape[1]), chunks, chunk_bytes)
 
     def _row_blocks(self) -> list[tuple[np.ndarray, int, int]]:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from genai.errors import InvalidArgumentError
 from genai.kv.base import KVCache, check_relayout, relayout, resident_rows
 from genai.kv.session_kv_cache import SessionKVCache
 from genai.providers import CPUProvider
@@ -97,7 +98,9 @@ class SharedKVCache(KVCache):
         window_capacity: int | None = None,
     ) -> None:
         if io.combined_kv:
-            raise ValueError("past_present_share_buffer does not support combined past_%d KV")
+            raise InvalidArgumentError(
+                "past_present_share_buffer does not support combined past_%d KV"
+            )
         self.io, self.provider, self.session = io, provider, session
         self.batch, self.max_length = batch, max_length
         self.block = max(1, initial_capacity) if initial_capacity else max_length
@@ -153,7 +156,7 @@ class SharedKVCache(KVCache):
         if needed <= self.capacity:
             return self.capacity
         if needed > self.max_length:
-            raise ValueError(f"{needed} positions exceed max_length {self.max_length}")
+            raise InvalidArgumentError(f"{needed} positions exceed max_length {self.max_length}")
         target = max(needed, int(self.capacity * self.growth_factor))
         target = -(-target // self.block) * self.block
         before = self.capacity
@@ -184,7 +187,7 @@ class SharedKVCache(KVCache):
             # Device buffers (DeviceTensor): no host memory to move rows in; through the host.
             order = np.asarray(order, dtype=np.intp)
             if len(order) != self.batch:
-                raise ValueError("reorder needs one index per batch row")
+                raise InvalidArgumentError("reorder needs one index per batch row")
             for buf in self._buffers:
                 buf.write(buf.numpy()[order])
             return
@@ -220,7 +223,7 @@ class SharedKVCache(KVCache):
 
     def load(self, arrays: list[np.ndarray], length: int) -> None:
         if len(arrays) != len(self._buffers):
-            raise ValueError("the snapshot has another number of KV tensors")
+            raise InvalidArgumentError("the snapshot has another number of KV tensors")
         self.ensure(length, 0)
         for buf, array, windowed in zip(self._buffers, arrays, self._windowed, strict=True):
             if windowed:
@@ -300,7 +303,7 @@ class GrowingKVCache(KVCache):
 
     def load(self, arrays: list[np.ndarray], length: int) -> None:
         if len(arrays) != len(self.pasts):
-            raise ValueError("the snapshot has another number of KV tensors")
+            raise InvalidArgumentError("the snapshot has another number of KV tensors")
         for name, array, windowed in zip(self.pasts, arrays, self._windowed, strict=True):
             if windowed:
                 b, heads, _, head = array.shape
@@ -328,7 +331,7 @@ class GrowingKVCache(KVCache):
         for name in self.pasts:
             current = self.session.input_value(name)
             if current.shape[axis] != len(order):
-                raise ValueError("reorder needs one index per batch row")
+                raise InvalidArgumentError("reorder needs one index per batch row")
             self.session.bind_input(name, np.ascontiguousarray(np.take(current, order, axis)))
 
     def _row_blocks(self) -> list[tuple[np.ndarray, int, int]]:

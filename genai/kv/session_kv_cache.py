@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genai.errors import GenerationError
+from genai.errors import GenerationError, UnsupportedFeatureError
 from genai.kv.base import KVCache
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class SessionKVCache(KVCache):
 
     def __init__(self, io: DecoderIO, session: NativeSession, batch: int, spec: SessionKV):
         if batch != 1:
-            raise NotImplementedError(
+            raise UnsupportedFeatureError(
                 "a session that keeps the KV cache itself (OpenVINO enable_causallm) runs "
                 f"batch_size 1 with num_beams 1, got {batch} rows"
             )
@@ -78,7 +78,7 @@ class SessionKVCache(KVCache):
         return 0
 
     def export(self, positions: int) -> list[np.ndarray]:
-        raise NotImplementedError(
+        raise UnsupportedFeatureError(
             "snapshots need a readable KV cache; with OpenVINO enable_causallm the execution "
             "provider keeps it"
         )
@@ -87,7 +87,7 @@ class SessionKVCache(KVCache):
         self.export(length)
 
     def reorder(self, order: np.ndarray) -> None:
-        raise NotImplementedError("beam search needs a KV cache the engine can reorder")
+        raise UnsupportedFeatureError("beam search needs a KV cache the engine can reorder")
 
     def attach_loop(self, loop: Any) -> None:
         self._loop = loop

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from genai.errors import ConfigError, SearchOptionError
+from genai.errors import ConfigError, InvalidArgumentError, SearchOptionError
 
 if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
@@ -316,7 +316,7 @@ class WindowedKVCache:
             self.presents = None
             self._bound = None
         if self.pasts[0][0].shape[KEY_AXIS] != length:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"a run of {count} tokens needs pasts of {length} positions; the cache holds "
                 f"{self.pasts[0][0].shape[KEY_AXIS]}"
             )

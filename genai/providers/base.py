@@ -39,7 +39,12 @@ import numpy as np
 from genai._core import ort_api
 from genai._core.native_session import DeviceTensor
 from genai.compat.logging_options import log_event
-from genai.errors import ConfigError, ProviderUnavailableError
+from genai.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    InvalidArgumentError,
+    ProviderUnavailableError,
+)
 from genai.providers import plugins
 from genai.runtime.buffers import aligned_empty, aligned_zeros
 from genai.runtime.config import normalize_provider_name
@@ -114,9 +119,11 @@ class Capabilities:
         layouts = frozenset(self.kv_layouts)
         object.__setattr__(self, "kv_layouts", layouts)
         if not layouts or not layouts <= {"shared", "growing"}:
-            raise ValueError(f"kv_layouts must be a non-empty subset of shared/growing: {layouts}")
+            raise InvalidArgumentError(
+                f"kv_layouts must be a non-empty subset of shared/growing: {layouts}"
+            )
         if self.logits_atol < 0:
-            raise ValueError(f"logits_atol must be >= 0, got {self.logits_atol}")
+            raise InvalidArgumentError(f"logits_atol must be >= 0, got {self.logits_atol}")
 
     @property
     def shared_buffer_required(self) -> bool:
@@ -589,9 +596,11 @@ class _Registry:
         self, cls: type[ExecutionProvider], aliases: Iterable[str] = (), plugin: str = "<manual>"
     ) -> type[ExecutionProvider]:
         if not (isinstance(cls, type) and issubclass(cls, ExecutionProvider)):
-            raise TypeError(f"register() expects an ExecutionProvider subclass, got {cls!r}")
+            raise ArgumentTypeError(
+                f"register() expects an ExecutionProvider subclass, got {cls!r}"
+            )
         if not cls.name:
-            raise ValueError(f"{cls.__qualname__} has no name")
+            raise InvalidArgumentError(f"{cls.__qualname__} has no name")
         key = _key(cls.name)
         existing = self.classes.get(key)
         if existing is not None and existing is not cls:
@@ -779,9 +788,9 @@ def set_current_gpu_device_id(device_id: int) -> None:
     ``og.set_current_gpu_device_id``) of every available provider that has one. Raises
     `ProviderUnavailableError` when none has (a CPU-only machine)."""
     if isinstance(device_id, bool) or not isinstance(device_id, (int, np.integer)):
-        raise TypeError(f"device_id must be an int, not {type(device_id).__name__}")
+        raise ArgumentTypeError(f"device_id must be an int, not {type(device_id).__name__}")
     if device_id < 0:
-        raise ValueError(f"device_id must be >= 0, got {device_id}")
+        raise InvalidArgumentError(f"device_id must be >= 0, got {device_id}")
     taken = [p for p in available_providers() if p.set_current_gpu_device_id(int(device_id))]
     if not taken:
         raise _no_gpu_device_error("set_current_gpu_device_id")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from genai.compat.unsupported import FEATURES, Feature
-from genai.errors import ConfigError
+from genai.errors import ArgumentTypeError, ConfigError
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -1119,7 +1119,9 @@ class Config:
     def set_provider_option(self, provider: str, key: str, value: str) -> None:
         """Set one option of a provider, adding the provider if absent."""
         if not isinstance(value, str):
-            raise TypeError(f"provider option {key!r} must be a string, got {type(value).__name__}")
+            raise ArgumentTypeError(
+                f"provider option {key!r} must be a string, got {type(value).__name__}"
+            )
         self.append_provider(provider)
         canonical = normalize_provider_name(provider)
         for entry in self.provider_options:

@@ -16,7 +16,7 @@ import numpy as np
 
 from genai._core.native_session import NativeSession
 from genai.compat import logging_options
-from genai.errors import ConfigError
+from genai.errors import ConfigError, ModelError, UnsupportedFeatureError
 from genai.kv.windowed_cache import static_shape_overrides
 from genai.providers import ExecutionProvider, get_provider, plugins
 from genai.runtime import hugepages
@@ -106,7 +106,7 @@ def refuse_unsupported_features(config: Config) -> None:
     config.check_supported()
     model_type = str(config.get("model.type") or "")
     if model_type.startswith("marian"):
-        raise NotImplementedError(
+        raise UnsupportedFeatureError(
             f"{config.file}: Marian-style encoder-decoder models with recurrent decoder state "
             f"(model.type {model_type!r}) are not supported yet"
         )
@@ -229,7 +229,7 @@ class Model:
         if not pipelined and (
             model_type not in DECODER_ONLY_TYPES or self.config.get("model.decoder") is None
         ):
-            raise NotImplementedError(
+            raise UnsupportedFeatureError(
                 f"model.type {model_type!r} in {self.config.file} is not supported yet; "
                 f"supported decoder-only types: {', '.join(sorted(DECODER_ONLY_TYPES))}, "
                 f"and {PIPELINE_TYPE!r} (model.decoder.pipeline)"
@@ -327,7 +327,7 @@ class Model:
         """One session per stage of ``model.decoder.pipeline``, checked against the config."""
         config = self.config
         if config.decoder.get("sliding_window"):
-            raise NotImplementedError(
+            raise UnsupportedFeatureError(
                 f"model.decoder.sliding_window with model.decoder.pipeline ({config.file}): "
                 "windowed caches over pipeline stages (QNN-style static graphs per stage) are "
                 "not supported"
@@ -367,7 +367,7 @@ class Model:
         self.extra_outputs = ()
         for stage, session in zip(stages, sessions, strict=True):
             if _describe_lora_inputs(config, session):
-                raise NotImplementedError(
+                raise UnsupportedFeatureError(
                     f"LoRA inputs in pipeline stage {stage.name!r} ({stage.filename}) are not "
                     "supported"
                 )
@@ -396,7 +396,7 @@ class Model:
     def create_multimodal_processor(self) -> Any:
         """The reference's processor for vision/speech model types; the decoder-only types
         genai runs have none (the reference raises the same for them)."""
-        raise RuntimeError(
+        raise ModelError(
             f"MultiModalProcessor cannot be created. {self.type} is not a registered "
             "multi-modal model type."
         )
@@ -404,7 +404,7 @@ class Model:
     def create_streaming_processor(self) -> Any:
         """The reference's streaming audio processor (Moonshine / Nemotron speech models);
         the decoder-only types genai runs have none (the reference raises the same for them)."""
-        raise RuntimeError(
+        raise ModelError(
             f"CreateStreamingProcessor: unsupported model type {self.type!r}. "
             "StreamingProcessor supports 'streaming_enc_dec_asr' (Moonshine) and "
             "'nemotron_speech' (Nemotron); genai does not run speech models yet."
@@ -492,7 +492,7 @@ class Model:
         except FileNotFoundError:
             raise
         except Exception as exc:  # ORT's own errors: name the file
-            raise RuntimeError(f"onnxruntime could not load {path}: {exc}") from exc
+            raise ModelError(f"onnxruntime could not load {path}: {exc}") from exc
 
     def bind_extra_inputs(self, session: NativeSession) -> None:
         """Bind the inputs a run needs beyond ids, mask, positions and KV on a new binding:
@@ -520,16 +520,18 @@ def _check_stage_provider(
     dynamic-shape session per stage) cannot do with a stage's provider."""
     where = f"pipeline stage {stage.name!r} on {provider.name}"
     if provider.static_shapes:
-        raise NotImplementedError(
+        raise UnsupportedFeatureError(
             f"{where}: a provider with static shapes (one fixed-shape session per run length) "
             "is not supported for pipeline stages"
         )
     if provider.session_kv is not None:
-        raise NotImplementedError(f"{where}: a KV cache kept inside the session is not supported")
+        raise UnsupportedFeatureError(
+            f"{where}: a KV cache kept inside the session is not supported"
+        )
     if provider.graph_capture_enabled(options):
-        raise NotImplementedError(f"{where}: graph capture is not supported in pipeline stages")
+        raise UnsupportedFeatureError(f"{where}: graph capture is not supported in pipeline stages")
     if provider.session_memory_device:
-        raise NotImplementedError(
+        raise UnsupportedFeatureError(
             f"{where}: the session wants some inputs or outputs in "
             f"{provider.session_memory_device} memory; the pipeline runner binds host memory"
         )

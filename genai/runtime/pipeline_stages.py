@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from genai.errors import ConfigError
+from genai.errors import ConfigError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
@@ -186,7 +186,7 @@ def check_stages(
                     f"its outputs are: {', '.join(graph_out)}"
                 )
             if name in fed:
-                raise NotImplementedError(
+                raise UnsupportedFeatureError(
                     f"{stage.path}.outputs lists {name!r}, a model input; genai does not run "
                     "stages that write the engine's inputs"
                 )
@@ -194,7 +194,7 @@ def check_stages(
             if name in fed or name in produced:
                 continue
             if name in unfed:
-                raise NotImplementedError(
+                raise UnsupportedFeatureError(
                     f"{stage.path}.inputs lists {name!r} (model.decoder.inputs."
                     f"{unfed[name]}); genai's pipeline runner does not feed that input"
                 )

@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from genai.constraints.guidance import TokenConstraint
 from genai.constraints.tools import prepare_tool_chat
+from genai.errors import GenaiError, InvalidArgumentError
 from genai.generation.search import SearchOptions
 from genai.runtime.config import Config
 from genai.runtime.model import Model, default_intra_op_threads
@@ -165,13 +166,13 @@ class ServeEngine:
         edge_workers: int = 2,
     ) -> None:
         if max_slots < 2:
-            raise ValueError("max_slots must be >= 2")
+            raise InvalidArgumentError("max_slots must be >= 2")
         if lanes is None:
             lanes = default_lanes(model)
         if lanes < 1:
-            raise ValueError("lanes must be >= 1")
+            raise InvalidArgumentError("lanes must be >= 1")
         if edge_workers < 1:
-            raise ValueError("edge_workers must be >= 1")
+            raise InvalidArgumentError("edge_workers must be >= 1")
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name or Path(str(model.path)).name
@@ -230,7 +231,7 @@ class ServeEngine:
         config = Config(str(path))
         if threads is not None:
             if threads < 1:
-                raise ValueError("threads must be >= 1")
+                raise InvalidArgumentError("threads must be >= 1")
             config.overlay(
                 {"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}
             )
@@ -407,7 +408,7 @@ def create_app(
     (with a warning). ``allowed_origins``: web origins whose pages may call the API from a
     browser (CORS; ``"*"`` for any). ``max_body_bytes``: larger request bodies get 413."""
     if max_body_bytes < 1:
-        raise ValueError("max_body_bytes must be >= 1")
+        raise InvalidArgumentError("max_body_bytes must be >= 1")
     if api_key is not None and not api_key.strip():
         log.warning("the API key is empty: serving WITHOUT an API key")
         api_key = None
@@ -636,7 +637,7 @@ async def _constraints(
         ) from None
     except ImportError as exc:
         raise APIError(f"{param} is not available on this server: {exc}", param=param) from None
-    except (ValueError, TypeError) as exc:
+    except GenaiError as exc:  # the grammar's own complaint (GuidanceError): a 400
         raise APIError(f"invalid {param}: {exc}", param=param) from None
 
 
@@ -664,7 +665,7 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
                 text = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
         except ChatTemplateError as exc:
             raise APIError(f"could not apply the chat template: {exc}", param="messages") from None
-        except (ValueError, TypeError) as exc:
+        except GenaiError as exc:
             raise APIError(f"invalid tools: {exc}", param="tools") from None
         return engine.encode(text, "messages")
 

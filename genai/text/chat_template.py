@@ -26,7 +26,7 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from genai.errors import GenaiError
+from genai.errors import ArgumentTypeError, GenaiError, InvalidArgumentError
 
 __all__ = [
     "ChatTemplateError",
@@ -108,7 +108,7 @@ def _compile(source: str) -> jinja2.Template:
 def compile_chat_template(source: str) -> jinja2.Template:
     """Compile (and cache) a chat template; raise :class:`ChatTemplateError` on a syntax error."""
     if not isinstance(source, str):
-        raise TypeError(f"chat template must be a str, not {type(source).__name__}")
+        raise ArgumentTypeError(f"chat template must be a str, not {type(source).__name__}")
     try:
         return _compile(source)
     except jinja2.exceptions.TemplateSyntaxError as exc:
@@ -135,13 +135,13 @@ def parse_messages(messages: str | Sequence[Mapping[str, Any]]) -> list[dict[str
                 f"messages JSON must be an array of objects, not {type(messages).__name__}"
             )
     elif isinstance(messages, Mapping) or not isinstance(messages, Sequence):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"messages must be a JSON string or a list of dicts, not {type(messages).__name__}"
         )
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
-            raise TypeError(f"messages[{i}] must be a dict, not {type(message).__name__}")
+            raise ArgumentTypeError(f"messages[{i}] must be a dict, not {type(message).__name__}")
         out.append(dict(message))
     return out
 
@@ -174,7 +174,9 @@ def parse_tools(tools: str | Sequence[Any] | None) -> list[Any] | None:
     if isinstance(tools, Mapping):
         return [dict(tools)]
     if not isinstance(tools, Sequence):
-        raise TypeError(f"tools must be a JSON string or a list, not {type(tools).__name__}")
+        raise ArgumentTypeError(
+            f"tools must be a JSON string or a list, not {type(tools).__name__}"
+        )
     return list(tools)
 
 
@@ -186,9 +188,9 @@ def load_tokenizer_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from exc
+        raise InvalidArgumentError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object")
+        raise InvalidArgumentError(f"{path} must hold a JSON object")
     return data
 
 

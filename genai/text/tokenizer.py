@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer as _HFTokenizer
 
+from genai.errors import ArgumentTypeError, InvalidArgumentError, ModelError
 from genai.text.chat_template import (
     ChatTemplateError,
     load_chat_template,
@@ -52,9 +53,9 @@ class _FolderConfig:
             try:
                 data = json.loads(file.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
-                raise ValueError(f"cannot read {file}: {exc}") from exc
+                raise InvalidArgumentError(f"cannot read {file}: {exc}") from exc
             if not isinstance(data, dict):
-                raise ValueError(f"{file} must hold a JSON object")
+                raise InvalidArgumentError(f"{file} must hold a JSON object")
             self._data = data
         self.has_genai_config = file.is_file()
 
@@ -82,7 +83,7 @@ def _resolve_config(model: Any) -> tuple[Path, Any, bool]:
     if config is None or not hasattr(config, "get"):
         config = model
     if not hasattr(config, "get") or not hasattr(config, "path"):
-        raise TypeError(
+        raise ArgumentTypeError(
             "Tokenizer expects a Model (with .config), a Config (with .path and .get) "
             f"or a model folder path, not {type(model).__name__}"
         )
@@ -103,7 +104,7 @@ def _as_bool_option(name: str, value: Any) -> bool:
             return True
         if lowered in _FALSE_STRINGS:
             return False
-    raise ValueError(
+    raise InvalidArgumentError(
         f"tokenizer option {name!r} must be a boolean or 'true'/'false', not {value!r}"
     )
 
@@ -137,7 +138,7 @@ def _int_or_none(value: Any, key: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{key} must be an integer, not {value!r}")
+        raise InvalidArgumentError(f"{key} must be an integer, not {value!r}")
     return int(value)
 
 
@@ -159,7 +160,7 @@ class Tokenizer:
         try:
             self._hf = _HFTokenizer.from_file(str(file))
         except Exception as exc:  # the Rust side raises a bare Exception
-            raise ValueError(f"cannot load {file}: {exc}") from exc
+            raise InvalidArgumentError(f"cannot load {file}: {exc}") from exc
         self._tokenizer_config = load_tokenizer_config(folder)
         self._lock = threading.Lock()
         self._add_special_tokens = False
@@ -202,10 +203,14 @@ class Tokenizer:
             eos = []
             for value in eos_value:
                 if value is None:
-                    raise ValueError(f"model.eos_token_id entries must be integers: {eos_value!r}")
+                    raise InvalidArgumentError(
+                        f"model.eos_token_id entries must be integers: {eos_value!r}"
+                    )
                 eos.append(int(_int_or_none(value, "model.eos_token_id")))  # type: ignore[arg-type]
         else:
-            raise ValueError(f"model.eos_token_id must be an int or a list, not {eos_value!r}")
+            raise InvalidArgumentError(
+                f"model.eos_token_id must be an int or a list, not {eos_value!r}"
+            )
         # Defaults as in the reference: pad and bos 0, an empty EOS list becomes [pad].
         self._pad_token_id = 0 if pad is None else pad
         self._bos_token_id = 0 if bos is None else bos
@@ -235,7 +240,7 @@ class Tokenizer:
     def _delimiter_id(self, name: str) -> int:
         token_id = self._delimiter_ids.get(name)
         if token_id is None:
-            raise RuntimeError(
+            raise ModelError(
                 f"{name} is not defined for this model: {self._path} sets no "
                 f"{DELIMITER_TOKEN_KEYS[name]} in genai_config.json and its model type has no "
                 "default token for it in the tokenizer"
@@ -304,11 +309,11 @@ class Tokenizer:
         Values may be booleans or the strings ``"true"``/``"false"``. Unknown names raise.
         """
         if not options:
-            raise ValueError("update_options: no options provided")
+            raise InvalidArgumentError("update_options: no options provided")
         parsed: dict[str, bool] = {}
         for name, value in options.items():
             if name not in _OPTION_NAMES:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"unknown tokenizer option {name!r}; known options: {', '.join(_OPTION_NAMES)}"
                 )
             parsed[name] = _as_bool_option(name, value)
@@ -323,7 +328,7 @@ class Tokenizer:
     def encode(self, text: str) -> np.ndarray:
         """Token ids of ``text`` as a 1-D int32 array (no BOS/EOS unless enabled by option)."""
         if not isinstance(text, str):
-            raise TypeError(f"encode expects a str, not {type(text).__name__}")
+            raise ArgumentTypeError(f"encode expects a str, not {type(text).__name__}")
         ids = self._hf.encode(text, add_special_tokens=self._add_special_tokens).ids
         return np.asarray(ids, dtype=np.int32)
 
@@ -331,12 +336,16 @@ class Tokenizer:
         """Token ids of several texts as an int32 ``[batch, longest]`` array, right-padded
         with ``pad_token_id``."""
         if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
-            raise TypeError(f"encode_batch expects a list of str, not {type(texts).__name__}")
+            raise ArgumentTypeError(
+                f"encode_batch expects a list of str, not {type(texts).__name__}"
+            )
         if len(texts) == 0:
-            raise ValueError("encode_batch: input strings must not be empty")
+            raise InvalidArgumentError("encode_batch: input strings must not be empty")
         for i, text in enumerate(texts):
             if not isinstance(text, str):
-                raise TypeError(f"encode_batch: texts[{i}] is {type(text).__name__}, not str")
+                raise ArgumentTypeError(
+                    f"encode_batch: texts[{i}] is {type(text).__name__}, not str"
+                )
         encodings = self._hf.encode_batch(list(texts), add_special_tokens=self._add_special_tokens)
         longest = max(len(e.ids) for e in encodings)
         out = np.full((len(encodings), longest), self._pad_token_id, dtype=np.int32)
@@ -347,7 +356,7 @@ class Tokenizer:
     def to_token_id(self, token: str) -> int:
         """Id of a vocabulary entry (e.g. ``"<|im_end|>"``), or -1 when there is none."""
         if not isinstance(token, str):
-            raise TypeError(f"to_token_id expects a str, not {type(token).__name__}")
+            raise ArgumentTypeError(f"to_token_id expects a str, not {type(token).__name__}")
         found = self._hf.token_to_id(token)
         return -1 if found is None else int(found)
 
@@ -358,19 +367,21 @@ class Tokenizer:
         if hasattr(ids, "as_numpy") and not isinstance(ids, np.ndarray):
             ids = ids.as_numpy()
         if isinstance(ids, (str, bytes)):
-            raise TypeError(f"{what} expects token ids, not {type(ids).__name__}")
+            raise ArgumentTypeError(f"{what} expects token ids, not {type(ids).__name__}")
         array = np.asarray(ids)
         if array.ndim != 1:
-            raise ValueError(f"{what} expects a 1-D sequence of token ids, got shape {array.shape}")
+            raise InvalidArgumentError(
+                f"{what} expects a 1-D sequence of token ids, got shape {array.shape}"
+            )
         if array.size == 0:
             return []
         if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
-            raise TypeError(f"{what} expects integer token ids, got dtype {array.dtype}")
+            raise ArgumentTypeError(f"{what} expects integer token ids, got dtype {array.dtype}")
         values = array.tolist()
         low, high = min(values), max(values)
         if low < 0 or high >= self._id_limit:
             bad = next(v for v in values if v < 0 or v >= self._id_limit)
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{what}: token id {bad} is out of range [0, {self._id_limit}) for this tokenizer"
             )
         return values
@@ -390,10 +401,10 @@ class Tokenizer:
         if hasattr(batch, "as_numpy") and not isinstance(batch, np.ndarray):
             batch = batch.as_numpy()
         if isinstance(batch, (str, bytes)):
-            raise TypeError(f"decode_batch expects token ids, not {type(batch).__name__}")
+            raise ArgumentTypeError(f"decode_batch expects token ids, not {type(batch).__name__}")
         if isinstance(batch, np.ndarray):
             if batch.ndim != 2:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"decode_batch expects a 2-D [batch, length] array, got shape {batch.shape}"
                 )
             rows: Iterable[Any] = list(batch)
@@ -403,7 +414,9 @@ class Tokenizer:
                 isinstance(r, (Sequence, np.ndarray)) and not isinstance(r, (str, bytes))
                 for r in rows
             ):
-                raise ValueError("decode_batch expects a 2-D [batch, length] sequence of ids")
+                raise InvalidArgumentError(
+                    "decode_batch expects a 2-D [batch, length] sequence of ids"
+                )
         checked = [self._check_ids(row, "decode_batch") for row in rows]
         return self._hf.decode_batch(checked, skip_special_tokens=self._skip_special_tokens)
 
@@ -432,7 +445,9 @@ class Tokenizer:
         tool_list = parse_tools(tools)
         if template_str is not None:
             if not isinstance(template_str, str):
-                raise TypeError(f"template_str must be a str, not {type(template_str).__name__}")
+                raise ArgumentTypeError(
+                    f"template_str must be a str, not {type(template_str).__name__}"
+                )
             source: str | None = template_str
         else:
             source = load_chat_template(
@@ -476,7 +491,9 @@ class TokenizerStream:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         if not isinstance(tokenizer, Tokenizer):
-            raise TypeError(f"TokenizerStream expects a Tokenizer, not {type(tokenizer).__name__}")
+            raise ArgumentTypeError(
+                f"TokenizerStream expects a Tokenizer, not {type(tokenizer).__name__}"
+            )
         self._tokenizer = tokenizer
         self.reset()
 
@@ -493,13 +510,13 @@ class TokenizerStream:
         if isinstance(token, np.ndarray) and token.ndim == 0 and token.dtype.kind in "iu":
             token = int(token)
         if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"TokenizerStream.decode expects one int token id, not {type(token).__name__}"
             )
         token = int(token)
         tok = self._tokenizer
         if token < 0 or token >= tok._id_limit:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"TokenizerStream.decode: token id {token} is out of range "
                 f"[0, {tok._id_limit}) for this tokenizer"
             )

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from genai._core.decoder_loop import DecoderLoop
+from genai.errors import UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
@@ -198,4 +199,4 @@ def require(driver: Declares, operation: str) -> None:
     unsupported."""
     reason = driver.unsupported.get(operation)
     if reason is not None:
-        raise NotImplementedError(reason)
+        raise UnsupportedFeatureError(reason)

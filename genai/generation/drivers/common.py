@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genai.errors import GenerationError
+from genai.errors import GenerationError, InvalidArgumentError, UnsupportedFeatureError
 from genai.generation.drivers.base import LoopSettings, require
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class SessionInputs:
         """See `genai.Generator.set_model_input`."""
         require(self, "model_inputs")  # type: ignore[arg-type]
         if name in self.model.fed_inputs:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{name!r} is fed by the generator itself (ids, mask, positions, KV); "
                 "set_model_input takes the model's other inputs"
             )
@@ -122,7 +122,7 @@ class RunnerRuns:
 
     def steps(self, count: int) -> int:
         """Not fused: a runner returns to Python after every run."""
-        raise NotImplementedError("steps run one by one through the runner (fused_steps False)")
+        raise UnsupportedFeatureError("steps run one by one through the runner (fused_steps False)")
 
     def _last_value(self, name: str, kind: str) -> np.ndarray:
         """A host copy of the last run's ``kind`` ("input" or "output") ``name``."""

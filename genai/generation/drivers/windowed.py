@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from genai.errors import InvalidArgumentError
 from genai.generation.drivers.base import LoopSettings, new_loop, require
 from genai.generation.drivers.common import RunnerRuns, SessionInputs, bind_outputs
 from genai.generation.windowed_runner import WindowedRunner
@@ -70,7 +71,7 @@ class WindowedDriver(RunnerRuns, SessionInputs):
         padded = self.runner.pad_prompt(tokens)
         max_length = self.settings.max_length
         if padded.shape[1] > max_length:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{tokens.shape[1]} tokens padded to whole windows of "
                 f"{self.runner.spec.window} ({padded.shape[1]}) exceed max_length {max_length}"
             )
