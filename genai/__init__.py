@@ -21,10 +21,14 @@ from genai.compat.unsupported import (
     TurnUsage,
 )
 from genai.errors import (
+    ArgumentTypeError,
     ConfigError,
+    DownloadError,
     GenaiError,
     GenerationError,
     InvalidArgumentError,
+    MissingDependencyError,
+    ModelError,
     ProviderUnavailableError,
     SearchOptionError,
     TensorNotFoundError,
@@ -54,9 +58,11 @@ from genai.text.tokenizer import Tokenizer, TokenizerStream
 
 __all__ = [
     "Adapters",
+    "ArgumentTypeError",
     "Audios",
     "Config",
     "ConfigError",
+    "DownloadError",
     "Engine",
     "EngineCapabilities",
     "EngineErrorCode",
@@ -70,7 +76,9 @@ __all__ = [
     "GeneratorParams",
     "Images",
     "InvalidArgumentError",
+    "MissingDependencyError",
     "Model",
+    "ModelError",
     "MtpGenerator",
     "MultiModalProcessor",
     "NamedTensors",
