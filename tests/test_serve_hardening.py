@@ -199,8 +199,9 @@ def test_a_stream_keeps_its_cadence_while_10mb_requests_arrive(long_server):
     edges = [window_start, *[r for r in reads if window_start <= r <= window_end], window_end]
     gaps = [b - a for a, b in itertools.pairwise(edges)]
     print(f"median gap {statistics.median(before):.4f} s, longest while refusing {max(gaps):.4f} s")
-    # generous: the old server froze every stream for seconds per request (thousands of medians)
-    assert max(gaps) < 1000 * statistics.median(before)
+    # generous: the old server froze every stream for seconds per request (thousands of
+    # medians, 6.45 s measured); a loaded machine's scheduling hiccups stay far below a second
+    assert max(gaps) < max(1000 * statistics.median(before), 1.0)
     assert rss_after - rss_before < 300 << 20
 
 
