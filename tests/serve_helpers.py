@@ -4,6 +4,10 @@ tokens (the reference every serving path is compared with) and random prompts.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -60,3 +64,34 @@ def staggered_greedy(scheduler, prompts, new_tokens, gap=0.004):
         return await asyncio.gather(*(one(i) for i in range(len(prompts))))
 
     return run_with(scheduler, main)
+
+
+@contextlib.contextmanager
+def held_app(engine) -> Iterator[str]:
+    """The app of ``engine`` served on loopback without starting its scheduler (requests wait
+    where `submit` puts them); yields the base URL, and shuts the engine down afterwards."""
+    import uvicorn  # lazy: uvicorn is the optional serve extra
+
+    from genai.serve.app import create_app  # lazy: fastapi is the optional serve extra
+    from genai.serve.server import free_port
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(engine, manage_engine=False),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        engine.shutdown()

@@ -19,7 +19,7 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
 from genai.generation.search import SearchOptions  # noqa: E402
-from genai.serve.app import ServeEngine, create_app  # noqa: E402
+from genai.serve.app import ServeEngine  # noqa: E402
 from genai.serve.batch_runner import (  # noqa: E402
     GeneratorBatchRunner,
     SlotBatchRunner,
@@ -34,6 +34,7 @@ from genai.serve.server import BackgroundServer  # noqa: E402
 from tests.serve_helpers import (  # noqa: E402
     EOS,
     alone_greedy,
+    held_app,
     prompts_of,
     run_with,
     staggered_greedy,
@@ -598,28 +599,8 @@ def held_server(gqa_model):
     engine = ServeEngine(
         gqa_model, genai.Tokenizer(gqa_model), max_slots=2, max_queue=2, request_timeout=0.3
     )
-    import uvicorn
-
-    from genai.serve.server import free_port
-
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(engine, manage_engine=False),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield engine, f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
-    engine.shutdown()
+    with held_app(engine) as url:
+        yield engine, url
 
 
 def test_full_queue_answers_429_and_timeouts_408(held_server):

@@ -22,8 +22,9 @@ import genai
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from genai.serve.app import ServeEngine, create_app  # noqa: E402
+from genai.serve.app import ServeEngine  # noqa: E402
 from genai.serve.server import BackgroundServer, free_port  # noqa: E402
+from tests.serve_helpers import held_app  # noqa: E402
 
 TEN_MB = 10 * 1000 * 1000
 #: Under the default 4 MiB body limit, far beyond the context of the fixture models.
@@ -420,26 +421,8 @@ def held_server(gqa_model, request):
         lanes=lanes,
         request_timeout=120,
     )
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(engine, manage_engine=False),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield engine, f"http://127.0.0.1:{port}", 2 * lanes
-    server.should_exit = True
-    thread.join(30)
-    engine.shutdown()
+    with held_app(engine) as url:
+        yield engine, url, 2 * lanes
 
 
 def test_a_burst_fills_the_free_slots_and_the_queue_then_429(held_server):
