@@ -248,9 +248,7 @@ def _create() -> pluggy.PluginManager:
         _origins[name] = (_own_distribution(), _own_version(), True)
     _load_entry_points(pm)
     for plugin, name in _extra:
-        if not pm.is_registered(plugin):
-            _register(pm, plugin, name, "registered by hand")
-            _origins[name] = (distribution_of(getattr(plugin, "__module__", "") or ""), "", False)
+        _register_by_hand(pm, plugin, name)
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
@@ -261,6 +259,15 @@ def _create() -> pluggy.PluginManager:
     if _truthy(os.environ.get(ENV_TRACE)):
         _trace(pm)
     return pm
+
+
+def _register_by_hand(pm: pluggy.PluginManager, plugin: object, name: str) -> bool:
+    """Register a plugin given to `register_plugin` unless it is; True when it was added."""
+    if pm.is_registered(plugin):
+        return False
+    _register(pm, plugin, name, "registered by hand")
+    _origins[name] = (distribution_of(getattr(plugin, "__module__", "") or ""), "", False)
+    return True
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
@@ -295,9 +302,7 @@ def register_plugin(plugin: object, name: str | None = None) -> str:
             return name
         _extra.append((plugin, name))
         pm = get_plugin_manager()
-        if not pm.is_registered(plugin):
-            _register(pm, plugin, name, "registered by hand")
-            _origins[name] = (distribution_of(getattr(plugin, "__module__", "") or ""), "", False)
+        if _register_by_hand(pm, plugin, name):
             try:
                 pm.check_pending()
             except pluggy.PluginValidationError as exc:
