@@ -3,7 +3,6 @@
 (`hookspecs`) and plugin manager (`plugins`), and the reference's availability questions
 (`queries`). Providers themselves are plugins; the cpu provider is the built-in default."""
 
-from genai.providers import base
 from genai.providers.base import (
     REQUIREMENTS,
     Capabilities,
@@ -32,4 +31,30 @@ from genai.providers.base import (
 from genai.providers.cpu import CPUProvider
 from genai.providers.hookspecs import hookimpl
 
-__all__ = [*base.__all__, "CPUProvider", "hookimpl"]
+__all__ = [
+    "REQUIREMENTS",
+    "CPUProvider",
+    "Capabilities",
+    "ExecutionProvider",
+    "GraphCapture",
+    "Placement",
+    "PluginEPProvider",
+    "ProviderInfo",
+    "SessionKV",
+    "SessionSpec",
+    "available_ort_providers",
+    "available_providers",
+    "get_current_gpu_device_id",
+    "get_ep_devices",
+    "get_provider",
+    "get_provider_class",
+    "hookimpl",
+    "is_provider_available",
+    "list_providers",
+    "ort_library_dir",
+    "probe_shared_library",
+    "register_execution_provider_library",
+    "register_provider",
+    "set_current_gpu_device_id",
+    "unregister_execution_provider_library",
+]
