@@ -132,3 +132,25 @@ def test_kv_reorder_moves_rows_and_only_filled_positions(fixture_folders, case):
         )
         if shared:
             np.testing.assert_array_equal(after[:, :, 7:], old[:, :, 7:])
+
+
+def test_beam_search_applies_presence_and_frequency_penalties(tmp_path):
+    """Beam search runs the logits chain's stages 3-7, presence/frequency penalties included
+    (they were silently ignored with beams): the penalty changes the beams' tokens."""
+    from genai.testing.models import write_gqa_decoder
+
+    model = genai.Model(write_gqa_decoder(tmp_path / "m", vocab_size=64))
+
+    def best(**options):
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=24, num_beams=3, **options)
+        generator = genai.Generator(model, params)
+        generator.append_tokens(np.array([5, 6, 7, 5, 6], np.int32))
+        while not generator.is_done():
+            generator.generate_next_token()
+        return generator.get_sequence(0).tolist()
+
+    plain = best()
+    assert best(presence_penalty=2.0) != plain
+    assert best(frequency_penalty=2.0) != plain
+    assert best(presence_penalty=0.0) == plain

@@ -131,17 +131,17 @@ class Generator:
                 search.length_penalty,
                 search.early_stopping,
             )
-        #: The logits-processing chain (`genai.generation.logits`); None with beam search.
-        self._chain: LogitsChain | None = None
+        #: The logits-processing chain (`genai.generation.logits`). With beam search only its
+        #: stages 3-7 run (`LogitsChain.apply_stages`), the beam scorer chooses.
+        self._chain = LogitsChain(
+            batch,
+            io.vocab_size,
+            self._eos,
+            search,
+            logit_bias=params.logit_bias,
+            processors=params.logits_processors,
+        )
         if self.num_beams == 1:
-            self._chain = LogitsChain(
-                batch,
-                io.vocab_size,
-                self._eos,
-                search,
-                logit_bias=params.logit_bias,
-                processors=params.logits_processors,
-            )
             self._sampler = self._chain.loop_sampler  # None: the loop takes the argmax
         settings = LoopSettings(
             rows=batch,
@@ -372,20 +372,11 @@ class Generator:
                     self._match_stop(r, int(token))
 
     def _beam_step(self) -> None:
-        loop, beams, search = self._loop, self._beams, self.search
+        loop, beams = self._loop, self._beams
         assert beams is not None
         length = loop.length
         logits = self._logits_rows
-        if search.min_length > 0:
-            sampling.apply_min_length(logits, length, search.min_length, self._eos)
-        if search.repetition_penalty != 1.0:
-            sampling.apply_repetition_penalty(
-                logits, self._sequences, length, search.repetition_penalty
-            )
-        if search.no_repeat_ngram_size > 0:
-            sampling.apply_no_repeat_ngram(
-                logits, self._sequences, length, search.no_repeat_ngram_size
-            )
+        self._chain.apply_stages(logits, self._sequences, length, loop.prompt_length)
         beams.step(logits, self._sequences, length)
         order = beams.next_indices
         if (order != np.arange(self.rows)).any():

@@ -295,19 +295,21 @@ class LogitsChain:
             self._split_stages(logits, sequences, lengths, prompt_lengths, active)
         self.sampler.forget_logits()  # block maxima of set_logits predate these writes
 
-    def _split_stages(
+    def apply_stages(
         self,
         logits: np.ndarray,
         sequences: np.ndarray,
         lengths: Any,
-        prompt_lengths: Any,
-        active: list[int],
+        prompt_lengths: Any = 0,
+        rows: Sequence[int] | None = None,
     ) -> None:
-        """Stages 3-7 by the kernels' single-stage functions, then the custom processors."""
+        """Stages 3-7 (min_length, repetition penalty, no_repeat_ngram, presence/frequency,
+        logit bias) in place on ``rows`` (default all) by the kernels' single-stage functions:
+        what beam search runs before its scorer, and what precedes custom processors."""
         batch = logits.shape[0]
         lengths = np.broadcast_to(np.asarray(lengths, np.int64), (batch,))
         starts = np.broadcast_to(np.asarray(prompt_lengths, np.int64), (batch,))
-        for r in active:
+        for r in range(batch) if rows is None else rows:
             row, history, length = logits[r : r + 1], sequences[r : r + 1], int(lengths[r])
             p = self._stage[r]
             if p["min_length"]:
@@ -328,7 +330,20 @@ class LogitsChain:
             ids, biases = self._bias[r]
             if ids.size:
                 sampling.apply_logit_bias(row, ids, biases)
-            tokens = sequences[r, :length]
+
+    def _split_stages(
+        self,
+        logits: np.ndarray,
+        sequences: np.ndarray,
+        lengths: Any,
+        prompt_lengths: Any,
+        active: list[int],
+    ) -> None:
+        """Stages 3-7 by the kernels' single-stage functions, then the custom processors."""
+        self.apply_stages(logits, sequences, lengths, prompt_lengths, active)
+        lengths = np.broadcast_to(np.asarray(lengths, np.int64), (logits.shape[0],))
+        for r in active:
+            tokens = sequences[r, : int(lengths[r])]
             tokens.flags.writeable = False
             for processor in self._processors:
                 result = processor(tokens, logits[r])
