@@ -510,3 +510,29 @@ def test_smollm2_required_single_call_stops_and_a_cut_says_length(smol_model):
     assert cut_reason == "length"
     cut = chat.result(cut_text, cut_reason)
     assert cut.finish_reason == "length" and cut.tool_calls == []
+
+
+def test_tag_tokens_follow_the_models_delimiter_ids(tmp_path):
+    """Where the config names the tool-call delimiters (model.bot_token_id / eot_token_id, as
+    the 0.18 builder writes them), they decide whether the tags are single tokens."""
+    import json
+    import shutil
+
+    from genai.constraints.tools import tokenizer_has_tag_tokens
+    from genai.text.tokenizer import Tokenizer
+    from tests.conftest import TOKENIZERS
+
+    if not (TOKENIZERS / "qwen3" / "tokenizer.json").is_file():
+        pytest.skip("../shared/tokenizers/qwen3 is not beside the checkout")
+    folder = tmp_path / "qwen3"
+    shutil.copytree(TOKENIZERS / "qwen3", folder)
+    base = {"model": {"type": "qwen3", "context_length": 64, "eos_token_id": 151645}}
+    cases = {
+        "the tags' ids": ({"bot_token_id": 151657, "eot_token_id": 151658}, True),
+        "other ids": ({"bot_token_id": 151667, "eot_token_id": 151668}, False),
+    }
+    for what, (keys, expected) in cases.items():
+        config = json.loads(json.dumps(base))
+        config["model"].update(keys)
+        (folder / "genai_config.json").write_text(json.dumps(config))
+        assert tokenizer_has_tag_tokens(Tokenizer(folder)) is expected, what

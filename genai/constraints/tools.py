@@ -675,8 +675,15 @@ class ToolChat:
 
 def tokenizer_has_tag_tokens(tokenizer: Tokenizer) -> bool:
     """Whether ``tokenizer`` writes ``<tool_call>`` and ``</tool_call>`` as one token each
-    (added tokens, as in Qwen2.5 / Qwen3), so the grammar must name those tokens."""
-    return all(len(tokenizer.encode(tag)) == 1 for tag in (TOOL_CALL_OPEN, TOOL_CALL_CLOSE))
+    (added tokens, as in Qwen2.5 / Qwen3), so the grammar must name those tokens. The model's
+    delimiter ids decide when its config names them (``model.bot_token_id`` /
+    ``eot_token_id``, written by the reference's builder; `Tokenizer.bot_token_id`): the tags
+    are those tokens or not. Otherwise the vocabulary does."""
+    try:
+        ids = (tokenizer.bot_token_id, tokenizer.eot_token_id)
+    except RuntimeError:  # the model defines no tool-call delimiters
+        return all(len(tokenizer.encode(tag)) == 1 for tag in (TOOL_CALL_OPEN, TOOL_CALL_CLOSE))
+    return ids == (tokenizer.to_token_id(TOOL_CALL_OPEN), tokenizer.to_token_id(TOOL_CALL_CLOSE))
 
 
 @functools.lru_cache(maxsize=16)
