@@ -82,3 +82,25 @@ def test_builder_style_folder_runs_as_the_reference(tmp_path, tokenizer):
             np.asarray(gen.get_sequence(0)).tolist(),
         )
     assert runs["genai"] == runs["onnxruntime_genai"]
+
+
+@pytest.mark.parametrize("model_type", ["decoder", "internlm2", "hunyuandensev1", "gemma4_text"])
+def test_every_llm_type_of_the_reference_loads(tmp_path, model_type):
+    """The reference's LLM model types beyond the ones genai listed run a plain decoder graph
+    with the reference's greedy tokens."""
+    folder = write_gqa_decoder(tmp_path, name=model_type, seed=3)
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["model"]["type"] = model_type
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    prompt = np.array([3, 17, 9, 40, 5], np.int32)
+    sequences = []
+    for engine in (og, genai):
+        model = engine.Model(str(folder))
+        params = engine.GeneratorParams(model)
+        params.set_search_options(max_length=16)
+        gen = engine.Generator(model, params)
+        gen.append_tokens(prompt)
+        while not gen.is_done():
+            gen.generate_next_token()
+        sequences.append(np.asarray(gen.get_sequence(0)).tolist())
+    assert sequences[0] == sequences[1] and len(sequences[0]) > len(prompt)

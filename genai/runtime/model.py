@@ -65,13 +65,22 @@ _SESSION_OPTION_KEYS = frozenset(
 #: Model types whose decoder is a plain causal LM this engine runs.
 DECODER_ONLY_TYPES = frozenset(
     [
+        # The reference's LLM types (its ModelType::IsLLM, 0.18). Kinds whose graphs carry
+        # more than a KV cache (lfm2's and qwen3_5's conv/recurrent states, gemma4's per-layer
+        # inputs) say so in their config keys, and Model refuses those keys by name.
         "chatglm",
+        "decoder",
+        "ernie4_5",
         "gemma",
         "gemma2",
         "gemma3_text",
+        "gemma4_text",
         "gpt2",
         "gptoss",
         "granite",
+        "hunyuandensev1",
+        "internlm2",
+        "lfm2",
         "llama",
         "mistral",
         "nemotron",
@@ -82,8 +91,9 @@ DECODER_ONLY_TYPES = frozenset(
         "phimoe",
         "qwen2",
         "qwen3",
+        "qwen3_5_moe_text",
+        "qwen3_5_text",
         "smollm3",
-        "ernie4_5",
     ]
 )
 
