@@ -1,4 +1,8 @@
-"""Shared fixtures: the real model folder in ../shared and tiny models written per session."""
+"""Shared fixtures: the real model (../shared's reference-built folder, else the pulled default
+model) and tiny models written per session.
+
+``GENAI_SHARED_DIR`` points the tests at another shared folder (a missing one runs them as a
+fresh clone does: on the pulled default model)."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from genai.builder import pull
 from genai.testing.models import write_gpt2_decoder, write_gqa_decoder, write_optimum_decoder
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+SHARED = Path(os.environ.get("GENAI_SHARED_DIR") or ROOT.parent / "shared")
 SMOLLM2 = SHARED / "models" / "smollm2-135m-instruct-int4"
 TOKENIZERS = SHARED / "tokenizers"
 
@@ -45,11 +49,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 @pytest.fixture(scope="session")
-def smollm2_path() -> Path:
-    """The real SmolLM2-135M int4 folder (skips when ../shared is not beside the checkout)."""
+def reference_built_smollm2_path() -> Path:
+    """The SmolLM2-135M int4 folder onnxruntime-genai's own builder wrote (all-position logits),
+    in ../shared: for tests about that build itself. Skips when ../shared is absent."""
     if not (SMOLLM2 / "genai_config.json").is_file():
-        pytest.skip(f"real model folder not found at {SMOLLM2} (../shared is beside the checkout)")
+        pytest.skip(
+            f"needs the reference-built SmolLM2 folder at {SMOLLM2} (../shared beside the "
+            "checkout); the pulled default model is a different build (last-position logits)"
+        )
     return SMOLLM2
+
+
+@pytest.fixture(scope="session")
+def smollm2_path(request: pytest.FixtureRequest) -> Path:
+    """A real SmolLM2-135M int4 folder: ../shared's reference-built one when it is beside the
+    checkout, else the pulled default model (`default_model_path`: a failure under CI when it
+    is absent, a skip elsewhere). For tests where which build it is does not matter."""
+    if (SMOLLM2 / "genai_config.json").is_file():
+        return SMOLLM2
+    return request.getfixturevalue("default_model_path")
 
 
 @pytest.fixture(scope="session")
