@@ -1,0 +1,212 @@
+"""The ``genai`` command's start-up cost, chat commands and one-line errors (issue 17)."""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import genai
+from genai.cli import main
+from genai.providers import plugins
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_PROBE = """
+import importlib.metadata as md, sys
+scans = []
+real = md.entry_points
+def counting(*a, **k):
+    scans.append(k.get("group"))
+    return real(*a, **k)
+md.entry_points = counting
+import genai.cli
+genai.cli._build_parser({argv!r})
+print("onnx" in sys.modules, "genai.plugins" in scans)
+"""
+
+
+def _probe(argv: list[str] | None) -> str:
+    code = _PROBE.format(argv=argv)
+    env = {**os.environ, "GENAI_LOAD_PLUGINS": "genai-provider-example"}
+    env.pop("GENAI_DISABLE_PLUGIN_AUTOLOAD", None)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    return result.stdout.strip()
+
+
+def test_building_the_parser_imports_no_onnx_and_scans_no_plugins():
+    assert _probe(None) == "False False"  # genai --help / --version
+    assert _probe(["generate", "x"]) == "False False"
+
+
+def test_a_command_that_is_not_built_in_scans_the_plugins_and_build_loads_the_builder():
+    assert _probe(["no-such-command"]).endswith("True")
+    assert _probe(["build", "x.gguf", "-o", "out"]).startswith("True")
+
+
+def test_install_hints_name_the_checkout_folder_until_published(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    hint = plugins.provider_install_hint("cuda")
+    assert "pip install ./providers/cuda " in hint
+    folder = ROOT / "providers" / "cuda"
+    assert 'name = "genai-provider-cuda"' in (folder / "pyproject.toml").read_text()
+    assert "pip install ./providers/tensorrt_rtx" in plugins.provider_install_hint(
+        "NvTensorRtRtxExecutionProvider"
+    )
+    assert (ROOT / "providers" / "tensorrt_rtx" / "pyproject.toml").is_file()
+    monkeypatch.setattr(plugins, "PUBLISHED_PROVIDER_PACKAGES", frozenset({"genai-provider-cuda"}))
+    assert "pip install genai-provider-cuda " in plugins.provider_install_hint("cuda")
+    assert plugins.provider_install_hint("no-such-provider") == ""
+
+
+def test_providers_listing_shows_installable_commands(monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert main(["providers"]) == 0
+    out = capsys.readouterr().out
+    for line in out.splitlines():
+        if "not installed" in line:
+            command = line.split("not installed (", 1)[1].split(";")[0]
+            assert command.startswith("pip install ./providers/")
+            assert (ROOT / command.split()[-1] / "pyproject.toml").is_file()
+
+
+def _fresh_reply(folder: Path, messages: list[dict[str, str]], new: int) -> str:
+    model = genai.Model(folder)
+    tokenizer = genai.Tokenizer(model)
+    ids = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=len(ids) + new)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(ids)
+    while not generator.is_done():
+        generator.generate_next_token()
+    return tokenizer.decode(generator.get_sequence(0)[len(ids) :])
+
+
+def _chat(folder: Path, script: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "genai", "chat", "-m", str(folder), *flags],
+        input=script,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def test_chat_commands_are_not_sent_to_the_model(fixture_folders):
+    folder = fixture_folders["gqa"]
+    result = _chat(folder, "/help\n/bogus\nabc de\n/reset\nabc de\n/exit\nnever read\n",
+                   "--max-new-tokens", "8")  # fmt: skip
+    lines = result.stdout.split("\n")
+    assert lines[0].lstrip().startswith("/help") and any("/system" in x for x in lines)
+    assert "unknown command /bogus" in result.stderr
+    assert "Ctrl-D" in result.stderr  # says how to leave
+    replies = [x for x in lines if x and not x.startswith(" ")]
+    expected = _fresh_reply(folder, [{"role": "user", "content": "abc de"}], 8)
+    assert replies == [expected, expected]  # /reset: the second turn starts afresh
+
+
+def test_chat_system_command_sets_the_system_message(fixture_folders):
+    folder = fixture_folders["gqa"]
+    result = _chat(folder, "/system be brief\nabc de\n", "--max-new-tokens", "8")
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "abc de"}]
+    assert result.stdout.split("\n")[0] == _fresh_reply(folder, messages, 8)
+
+
+def test_chat_ctrl_c_stops_the_reply_not_the_chat(fixture_folders, monkeypatch, capsys):
+    folder = fixture_folders["gqa"]
+    real = genai.Generator.generate_next_token
+    calls = []
+
+    def interrupted(self):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C does
+            time.sleep(1)  # the handler runs in the main thread before this returns
+        return real(self)
+
+    monkeypatch.setattr(genai.Generator, "generate_next_token", interrupted)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("abc de\n/help\n"))
+    assert main(["chat", "-m", str(folder), "--max-new-tokens", "20"]) == 0
+    out = capsys.readouterr().out
+    assert out.split("\n")[0].endswith("[stopped]")
+    assert "/reset" in out  # the chat went on to the next line
+
+
+def test_chat_ctrl_d_leaves_with_a_newline(fixture_folders):
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "genai", "chat", "-m", str(fixture_folders["gqa"])],
+        stdin=child_fd,
+        stdout=child_fd,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(child_fd)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"> " not in seen and time.monotonic() < deadline:
+        if select.select([main_fd], [], [], 1)[0]:
+            seen += os.read(main_fd, 1024)
+    os.write(main_fd, b"\x04")  # Ctrl-D on an empty line
+    assert proc.wait(timeout=60) == 0
+    with pytest.raises(OSError):  # read what is left until the terminal closes
+        while True:
+            chunk = os.read(main_fd, 1024)
+            if not chunk:
+                break
+            seen += chunk
+    os.close(main_fd)
+    assert seen.endswith(b"> \r\n") or seen.endswith(b"> \n")
+
+
+def test_a_gguf_file_as_model_says_build_it_first(tmp_path, capsys):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert main(["generate", "-m", str(gguf), "hi"]) == 1
+    assert "build it first with `genai build" in capsys.readouterr().err
+
+
+def test_build_onto_an_existing_file_is_a_one_line_error(tmp_path, capsys):
+    existing = tmp_path / "out"
+    existing.write_text("")
+    assert main(["build", str(tmp_path / "x.gguf"), "-o", str(existing)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exists and is not a folder" in err
+
+
+def test_conformance_without_pytest_names_the_extra(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pytest" else real(name, *a)
+    )
+    assert main(["conformance", "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'conformance' extra" in err
+
+
+def test_generate_accepts_max_new_tokens(fixture_folders, capsys):
+    folder = fixture_folders["gqa"]
+    assert main(["generate", "-m", str(folder), "abc de", "--max-new-tokens", "5"]) == 0
+    model = genai.Model(folder)
+    tokenizer = genai.Tokenizer(model)
+    ids = tokenizer.encode("abc de")
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=len(ids) + 5)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(ids)
+    while not generator.is_done():
+        generator.generate_next_token()
+    expected = tokenizer.decode(generator.get_sequence(0)[len(ids) :])
+    assert capsys.readouterr().out == expected + "\n"
