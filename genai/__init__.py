@@ -117,7 +117,7 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """``genai.default_model`` loads the builder (and onnx) only when it is first used."""
     if name == "default_model":
-        from genai.builder.pull import default_model
+        from genai.builder.pull import default_model  # lazy: the builder imports onnx
 
         return default_model
     raise AttributeError(f"module 'genai' has no attribute {name!r}")

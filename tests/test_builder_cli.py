@@ -39,7 +39,7 @@ def test_build_defaults_and_choices():
 
 
 def test_pull_command_prints_the_folder(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(cli, "ensure_default_model", lambda progress, force: tmp_path)
+    monkeypatch.setattr(cli, "ensure_default_model", lambda progress, force, keep_source: tmp_path)
     args = _parser().parse_args(["pull", "-q"])
     assert args.handler(args) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path)

