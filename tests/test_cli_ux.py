@@ -210,3 +210,28 @@ def test_generate_accepts_max_new_tokens(fixture_folders, capsys):
         generator.generate_next_token()
     expected = tokenizer.decode(generator.get_sequence(0)[len(ids) :])
     assert capsys.readouterr().out == expected + "\n"
+
+
+def test_a_long_prefill_shows_progress_on_a_terminal(fixture_folders, monkeypatch, capsys):
+    """On a terminal a long prompt goes in steps with a progress line; the text generated is
+    the one the whole prompt at once gives (and off a terminal nothing is shown)."""
+    import genai.cli as cli
+
+    prompt = " ".join(["token"] * 30)
+    args = ["generate", "-m", str(fixture_folders["gqa"]), prompt, "--max-new-tokens", "6"]
+    assert cli.main(args) == 0
+    plain = capsys.readouterr()
+    assert "genai: prompt" not in plain.err
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(cli, "PREFILL_PROGRESS_TOKENS", 8)
+    monkeypatch.setattr(cli, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(cli.sys, "stderr", terminal)
+    assert cli.main(args) == 0
+    assert capsys.readouterr().out == plain.out
+    shown = terminal.getvalue()
+    assert "genai: prompt 4/" in shown and "\r\033[K" in shown
