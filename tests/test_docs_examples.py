@@ -9,8 +9,10 @@ Markers, an HTML comment on the line just before a block's opening fence:
 
 - ``<!-- continues -->``: the block continues the previous python block of the same file (the
   text says so too); it runs after that block, in the same interpreter.
-- ``<!-- no-test: REASON -->``: the block needs hardware or a server the tests do not have
-  (CUDA, a running ``genai serve``, a Ray cluster); it is skipped with REASON. Only for that.
+- ``<!-- serve -->``: the block talks to a running ``genai serve`` at ``http://127.0.0.1:8000``;
+  the test serves the default model on loopback (a free port, substituted for 8000) and runs it.
+- ``<!-- no-test: REASON -->``: the block needs hardware or a cluster the tests do not have
+  (CUDA, a Ray cluster) or downloads; it is skipped with REASON. Only for that.
 
 Listings that are not code (API summaries) are fenced as ``text``, not ``python``.
 """
@@ -31,7 +33,9 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(
     r"^(?P<indent> *)```(?P<lang>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.S | re.M
 )
-MARKER = re.compile(r"<!--\s*(continues|no-test:[^>]*?)\s*-->\s*$")
+MARKER = re.compile(r"<!--\s*(continues|serve|no-test:[^>]*?)\s*-->\s*$")
+#: Where the docs' server examples expect `genai serve`.
+DOCS_SERVER = "http://127.0.0.1:8000"
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class Block:
     line: int
     code: str
     skip: str | None
+    #: Talks to a running ``genai serve`` (`DOCS_SERVER`).
+    serve: bool = False
 
     @property
     def id(self) -> str:
@@ -59,18 +65,20 @@ def python_blocks(path: Path) -> list[Block]:
         before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
         marker = MARKER.search(before)
         code = _dedent(match.group("body"), len(match.group("indent")))
-        skip = None
-        if marker and marker.group(1) == "continues":
+        skip, serve = None, False
+        if marker and marker.group(1) == "serve":
+            serve = True
+        elif marker and marker.group(1) == "continues":
             if not blocks:
                 raise AssertionError(
                     f"{path.name}:{line} continues, but no python block precedes it"
                 )
             previous = blocks[-1]
             code = previous.code + "\n" + code
-            skip = previous.skip
+            skip, serve = previous.skip, previous.serve
         elif marker:
             skip = marker.group(1).split(":", 1)[1].strip() or "no reason given"
-        blocks.append(Block(path, line, code, skip))
+        blocks.append(Block(path, line, code, skip, serve))
     return blocks
 
 
@@ -94,13 +102,27 @@ def test_no_example_opens_the_shared_folder():
     assert offenders == []
 
 
+@pytest.fixture(scope="module")
+def docs_server(default_model_path: Path):
+    """`genai serve` on the default model, on loopback: the base URL."""
+    pytest.importorskip("fastapi")
+    from genai.serve.app import ServeEngine  # lazy: the serve extra
+    from genai.serve.server import BackgroundServer
+
+    with BackgroundServer(ServeEngine.from_path(default_model_path, max_slots=4)) as srv:
+        yield srv.url
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.id for block in BLOCKS])
 def test_python_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path):
     if block.skip:
         pytest.skip(f"{block.id}: {block.skip} (marked no-test in the doc)")
-    if "default_model()" in block.code:
+    if "default_model()" in block.code or block.serve:
         request.getfixturevalue("default_model_path")
+    if block.serve:
+        server = request.getfixturevalue("docs_server")
+        block = Block(block.path, block.line, block.code.replace(DOCS_SERVER, server), None)
     result = subprocess.run(
         [sys.executable, "-c", block.code],
         cwd=tmp_path,
