@@ -180,9 +180,9 @@ def parse_tools(tools: str | Sequence[Any] | None) -> list[Any] | None:
     return list(tools)
 
 
-def load_tokenizer_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read ``tokenizer_config.json`` from ``folder``; an absent file gives ``{}``."""
-    path = Path(folder) / TOKENIZER_CONFIG_FILE
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (a tokenizer folder's config files); an absent file gives
+    ``{}``, an unreadable one or another JSON value an `InvalidArgumentError` naming it."""
     if not path.is_file():
         return {}
     try:
@@ -192,6 +192,11 @@ def load_tokenizer_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidArgumentError(f"{path} must hold a JSON object")
     return data
+
+
+def load_tokenizer_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read ``tokenizer_config.json`` from ``folder``; an absent file gives ``{}``."""
+    return read_json_object(Path(folder) / TOKENIZER_CONFIG_FILE)
 
 
 def _token_string(value: Any) -> str | None:

@@ -8,7 +8,6 @@ text chunks one token at a time without ever splitting a UTF-8 character.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -25,6 +24,7 @@ from genai.text.chat_template import (
     load_chat_template,
     load_tokenizer_config,
     parse_tools,
+    read_json_object,
     render_chat_template,
     special_token_strings,
 )
@@ -47,16 +47,8 @@ class _FolderConfig:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._data: dict[str, Any] = {}
         file = path / GENAI_CONFIG_FILE
-        if file.is_file():
-            try:
-                data = json.loads(file.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise InvalidArgumentError(f"cannot read {file}: {exc}") from exc
-            if not isinstance(data, dict):
-                raise InvalidArgumentError(f"{file} must hold a JSON object")
-            self._data = data
+        self._data: dict[str, Any] = read_json_object(file)
         self.has_genai_config = file.is_file()
 
     def get(self, key: str, default: Any = None) -> Any:
