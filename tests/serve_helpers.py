@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -95,3 +99,35 @@ def held_app(engine) -> Iterator[str]:
         server.should_exit = True
         thread.join(30)
         engine.shutdown()
+
+
+@contextlib.contextmanager
+def serve_command(folder, *options: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`python -m genai serve -m FOLDER OPTIONS...` on a free loopback port, waited for until
+    /health answers; yields (base URL, process) and stops it with SIGTERM afterwards (uvicorn
+    drains, then exits 0 or by the signal)."""
+    import httpx  # lazy: the serve test extra
+
+    from genai.serve.server import free_port
+
+    port = free_port()
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, "-m", "genai", "serve", "-m", str(folder), "--port", str(port)]
+    command += ["--log-level", "warning", *options]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url + "/health", timeout=2)
+                break
+            except httpx.HTTPError:
+                assert process.poll() is None, process.stderr.read()
+                assert time.monotonic() < deadline, "genai serve did not start"
+                time.sleep(0.1)
+        yield url, process
+    finally:
+        process.terminate()
+        assert process.wait(30) in (0, -15)

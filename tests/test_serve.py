@@ -37,6 +37,7 @@ from tests.serve_helpers import (  # noqa: E402
     held_app,
     prompts_of,
     run_with,
+    serve_command,
     staggered_greedy,
 )
 
@@ -665,39 +666,13 @@ def test_api_key_guards_the_v1_endpoints(gqa_model):
 
 def test_genai_serve_command(fixture_folders):
     """`genai serve` starts uvicorn on the given port and answers; SIGTERM stops it."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from genai.serve.server import free_port
-
-    port = free_port()
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    command = [sys.executable, "-m", "genai", "serve", "-m", str(fixture_folders["gqa"])]
-    command += ["--port", str(port), "--log-level", "warning", "--max-slots", "4"]
-    command += ["--api-key", "k3y"]
-    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, process.stderr.read()
-                assert time.monotonic() < deadline, "genai serve did not start"
-                time.sleep(0.1)
-        assert health.json()["status"] == "ok"
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
+    options = ("--max-slots", "4", "--api-key", "k3y")
+    with serve_command(fixture_folders["gqa"], *options) as (url, _):
+        assert httpx.get(url + "/health").json()["status"] == "ok"
+        assert httpx.get(url + "/v1/models").status_code == 401
         auth = {"Authorization": "Bearer k3y"}
-        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers=auth).json()
+        models = httpx.get(url + "/v1/models", headers=auth).json()
         assert models["data"][0]["id"] == "gqa"
-    finally:
-        process.terminate()
-        # uvicorn shuts down gracefully, then re-raises the signal
-        assert process.wait(30) in (0, -15)
 
 
 def test_fallback_runner_serves_other_layouts(fixture_folders):

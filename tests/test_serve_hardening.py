@@ -23,8 +23,8 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 from genai.serve.app import ServeEngine  # noqa: E402
-from genai.serve.server import BackgroundServer, free_port  # noqa: E402
-from tests.serve_helpers import held_app  # noqa: E402
+from genai.serve.server import BackgroundServer  # noqa: E402
+from tests.serve_helpers import held_app, serve_command  # noqa: E402
 
 TEN_MB = 10 * 1000 * 1000
 #: Under the default 4 MiB body limit, far beyond the context of the fixture models.
@@ -545,34 +545,11 @@ def test_json_mode_cut_by_max_tokens_says_length(smollm2_path):
 
 def test_genai_serve_empty_key_and_body_limit_options(fixture_folders):
     """`genai serve --api-key "" --max-body-bytes N`: no key (and a warning), N enforced."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    port = free_port()
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    command = [sys.executable, "-m", "genai", "serve", "-m", str(fixture_folders["gqa"])]
-    command += ["--port", str(port), "--log-level", "warning", "--max-slots", "2"]
-    command += ["--api-key", "", "--max-body-bytes", "1000"]
-    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(url + "/health", timeout=2)
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, process.stderr.read()
-                assert time.monotonic() < deadline, "genai serve did not start"
-                time.sleep(0.1)
+    options = ("--max-slots", "2", "--api-key", "", "--max-body-bytes", "1000")
+    with serve_command(fixture_folders["gqa"], *options) as (url, process):
         assert httpx.get(url + "/v1/models").status_code == 200
         small = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
         assert small.status_code == 200
         big = httpx.post(url + "/v1/completions", json={"prompt": "x" * 2000, "max_tokens": 2})
         assert "1000 bytes" in _error(big, 413)["message"]
-    finally:
-        process.terminate()
-        assert process.wait(30) in (0, -15)
     assert "API key is empty" in process.stderr.read()
