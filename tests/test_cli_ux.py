@@ -228,9 +228,9 @@ def test_a_long_prefill_shows_progress_on_a_terminal(fixture_folders, monkeypatc
             return True
 
     terminal = Terminal()
-    monkeypatch.setattr(cli, "PREFILL_PROGRESS_TOKENS", 8)
-    monkeypatch.setattr(cli, "PREFILL_CHUNK", 4)
-    monkeypatch.setattr(cli.sys, "stderr", terminal)
+    monkeypatch.setattr(cli.common, "PREFILL_PROGRESS_TOKENS", 8)
+    monkeypatch.setattr(cli.common, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(cli.common.sys, "stderr", terminal)
     assert cli.main(args) == 0
     assert capsys.readouterr().out == plain.out
     shown = terminal.getvalue()

@@ -1,0 +1,169 @@
+"""``genai chat``: a multi-turn chat in the terminal, streaming each reply."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+
+import genai
+from genai.cli.common import (
+    DEFAULT_NEW_TOKENS,
+    activate_adapters,
+    add_adapter_option,
+    add_length_options,
+    check_lengths,
+    load_model,
+    prefill,
+)
+from genai.cli.registry import command
+from genai.errors import InvalidArgumentError
+
+__all__ = ["CHAT_COMMANDS"]
+
+#: The chat's own commands (a line starting with "/"), as /help lists them.
+CHAT_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("/help", "lists these commands"),
+    ("/reset", "starts the conversation again (keeps the system message)"),
+    ("/system TEXT", "sets the system message and starts again (/system alone: none)"),
+    ("/exit", "ends the chat (as Ctrl-D does)"),
+)
+
+
+@command("chat", "chat with a model in the terminal (multi-turn, streaming)")
+def _fill_chat(chat: argparse.ArgumentParser) -> None:
+    chat.description = (
+        "A multi-turn chat: each line you type is a user message; the reply streams as it is "
+        "produced. The conversation's KV cache is reused between turns. Commands: "
+        + "; ".join(f"{c} {h}" for c, h in CHAT_COMMANDS)
+        + ". Ctrl-C stops a reply; Ctrl-D or /exit ends the chat."
+    )
+    chat.add_argument(
+        "-m",
+        "--model",
+        metavar="DIR",
+        help="model folder (default: the default model, pulled on first use)",
+    )
+    chat.add_argument("--system", metavar="TEXT", help="system message")
+    add_length_options(chat, None)
+    chat.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
+    add_adapter_option(chat)
+    chat.add_argument("-v", "--verbose", action="store_true", help="print tok/s per reply")
+    chat.set_defaults(handler=_chat)
+
+
+def _chat_help() -> str:
+    width = max(len(c) for c, _ in CHAT_COMMANDS)
+    lines = [f"  {c:<{width}}  {h}" for c, h in CHAT_COMMANDS]
+    lines.append("  Ctrl-C stops a reply; start a message with // to send one beginning with /")
+    return "\n".join(lines)
+
+
+def _read_line(interactive: bool) -> str | None:
+    """The next line the user typed (without its newline), or None at the end of input.
+    On a terminal, ``input`` edits the line with readline (arrows, history)."""
+    if interactive:
+        try:
+            return input("> ")
+        except EOFError:
+            sys.stdout.write("\n")  # Ctrl-D: leave the shell's prompt on a line of its own
+            sys.stdout.flush()
+            return None
+    line = sys.stdin.readline()
+    return line.rstrip("\n") if line else None
+
+
+def _enable_line_editing() -> None:
+    """Line editing and history for ``input`` where the standard library has readline."""
+    with contextlib.suppress(ImportError):  # e.g. Windows without pyreadline
+        import readline  # noqa: F401  (importing it is what turns editing on)
+
+
+def _chat(args: argparse.Namespace) -> int:
+    check_lengths(args)
+    max_new = args.max_new_tokens or DEFAULT_NEW_TOKENS
+    config, model, tokenizer = load_model(args)
+    context = config.context_length
+    if args.max_length is not None and args.max_length > context:
+        raise InvalidArgumentError(
+            f"--max-length {args.max_length} exceeds the model's context length ({context})"
+        )
+    limit = args.max_length or context
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=limit)
+    generator = genai.Generator(model, params)
+    activate_adapters(model, generator, args.adapter)
+    system = args.system
+    messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    interactive = sys.stdin.isatty()
+    if interactive:
+        _enable_line_editing()
+    out = sys.stdout
+    print("genai chat: /help lists commands; Ctrl-C stops a reply; /exit or Ctrl-D leaves.",
+          file=sys.stderr)  # fmt: skip
+    while True:
+        try:
+            line = _read_line(interactive)
+        except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh prompt, as a shell does
+            out.write("\n")
+            continue
+        if line is None:
+            return 0
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("/") and not text.startswith("//"):
+            command, _, rest = text.partition(" ")
+            if command in ("/exit", "/quit"):
+                return 0
+            if command == "/help":
+                print(_chat_help(), file=out)
+            elif command in ("/reset", "/system"):
+                if command == "/system":
+                    system = rest.strip() or None
+                messages = [{"role": "system", "content": system}] if system else []
+                print("(conversation reset)", file=sys.stderr)
+            else:
+                print(f"unknown command {command}; /help lists the commands", file=sys.stderr)
+            continue
+        content = line[1:] if text.startswith("//") else line
+        messages.append({"role": "user", "content": content})
+        prompt = tokenizer.encode(
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        )
+        if len(prompt) + 1 > limit:
+            messages.pop()
+            what = "--max-length" if args.max_length else "the model's context length"
+            print(f"genai: the conversation ({len(prompt)} tokens) no longer fits {what} "
+                  f"({limit} tokens); /reset starts again", file=sys.stderr)  # fmt: skip
+            continue
+        # Reuse the KV cache: keep the common prefix with what the model has seen, feed the rest.
+        seen = generator.get_sequence(0) if generator.token_count() else prompt[:0]
+        common = 0
+        shared = min(len(seen), len(prompt) - 1)
+        while common < shared and seen[common] == prompt[common]:
+            common += 1
+        if common < generator.token_count():
+            generator.rewind_to(common)
+        reply: list[int] = []
+        started = time.perf_counter()
+        try:
+            prefill(generator, prompt[common:])
+            stream = tokenizer.create_stream()
+            while not generator.is_done() and len(reply) < max_new:
+                generator.generate_next_token()
+                token = int(generator.get_next_tokens()[0])
+                if token in tokenizer.eos_token_ids:
+                    break
+                reply.append(token)
+                out.write(stream.decode(token))
+                out.flush()
+        except KeyboardInterrupt:  # Ctrl-C during a reply stops the reply, not the chat
+            out.write(" [stopped]")
+        out.write("\n")
+        out.flush()
+        if args.verbose and reply:
+            rate = len(reply) / (time.perf_counter() - started)
+            print(f"[{len(reply)} tokens, {rate:.1f} tok/s]", file=sys.stderr)
+        messages.append({"role": "assistant", "content": tokenizer.decode(reply)})

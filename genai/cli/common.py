@@ -1,0 +1,126 @@
+"""What several ``genai`` commands share: the model option's loading (``-m`` or the default
+model), length and adapter options, and the prefill with a progress line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import genai
+from genai.errors import InvalidArgumentError
+
+__all__ = [
+    "DEFAULT_NEW_TOKENS",
+    "PREFILL_CHUNK",
+    "PREFILL_PROGRESS_TOKENS",
+    "activate_adapters",
+    "add_adapter_option",
+    "add_length_options",
+    "check_lengths",
+    "default_model",
+    "load_model",
+    "prefill",
+]
+
+DEFAULT_NEW_TOKENS = 256
+
+
+#: Prompts at least this long show a prefill progress line (when stderr is a terminal).
+PREFILL_PROGRESS_TOKENS = 1024
+
+
+#: Tokens per prefill step while a progress line is shown.
+PREFILL_CHUNK = 512
+
+
+def add_length_options(parser: argparse.ArgumentParser, default_new: int | None) -> None:
+    lengths = parser.add_mutually_exclusive_group()
+    lengths.add_argument(
+        "--max-length",
+        type=int,
+        metavar="N",
+        help="total tokens, prompt (the whole conversation, for chat) included; "
+        "at most the model's context length",
+    )
+    lengths.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=default_new,
+        metavar="N",
+        help=f"new tokens per reply (default {DEFAULT_NEW_TOKENS}, within the context length)",
+    )
+
+
+def check_lengths(args: argparse.Namespace) -> None:
+    for flag in ("max_length", "max_new_tokens"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise InvalidArgumentError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+
+
+def default_model() -> Path:
+    """The default model folder, pulled and built on first use (progress on stderr)."""
+    from genai.builder.pull import ensure_default_model  # lazy: the builder imports onnx
+
+    return ensure_default_model(progress=True)
+
+
+def load_model(args: argparse.Namespace):
+    """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``."""
+    if args.model is None:
+        args.model = str(default_model())
+    path = Path(args.model)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        raise InvalidArgumentError(
+            f"-m {args.model} is a GGUF file, not a model folder: build it first with "
+            f"`genai build {args.model} -o DIR`, then use -m DIR"
+        )
+    config = genai.Config(args.model)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise InvalidArgumentError("--threads must be >= 1")
+        config.overlay({"model": {"decoder": {"session_options": {
+            "intra_op_num_threads": args.threads}}}})  # fmt: skip
+    model = genai.Model(config)
+    return config, model, genai.Tokenizer(model)
+
+
+def add_adapter_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="FILE[=NAME]",
+        help="activate a LoRA .onnx_adapter file (repeatable; several add up)",
+    )
+
+
+def activate_adapters(model, generator, specs: list[str]) -> None:
+    """Load each ``FILE[=NAME]`` of ``--adapter`` and activate it on ``generator``."""
+    if not specs:
+        return
+    adapters = genai.Adapters(model)
+    for spec in specs:
+        path, sep, name = spec.partition("=")
+        name = name if sep else Path(path).stem
+        adapters.load(path, name)
+        generator.set_active_adapter(adapters, name)  # the generator keeps the bound weights
+
+
+def prefill(generator, ids) -> None:
+    """Append ``ids``; a long prompt goes in steps with a progress line when stderr is a
+    terminal (a long prefill is otherwise minutes of silence)."""
+    if len(ids) < PREFILL_PROGRESS_TOKENS or not sys.stderr.isatty():
+        generator.append_tokens(ids)
+        return
+    total = len(ids)
+    try:
+        for start in range(0, total, PREFILL_CHUNK):
+            generator.append_tokens(ids[start : start + PREFILL_CHUNK])
+            done = min(start + PREFILL_CHUNK, total)
+            sys.stderr.write(f"\rgenai: prompt {done}/{total} tokens")
+            sys.stderr.flush()
+    finally:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()

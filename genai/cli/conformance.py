@@ -1,0 +1,66 @@
+"""``genai conformance``: the execution-provider conformance suite."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+from genai.cli.registry import command
+from genai.errors import InvalidArgumentError, MissingDependencyError
+
+__all__: list[str] = []
+
+
+@command("conformance", "run the provider conformance suite and print a pass/fail/skip table")
+def _fill_conformance(conf: argparse.ArgumentParser) -> None:
+    conf.description = (
+        "Run the execution-provider conformance suite (tiny models it builds itself, or "
+        "--model) against PROVIDER. Exit status 0 when nothing failed."
+    )
+    conf.add_argument("provider", help="provider name (as in genai_config.json)")
+    conf.add_argument("--model", metavar="DIR", help="model folder instead of the tiny models")
+    conf.add_argument("--report", metavar="FILE.json", help="write the results as JSON")
+    conf.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="provider option (repeatable)",
+    )
+    conf.add_argument("--xfails", metavar="FILE", help="test names to mark xfail, one a line")
+    conf.add_argument("-v", "--verbose", action="store_true", help="pytest's verbose output")
+    conf.set_defaults(handler=_conformance)
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("pytest") is None:
+        raise MissingDependencyError(
+            "genai conformance needs the 'conformance' extra "
+            "(pip install 'genai-runtime[conformance]'): pytest is not installed"
+        )
+    try:  # lazy: pytest is the optional 'conformance' extra
+        from genai.testing.conformance import run_conformance
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"genai conformance needs the 'conformance' extra "
+            f"(pip install 'genai-runtime[conformance]'): {exc}"
+        ) from exc
+    options = {}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidArgumentError(f"--option expects KEY=VALUE, got {item!r}")
+        options[key] = value
+    code, results = run_conformance(
+        args.provider,
+        options=options,
+        model=args.model,
+        report=args.report,
+        xfails=args.xfails,
+        quiet=not args.verbose,
+    )
+    if not results:  # nothing ran (the plugin prints the table otherwise)
+        print(f"genai conformance {args.provider}: no conformance test ran (pytest exit {code})")
+    failed = any(r["outcome"] in ("fail", "error") for r in results)
+    return 1 if failed or code not in (0, 5) or not results else 0

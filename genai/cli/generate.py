@@ -1,0 +1,105 @@
+"""``genai generate``: generate text from a prompt, streaming it to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import genai
+from genai.cli.common import (
+    DEFAULT_NEW_TOKENS,
+    activate_adapters,
+    add_adapter_option,
+    add_length_options,
+    check_lengths,
+    load_model,
+    prefill,
+)
+from genai.cli.registry import command
+from genai.errors import InvalidArgumentError
+
+__all__: list[str] = []
+
+
+@command("generate", "generate text from a prompt, streaming it to stdout")
+def _fill_generate(gen: argparse.ArgumentParser) -> None:
+    gen.description = "Generate text from a prompt (greedy), streaming it as it is produced."
+    gen.add_argument("prompt", help="the prompt text ('-' reads it from stdin)")
+    gen.add_argument(
+        "-m",
+        "--model",
+        metavar="DIR",
+        help="model folder (default: the default model, SmolLM2-135M-Instruct int4, "
+        "pulled on first use)",
+    )
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    gen.add_argument("--system", metavar="TEXT", help="system message (with --chat)")
+    add_length_options(gen, None)
+    gen.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
+    add_adapter_option(gen)
+    gen.add_argument(
+        "-v", "--verbose", action="store_true", help="print prefill ms and decode tok/s to stderr"
+    )
+    gen.set_defaults(handler=_generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    check_lengths(args)
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    started = time.perf_counter()
+    config, model, tokenizer = load_model(args)
+    if args.chat:
+        messages = [{"role": "user", "content": prompt}]
+        if args.system:
+            messages.insert(0, {"role": "system", "content": args.system})
+        prompt = tokenizer.apply_chat_template(json.dumps(messages), add_generation_prompt=True)
+    ids = tokenizer.encode(prompt)
+    if len(ids) == 0:
+        raise InvalidArgumentError("the prompt encodes to no tokens")
+    context = config.context_length
+    if args.max_length is not None and args.max_length > context:
+        raise InvalidArgumentError(
+            f"--max-length {args.max_length} exceeds the model's context length ({context})"
+        )
+    if len(ids) >= context:
+        raise InvalidArgumentError(
+            f"the prompt ({len(ids)} tokens) does not fit the model's context length "
+            f"({context} tokens) with room for a new token"
+        )
+    if args.max_length is not None:
+        max_length = args.max_length
+        if len(ids) >= max_length:
+            raise InvalidArgumentError(
+                f"the prompt ({len(ids)} tokens) is not shorter than --max-length {max_length}"
+            )
+    else:
+        max_length = min(context, len(ids) + (args.max_new_tokens or DEFAULT_NEW_TOKENS))
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=max_length)
+    generator = genai.Generator(model, params)
+    activate_adapters(model, generator, args.adapter)
+    stream = tokenizer.create_stream()
+    loaded = time.perf_counter()
+    prefill(generator, ids)
+    prefilled = time.perf_counter()
+    new_tokens = 0
+    out = sys.stdout
+    while not generator.is_done():
+        generator.generate_next_token()
+        new_tokens += 1
+        out.write(stream.decode(int(generator.get_next_tokens()[0])))
+        out.flush()
+    finished = time.perf_counter()
+    out.write("\n")
+    if args.verbose:
+        decode_s = finished - prefilled
+        rate = new_tokens / decode_s if decode_s > 0 else float("inf")
+        print(
+            f"load {1000 * (loaded - started):.0f} ms, prompt {len(ids)} tokens, "
+            f"prefill {1000 * (prefilled - loaded):.1f} ms, {new_tokens} new tokens, "
+            f"decode {rate:.1f} tok/s",
+            file=sys.stderr,
+        )
+    return 0

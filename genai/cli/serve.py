@@ -1,0 +1,195 @@
+"""``genai serve``: the OpenAI-compatible HTTP server (or a Ray Serve deployment)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from genai.cli.common import default_model, load_model
+from genai.cli.registry import command
+from genai.errors import MissingDependencyError
+
+__all__: list[str] = []
+
+
+@command("serve", "serve an OpenAI-compatible HTTP API with continuous batching")
+def _fill_serve(serve: argparse.ArgumentParser) -> None:
+    serve.description = (
+        "Serve /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics "
+        "(needs the 'serve' extra: pip install 'genai-runtime[serve]'). See docs/serving.md."
+    )
+    serve.add_argument(
+        "-m",
+        "--model",
+        metavar="DIR",
+        help="model folder (default: the default model, pulled on first use)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--served-model-name", metavar="NAME", help="model id of the API")
+    serve.add_argument(
+        "--max-slots",
+        type=int,
+        default=16,
+        metavar="N",
+        help="sequences held at once (KV slots, split over the lanes)",
+    )
+    serve.add_argument(
+        "--max-queue", type=int, default=64, metavar="N", help="waiting requests before 429"
+    )
+    serve.add_argument(
+        "--timeout", type=float, default=600.0, metavar="S", help="request timeout in seconds"
+    )
+    serve.add_argument(
+        "--prefill-chunk", type=int, default=64, metavar="N", help="prompt tokens per step"
+    )
+    serve.add_argument(
+        "--prefix-cache-mb", type=int, default=256, metavar="MB", help="prompt-prefix KV cache"
+    )
+    serve.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
+    serve.add_argument(
+        "--switch-interval",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="set Python's GIL switch interval (default: keep Python's 0.005)",
+    )
+    serve.add_argument(
+        "--lanes",
+        type=int,
+        metavar="N",
+        help="schedulers side by side, each with its own share of the slots and its own "
+        "model runs; default: CPUs / intra-op threads, at most 4 (env GENAI_SERVE_LANES)",
+    )
+    serve.add_argument(
+        "--no-overlap",
+        action="store_true",
+        help="with one lane, run prefill chunks and decode steps one after the other "
+        "(default: at the same time, on two threads); several lanes never overlap them",
+    )
+    serve.add_argument(
+        "--api-key",
+        default=os.environ.get("GENAI_API_KEY"),
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on the /v1 endpoints (default: env "
+        "GENAI_API_KEY; unset or empty: no key, with a warning for an empty one); /health and "
+        "/metrics stay open, /docs, /redoc and /openapi.json are off",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        metavar="N",
+        help="larger request bodies get HTTP 413 (default: 4 MiB)",
+    )
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let web pages of ORIGIN (e.g. http://localhost:3000, or '*') call the API from "
+        "a browser (CORS); repeatable",
+    )
+    serve.add_argument("--log-level", default="info", help="uvicorn log level")
+    ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
+    ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
+    ray.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster to join (e.g. 'auto' on a node of a running cluster; "
+        "default: start a local head)",
+    )
+    ray.add_argument("--replicas", type=int, default=1, metavar="N", help="fixed replica count")
+    ray.add_argument("--min-replicas", type=int, metavar="N", help="autoscaling lower bound")
+    ray.add_argument("--max-replicas", type=int, metavar="N", help="autoscaling upper bound")
+    serve.set_defaults(handler=_serve)
+
+
+def _serve_ray(args: argparse.Namespace) -> int:
+    try:  # lazy: ray is the optional 'ray' extra
+        import ray
+        from ray import serve
+
+        from genai.serve.ray_serve import build_app
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"genai serve --ray needs the 'ray' extra (pip install 'genai-runtime[ray]'): {exc}"
+        ) from exc
+    if args.model is None:
+        args.model = str(default_model())
+    options: dict[str, object] = {
+        "model": str(Path(args.model).resolve()),
+        "max_slots": args.max_slots,
+        "max_queue": args.max_queue,
+        "request_timeout": args.timeout,
+        "prefill_chunk": args.prefill_chunk,
+        "prefix_cache_mb": args.prefix_cache_mb,
+    }
+    if args.api_key:
+        options["api_key"] = args.api_key
+    if args.max_body_bytes is not None:
+        options["max_body_bytes"] = args.max_body_bytes
+    if args.allowed_origin:
+        options["allowed_origins"] = list(args.allowed_origin)
+    if args.served_model_name:
+        options["model_name"] = args.served_model_name
+    if args.threads is not None:
+        options["threads"] = args.threads
+    if args.min_replicas is not None or args.max_replicas is not None:
+        options["min_replicas"] = args.min_replicas or 1
+        options["max_replicas"] = args.max_replicas or max(args.min_replicas or 1, 2)
+    else:
+        options["num_replicas"] = args.replicas
+    ray.init(address=args.ray_address)
+    serve.start(http_options={"host": args.host, "port": args.port})
+    print(
+        f"genai serve --ray: {options['model']} on http://{args.host}:{args.port}/v1",
+        file=sys.stderr,
+    )
+    serve.run(build_app(options), name="genai", route_prefix="/", blocking=True)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if args.ray:
+        return _serve_ray(args)
+    try:  # lazy: fastapi and uvicorn are the optional 'serve' extra
+        from genai.serve.app import ServeEngine
+        from genai.serve.server import run_server
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"genai serve needs the 'serve' extra (pip install 'genai-runtime[serve]'): {exc}"
+        ) from exc
+    _, model, tokenizer = load_model(args)
+    engine = ServeEngine(
+        model,
+        tokenizer,
+        model_name=args.served_model_name,
+        max_slots=args.max_slots,
+        max_queue=args.max_queue,
+        request_timeout=args.timeout,
+        prefill_chunk=args.prefill_chunk,
+        prefix_cache_mb=args.prefix_cache_mb,
+        switch_interval=args.switch_interval or None,
+        overlap_prefill=not args.no_overlap,
+        lanes=args.lanes,
+    )
+    print(
+        f"genai serve: {engine.model_name} on http://{args.host}:{args.port}/v1 "
+        f"({type(engine.runner).__name__}, {args.max_slots} slots)",
+        file=sys.stderr,
+    )
+    http: dict[str, int] = {}
+    if args.max_body_bytes is not None:
+        http["max_body_bytes"] = args.max_body_bytes
+    run_server(
+        engine,
+        args.host,
+        args.port,
+        log_level=args.log_level,
+        api_key=args.api_key,
+        allowed_origins=args.allowed_origin,
+        **http,
+    )
+    return 0
