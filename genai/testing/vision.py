@@ -1,0 +1,437 @@
+"""Tiny random-weight vision-language model folders in onnxruntime-genai's multi-graph layout.
+
+A vision-language folder holds three graphs that `genai_config.json` names:
+
+* ``model.vision`` (pixel values -> ``image_features`` ``[num_image_tokens, hidden]``);
+* ``model.embedding`` (``input_ids`` + ``image_features`` -> ``inputs_embeds``
+  ``[batch, seq, hidden]``: text ids look up an embedding table, image placeholder ids take the
+  image features in order);
+* ``model.decoder`` (``inputs_embeds``, ``attention_mask`` [, ``position_ids``], KV ->
+  ``logits`` and presents),
+
+plus ``processor_config.json`` (the image pipeline the reference's processor runs) and the
+tokenizer files. The writers follow the folders the reference's model builder writes (and the
+reference's own test folders ``test/models/phi3-v`` and ``qwen2-5-vl``): the same config
+sections, input/output names, dtypes and ranks; the graphs themselves are small random
+functions of their inputs (a patch-pooling "ViT", one embedding table, a 1-2 layer Llama-style
+decoder), so that both engines can load the folder and run it in milliseconds.
+
+* :func:`write_phi3v` -- ``model.type`` ``phi3v``: ``pixel_values`` ``[images, crops, 3, 336,
+  336]`` + ``image_sizes`` ``[images, 2]``; placeholders are negative ids (``-k`` for image
+  ``k``, as the reference's processor expands ``<|image_k|>``); a GroupQueryAttention decoder
+  without ``position_ids`` (rotary inside the op), shared KV buffer.
+* :func:`write_qwen2_5_vl` -- ``model.type`` ``qwen2_5_vl`` (``fara`` and ``qwen3_vl`` through
+  ``model_type``): ``pixel_values`` ``[patches, 3 * 2 * p * p]`` + ``image_grid_thw``
+  ``[images, 3]``; placeholders are ``image_token_id``; a plain-op decoder fed 3-D mRoPE
+  ``position_ids`` ``[3, batch, seq]`` (temporal / height / width sections of the rotary
+  frequencies), growing KV cache.
+
+The tokenizer is `genai.testing.models`' tiny BPE (lower-case letters and ``.,!?'``) plus the
+model's chat markers and ``"\\n"`` as added tokens, so the prompts both engines tokenize alike
+can carry the model's real markers.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+from tokenizers import AddedToken, Tokenizer
+
+from genai.testing.models import (
+    _Dims,
+    _Graph,
+    _llama_weights,
+    _normal,
+    _rms_norm,
+    _rotary_tables,
+    _skip_rms_norm,
+    _write_tokenizer,
+    gqa_layer,
+    gqa_mask_lengths,
+)
+
+__all__ = [
+    "PHI3V_MARKERS",
+    "QWEN_VL_MARKERS",
+    "phi3v_image_tokens",
+    "write_phi3v",
+]
+
+#: The crop side of Phi-3 Vision's HD transform (pixels) and its tokens per crop side.
+PHI3V_CROP = 336
+_PHI3V_GRID = 12  # 336 / 28: each crop pools to a 12 x 12 grid = 144 tokens
+
+#: Added tokens of the Phi-3 Vision fixture (ids follow the base vocabulary, in this order).
+PHI3V_MARKERS = ("<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>", "\n")
+#: Added tokens of the Qwen-VL fixtures (ids follow the base vocabulary, in this order).
+QWEN_VL_MARKERS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "\n",
+)
+
+_SESSION_OPTIONS = {"log_id": "onnxruntime-genai", "provider_options": []}
+_SPLIT_KV_INPUTS = {
+    "past_key_names": "past_key_values.%d.key",
+    "past_value_names": "past_key_values.%d.value",
+}
+_DECODER_OUTPUTS = {
+    "logits": "logits",
+    "present_key_names": "present.%d.key",
+    "present_value_names": "present.%d.value",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Shared pieces
+# --------------------------------------------------------------------------------------------
+
+
+def _tokenizer(
+    folder: pathlib.Path,
+    base_vocab: int,
+    markers: Sequence[str],
+    *,
+    bos: str,
+    eos: str,
+    pad: str,
+    context_length: int,
+    chat_template: str,
+) -> dict[str, int]:
+    """The tiny BPE of `genai.testing.models` with ``markers`` appended as added tokens;
+    returns marker -> id."""
+    _write_tokenizer(
+        folder, base_vocab, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        context_length=context_length,
+    )  # fmt: skip
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.add_tokens([AddedToken(m, special=m != "\n", normalized=False) for m in markers])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    ids = {m: base_vocab + i for i, m in enumerate(markers)}
+    if any(tokenizer.token_to_id(m) != i for m, i in ids.items()):
+        raise AssertionError("added token ids are not consecutive after the base vocabulary")
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config.update(bos_token=bos, eos_token=eos, pad_token=pad, chat_template=chat_template)
+    config["added_tokens_decoder"] = {
+        str(i): {
+            "content": m,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": m != "\n",
+        }
+        for m, i in ids.items()
+    }
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return ids
+
+
+def _feature_scatter(g: _Graph, ids: str, is_image: str, features: str, hidden: int) -> str:
+    """``[batch, seq, hidden]``: row ``k`` of ``features`` (in order over the flattened batch)
+    at the ``k``-th position where ``is_image``; zeros elsewhere and past the last row."""
+    flat = g.op("Reshape", g.op("Cast", is_image, to=TensorProto.INT64), g.const([-1]))
+    index = g.op("Sub", g.op("CumSum", flat, g.const(0)), g.const(1))
+    rows = g.op("Shape", features, start=0, end=1)
+    # a zero row at the end: placeholders beyond the features (or none at all) read it
+    index = g.op("Min", g.op("Max", index, g.const(0)), g.op("Squeeze", rows, g.const([0])))
+    padded = g.op("Concat", features, g.const(np.zeros((1, hidden)), np.float32), axis=0)
+    gathered = g.op("Gather", padded, index, axis=0)
+    return g.op("Reshape", gathered, g.op("Concat", g.op("Shape", ids), g.const([hidden]), axis=0))
+
+
+def _embedding_graph(embed: np.ndarray, *, negative_ids: bool, image_token_id: int | None) -> Any:
+    """``input_ids`` int64 [batch, seq] + ``image_features`` fp32 [n, hidden] ->
+    ``inputs_embeds``: text ids look up ``embed``; placeholders (negative ids, or
+    ``image_token_id``) take the features in order."""
+    hidden = embed.shape[1]
+    g = _Graph("embedding")
+    ids = g.input("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
+    features = g.input("image_features", TensorProto.FLOAT, ["num_image_tokens", hidden])
+    g.output("inputs_embeds", TensorProto.FLOAT, ["batch_size", "sequence_length", hidden])
+    if negative_ids:
+        is_image = g.op("Less", ids, g.const(0))
+    else:
+        is_image = g.op("Equal", ids, g.const(image_token_id))
+    text_ids = g.op("Where", is_image, g.const(0), ids)
+    text = g.op("Gather", g.weight("embed_tokens.weight", embed), text_ids, axis=0)
+    image = _feature_scatter(g, ids, is_image, features, hidden)
+    g.op("Where", g.op("Unsqueeze", is_image, g.const([-1])), image, text, out="inputs_embeds")
+    return g.model()
+
+
+def _search(context_length: int, share_buffer: bool) -> dict[str, Any]:
+    return {
+        "diversity_penalty": 0.0,
+        "do_sample": False,
+        "early_stopping": True,
+        "length_penalty": 1.0,
+        "max_length": context_length,
+        "min_length": 0,
+        "no_repeat_ngram_size": 0,
+        "num_beams": 1,
+        "num_return_sequences": 1,
+        "past_present_share_buffer": share_buffer,
+        "repetition_penalty": 1.0,
+        "temperature": 1.0,
+        "top_k": 1,
+        "top_p": 1.0,
+    }
+
+
+def _decoder_section(dims: _Dims, inputs: dict[str, str]) -> dict[str, Any]:
+    return {
+        "session_options": dict(_SESSION_OPTIONS),
+        "filename": "dummy_text.onnx",
+        "head_size": dims.head_size,
+        "hidden_size": dims.hidden_size,
+        "inputs": inputs,
+        "outputs": dict(_DECODER_OUTPUTS),
+        "num_attention_heads": dims.num_heads,
+        "num_hidden_layers": dims.num_layers,
+        "num_key_value_heads": dims.num_kv_heads,
+    }
+
+
+def _save(folder: pathlib.Path, name: str, model: Any) -> None:
+    onnx.save_model(model, str(folder / name))
+
+
+# --------------------------------------------------------------------------------------------
+# Phi-3 Vision
+# --------------------------------------------------------------------------------------------
+
+
+def phi3v_image_tokens(height: int, width: int) -> int:
+    """Image tokens Phi-3 Vision gives an HD-transformed image of ``height`` x ``width``
+    (multiples of 336): 144 per crop and for the global view, a newline token per row of
+    crop tokens, and one separator."""
+    h, w = height // PHI3V_CROP, width // PHI3V_CROP
+    return (h * w + 1) * 144 + 1 + (h + 1) * 12
+
+
+def _phi3v_vision_graph(rng: np.random.Generator, hidden: int, max_crops: int) -> Any:
+    """``pixel_values`` fp32 [images, crops, 3, 336, 336] + ``image_sizes`` int64 [images, 2]
+    -> ``image_features`` [sum of `phi3v_image_tokens`, hidden]: each crop is pooled to a 12 x
+    12 grid of 3-channel patches, projected and mixed per token; an image's tokens are its
+    crops' tokens in order followed by learned separator tokens, cut to its token count
+    (``max_crops``: the most HD crops an image may have, besides the global view)."""
+    g = _Graph("phi3v_vision")
+    grid = _PHI3V_GRID
+    per_crop = grid * grid
+    pixels = g.input(
+        "pixel_values", TensorProto.FLOAT, ["num_images", "max_num_crops", 3, "height", "width"]
+    )
+    sizes = g.input("image_sizes", TensorProto.INT64, ["num_images", 2])
+    g.output("image_features", TensorProto.FLOAT, ["num_image_tokens", hidden])
+    flat = g.op("Reshape", pixels, g.const([-1, 3, PHI3V_CROP, PHI3V_CROP]))
+    pooled = g.op("AveragePool", flat, kernel_shape=[28, 28], strides=[28, 28])
+    # [images * crops, 3, 12, 12] -> [images * crops, 144, 3]: one token per grid cell
+    patches = g.op("Transpose", g.op("Reshape", pooled, g.const([0, 3, per_crop])), perm=[0, 2, 1])
+    proj = g.weight("patch_proj", _normal(rng, (3, hidden), 2.0))
+    position = g.weight("patch_position", _normal(rng, (per_crop, hidden), 0.5))
+    tokens = g.op("Add", g.op("MatMul", patches, proj), position)
+    mix = g.weight("token_mix", _normal(rng, (hidden, hidden), 1.0 / np.sqrt(hidden)))
+    tokens = g.op("MatMul", g.op("Tanh", tokens), mix)
+    images = g.op("Shape", pixels, start=0, end=1)
+    tokens = g.op("Reshape", tokens, g.op("Concat", images, g.const([-1, hidden]), axis=0))
+    # enough separators for any layout of up to max_crops crops
+    extra = 1 + (max_crops + 1) * grid
+    separators = g.weight("separators", _normal(rng, (1, extra, hidden), 1.0))
+    separators = g.op(
+        "Expand", separators, g.op("Concat", images, g.const([extra, hidden]), axis=0)
+    )
+    tokens = g.op("Concat", tokens, separators, axis=1)  # [images, crops * 144 + extra, hidden]
+    # per image: the first phi3v_image_tokens(h, w) rows
+    crop_h = g.op("Div", g.op("Gather", sizes, g.const(0), axis=1), g.const(PHI3V_CROP))
+    crop_w = g.op("Div", g.op("Gather", sizes, g.const(1), axis=1), g.const(PHI3V_CROP))
+    count = g.op(
+        "Add",
+        g.op("Mul", g.op("Add", g.op("Mul", crop_h, crop_w), g.const(1)), g.const(144)),
+        g.const(1),
+    )
+    count = g.op("Add", count, g.op("Mul", g.op("Add", crop_h, g.const(1)), g.const(12)))
+    width = g.op("Shape", tokens, start=1, end=2)
+    position_index = g.op("Range", g.const(0), g.op("Squeeze", width, g.const([0])), g.const(1))
+    keep = g.op(
+        "Less",
+        g.op("Unsqueeze", position_index, g.const([0])),
+        g.op("Unsqueeze", count, g.const([1])),
+    )
+    flat_tokens = g.op("Reshape", tokens, g.const([-1, hidden]))
+    g.op(
+        "Compress", flat_tokens, g.op("Reshape", keep, g.const([-1])), axis=0, out="image_features"
+    )
+    return g.model()
+
+
+def _gqa_embeds_decoder(w: dict[str, np.ndarray], dims: _Dims) -> Any:
+    """The builder's GroupQueryAttention decoder fed ``inputs_embeds`` instead of ids
+    (``attention_mask`` int64, no ``position_ids``: rotary inside the op)."""
+    g = _Graph("gqa_embeds_decoder")
+    embeds = g.input(
+        "inputs_embeds", TensorProto.FLOAT, ["batch_size", "sequence_length", dims.hidden_size]
+    )
+    mask = g.input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
+    kv_in = ["batch_size", dims.num_kv_heads, "past_sequence_length", dims.head_size]
+    kv_out = ["batch_size", dims.num_kv_heads, "total_sequence_length", dims.head_size]
+    for i in range(dims.num_layers):
+        g.input(f"past_key_values.{i}.key", TensorProto.FLOAT, kv_in)
+        g.input(f"past_key_values.{i}.value", TensorProto.FLOAT, kv_in)
+    g.output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", dims.vocab_size])
+    for i in range(dims.num_layers):
+        g.output(f"present.{i}.key", TensorProto.FLOAT, kv_out)
+        g.output(f"present.{i}.value", TensorProto.FLOAT, kv_out)
+    seqlens_k, total_len = gqa_mask_lengths(g, mask, "int64")
+    cos, sin = _rotary_tables(dims)
+    lengths = (seqlens_k, total_len, g.weight("cos_cache", cos), g.weight("sin_cache", sin))
+    residual = embeds
+    hidden = _rms_norm(g, residual, g.weight("layers.0.input_layernorm.weight", w["0.ln1"]))
+    mlp_out = ""
+    for i in range(dims.num_layers):
+        if i > 0:
+            ln1 = g.weight(f"layers.{i}.input_layernorm.weight", w[f"{i}.ln1"])
+            hidden, residual = _skip_rms_norm(g, residual, mlp_out, ln1)
+        names = (
+            f"past_key_values.{i}.key",
+            f"past_key_values.{i}.value",
+            f"present.{i}.key",
+            f"present.{i}.value",
+        )
+        residual, mlp_out = gqa_layer(g, w, dims, i, hidden, residual, lengths, names)
+    final_norm = g.weight("final_norm.weight", w["final_norm"])
+    hidden, _ = _skip_rms_norm(g, residual, mlp_out, final_norm)
+    g.op("MatMul", hidden, g.weight("lm_head.weight", w["lm_head"]), out="logits")
+    return g.model()
+
+
+_PHI3V_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+)
+
+
+def _phi3v_processor(num_crops: int) -> dict[str, Any]:
+    """The ``processor_config.json`` the builder writes for Phi-3 Vision (onnxruntime-extensions'
+    image pipeline: decode, RGB, Phi-3's HD transform)."""
+    return {
+        "processor": {
+            "name": "image_processing",
+            "transforms": [
+                {
+                    "operation": {
+                        "name": "decode_image",
+                        "domain": "com.microsoft.extensions",
+                        "type": "DecodeImage",
+                        "attrs": {"color_space": "BGR"},
+                    }
+                },
+                {
+                    "operation": {
+                        "name": "convert_to_rgb",
+                        "domain": "com.microsoft.extensions",
+                        "type": "ConvertRGB",
+                    }
+                },
+                {
+                    "operation": {
+                        "name": "phi3_image_transform",
+                        "domain": "com.microsoft.extensions",
+                        "type": "Phi3ImageTransform",
+                        "attrs": {"num_crops": num_crops, "num_img_tokens": 144},
+                    }
+                },
+            ],
+        }
+    }
+
+
+def write_phi3v(
+    out_dir: str | pathlib.Path,
+    *,
+    name: str = "phi3v",
+    base_vocab: int = 96,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 4,
+    context_length: int = 8192,
+    num_crops: int = 16,
+    seed: int = 0,
+) -> pathlib.Path:
+    """Write a tiny random Phi-3 Vision folder (``model.type`` ``phi3v``) into ``out_dir /
+    name``; returns the folder.
+
+    Files: ``dummy_vision.onnx``, ``dummy_embedding.onnx``, ``dummy_text.onnx``,
+    ``genai_config.json``, ``processor_config.json`` (HD transform with ``num_crops``; the
+    reference's 0.18 processor uses 16 whatever the file says: every image becomes up to 16
+    crops of 336 x 336 plus the global view),
+    ``tokenizer.json`` / ``tokenizer_config.json`` (tiny BPE + `PHI3V_MARKERS`; bos ``<s>``,
+    eos ``<|end|>``, pad ``<|endoftext|>``). An image of the HD size h x w (336 multiples)
+    takes `phi3v_image_tokens` placeholders; a prompt needs one ``<|image_k|>`` tag per image.
+    The context is long because one image already takes about 2000-2500 tokens.
+    """
+    vocab = base_vocab + len(PHI3V_MARKERS)
+    dims = _Dims(vocab, hidden_size, num_layers, num_heads, num_kv_heads, context_length, gqa=True)
+    folder = pathlib.Path(out_dir) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = _tokenizer(
+        folder, base_vocab, PHI3V_MARKERS, bos="<s>", eos="<|end|>", pad="<|endoftext|>",
+        context_length=context_length, chat_template=_PHI3V_TEMPLATE,
+    )  # fmt: skip
+    eos, pad = ids["<|end|>"], ids["<|endoftext|>"]
+    w = _llama_weights(dims, seed, (0, 1, 2, *ids.values()))
+    rng = np.random.default_rng(seed + 1)
+    _save(folder, "dummy_vision.onnx", _phi3v_vision_graph(rng, hidden_size, num_crops))
+    _save(
+        folder,
+        "dummy_embedding.onnx",
+        _embedding_graph(w["embed"], negative_ids=True, image_token_id=None),
+    )
+    _save(folder, "dummy_text.onnx", _gqa_embeds_decoder(w, dims))
+    inputs = {
+        "inputs_embeds": "inputs_embeds",
+        "attention_mask": "attention_mask",
+        **_SPLIT_KV_INPUTS,
+    }
+    config = {
+        "model": {
+            "bos_token_id": 1,
+            "context_length": context_length,
+            "decoder": _decoder_section(dims, inputs),
+            "embedding": {
+                "filename": "dummy_embedding.onnx",
+                "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
+                "outputs": {"inputs_embeds": "inputs_embeds"},
+            },
+            "vision": {
+                "filename": "dummy_vision.onnx",
+                "inputs": {"pixel_values": "pixel_values", "image_sizes": "image_sizes"},
+                "outputs": {"image_features": "image_features"},
+            },
+            "eos_token_id": eos,
+            "pad_token_id": pad,
+            "type": "phi3v",
+            "vocab_size": vocab,
+        },
+        "search": _search(context_length, share_buffer=True),
+    }
+    (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
+    (folder / "processor_config.json").write_text(
+        json.dumps(_phi3v_processor(num_crops), indent=2) + "\n"
+    )
+    return folder
