@@ -881,6 +881,17 @@ def _package_error(path: Path) -> NotImplementedError:
     )
 
 
+def _link_roots(folder: Path) -> list[Path]:
+    """Where a model file in ``folder`` (resolved) may live once its symlinks are followed: the
+    folder itself, plus ``<repo>/blobs`` when the folder lies in a Hugging Face hub cache
+    snapshot (``models--org--name/snapshots/<rev>/...``, every file a link into blobs/)."""
+    for ancestor in (folder, *folder.parents):
+        snapshots = ancestor.parent
+        if snapshots.name == "snapshots" and snapshots.parent.name.startswith("models--"):
+            return [folder, snapshots.parent / "blobs"]
+    return [folder]
+
+
 class Config:
     """A model folder's ``genai_config.json``, validated.
 
@@ -903,7 +914,7 @@ class Config:
         if not file.is_file():
             raise FileNotFoundError(f"{CONFIG_FILENAME} not found in model folder {str(folder)!r}")
         self.path: Path = folder.resolve()
-        self.file: Path = file.resolve()
+        self.file: Path = file.parent.resolve() / file.name  # a hub-cache file links to a blob
         self.strict = strict
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
@@ -967,12 +978,16 @@ class Config:
             raise ConfigError(
                 f"{what} {name!r} in {self.file} must be a relative path inside the model folder"
             )
-        resolved = (self.path / candidate).resolve()
-        if self.path not in resolved.parents and resolved != self.path:
+        # The name is checked lexically above; the file is then opened where it is named (not at
+        # its link target), so onnxruntime finds external data beside it. A symlink may point
+        # only inside the folder or, in the Hugging Face hub cache, into the repo's blobs/.
+        path = self.path / candidate
+        resolved = path.resolve()
+        if not any(resolved.is_relative_to(root) for root in _link_roots(self.path)):
             raise ConfigError(f"{what} {name!r} in {self.file} escapes the model folder")
         if must_exist and name not in self._overlay_model_data and not resolved.is_file():
-            raise FileNotFoundError(f"{what} {name!r} named in {self.file} not found at {resolved}")
-        return resolved
+            raise FileNotFoundError(f"{what} {name!r} named in {self.file} not found at {path}")
+        return path
 
     def _check_required(self) -> None:
         model = self._data.get("model")
