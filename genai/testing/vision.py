@@ -44,23 +44,32 @@ from onnx import TensorProto
 from tokenizers import AddedToken, Tokenizer
 
 from genai.testing.models import (
+    _attention,
+    _attention_allowed,
     _Dims,
     _Graph,
     _llama_weights,
     _normal,
     _rms_norm,
+    _rotary,
     _rotary_tables,
     _skip_rms_norm,
+    _split_heads,
     _write_tokenizer,
     gqa_layer,
     gqa_mask_lengths,
+    plain_layer_tail,
+    plain_logits,
 )
 
 __all__ = [
     "PHI3V_MARKERS",
     "QWEN_VL_MARKERS",
+    "QWEN_VL_TYPES",
+    "mrope_sections",
     "phi3v_image_tokens",
     "write_phi3v",
+    "write_qwen2_5_vl",
 ]
 
 #: The crop side of Phi-3 Vision's HD transform (pixels) and its tokens per crop side.
@@ -433,5 +442,264 @@ def write_phi3v(
     (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
     (folder / "processor_config.json").write_text(
         json.dumps(_phi3v_processor(num_crops), indent=2) + "\n"
+    )
+    return folder
+
+
+# --------------------------------------------------------------------------------------------
+# Qwen2.5-VL (and Fara, Qwen3-VL: the same folder layout)
+# --------------------------------------------------------------------------------------------
+
+#: ``model.type`` -> (patch_size, window_size) the builder writes for the Qwen-VL family.
+QWEN_VL_TYPES = {"qwen2_5_vl": (14, 112), "fara": (14, 112), "qwen3_vl": (16, 64)}
+
+
+def mrope_sections(head_size: int) -> tuple[int, int, int]:
+    """How the fixture splits the ``head_size / 2`` rotary frequencies between the temporal,
+    height and width position ids (Qwen2.5-VL's ``mrope_section`` [16, 24, 24] of 64, scaled
+    to the head)."""
+    half = head_size // 2
+    t = max(1, half // 4)
+    h = (half - t) // 2
+    return t, h, half - t - h
+
+
+def _qwen_vision_graph(rng: np.random.Generator, patch_dim: int, merge: int, hidden: int) -> Any:
+    """``pixel_values`` fp32 [patches, patch_dim] + ``image_grid_thw`` int64 [images, 3] ->
+    ``image_features`` [patches / merge^2, hidden]: each run of merge^2 patches (one merge
+    window, as the processor orders them) is concatenated and projected (Qwen's patch merger,
+    without the attention blocks). Per-patch, so one call on several images equals one call
+    per image (the reference loops over images when their grids differ)."""
+    g = _Graph("qwen_vl_vision")
+    g.input("pixel_values", TensorProto.FLOAT, ["num_patches", patch_dim])
+    g.input("image_grid_thw", TensorProto.INT64, ["num_images", 3])
+    g.output("image_features", TensorProto.FLOAT, ["num_logical_patches", hidden])
+    group = merge * merge * patch_dim
+    merged = g.op("Reshape", "pixel_values", g.const([-1, group]))
+    proj = g.weight("merger.proj", _normal(rng, (group, hidden), 2.0 / np.sqrt(group)))
+    mix = g.weight("merger.mix", _normal(rng, (hidden, hidden), 1.0 / np.sqrt(hidden)))
+    g.op("MatMul", g.op("Tanh", g.op("MatMul", merged, proj)), mix, out="image_features")
+    return g.model()
+
+
+def _mrope_decoder(w: dict[str, np.ndarray], dims: _Dims) -> Any:
+    """A plain-op Llama decoder fed ``inputs_embeds``, ``attention_mask`` int64 and 3-D
+    ``position_ids`` int64 ``[3, batch, seq]``: frequency ``j`` of the rotary turns by the
+    temporal, height or width position as `mrope_sections` assigns it; KV grows by
+    concatenation; attention: causal AND ``attention_mask``."""
+    g = _Graph("mrope_decoder")
+    hd = dims.head_size
+    embeds = g.input(
+        "inputs_embeds", TensorProto.FLOAT, ["batch_size", "sequence_length", dims.hidden_size]
+    )
+    mask = g.input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
+    positions = g.input("position_ids", TensorProto.INT64, [3, "batch_size", "sequence_length"])
+    kv_in = ["batch_size", dims.num_kv_heads, "past_sequence_length", hd]
+    kv_out = ["batch_size", dims.num_kv_heads, "total_sequence_length", hd]
+    for i in range(dims.num_layers):
+        g.input(f"past_key_values.{i}.key", TensorProto.FLOAT, kv_in)
+        g.input(f"past_key_values.{i}.value", TensorProto.FLOAT, kv_in)
+    g.output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", dims.vocab_size])
+    for i in range(dims.num_layers):
+        g.output(f"present.{i}.key", TensorProto.FLOAT, kv_out)
+        g.output(f"present.{i}.value", TensorProto.FLOAT, kv_out)
+
+    inv_freq = (10000.0 ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)).astype(np.float32)
+    select = np.zeros((3, 1, 1, hd // 2), np.float32)
+    start = 0
+    for axis, size in enumerate(mrope_sections(hd)):
+        select[axis, ..., start : start + size] = 1.0
+        start += size
+    angles = g.op(
+        "Mul",
+        g.op("Unsqueeze", g.op("Cast", positions, to=TensorProto.FLOAT), g.const([-1])),
+        g.weight("inv_freq", inv_freq),
+    )  # [3, batch, seq, hd / 2]
+    angles = g.op(
+        "ReduceSum", g.op("Mul", angles, g.weight("mrope_select", select)), g.const([0]),
+        keepdims=0,
+    )  # fmt: skip
+    unsq = g.const([1])
+    cos = g.op("Unsqueeze", g.op("Cos", angles), unsq)
+    sin = g.op("Unsqueeze", g.op("Sin", angles), unsq)
+    allowed = _attention_allowed(g, embeds, mask)
+    residual = embeds
+    for i in range(dims.num_layers):
+        p = f"layers.{i}"
+        hidden = _rms_norm(g, residual, g.weight(f"{p}.input_layernorm.weight", w[f"{i}.ln1"]))
+        q = g.op("MatMul", hidden, g.weight(f"{p}.attn.q_proj.weight", w[f"{i}.q"]))
+        k = g.op("MatMul", hidden, g.weight(f"{p}.attn.k_proj.weight", w[f"{i}.k"]))
+        v = g.op("MatMul", hidden, g.weight(f"{p}.attn.v_proj.weight", w[f"{i}.v"]))
+        q = _rotary(g, _split_heads(g, q, dims.num_heads, hd), cos, sin)
+        k = _rotary(g, _split_heads(g, k, dims.num_kv_heads, hd), cos, sin)
+        v = _split_heads(g, v, dims.num_kv_heads, hd)
+        k = g.op("Concat", f"past_key_values.{i}.key", k, axis=2, out=f"present.{i}.key")
+        v = g.op("Concat", f"past_key_values.{i}.value", v, axis=2, out=f"present.{i}.value")
+        residual = plain_layer_tail(g, residual, _attention(g, q, k, v, allowed, dims), w, i)
+    plain_logits(g, residual, w)
+    return g.model()
+
+
+_QWEN_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def _qwen_processor(patch_size: int, merge: int) -> dict[str, Any]:
+    """The ``processor_config.json`` the builder writes for Qwen2.5-VL: decode, RGB, smart
+    resize, rescale, normalise (CLIP mean/std), patching."""
+    return {
+        "processor": {
+            "name": "qwen2_5_image_processor",
+            "transforms": [
+                {
+                    "operation": {
+                        "name": "decode_image",
+                        "type": "DecodeImage",
+                        "attrs": {"color_space": "RGB"},
+                    }
+                },
+                {"operation": {"name": "convert_to_rgb", "type": "ConvertRGB"}},
+                {
+                    "operation": {
+                        "name": "resize",
+                        "type": "Resize",
+                        "attrs": {
+                            "width": 540,
+                            "height": 360,
+                            "smart_resize": 1,
+                            "min_pixels": 3136,
+                            "max_pixels": 12845056,
+                            "patch_size": patch_size,
+                            "merge_size": merge,
+                        },
+                    }
+                },
+                {
+                    "operation": {
+                        "name": "rescale",
+                        "type": "Rescale",
+                        "attrs": {"rescale_factor": 0.00392156862745098},
+                    }
+                },
+                {
+                    "operation": {
+                        "name": "normalize",
+                        "type": "Normalize",
+                        "attrs": {
+                            "mean": [0.48145466, 0.4578275, 0.40821073],
+                            "std": [0.26862954, 0.26130258, 0.27577711],
+                            "qwen2_5_vl": 1,
+                        },
+                    }
+                },
+                {
+                    "operation": {
+                        "name": "patch_image",
+                        "type": "PatchImage",
+                        "attrs": {
+                            "patch_size": patch_size,
+                            "temporal_patch_size": 2,
+                            "merge_size": merge,
+                        },
+                    }
+                },
+            ],
+        }
+    }
+
+
+def write_qwen2_5_vl(
+    out_dir: str | pathlib.Path,
+    *,
+    name: str | None = None,
+    model_type: str = "qwen2_5_vl",
+    base_vocab: int = 96,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    context_length: int = 4096,
+    seed: int = 0,
+) -> pathlib.Path:
+    """Write a tiny random Qwen2.5-VL folder (``model_type`` ``qwen2_5_vl``, or ``fara`` /
+    ``qwen3_vl``: the same layout, Qwen3-VL with 16-pixel patches) into ``out_dir / name``
+    (default: the type); returns the folder.
+
+    Files: ``dummy_vision.onnx``, ``dummy_embedding.onnx``, ``dummy_text.onnx``,
+    ``genai_config.json`` (``image_token_id`` ``<|image_pad|>``, ``vision_start_token_id``,
+    ``video_token_id``; ``model.vision`` with ``spatial_merge_size`` 2, ``patch_size``,
+    ``tokens_per_second``), ``processor_config.json`` and the tokenizer (tiny BPE +
+    `QWEN_VL_MARKERS`; eos ``<|im_end|>`` and ``<|endoftext|>``, pad ``<|endoftext|>``). A
+    prompt marks each image with ``<|vision_start|><|image_pad|><|vision_end|>``; the
+    processor expands the pad to one token per merged patch.
+    """
+    if model_type not in QWEN_VL_TYPES:
+        raise ValueError(f"model_type must be one of {sorted(QWEN_VL_TYPES)}, got {model_type!r}")
+    patch_size, window_size = QWEN_VL_TYPES[model_type]
+    merge = 2
+    vocab = base_vocab + len(QWEN_VL_MARKERS)
+    dims = _Dims(vocab, hidden_size, num_layers, num_heads, num_kv_heads, context_length)
+    folder = pathlib.Path(out_dir) / (name or model_type)
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = _tokenizer(
+        folder, base_vocab, QWEN_VL_MARKERS, bos="<|endoftext|>", eos="<|im_end|>",
+        pad="<|endoftext|>", context_length=context_length, chat_template=_QWEN_TEMPLATE,
+    )  # fmt: skip
+    image_token = ids["<|image_pad|>"]
+    w = _llama_weights(dims, seed, (0, 1, 2, *ids.values()))
+    rng = np.random.default_rng(seed + 1)
+    patch_dim = 3 * 2 * patch_size * patch_size
+    _save(folder, "dummy_vision.onnx", _qwen_vision_graph(rng, patch_dim, merge, hidden_size))
+    _save(
+        folder,
+        "dummy_embedding.onnx",
+        _embedding_graph(w["embed"], negative_ids=False, image_token_id=image_token),
+    )
+    _save(folder, "dummy_text.onnx", _mrope_decoder(w, dims))
+    inputs = {
+        "inputs_embeds": "inputs_embeds",
+        "attention_mask": "attention_mask",
+        "position_ids": "position_ids",
+        **_SPLIT_KV_INPUTS,
+    }
+    config = {
+        "model": {
+            "bos_token_id": ids["<|endoftext|>"],
+            "context_length": context_length,
+            "decoder": _decoder_section(dims, inputs),
+            "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+            "pad_token_id": ids["<|endoftext|>"],
+            "image_token_id": image_token,
+            "video_token_id": ids["<|video_pad|>"],
+            "vision_start_token_id": ids["<|vision_start|>"],
+            "type": model_type,
+            "vocab_size": vocab,
+            "embedding": {
+                "filename": "dummy_embedding.onnx",
+                "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
+                "outputs": {"inputs_embeds": "inputs_embeds"},
+                "session_options": dict(_SESSION_OPTIONS),
+            },
+            "vision": {
+                "filename": "dummy_vision.onnx",
+                "config_filename": "processor_config.json",
+                "spatial_merge_size": merge,
+                "tokens_per_second": 2.0,
+                "patch_size": patch_size,
+                "window_size": window_size,
+                "inputs": {"pixel_values": "pixel_values", "image_grid_thw": "image_grid_thw"},
+                "outputs": {"image_features": "image_features"},
+                "session_options": dict(_SESSION_OPTIONS),
+            },
+        },
+        "search": _search(context_length, share_buffer=False),
+    }
+    (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
+    (folder / "processor_config.json").write_text(
+        json.dumps(_qwen_processor(patch_size, merge), indent=2) + "\n"
     )
     return folder
