@@ -28,6 +28,12 @@ from genai.runtime.pipeline_stages import (
     read_stages,
     stage_session_options,
 )
+from genai.runtime.vision import (
+    VISION_TYPES,
+    EmbeddedDecoderIO,
+    VisionGraphs,
+    load_vision_graphs,
+)
 
 __all__ = ["AdapterInput", "DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
 
@@ -236,12 +242,15 @@ class Model:
         refuse_unsupported_features(self.config)
         model_type = self.config.get("model.type")
         pipelined = model_type == PIPELINE_TYPE
+        vision = model_type in VISION_TYPES
         if not pipelined and (
-            model_type not in DECODER_ONLY_TYPES or self.config.get("model.decoder") is None
+            (model_type not in DECODER_ONLY_TYPES and not vision)
+            or self.config.get("model.decoder") is None
         ):
             raise UnsupportedFeatureError(
                 f"model.type {model_type!r} in {self.config.file} is not supported yet; "
                 f"supported decoder-only types: {', '.join(sorted(DECODER_ONLY_TYPES))}, "
+                f"vision-language types: {', '.join(sorted(VISION_TYPES))}, "
                 f"and {PIPELINE_TYPE!r} (model.decoder.pipeline)"
             )
         if not pipelined and self.config.pipeline_stages():
@@ -251,6 +260,9 @@ class Model:
         self.pipeline: tuple[PipelineStage, ...] | None = None
         #: One session per pipeline stage (empty for a single-graph model).
         self.stage_sessions: tuple[NativeSession, ...] = ()
+        #: A vision-language model's vision and embedding graphs (`genai.runtime.vision`);
+        #: None for other kinds.
+        self.vision: VisionGraphs | None = None
         providers = self.config.providers
         name, options = providers[0] if providers else ("cpu", {})
         # The provider decides everything hardware-specific; one that cannot run raises
@@ -277,11 +289,20 @@ class Model:
                 self.session = self.shape_sessions[1]
             else:
                 self.session = self._create_session()
+            if vision:
+                self.vision = load_vision_graphs(
+                    self.config,
+                    lambda options, filename, what: self._create_session(
+                        session_cfg=options, filename=filename, what=what
+                    ),
+                    self.session,
+                )
         #: What the huge-page backing of the session's host memory did (`HugePageReport`).
         self.huge_pages: hugepages.HugePageReport = report
         for session in self.shape_sessions.values() or [self.session]:
             self.provider.check_session(session)
-        self.io = _describe_io(self.config, self.session)
+        described = EmbeddedDecoderIO(self.session, self.vision) if self.vision else self.session
+        self.io = _describe_io(self.config, described)
         if self.shape_sessions:
             self.io = replace(self.io, shape_sessions=dict(self.shape_sessions))
         #: The graph's LoRA weight inputs by name (empty for a model without adapters).
