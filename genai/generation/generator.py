@@ -538,12 +538,27 @@ class Generator:
         self._driver.set_model_input(name, value)
 
     def set_inputs(self, named_tensors: Any) -> None:
-        """The reference's input path for multimodal and speech models; a decoder-only model
-        takes its tokens through `append_tokens` (the reference raises the same)."""
-        raise GenerationError(
-            f"Please use generator.append_tokens for {self.model.type}. set_inputs is not "
-            "supported for this model type."
-        )
+        """The reference's input path for multimodal models: a processor's output
+        (``input_ids`` with the image placeholders, pixel values, ...) is appended and run
+        now, as `append_tokens`. A decoder-only model takes its tokens through
+        `append_tokens` (the reference raises the same)."""
+        self._check_terminated()
+        take = getattr(self._driver, "set_inputs", None)
+        if take is None:
+            raise GenerationError(
+                f"Please use generator.append_tokens for {self.model.type}. set_inputs is not "
+                "supported for this model type."
+            )
+        array = take(named_tensors)  # the driver keeps the rest; ids may be placeholders
+        length = self._loop.length
+        if length + array.shape[1] > self.max_length:
+            raise InvalidArgumentError(
+                f"input_ids size ({array.shape[1]}) + current sequence length ({length}) "
+                f"exceeds max length ({self.max_length})"
+            )
+        self._loop.append(array)
+        self._new_generation()
+        self._driver.run(prompt=length == 0)
 
     def set_runtime_option(self, key: str, value: str) -> None:
         """A run option for this generator's runs (the reference's ``SetRuntimeOption``):

@@ -4,6 +4,7 @@
 that picks an implementation by the kind of model:
 
 * a decoder split over several graphs (``model.decoder.pipeline``): `PipelineDriver`;
+* a vision-language model (``model.vision`` + ``model.embedding``): `VisionDriver`;
 * a QNN-style windowed model (``sliding_window.slide_key_value_cache``): `WindowedDriver`;
 * any other single-graph decoder: `NativeDriver` (the native loop runs it).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from genai.generation.drivers.base import Driver, LoopSettings, new_loop, require
+from genai.generation.drivers.multimodal import VisionDriver
 from genai.generation.drivers.native import NativeDriver
 from genai.generation.drivers.pipeline import PipelineDriver
 from genai.generation.drivers.windowed import WindowedDriver
@@ -27,6 +29,7 @@ __all__ = [
     "LoopSettings",
     "NativeDriver",
     "PipelineDriver",
+    "VisionDriver",
     "WindowedDriver",
     "make_driver",
     "new_loop",
@@ -40,6 +43,8 @@ def make_driver(model: Model, search: SearchOptions, settings: LoopSettings) -> 
     kind cannot run (a windowed model: beam search, batches it cannot align)."""
     if model.pipeline is not None:
         return PipelineDriver(model, settings, search)
+    if model.vision is not None:
+        return VisionDriver(model, settings, search)
     # Each generator binds its own buffers: it gets its own binding on the shared session.
     session = model.session.new_binding()
     # Inputs beyond ids/mask/positions/KV that every run needs (e.g. LoRA weights, bound to

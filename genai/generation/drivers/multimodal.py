@@ -1,0 +1,113 @@
+"""`VisionDriver`: a vision-language model (``model.vision`` -> ``model.embedding`` ->
+``model.decoder`` fed ``inputs_embeds``: Phi-3 Vision, Qwen2.5-VL, Fara, Qwen3-VL).
+
+A `genai.generation.vision_runner.VisionRunner` runs the graphs on the pending tokens and
+writes the logits rows; the native loop, without a session, chooses and commits (sampling,
+guidance, stop strings and the rest of the search are the generator's, as for every driver).
+`set_inputs` takes a processor's output (``input_ids`` with the image placeholders, pixel
+values, image sizes or grids); the ids become the sequences' first tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from genai.generation.drivers.base import LoopSettings, new_loop, require
+from genai.generation.drivers.common import RunnerRuns
+from genai.generation.vision_runner import VisionRunner
+
+if TYPE_CHECKING:
+    from genai.generation.search import SearchOptions
+    from genai.runtime.model import Model
+
+__all__ = ["VisionDriver"]
+
+
+class VisionDriver(RunnerRuns):
+    """A vision-language model fed by a `VisionRunner` (see the module docstring and
+    `genai.generation.drivers.base.Driver`)."""
+
+    unsupported = MappingProxyType(
+        {
+            "reorder": "beam search on vision-language models (num_beams > 1)",
+            "model_inputs": "set_model_input on a vision-language model (use set_inputs)",
+            "run_options": "run options on a vision-language model (three sessions)",
+        }
+    )
+    #: Three bindings (vision, embedding, decoder), none a caller may use.
+    session = None
+
+    def __init__(self, model: Model, settings: LoopSettings, search: SearchOptions) -> None:
+        self.model, self.settings = model, settings
+        self.loop = loop = new_loop(model.io, None, settings, kv_pairs=[])
+        self.runner = VisionRunner(
+            model,
+            settings.rows,
+            settings.max_length,
+            search,
+            settings.pad_id,
+            loop.array("logits_rows"),
+        )
+        #: The KV cache (`genai.kv`), bound to the decoder's binding.
+        self.kv = self.runner.kv
+
+    def set_inputs(self, inputs: Mapping[str, Any]) -> np.ndarray:
+        """Keep a processor's multimodal inputs for the next prompt run; returns the
+        ``input_ids`` to append (int32 ``[rows, n]``, image placeholders included)."""
+        return self.runner.set_inputs(inputs)
+
+    def prepare_prompt(self, tokens: np.ndarray, length: int) -> np.ndarray:
+        """The tokens as given."""
+        return tokens
+
+    def _feed(self, prompt: bool) -> None:
+        runner = self.runner
+        runner.feed(self.loop.array("sequences")[:, runner.computed : self.loop.length], prompt)
+
+    def rewind(self, length: int) -> None:
+        """Keep the first ``length`` tokens (the runner the KV of all but the last)."""
+        self.loop.rewind(length)
+        self.runner.rewind(length)
+
+    def reorder(self, order: np.ndarray) -> None:
+        """Refused (see `unsupported`)."""
+        require(self, "reorder")
+
+    @property
+    def kv_layout(self) -> str:
+        """The KV cache class's name."""
+        return type(self.kv).__name__
+
+    def snapshot_kv(self, length: int) -> list[np.ndarray]:
+        """Copies of the KV of the first ``length - 1`` tokens (and Qwen-VL's rope deltas)."""
+        return self.runner.snapshot(length - 1)
+
+    def restore(self, tokens: np.ndarray, kv: list[np.ndarray]) -> None:
+        """Load ``kv`` and continue after ``tokens`` (the last one runs next)."""
+        self.runner.restore(kv, tokens.shape[1])
+        self.loop.restore(tokens)
+
+    def set_model_input(self, name: str, value: np.ndarray) -> None:
+        """Refused: the runner feeds every graph's inputs."""
+        require(self, "model_inputs")
+
+    def set_hidden_states(self, hidden_states: np.ndarray) -> None:
+        """Ignored, as a model without that input."""
+
+    def set_run_option(self, key: str, value: str) -> None:
+        """Refused (three sessions)."""
+        require(self, "run_options")
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of the KV cache."""
+        return self.runner.nbytes
+
+    @property
+    def kv_used_bytes(self) -> int:
+        """Bytes the computed tokens occupy."""
+        return self.runner.used_bytes()

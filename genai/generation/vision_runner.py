@@ -1,0 +1,453 @@
+"""Runs a vision-language model's three graphs for a generator (`genai.runtime.vision`).
+
+As the reference's multimodal pipeline state does, per run:
+
+* the first run after `VisionRunner.set_inputs` (a *prompt run*) runs the vision graph once on
+  the pixel inputs (when the inputs announce image tokens, ``num_image_tokens``), and feeds its
+  image features to the embedding graph; every later run feeds an empty ``[0, hidden]``
+  features tensor (the ids are text from then on);
+* the embedding graph turns the pending ids (image placeholders included) into
+  ``inputs_embeds``; the decoder runs on them with the attention mask, positions and the KV
+  cache (`genai.kv`: the shared buffer or the growing layout, bound to the decoder's binding).
+
+Positions: the decoder-only rules (`genai._core.decoder_loop`: trailing pads of a first prompt
+get mask 0) for decoders without ``position_ids``; for the Qwen-VL family the 3-D mRoPE
+position ids of `mrope_positions` (``[3, batch, seq]``) on the first run, then ``computed +
+rope_delta[row] + i`` on all three axes with an all-ones mask, as the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from genai._core.bookkeeping import prefill_inputs
+from genai.errors import (
+    GenerationError,
+    InvalidArgumentError,
+    ModelError,
+    UnsupportedFeatureError,
+)
+from genai.kv.kv_cache import GrowingKVCache, make_kv_cache
+from genai.runtime.vision import MROPE_TYPES
+
+if TYPE_CHECKING:
+    from genai.generation.search import SearchOptions
+    from genai.runtime.model import Model
+
+__all__ = ["MRopeSpec", "VisionRunner", "mrope_positions", "tensor_array"]
+
+
+def tensor_array(value: Any) -> np.ndarray:
+    """A NumPy array from a `genai.Tensor`, a reference ``Tensor`` (``as_numpy``) or an
+    array-like."""
+    as_numpy = getattr(value, "as_numpy", None)
+    return np.asarray(as_numpy() if callable(as_numpy) else value)
+
+
+class MRopeSpec:
+    """The config values Qwen-VL's 3-D positions depend on."""
+
+    def __init__(self, config: Any) -> None:
+        self.image_token_id = int(config.get("model.image_token_id", -1))
+        self.video_token_id = int(config.get("model.video_token_id", -1))
+        self.vision_start_token_id = int(config.get("model.vision_start_token_id", -1))
+        self.pad_token_id = int(config.get("model.pad_token_id", 0))
+        self.spatial_merge_size = int(config.get("model.vision.spatial_merge_size", 2))
+
+
+def _text_positions(
+    row: np.ndarray, pad: int, start: int, first: int, positions: np.ndarray, max_pos: int
+) -> int:
+    """Positions ``first, first + 1, ...`` for the non-pad tokens of ``row`` (from index
+    ``start`` of the sequence); pads get 0 and do not advance. Returns the new max position."""
+    real = row != pad
+    count = np.cumsum(real)
+    values = np.where(real, first + count - 1, 0)
+    positions[:, start : start + len(row)] = values
+    return int(first + count[-1] - 1) if len(row) and count[-1] else max_pos
+
+
+def mrope_positions(
+    tokens: np.ndarray, image_grid_thw: np.ndarray | None, spec: MRopeSpec
+) -> tuple[np.ndarray, np.ndarray]:
+    """Qwen-VL's 3-D rotary positions of a first prompt, as the reference computes them
+    (Hugging Face's ``get_rope_index`` for images): ``(positions [3, batch, seq] int64,
+    rope_deltas [batch])``.
+
+    Per row: text runs get the same position on the temporal, height and width axes,
+    counting on from the previous run (pads: 0, not counted); an image (a
+    ``vision_start_token_id`` followed by ``image_token_id``) of grid (t, h, w) takes t * h/m *
+    w/m positions whose axes are (start, start + row, start + column) over its merged grid
+    (m = ``spatial_merge_size``). ``image_grid_thw`` rows are taken in order over the whole
+    batch. ``rope_deltas[b]`` = max position + 1 - seq: later positions are ``index +
+    delta``. As the reference, the first text run of every row after the first starts at 1.
+    """
+    tokens = np.asarray(tokens)
+    batch, seq = tokens.shape
+    grid = np.zeros((0, 3), np.int64) if image_grid_thw is None else np.asarray(image_grid_thw)
+    grid = grid.reshape(-1, 3).astype(np.int64)
+    merge = spec.spatial_merge_size
+    positions = np.zeros((3, batch, seq), np.int64)
+    deltas = np.zeros(batch, np.int64)
+    image = 0
+    for b in range(batch):
+        row = tokens[b]
+        pairs = (row[:-1] == spec.vision_start_token_id) & (
+            (row[1:] == spec.image_token_id) | (row[1:] == spec.video_token_id)
+        )
+        starts = np.flatnonzero(pairs) + 1
+        out = positions[:, b, :]
+        start = 0
+        max_pos = 0
+        for k, end in enumerate(starts.tolist()):
+            if end < start:
+                continue  # a pair inside the previous image's tokens (never in a real prompt)
+            if row[end] == spec.video_token_id:
+                raise UnsupportedFeatureError("video inputs (video_grid_thw) of Qwen-VL models")
+            if image >= len(grid):
+                raise InvalidArgumentError("Not enough image_grid_thw data for image tokens.")
+            t, h, w = (int(x) for x in grid[image])
+            image += 1
+            first = max_pos + 1 if (k > 0 or b > 0) else 0
+            max_pos = _text_positions(row[start:end], spec.pad_token_id, start, first, out, max_pos)
+            first = max_pos + 1
+            gh, gw = h // merge, w // merge
+            count = t * gh * gw
+            if end + count > seq:
+                raise InvalidArgumentError(
+                    f"image {image} of grid ({t}, {h}, {w}) needs {count} tokens from position "
+                    f"{end}, beyond the {seq} tokens of row {b}"
+                )
+            cell = np.arange(count)
+            out[0, end : end + count] = first  # images: no time offset
+            out[1, end : end + count] = (cell // gw) % gh + first
+            out[2, end : end + count] = cell % gw + first
+            if count:
+                max_pos = max(max_pos, first + gh - 1, first + gw - 1)
+            start = end + count
+        if start < seq:
+            first = 0 if (max_pos == 0 and start == 0) else max_pos + 1
+            max_pos = _text_positions(row[start:], spec.pad_token_id, start, first, out, max_pos)
+        deltas[b] = max_pos + 1 - seq
+    return positions, deltas
+
+
+class VisionRunner:
+    """A generator's runs of a vision-language model (see the module docstring): writes each
+    row's logits of its last real token into ``logits_rows``."""
+
+    def __init__(
+        self,
+        model: Model,
+        batch: int,
+        max_length: int,
+        search: SearchOptions,
+        pad_id: int,
+        logits_rows: np.ndarray,
+    ) -> None:
+        graphs = model.vision
+        assert graphs is not None
+        self.model, self.graphs, self.io = model, graphs, model.io
+        self.batch, self.max_length, self.pad_id = batch, max_length, pad_id
+        self.logits_rows = logits_rows
+        self.decoder = model.session.new_binding()
+        model.bind_extra_inputs(self.decoder)
+        self.embedding = graphs.embedding.new_binding()
+        self.vision = graphs.vision.new_binding() if graphs.vision is not None else None
+        self.kv = make_kv_cache(
+            model.io,
+            model.provider,
+            self.decoder,
+            batch,
+            max_length,
+            search.past_present_share_buffer,
+            initial_capacity=search.kv_initial_capacity,
+            growth_factor=search.kv_growth_factor,
+        )
+        self.hidden = int(model.config.decoder.get("hidden_size") or 0)
+        emb_dtypes = graphs.embedding.input_dtypes
+        self._ids_dtype = np.dtype(emb_dtypes[graphs.embedding_ids])
+        self._features_dtype = np.dtype(emb_dtypes[graphs.embedding_features] or np.float32)
+        dec_dtypes = model.session.input_dtypes
+        self._embeds_dtype = np.dtype(dec_dtypes[graphs.decoder_embeds] or np.float32)
+        #: the decoder takes the ids too (some exports do)
+        self._decoder_ids = self.io.input_ids if self.io.input_ids in dec_dtypes else None
+        io = self.io
+        self._position_dtype = (
+            np.dtype(dec_dtypes[io.position_ids]) if io.position_ids else io.mask_dtype
+        )
+        self.mrope = MRopeSpec(model.config) if model.type in MROPE_TYPES else None
+        if self.mrope is not None and io.position_ids is not None:
+            shape = model.session.input_shapes.get(io.position_ids) or ()
+            if len(shape) != 3 or shape[0] not in (3, -1) or isinstance(shape[0], str):
+                raise ModelError(
+                    f"{model.type} decoder input {io.position_ids!r} must be [3, batch, seq] "
+                    f"(3-D mRoPE positions); the graph declares {list(shape)}"
+                )
+        self.reset()
+
+    # --- state --------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget every token and input (a fresh generator)."""
+        self.mask = np.zeros((self.batch, 0), self.io.mask_dtype)
+        self.next_position = np.zeros(self.batch, np.int64)
+        self.rope_deltas: np.ndarray | None = None
+        self.computed = 0
+        self.last_run_count = 0
+        #: multimodal inputs of `set_inputs`, consumed by the next prompt run
+        self.pending: dict[str, np.ndarray] = {}
+        self.image_features: np.ndarray | None = None
+        self.last_inputs: dict[str, np.ndarray] = {}
+        self.last_outputs: dict[str, np.ndarray] = {}
+
+    def set_inputs(self, inputs: Mapping[str, Any]) -> np.ndarray:
+        """Keep the multimodal inputs of a processor's output (pixel values, image sizes or
+        grids, ``num_image_tokens``) for the next prompt run; returns its ``input_ids`` as
+        int32 ``[batch, n]`` (image placeholders included) for the generator to append."""
+        # keys(): the reference's NamedTensors is not iterable
+        arrays = {str(name): tensor_array(inputs[name]) for name in inputs.keys()}  # noqa: SIM118
+        if "input_ids" not in arrays:
+            raise InvalidArgumentError("set_inputs needs 'input_ids' (a processor's output)")
+        if "video_grid_thw" in arrays or "pixel_values_videos" in arrays:
+            raise UnsupportedFeatureError("video inputs of vision-language models")
+        ids = arrays.pop("input_ids")
+        if ids.dtype.kind not in "iu":
+            raise InvalidArgumentError(f"input_ids must be integers, got dtype {ids.dtype}")
+        ids = ids.reshape(1, -1) if ids.ndim == 1 else ids
+        if ids.ndim != 2 or ids.shape[0] != self.batch:
+            raise InvalidArgumentError(
+                f"input_ids has shape {list(ids.shape)}; the generator runs {self.batch} rows"
+            )
+        if ids.size and ids.max() >= self.io.vocab_size:
+            raise InvalidArgumentError(
+                f"token id {int(ids.max())} is outside the vocabulary [0, {self.io.vocab_size})"
+            )
+        self.pending = arrays
+        return np.ascontiguousarray(ids, np.int32)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the KV cache."""
+        return self.kv.nbytes
+
+    def used_bytes(self) -> int:
+        """Bytes the computed tokens occupy."""
+        return self.kv.used_bytes(self.computed)
+
+    def rewind(self, length: int) -> None:
+        """Keep the KV of the first ``length - 1`` tokens (the next run recomputes the last
+        one's logits); mRoPE deltas stay (as the reference, which only shortens its shapes)."""
+        computed = min(self.computed, max(length - 1, 0))
+        self.kv.truncate(computed)
+        kept = min(self.mask.shape[1], computed)
+        self.mask = np.ascontiguousarray(self.mask[:, :kept])
+        self.next_position = self.mask.sum(axis=1, dtype=np.int64)
+        self.computed = computed
+
+    def snapshot(self, positions: int) -> list[np.ndarray]:
+        """Copies of the KV of the first ``positions`` tokens (and the mRoPE deltas)."""
+        arrays = self.kv.export(positions)
+        if self.mrope is not None:
+            deltas = self.rope_deltas if self.rope_deltas is not None else np.zeros(self.batch)
+            arrays.append(np.asarray(deltas, np.int64).copy())
+        return arrays
+
+    def restore(self, arrays: list[np.ndarray], length: int) -> None:
+        """Continue from a `snapshot` of ``length - 1`` tokens; the last token runs next."""
+        arrays = list(arrays)
+        deltas = arrays.pop() if self.mrope is not None else None
+        self.kv.load(arrays, length)
+        self.rope_deltas = deltas
+        self.computed = length - 1
+        self.mask = np.ones((self.batch, length - 1), self.io.mask_dtype)
+        self.next_position = np.full(self.batch, length - 1, np.int64)
+
+    # --- runs ---------------------------------------------------------------------------------
+    def feed(self, tokens: np.ndarray, prompt: bool) -> None:
+        """Run the graphs on ``tokens`` ``[batch, count]``, every row's pending tokens
+        (``prompt``: the first tokens of the sequences, rows right-padded)."""
+        count = tokens.shape[1]
+        if not prompt and self.batch > 1 and count > 1:
+            for column in range(count):
+                self.feed(tokens[:, column : column + 1], False)
+            return
+        first_run = self.rope_deltas is None if self.mrope is not None else prompt
+        features = self._features(first_run)
+        embeds = self._embed(tokens, features)
+        fed, last = self._positions(tokens, prompt, first_run)
+        self._decode(tokens, embeds, fed, last, count)
+
+    def _features(self, first_run: bool) -> np.ndarray:
+        """The image features for this run: the vision graph's output on the pending inputs
+        for a first run with images, else ``[0, hidden]``."""
+        pending, self.pending = self.pending, {}
+        empty = np.zeros((0, self.hidden), self._features_dtype)
+        tokens = pending.get("num_image_tokens")
+        if not first_run or tokens is None or int(np.sum(tokens)) <= 0:
+            self.image_features = None
+            return empty
+        if self.vision is None:
+            raise ModelError(f"{self.model.config.file} has no model.vision graph for images")
+        self.image_features = self._run_vision(pending)
+        return np.ascontiguousarray(self.image_features, self._features_dtype)
+
+    def _run_vision(self, pending: dict[str, np.ndarray]) -> np.ndarray:
+        graphs, vision = self.graphs, self.vision
+        assert vision is not None and graphs.vision is not None
+        dtypes = graphs.vision.input_dtypes
+        fed = {}
+        for key, name in graphs.vision_inputs.items():
+            value = pending.get(key, pending.get(name))
+            if value is None:
+                raise InvalidArgumentError(f"the vision graph needs {key!r}; set_inputs has none")
+            fed[name] = np.ascontiguousarray(value, dtypes[name])
+        self.last_inputs.update(fed)
+        grid_name = graphs.vision_inputs.get("image_grid_thw")
+        pixels_name = graphs.vision_inputs.get("pixel_values")
+        grid = fed.get(grid_name) if grid_name else None
+        if grid is not None and pixels_name and len(grid) > 1 and len(np.unique(grid, axis=0)) > 1:
+            # as the reference: images of different grids run one by one; the processor pads
+            # every image's patches to the largest image's count (rows [i * stride, ...))
+            pixels = fed[pixels_name]
+            sizes = [int(np.prod(row)) for row in grid]
+            stride = 0
+            if len(pixels) != sum(sizes) and len(pixels) % len(grid) == 0:
+                stride = len(pixels) // len(grid)
+            parts, offset = [], 0
+            for index, (row, patches) in enumerate(zip(grid, sizes, strict=True)):
+                start = index * stride if stride else offset
+                if start + patches > len(pixels):
+                    raise InvalidArgumentError(
+                        f"pixel_values has {len(pixels)} patches; image {index} of grid "
+                        f"{row.tolist()} needs rows up to {start + patches}"
+                    )
+                one = dict(fed)
+                one[pixels_name] = np.ascontiguousarray(pixels[start : start + patches])
+                one[grid_name] = np.ascontiguousarray(row.reshape(1, 3))
+                parts.append(self._run_graph(vision, one, graphs.vision_features))
+                offset += patches
+            features = np.concatenate(parts, axis=0)
+        else:
+            features = self._run_graph(vision, fed, graphs.vision_features)
+        self.last_outputs[graphs.vision_features] = features
+        return features
+
+    @staticmethod
+    def _run_graph(binding: Any, fed: dict[str, np.ndarray], output: str) -> np.ndarray:
+        for name, value in fed.items():
+            binding.bind_input(name, value)
+        binding.bind_output_to_device(output)
+        binding.run()
+        return binding.get_output(output)
+
+    def _embed(self, tokens: np.ndarray, features: np.ndarray) -> np.ndarray:
+        graphs = self.graphs
+        fed = {
+            graphs.embedding_ids: np.ascontiguousarray(tokens, self._ids_dtype),
+            graphs.embedding_features: features,
+        }
+        embeds = self._run_graph(self.embedding, fed, graphs.embedding_output)
+        self.last_inputs.update(fed)
+        self.last_outputs[graphs.embedding_output] = embeds
+        return np.ascontiguousarray(embeds, self._embeds_dtype)
+
+    def _positions(
+        self, tokens: np.ndarray, prompt: bool, first_run: bool
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The mask and positions of this run, and each row's index of its last real token."""
+        io, b, count = self.io, self.batch, tokens.shape[1]
+        last = np.full(b, count - 1, np.int32)
+        positions: np.ndarray
+        if self.mrope is not None:
+            if first_run:
+                grid = self.last_inputs.get(self.graphs.vision_inputs.get("image_grid_thw", ""))
+                positions, self.rope_deltas = mrope_positions(tokens, grid, self.mrope)
+                self.mask = (tokens != self.mrope.pad_token_id).astype(io.mask_dtype)
+                if prompt:
+                    prefill_inputs(
+                        np.ascontiguousarray(tokens, np.int32),
+                        self.pad_id,
+                        np.zeros((b, count), io.mask_dtype),
+                        np.zeros((b, count), io.mask_dtype),
+                        last,
+                    )
+            else:
+                assert self.rope_deltas is not None
+                base = self.computed + self.rope_deltas[:, None] + np.arange(count)[None, :]
+                positions = np.broadcast_to(base, (3, b, count))
+                self.mask = np.ones((b, self.computed + count), io.mask_dtype)
+        elif prompt:  # the loop's own kernel: trailing pads get mask 0 and position 0
+            self.mask = np.zeros((b, count), io.mask_dtype)
+            positions = np.zeros((b, count), io.mask_dtype)
+            prefill_inputs(
+                np.ascontiguousarray(tokens, np.int32), self.pad_id, self.mask, positions, last
+            )
+            self.next_position = self.mask.sum(axis=1, dtype=np.int64)
+        else:
+            if b == 1:
+                self.mask = np.ones((1, self.mask.shape[1] + count), io.mask_dtype)
+            else:
+                self.mask = np.concatenate([self.mask, np.ones((b, count), io.mask_dtype)], axis=1)
+            positions = self.next_position[:, None] + np.arange(count)[None, :]
+            self.next_position = self.next_position + count
+        fed = {}
+        if io.attention_mask:
+            fed[io.attention_mask] = np.ascontiguousarray(self.mask)
+        if io.position_ids:
+            fed[io.position_ids] = np.ascontiguousarray(positions, self._position_dtype)
+        return fed, last
+
+    def _decode(
+        self,
+        tokens: np.ndarray,
+        embeds: np.ndarray,
+        fed: dict[str, np.ndarray],
+        last: np.ndarray,
+        count: int,
+    ) -> None:
+        io, b, decoder = self.io, self.batch, self.decoder
+        if self.computed + count > self.max_length:
+            raise GenerationError(f"the sequence would exceed max_length {self.max_length}")
+        self.kv.ensure(self.computed + count, self.computed)
+        fed[self.graphs.decoder_embeds] = embeds
+        if self._decoder_ids:
+            fed[self._decoder_ids] = np.ascontiguousarray(tokens, io.id_dtype)
+        for name, value in fed.items():
+            decoder.bind_input(name, value)
+        decoder.bind_output_to_device(io.logits)
+        decoder.run()
+        if isinstance(self.kv, GrowingKVCache):
+            handover = self.kv.handover
+            decoder.rebind_outputs_as_inputs_py([p for p, _ in handover], [q for _, q in handover])
+        logits = decoder.get_output(io.logits)
+        if logits.ndim != 3 or logits.shape[0] != b or logits.shape[1] not in (count, 1):
+            raise ModelError(
+                f"logits output {io.logits!r} has shape {list(logits.shape)}; expected "
+                f"[{b}, {count} or 1, vocab]"
+            )
+        rows = last if logits.shape[1] == count else np.zeros(b, np.int64)
+        self.logits_rows[:] = logits[np.arange(b), rows, :]
+        self.last_outputs[io.logits] = logits
+        self.last_inputs.update(fed)
+        self.computed += count
+        self.last_run_count = count
+
+    # --- reading ------------------------------------------------------------------------------
+    def read_output(self, name: str) -> np.ndarray | None:
+        """A copy of the last run's output ``name`` (logits, inputs_embeds, image_features, a
+        present); None when there is none."""
+        value = self.last_outputs.get(name)
+        if value is not None:
+            return value.copy()
+        return self.kv.read(name)
+
+    def read_input(self, name: str) -> np.ndarray | None:
+        """A copy of what the last runs fed as ``name`` (ids, mask, positions, pixel inputs,
+        inputs_embeds, a past)."""
+        value = self.last_inputs.get(name)
+        if value is not None:
+            return np.array(value)
+        return self.kv.read(name)
