@@ -22,10 +22,12 @@ __all__ = [
     "CONFIG_FILENAME",
     "REFERENCE_DEFAULTS",
     "SCHEMA",
+    "SPECULATIVE_RANGES",
     "UNSUPPORTED_KEYS",
     "Config",
     "is_model_package",
     "normalize_provider_name",
+    "speculative_range_error",
 ]
 
 CONFIG_FILENAME = "genai_config.json"
@@ -491,6 +493,28 @@ _SPECULATIVE = {
     "min_adaptive_k": _INT,
     "cooldown": _BOOL,
 }
+
+#: The integer ``speculative`` options' ranges, as the reference checks them: name -> (0 also
+#: allowed (off), lowest, highest).
+SPECULATIVE_RANGES: dict[str, tuple[bool, int, int]] = {
+    "ngram_size": (True, 2, 16),
+    "max_draft_tokens": (False, 1, 16),
+    "min_adaptive_k": (True, 1, 16),
+}
+
+
+def speculative_range_error(name: str, value: Any) -> str | None:
+    """The reference's message for ``speculative.<name>`` = ``value`` out of its range
+    (`SPECULATIVE_RANGES`), or None when it is in range (or absent)."""
+    if value is None or name not in SPECULATIVE_RANGES:
+        return None
+    zero_ok, low, high = SPECULATIVE_RANGES[name]
+    if (zero_ok and value == 0) or low <= value <= high:
+        return None
+    if zero_ok:
+        return f"speculative.{name} must be 0 or between {low} and {high}. Got: {value}."
+    return f"speculative.{name} must be between {low} and {high} Got: {value}."
+
 
 _ENGINE = {
     "dynamic_batching": {
@@ -1005,6 +1029,10 @@ class Config:
             self._check_sliding_window(decoder)
         for path, _, stage in self.pipeline_stages():
             self.resolve_file(stage["filename"], f"{path}.filename", must_exist=False)
+        for name in SPECULATIVE_RANGES:
+            problem = speculative_range_error(name, self.get(f"speculative.{name}"))
+            if problem:
+                raise ConfigError(f"{problem} in {self.file}")
         max_length = self.get("search.max_length", 0)
         if max_length and max_length > model["context_length"]:
             raise ConfigError(
