@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLOCK", "dequantize_int4", "quantize_int4"]
+__all__ = ["BLOCK", "dequantize_int4", "dequantize_int8", "quantize_int4", "quantize_int8"]
 
 BLOCK = 32
 
@@ -37,3 +37,29 @@ def dequantize_int4(packed: np.ndarray, scales: np.ndarray, k: int) -> np.ndarra
     q = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:2], -1)
     w = (q.astype(np.float32) - 8.0) * scales[..., None]
     return w.reshape(packed.shape[0], -1)[:, :k]
+
+
+def quantize_int8(weight: np.ndarray, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """``weight`` ``[N, K]`` -> ``(q, scales)`` for ``MatMulNBits`` with ``bits=8``.
+
+    ``q`` is uint8 ``[N, ceil(K / block), block]``, ``scales`` float32 ``[N, ceil(K / block)]``;
+    value = ``scale * (q - 128)`` (the op's implicit zero point). As for int4, the element of
+    largest magnitude in each block maps to ``q = 0`` (``scale = that element / -128``).
+    """
+    w = np.asarray(weight, dtype=np.float32)
+    n, k = w.shape
+    blocks = -(-k // block)
+    if blocks * block != k:
+        w = np.pad(w, ((0, 0), (0, blocks * block - k)))
+    w = w.reshape(n, blocks, block)
+    pick = np.abs(w).argmax(axis=2)[..., None]
+    scales = np.take_along_axis(w, pick, axis=2)[..., 0] / np.float32(-128.0)
+    safe = np.where(scales == 0, np.float32(1.0), scales)
+    q = np.clip(np.rint(w / safe[..., None]) + 128, 0, 255).astype(np.uint8)
+    return np.ascontiguousarray(q), scales.astype(np.float32)
+
+
+def dequantize_int8(q: np.ndarray, scales: np.ndarray, k: int) -> np.ndarray:
+    """Inverse of :func:`quantize_int8`: float32 ``[N, k]``."""
+    w = (q.astype(np.float32) - 128.0) * scales[..., None]
+    return w.reshape(q.shape[0], -1)[:, :k]
