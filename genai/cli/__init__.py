@@ -4,7 +4,8 @@ genai [-v | -vv] COMMAND ...   (before the command: log genai's INFO / DEBUG rec
 genai generate [-m MODEL_DIR] "prompt" [--chat] [--max-length N] [--threads N] [-v]
 genai chat [-m MODEL_DIR] [--system TEXT] [--max-new-tokens N] [--threads N] [-v]
 genai build INPUT -o OUT [--precision int4|fp16|fp32] [--all-logits]
-genai pull [--force] [-q]
+genai pull [--force] [-q]  |  genai pull REPO_ID[:SUBFOLDER] [--include PATTERN]... [--revision REV]
+genai list [--json]  |  genai rm NAME...
 genai providers [--json] [--devices] [--plugins]
 genai conformance PROVIDER [--model DIR] [--report FILE.json] [-o KEY=VALUE]... [--xfails FILE]
 genai serve [-m MODEL_DIR] [--host 127.0.0.1] [--port 8000] [--max-slots N] [--threads N] ...
@@ -30,7 +31,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from genai._version import __version__
-from genai.cli import build, chat, conformance, generate, providers, pull, serve  # noqa: F401  (they register)
+from genai.cli import build, chat, conformance, generate, hub, providers, pull, serve  # noqa: F401  (they register)
 from genai.cli.registry import COMMANDS
 from genai.errors import GenaiError
 from genai.providers import plugins

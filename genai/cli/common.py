@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import genai
+from genai import hub
 from genai.errors import InvalidArgumentError
 
 __all__ = [
@@ -70,6 +71,7 @@ def load_model(args: argparse.Namespace):
     """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``."""
     if args.model is None:
         args.model = str(default_model())
+    args.model = hub.resolve_model(args.model)  # REPO_ID[:SUBFOLDER]: from the hub cache
     path = Path(args.model)
     if path.is_file() and path.suffix.lower() == ".gguf":
         raise InvalidArgumentError(

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from genai import hub
 from genai.cli.common import default_model, load_model
 from genai.cli.registry import command
 from genai.errors import MissingDependencyError
@@ -23,8 +24,10 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "-m",
         "--model",
-        metavar="DIR",
-        help="model folder (default: the default model, pulled on first use)",
+        metavar="DIR|REPO_ID[:SUBFOLDER]",
+        help="model folder, or a Hugging Face model repo (from the hub cache, downloaded "
+        "unless HF_HUB_OFFLINE=1; see genai pull) (default: the default model, pulled on "
+        "first use)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -118,6 +121,7 @@ def _serve_ray(args: argparse.Namespace) -> int:
         ) from exc
     if args.model is None:
         args.model = str(default_model())
+    args.model = hub.resolve_model(args.model)  # REPO_ID[:SUBFOLDER]: from the hub cache
     options: dict[str, object] = {
         "model": str(Path(args.model).resolve()),
         "max_slots": args.max_slots,
