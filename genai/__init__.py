@@ -6,14 +6,12 @@ from genai.compat.logging_options import set_log_callback, set_log_options
 from genai.compat.telemetry import disable_telemetry_events, enable_telemetry_events
 from genai.compat.tensors import NamedTensors, Tensor
 from genai.compat.unsupported import (
-    Audios,
     Engine,
     EngineCapabilities,
     EngineEvent,
     EngineEventBuffer,
     Images,
     MtpGenerator,
-    MultiModalProcessor,
     Request,
     RequestOptions,
     StreamingProcessor,
@@ -36,6 +34,7 @@ from genai.errors import (
 )
 from genai.generation.generator import Generator
 from genai.generation.generator_params import GeneratorParams
+from genai.multimodal import Audios, MultiModalProcessor
 from genai.providers import (
     get_current_gpu_device_id,
     list_providers,

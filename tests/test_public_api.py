@@ -132,8 +132,6 @@ def test_kind_check_can_fail() -> None:
 
 UNSUPPORTED = {
     "Images": "vision",
-    "Audios": "speech",
-    "MultiModalProcessor": "multimodal",
     "StreamingProcessor": "speech",
     "MtpGenerator": "speculative",
     "Engine": "engine",

@@ -4,8 +4,8 @@ They exist, with the reference's members, so ``import genai as og`` scripts impo
 ``hasattr`` checks pass; creating one or calling any of its members raises
 NotImplementedError naming the feature, the issue that plans it, and docs/differences.md.
 
-* multimodal vision (`Images`, `MultiModalProcessor`): issue 19;
-* speech and audio (`Audios`, `StreamingProcessor`, `MultiModalProcessor` with audio): issue 18;
+* multimodal vision (`Images`): issue 19;
+* streaming speech feature extraction (`StreamingProcessor`: Moonshine / Nemotron): issue 18;
 * speculative decoding (`MtpGenerator`): issue 20;
 * the reference's continuous-batching `Engine` and its request, turn and event classes:
   issue 21 (``genai serve`` batches requests today).
@@ -25,7 +25,6 @@ from genai.errors import UnsupportedFeatureError
 
 __all__ = [
     "FEATURES",
-    "Audios",
     "Engine",
     "EngineCapabilities",
     "EngineEvent",
@@ -33,7 +32,6 @@ __all__ = [
     "Feature",
     "Images",
     "MtpGenerator",
-    "MultiModalProcessor",
     "Request",
     "RequestOptions",
     "StreamingProcessor",
@@ -129,18 +127,6 @@ def _function(info: Feature, what: str) -> Callable[..., NoReturn]:
 @_unsupported("vision", staticmethods=("open", "open_bytes"))
 class Images:
     """Images for a vision model's prompt (the reference's ``og.Images``; not supported yet)."""
-
-
-@_unsupported("speech", staticmethods=("open", "open_bytes"))
-class Audios:
-    """Audio clips for a speech model's prompt (the reference's ``og.Audios``; not supported
-    yet)."""
-
-
-@_unsupported("multimodal", methods=("__call__", "create_stream", "decode"))
-class MultiModalProcessor:
-    """Turns prompts with images or audio into model inputs (the reference's
-    ``og.MultiModalProcessor``; not supported yet)."""
 
 
 @_unsupported("speech", methods=("flush", "get_option", "process", "set_option"))

@@ -550,6 +550,8 @@ class Generator:
                 "supported for this model type."
             )
         array = take(named_tensors)  # the driver keeps the rest; ids may be placeholders
+        if array is None:  # inputs without ids (e.g. audio alone): appended later
+            return
         length = self._loop.length
         if length + array.shape[1] > self.max_length:
             raise InvalidArgumentError(

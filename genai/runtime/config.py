@@ -623,7 +623,8 @@ _PAGED = Feature(
     "planned with the Engine API in issue 21; `genai serve` batches over per-sequence caches",
 )
 _CROSS_ATTENTION = Feature(
-    "encoder-decoder models with cross-attention caches (Whisper)", FEATURES["speech"].plan
+    "cross-attention QK outputs of encoder-decoder models (Whisper alignment heads)",
+    "not planned yet",
 )
 _MARIAN = Feature(
     "Marian-style encoder-decoder models with recurrent decoder state", "not planned yet"
@@ -667,7 +668,6 @@ UNSUPPORTED_KEYS: dict[str, Feature] = {
         for feature, keys in (
             (_PAGED, ["block_table", "block_table_windowed", "cumulative_sequence_lengths"]),
             (_PAGED, ["past_sequence_lengths", "attention_metadata", "logits_indices"]),
-            (_CROSS_ATTENTION, ["cross_past_key_names", "cross_past_value_names"]),
             (_MARIAN, ["rnn_states_prev"]),
             (_QUANTIZED_KV, ["past_key_scale_names", "past_value_scale_names"]),
             (_HYBRID, ["past_conv_names", "past_recurrent_names"]),

@@ -18,9 +18,11 @@ from genai._core.native_session import NativeSession
 from genai.compat import logging_options
 from genai.errors import ConfigError, ModelError, UnsupportedFeatureError
 from genai.kv.windowed_cache import static_shape_overrides
+from genai.multimodal.processor import MultiModalProcessor
 from genai.providers import ExecutionProvider, get_provider, plugins
 from genai.runtime import hugepages
 from genai.runtime.config import Config, normalize_provider_name
+from genai.runtime.encoder import ENCODER_DECODER_TYPES, EncoderGraph, load_encoder
 from genai.runtime.pipeline_stages import (
     PIPELINE_TYPE,
     PipelineStage,
@@ -243,14 +245,16 @@ class Model:
         model_type = self.config.get("model.type")
         pipelined = model_type == PIPELINE_TYPE
         vision = model_type in VISION_TYPES
+        encoder_decoder = model_type in ENCODER_DECODER_TYPES
         if not pipelined and (
-            (model_type not in DECODER_ONLY_TYPES and not vision)
+            (model_type not in DECODER_ONLY_TYPES and not vision and not encoder_decoder)
             or self.config.get("model.decoder") is None
         ):
             raise UnsupportedFeatureError(
                 f"model.type {model_type!r} in {self.config.file} is not supported yet; "
                 f"supported decoder-only types: {', '.join(sorted(DECODER_ONLY_TYPES))}, "
                 f"vision-language types: {', '.join(sorted(VISION_TYPES))}, "
+                f"encoder-decoder types: {', '.join(sorted(ENCODER_DECODER_TYPES))}, "
                 f"and {PIPELINE_TYPE!r} (model.decoder.pipeline)"
             )
         if not pipelined and self.config.pipeline_stages():
@@ -263,6 +267,8 @@ class Model:
         #: A vision-language model's vision and embedding graphs (`genai.runtime.vision`);
         #: None for other kinds.
         self.vision: VisionGraphs | None = None
+        #: An encoder-decoder model's encoder (`genai.runtime.encoder`); None for other kinds.
+        self.encoder: EncoderGraph | None = None
         providers = self.config.providers
         name, options = providers[0] if providers else ("cpu", {})
         # The provider decides everything hardware-specific; one that cannot run raises
@@ -291,6 +297,14 @@ class Model:
                 self.session = self._create_session()
             if vision:
                 self.vision = load_vision_graphs(
+                    self.config,
+                    lambda options, filename, what: self._create_session(
+                        session_cfg=options, filename=filename, what=what
+                    ),
+                    self.session,
+                )
+            if encoder_decoder:
+                self.encoder = load_encoder(
                     self.config,
                     lambda options, filename, what: self._create_session(
                         session_cfg=options, filename=filename, what=what
@@ -424,13 +438,10 @@ class Model:
         """The model folder."""
         return self.config.path
 
-    def create_multimodal_processor(self) -> Any:
-        """The reference's processor for vision/speech model types; the decoder-only types
-        genai runs have none (the reference raises the same for them)."""
-        raise ModelError(
-            f"MultiModalProcessor cannot be created. {self.type} is not a registered "
-            "multi-modal model type."
-        )
+    def create_multimodal_processor(self) -> MultiModalProcessor:
+        """The reference's processor for speech and vision model types
+        (`genai.multimodal.kinds.PROCESSORS`); ModelError for the others, as the reference."""
+        return MultiModalProcessor(self)
 
     def create_streaming_processor(self) -> Any:
         """The reference's streaming audio processor (Moonshine / Nemotron speech models);

@@ -5,6 +5,7 @@ that picks an implementation by the kind of model:
 
 * a decoder split over several graphs (``model.decoder.pipeline``): `PipelineDriver`;
 * a vision-language model (``model.vision`` + ``model.embedding``): `VisionDriver`;
+* an encoder-decoder model (``model.encoder``: Whisper): `EncoderDecoderDriver`;
 * a QNN-style windowed model (``sliding_window.slide_key_value_cache``): `WindowedDriver`;
 * any other single-graph decoder: `NativeDriver` (the native loop runs it).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from genai.generation.drivers.base import Driver, LoopSettings, new_loop, require
+from genai.generation.drivers.encoder_decoder import EncoderDecoderDriver
 from genai.generation.drivers.multimodal import VisionDriver
 from genai.generation.drivers.native import NativeDriver
 from genai.generation.drivers.pipeline import PipelineDriver
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Driver",
+    "EncoderDecoderDriver",
     "LoopSettings",
     "NativeDriver",
     "PipelineDriver",
@@ -50,6 +53,8 @@ def make_driver(model: Model, search: SearchOptions, settings: LoopSettings) -> 
     # Inputs beyond ids/mask/positions/KV that every run needs (e.g. LoRA weights, bound to
     # their empty base values until an adapter is activated).
     model.bind_extra_inputs(session)
+    if model.encoder is not None:
+        return EncoderDecoderDriver(model, session, settings, search)
     window = sliding_window_spec(model.config, model.io, session)
     if window is not None:
         window.check_search(batch_size=search.batch_size, num_beams=search.num_beams)

@@ -1,0 +1,155 @@
+"""`Audios`: audio clips decoded for a speech model's prompt (the reference's ``og.Audios``).
+
+``Audios.open(*paths)`` and ``Audios.open_bytes(*blobs)`` decode WAV, FLAC, OGG/Vorbis and MP3
+with `soundfile` (libsndfile, bundled in its wheels on every platform; the ``speech`` extra:
+``pip install 'genai-runtime[speech]'``). Each clip keeps its own sample rate and is mixed
+down to one channel (the mean of the channels); the processor resamples it to the rate its
+pipeline names (16 kHz for Whisper). ``Audios.from_arrays`` takes samples already in memory
+(beyond the reference).
+
+Decoding happens when the `Audios` is made, so a missing, unreadable or empty file raises
+`genai.errors.InvalidArgumentError` naming it there.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from genai.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError
+
+__all__ = ["AudioClip", "Audios", "decode_audio"]
+
+
+@dataclass(frozen=True)
+class AudioClip:
+    """One decoded clip: mono float32 samples in [-1, 1] at ``sample_rate`` Hz."""
+
+    samples: np.ndarray
+    sample_rate: int
+    #: Where it came from (a path, ``"<bytes #i>"`` or ``"<array #i>"``), for messages.
+    source: str = ""
+
+    @property
+    def duration(self) -> float:
+        """Seconds of audio."""
+        return self.samples.shape[0] / self.sample_rate
+
+
+def _soundfile() -> Any:
+    try:
+        import soundfile  # lazy: libsndfile (the speech extra) loads only to decode audio
+    except ImportError:
+        raise MissingDependencyError(
+            "decoding audio files needs soundfile: pip install 'genai-runtime[speech]'"
+        ) from None
+    except OSError as exc:  # the package without its libsndfile
+        raise MissingDependencyError(f"soundfile cannot load libsndfile: {exc}") from None
+    return soundfile
+
+
+def _mono(samples: np.ndarray) -> np.ndarray:
+    """[frames] or [frames, channels] -> contiguous float32 [frames] (the channels' mean)."""
+    if samples.ndim == 2:
+        samples = samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
+    return np.ascontiguousarray(samples, dtype=np.float32)
+
+
+def decode_audio(data: bytes | str | os.PathLike[str], source: str = "") -> AudioClip:
+    """Decode one file (a path, or its bytes) to a mono `AudioClip`."""
+    soundfile = _soundfile()
+    source = source or str(data)
+    target: Any = io.BytesIO(data) if isinstance(data, bytes | bytearray | memoryview) else data
+    try:
+        samples, rate = soundfile.read(target, dtype="float32", always_2d=True)
+    except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"cannot decode audio {source}: {exc} (WAV, FLAC, OGG and MP3 are supported)"
+        ) from None
+    if samples.shape[0] == 0:
+        raise InvalidArgumentError(f"audio {source} has no samples")
+    return AudioClip(_mono(samples), int(rate), source)
+
+
+class Audios:
+    """Decoded audio clips for a speech model's prompt, in order (one per batch row)."""
+
+    __slots__ = ("clips",)
+
+    def __init__(self, clips: Sequence[AudioClip]) -> None:
+        if not clips:
+            raise InvalidArgumentError("Audios needs at least one clip")
+        #: The clips, mono float32 at their own sample rates.
+        self.clips: tuple[AudioClip, ...] = tuple(clips)
+
+    @staticmethod
+    def open(*paths: str | os.PathLike[str]) -> Audios:
+        """Decode the audio files at ``paths`` (WAV, FLAC, OGG, MP3)."""
+        if not paths:
+            raise InvalidArgumentError("Audios.open needs at least one path")
+        clips = []
+        for path in paths:
+            if not isinstance(path, str | os.PathLike):
+                raise ArgumentTypeError("Audio paths must be strings.")
+            name = os.fspath(path)
+            if not os.path.isfile(name):
+                raise InvalidArgumentError(f"audio file {name!r} does not exist")
+            clips.append(decode_audio(name, source=repr(name)))
+        return Audios(clips)
+
+    @staticmethod
+    def open_bytes(*blobs: bytes) -> Audios:
+        """Decode audio files given as bytes (WAV, FLAC, OGG, MP3)."""
+        if not blobs:
+            raise InvalidArgumentError("Audios.open_bytes needs at least one bytes object")
+        clips = []
+        for i, blob in enumerate(blobs):
+            if not isinstance(blob, bytes | bytearray | memoryview):
+                raise ArgumentTypeError("Audio data must be bytes.")
+            if not len(blob):
+                raise InvalidArgumentError(f"audio <bytes #{i}> is empty")
+            clips.append(decode_audio(bytes(blob), source=f"<bytes #{i}>"))
+        return Audios(clips)
+
+    @staticmethod
+    def from_arrays(*arrays: np.ndarray, sample_rate: int = 16000) -> Audios:
+        """Clips from samples in memory (beyond the reference): each 1-D ``[frames]`` or 2-D
+        ``[frames, channels]``, float in [-1, 1] (integers are scaled from their range)."""
+        if not arrays:
+            raise InvalidArgumentError("Audios.from_arrays needs at least one array")
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
+            raise InvalidArgumentError(f"sample_rate must be a positive int, got {sample_rate!r}")
+        clips = []
+        for i, array in enumerate(arrays):
+            samples = np.asarray(array)
+            if samples.ndim not in (1, 2) or samples.shape[0] == 0:
+                raise InvalidArgumentError(
+                    f"audio <array #{i}> must be [frames] or [frames, channels] with at least "
+                    f"one frame, got shape {samples.shape}"
+                )
+            if samples.dtype.kind in "iu":
+                info = np.iinfo(samples.dtype)
+                samples = (samples.astype(np.float64) - (info.max + info.min + 1) / 2) / (
+                    (info.max - info.min + 1) / 2
+                )
+            elif samples.dtype.kind != "f":
+                raise ArgumentTypeError(f"audio <array #{i}> has dtype {samples.dtype}")
+            if not np.isfinite(samples).all():
+                raise InvalidArgumentError(f"audio <array #{i}> has NaN or infinite samples")
+            clips.append(AudioClip(_mono(samples), sample_rate, f"<array #{i}>"))
+        return Audios(clips)
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def __iter__(self) -> Iterator[AudioClip]:
+        return iter(self.clips)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{c.duration:.2f} s @ {c.sample_rate} Hz" for c in self.clips)
+        return f"Audios([{inner}])"
