@@ -207,7 +207,7 @@ class VisionRunner:
         """Keep the multimodal inputs of a processor's output (pixel values, image sizes or
         grids, ``num_image_tokens``) for the next prompt run; returns its ``input_ids`` as
         int32 ``[batch, n]`` (image placeholders included) for the generator to append."""
-        # keys(): the reference's NamedTensors is not iterable
+        # keys(): the reference's NamedTensors does not iterate (its __getitem__ takes names)
         arrays = {str(name): tensor_array(inputs[name]) for name in inputs.keys()}  # noqa: SIM118
         if "input_ids" not in arrays:
             raise InvalidArgumentError("set_inputs needs 'input_ids' (a processor's output)")
@@ -418,8 +418,12 @@ class VisionRunner:
         for name, value in fed.items():
             decoder.bind_input(name, value)
         decoder.bind_output_to_device(io.logits)
+        growing = isinstance(self.kv, GrowingKVCache)
+        if growing:  # fresh presents every run (a rewind re-bound the pasts)
+            for present, _ in self.kv.handover:
+                decoder.bind_output_to_device(present)
         decoder.run()
-        if isinstance(self.kv, GrowingKVCache):
+        if growing:
             handover = self.kv.handover
             decoder.rebind_outputs_as_inputs_py([p for p, _ in handover], [q for _, q in handover])
         logits = decoder.get_output(io.logits)

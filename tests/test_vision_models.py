@@ -1,0 +1,360 @@
+"""Vision-language models end to end: the reference (onnxruntime_genai) and genai on the same
+tiny random folders (`genai.testing.vision`) and the same processor output.
+
+The reference's own processor makes the inputs (``input_ids`` with the image placeholders,
+pixel values, image sizes or grids), so these tests pin the model side: the vision ->
+embedding -> decoder runs, Qwen-VL's 3-D mRoPE positions, continuation, rewind, snapshots and
+batches. Each check compares genai with the reference run on the same arrays; the mRoPE
+positions are also checked against a loop transcription of the reference's algorithm.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import genai
+from genai.errors import InvalidArgumentError
+from genai.generation.vision_runner import MRopeSpec, mrope_positions
+from genai.testing.vision import write_phi3v, write_qwen2_5_vl
+
+og = pytest.importorskip("onnxruntime_genai")
+Image = pytest.importorskip("PIL.Image")
+
+PHI3V_PROMPT = "<|user|>\n{tags}what is in the picture?<|end|>\n<|assistant|>\n"
+QWEN_PROMPT = "<|im_start|>user\n{tags}what is in the picture?<|im_end|>\n<|im_start|>assistant\n"
+QWEN_TAG = "<|vision_start|><|image_pad|><|vision_end|>"
+NEW_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("vlm")
+    return {
+        "phi3v": write_phi3v(root),
+        "qwen2_5_vl": write_qwen2_5_vl(root),
+        "qwen3_vl": write_qwen2_5_vl(root, model_type="qwen3_vl", seed=3),
+    }
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Three small synthetic pictures of different sizes (stripes, a disc, noise)."""
+    root = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(7)
+    yy, xx = np.mgrid[0:96, 0:128]
+    stripes = np.stack([(xx // 8 % 2) * 255, yy * 2, np.full_like(xx, 90)], -1)
+    disc = np.zeros((112, 112, 3), np.uint8)
+    inside = (np.mgrid[0:112, 0:112] - 56) ** 2
+    disc[inside.sum(0) < 40**2] = (250, 40, 40)
+    noise = rng.integers(0, 256, (64, 160, 3))
+    paths = []
+    for i, array in enumerate((stripes, disc, noise)):
+        path = root / f"image{i}.png"
+        Image.fromarray(np.asarray(array, np.uint8)).save(path)
+        paths.append(str(path))
+    return paths
+
+
+def _prompt(kind: str, count: int) -> str:
+    if kind == "phi3v":
+        return PHI3V_PROMPT.format(tags="".join(f"<|image_{i + 1}|>\n" for i in range(count)))
+    return QWEN_PROMPT.format(tags=QWEN_TAG * count)
+
+
+def _reference_inputs(folder: Path, prompt: str, paths: list[str]) -> tuple[object, object]:
+    model = og.Model(str(folder))
+    processor = model.create_multimodal_processor()
+    return model, processor(prompt, images=og.Images.open(*paths) if paths else None)
+
+
+def _ours(named: object) -> genai.NamedTensors:
+    """The same arrays as genai's NamedTensors."""
+    out = genai.NamedTensors()
+    for name in named.keys():  # noqa: SIM118 (the reference's is not iterable)
+        out[name] = named[name].as_numpy()
+    return out
+
+
+def _as_reference(arrays: dict[str, np.ndarray]) -> object:
+    named = og.NamedTensors()
+    for name, array in arrays.items():
+        if array.dtype.kind in "iu":  # as_numpy's int64 is 'q', which the bindings refuse
+            array = np.array(array.tolist(), dtype=array.dtype.str)
+        named[name] = np.ascontiguousarray(array)
+    return named
+
+
+def _generate(module, model, named, max_length: int, batch: int = 1, steps=None):
+    """First-step logits and the sequences after greedy steps to ``max_length``."""
+    params = module.GeneratorParams(model)
+    params.set_search_options(max_length=max_length, batch_size=batch)
+    generator = module.Generator(model, params)
+    generator.set_inputs(named)
+    logits = generator.get_logits()
+    while not generator.is_done():
+        generator.generate_next_token()
+    return logits, [generator.get_sequence(i) for i in range(batch)], generator
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_greedy_tokens_and_logits_match_the_reference(folders, images, kind, count):
+    folder = folders[kind]
+    ref_model, named = _reference_inputs(folder, _prompt(kind, count), images[:count])
+    prompt_length = named["input_ids"].as_numpy().shape[1]
+    max_length = prompt_length + NEW_TOKENS
+    ref_logits, ref_seqs, _ = _generate(og, ref_model, named, max_length)
+    our_logits, our_seqs, _ = _generate(genai, genai.Model(folder), _ours(named), max_length)
+    np.testing.assert_array_equal(our_seqs[0], ref_seqs[0])
+    np.testing.assert_allclose(our_logits, ref_logits, atol=1e-4, rtol=0)
+    assert len(our_seqs[0]) == max_length
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
+def test_embeddings_and_image_features_stage_by_stage(folders, images, kind):
+    """The embedding graph's output equals the reference's; its rows at the image
+    placeholders are the vision graph's features, in order."""
+    folder = folders[kind]
+    ref_model, named = _reference_inputs(folder, _prompt(kind, 2), images[:2])
+    max_length = named["input_ids"].as_numpy().shape[1] + 4
+    params = og.GeneratorParams(ref_model)
+    params.set_search_options(max_length=max_length)
+    reference = og.Generator(ref_model, params)
+    reference.set_inputs(named)
+    model = genai.Model(folder)
+    ours_params = genai.GeneratorParams(model)
+    ours_params.set_search_options(max_length=max_length)
+    ours = genai.Generator(model, ours_params)
+    ours.set_inputs(_ours(named))
+    ref_embeds = reference.get_output("inputs_embeds")
+    np.testing.assert_allclose(ours.get_output("inputs_embeds"), ref_embeds, atol=1e-5, rtol=0)
+    ids = named["input_ids"].as_numpy()[0]
+    placeholders = ids < 0 if kind == "phi3v" else ids == model.config.get("model.image_token_id")
+    features = ours.get_output("image_features")
+    assert features.shape[0] == int(named["num_image_tokens"].as_numpy().sum())
+    np.testing.assert_allclose(features, ref_embeds[0][placeholders], atol=1e-5, rtol=0)
+
+
+def test_mrope_positions_follow_the_reference_step_by_step(folders, images):
+    """Prompt positions [3, 1, n] (two images of different grids), then each step's."""
+    folder = folders["qwen2_5_vl"]
+    ref_model, named = _reference_inputs(folder, _prompt("qwen2_5_vl", 2), images[1:3])
+    n = named["input_ids"].as_numpy().shape[1]
+    params = og.GeneratorParams(ref_model)
+    params.set_search_options(max_length=n + 5)
+    reference = og.Generator(ref_model, params)
+    model = genai.Model(folder)
+    ours_params = genai.GeneratorParams(model)
+    ours_params.set_search_options(max_length=n + 5)
+    ours = genai.Generator(model, ours_params)
+    reference.set_inputs(named)
+    ours.set_inputs(_ours(named))
+    for _ in range(4):
+        expected = reference.get_input("position_ids")
+        assert expected.shape[0] == 3
+        np.testing.assert_array_equal(ours.get_input("position_ids"), expected)
+        np.testing.assert_array_equal(
+            ours.get_input("attention_mask"), reference.get_input("attention_mask")
+        )
+        reference.generate_next_token()
+        ours.generate_next_token()
+    np.testing.assert_array_equal(ours.get_sequence(0), reference.get_sequence(0))
+
+
+def _loop_rope_index(tokens, grid, spec):
+    """The reference's Qwen2VLPositionInputs::CreateAndInitialize3DPositionIDs, transcribed
+    loop for loop (images only): the NumPy twin's independent check."""
+    batch, seq = tokens.shape
+    pos = np.zeros((3, batch, seq), np.int64)
+    deltas = []
+    image_index = 0
+    for b in range(batch):
+        ids = tokens[b]
+        image_nums = sum(
+            1
+            for s in range(seq - 1)
+            if ids[s] == spec.vision_start_token_id and ids[s + 1] == spec.image_token_id
+        )
+        st, max_pos = 0, 0
+        for k in range(image_nums):
+            ed = next(
+                s + 1
+                for s in range(st, seq - 1)
+                if ids[s] == spec.vision_start_token_id and ids[s + 1] == spec.image_token_id
+            )
+            t, h, w = (int(x) for x in grid[image_index])
+            image_index += 1
+            gh, gw = h // spec.spatial_merge_size, w // spec.spatial_merge_size
+            current = max_pos + 1 if (k > 0 or b > 0) else 0
+            for s in range(ed - st):
+                if ids[st + s] == spec.pad_token_id:
+                    pos[:, b, st + s] = 0
+                else:
+                    pos[:, b, st + s] = current
+                    max_pos = current
+                    current += 1
+            start = max_pos + 1
+            for s in range(t * gh * gw):
+                tp, hp, wp = start, (s // gw) % gh + start, s % gw + start
+                pos[:, b, ed + s] = (tp, hp, wp)
+                max_pos = max(max_pos, tp, hp, wp)
+            st = ed + t * gh * gw
+        if st < seq:
+            current = 0 if (max_pos == 0 and st == 0) else max_pos + 1
+            for s in range(st, seq):
+                if ids[s] == spec.pad_token_id:
+                    pos[:, b, s] = 0
+                else:
+                    pos[:, b, s] = current
+                    max_pos = current
+                    current += 1
+        deltas.append(max_pos + 1 - seq)
+    return pos, np.array(deltas)
+
+
+def test_mrope_positions_equal_the_loop_transcription(folders):
+    model = genai.Model(folders["qwen2_5_vl"])
+    spec = MRopeSpec(model.config)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        batch = int(rng.integers(1, 4))
+        rows, grids = [], []
+        for _ in range(batch):
+            row: list[int] = []
+            for _ in range(int(rng.integers(0, 3))):
+                row += rng.integers(3, 90, int(rng.integers(0, 5))).tolist()
+                t, h, w = 1, 2 * int(rng.integers(1, 4)), 2 * int(rng.integers(1, 4))
+                grids.append((t, h, w))
+                row += [spec.vision_start_token_id] + [spec.image_token_id] * (t * h * w // 4)
+                row += [spec.vision_start_token_id + 1]  # <|vision_end|>
+            row += rng.integers(3, 90, int(rng.integers(1, 6))).tolist()
+            rows.append(row)
+        width = max(map(len, rows)) + int(rng.integers(0, 3))
+        tokens = np.full((batch, width), spec.pad_token_id, np.int64)
+        for b, row in enumerate(rows):
+            tokens[b, : len(row)] = row
+        tokens[tokens == 0] = spec.pad_token_id  # a pad inside the text now and then
+        grid = np.array(grids, np.int64).reshape(-1, 3)
+        expected, expected_deltas = _loop_rope_index(tokens, grid, spec)
+        positions, deltas = mrope_positions(tokens, grid, spec)
+        np.testing.assert_array_equal(positions, expected)
+        np.testing.assert_array_equal(deltas, expected_deltas)
+
+
+def _batch_inputs(kind: str, folder: Path, images: list[str], counts: list[int]) -> dict:
+    """Inputs of a batch whose rows carry ``counts`` images (the reference's processor
+    takes one prompt): each row's ids from its own prompt, right-padded; the pixel inputs of
+    all images from one call."""
+    model = og.Model(str(folder))
+    processor = model.create_multimodal_processor()
+    pad = genai.Model(folder).config.get("model.pad_token_id")
+    rows, used = [], 0
+    for count in counts:
+        paths = images[used : used + count]
+        used += count
+        named = processor(_prompt(kind, count), images=og.Images.open(*paths) if paths else None)
+        rows.append(named["input_ids"].as_numpy()[0])
+    width = max(map(len, rows))
+    ids = np.full((len(rows), width), pad, np.int32)
+    for b, row in enumerate(rows):
+        ids[b, : len(row)] = row
+    every = processor(_prompt(kind, used), images=og.Images.open(*images[:used]))
+    arrays = {name: every[name].as_numpy() for name in every.keys()}  # noqa: SIM118
+    arrays["input_ids"] = ids
+    return arrays
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
+def test_batch_of_two_with_different_image_counts(folders, images, kind):
+    folder = folders[kind]
+    arrays = _batch_inputs(kind, folder, images, [1, 2] if kind == "phi3v" else [2, 0])
+    max_length = arrays["input_ids"].shape[1] + NEW_TOKENS
+    ref_logits, ref_seqs, _ = _generate(
+        og, og.Model(str(folder)), _as_reference(arrays), max_length, batch=2
+    )
+    named = genai.NamedTensors()
+    for name, array in arrays.items():
+        named[name] = array
+    our_logits, our_seqs, _ = _generate(genai, genai.Model(folder), named, max_length, batch=2)
+    for ours, reference in zip(our_seqs, ref_seqs, strict=True):
+        np.testing.assert_array_equal(ours, reference)
+    np.testing.assert_allclose(our_logits, ref_logits, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
+def test_rewind_then_continue_as_the_reference(folders, images, kind):
+    """Generate 5, rewind to 2 generated, generate 3 more: the reference's tokens and logits
+    for the same sequence straight through (its phi3v refuses rewind_to; genai rewinds every
+    kind, the KV and mRoPE positions continuing from the rewound length)."""
+    folder = folders[kind]
+    ref_model, named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    n = named["input_ids"].as_numpy().shape[1]
+    results = []
+    for module, model, inputs, detour in (
+        (og, ref_model, named, False),
+        (genai, genai.Model(folder), _ours(named), True),
+    ):
+        params = module.GeneratorParams(model)
+        params.set_search_options(max_length=n + 10)
+        generator = module.Generator(model, params)
+        generator.set_inputs(inputs)
+        for _ in range(5):
+            generator.generate_next_token()
+        if detour:
+            generator.rewind_to(n + 2)
+            for _ in range(3):
+                generator.generate_next_token()
+        results.append((generator.get_sequence(0), generator.get_logits()))
+    np.testing.assert_array_equal(results[1][0], results[0][0])
+    np.testing.assert_allclose(results[1][1], results[0][1], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
+def test_snapshot_after_an_image_prompt_restores(folders, images, kind):
+    """A generator restored from a snapshot taken after an image prompt continues with the
+    reference's tokens (the reference continues the original generator)."""
+    folder = folders[kind]
+    ref_model, named = _reference_inputs(folder, _prompt(kind, 1), images[1:2])
+    n = named["input_ids"].as_numpy().shape[1]
+    _, ref_seqs, _ = _generate(og, ref_model, named, n + NEW_TOKENS)
+    model = genai.Model(folder)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=n + NEW_TOKENS)
+    first = genai.Generator(model, params)
+    first.set_inputs(_ours(named))
+    snapshot = first.snapshot()
+    restored = genai.Generator(model, params)
+    restored.restore(snapshot)
+    while not restored.is_done():
+        restored.generate_next_token()
+    np.testing.assert_array_equal(restored.get_sequence(0), ref_seqs[0])
+
+
+def test_text_only_append_tokens_matches_the_reference(folders):
+    """A vision-language model fed plain tokens (no set_inputs), as the reference allows."""
+    folder = folders["qwen2_5_vl"]
+    tokens = np.array([9, 14, 22, 31, 40, 7], np.int32)
+    sequences = []
+    for module, model in ((og, og.Model(str(folder))), (genai, genai.Model(folder))):
+        params = module.GeneratorParams(model)
+        params.set_search_options(max_length=16)
+        generator = module.Generator(model, params)
+        generator.append_tokens(tokens)
+        while not generator.is_done():
+            generator.generate_next_token()
+        sequences.append(generator.get_sequence(0))
+    np.testing.assert_array_equal(sequences[1], sequences[0])
+
+
+def test_set_inputs_errors(folders):
+    model = genai.Model(folders["phi3v"])
+    generator = genai.Generator(model, genai.GeneratorParams(model))
+    with pytest.raises(InvalidArgumentError, match="input_ids"):
+        generator.set_inputs(genai.NamedTensors())
+    named = genai.NamedTensors()
+    named["input_ids"] = np.array([[1, 2, model.io.vocab_size]], np.int32)
+    with pytest.raises(InvalidArgumentError, match="outside the vocabulary"):
+        generator.set_inputs(named)
