@@ -112,6 +112,10 @@ class BatchRunner(abc.ABC):
     def reset(self, slot: int) -> None:
         """Empty ``slot`` for a new sequence."""
 
+    def truncate(self, slot: int, length: int) -> None:
+        """Keep only the first ``length`` positions of ``slot`` (a rewound conversation)."""
+        self.lengths[slot] = min(int(self.lengths[slot]), length)
+
     def load_prefix(self, slot: int, kv: list[np.ndarray], length: int) -> None:
         """Fill ``slot`` with a cached prefix (arrays from `export_prefix`) of ``length``;
         `NotImplementedError` where ``"snapshot"`` is unsupported."""
@@ -399,6 +403,12 @@ class GeneratorBatchRunner(BatchRunner):
     def reset(self, slot: int) -> None:
         self._retire(slot)
         self.lengths[slot] = 0
+
+    def truncate(self, slot: int, length: int) -> None:
+        gen = self._gens[slot]
+        if gen is not None and length < self.lengths[slot]:
+            gen.rewind_to(length)
+            self.lengths[slot] = length
 
 
 def supports_slots(model: Model) -> bool:

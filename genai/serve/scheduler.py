@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from genai.compat.engine_enums import FinishReason
 from genai.constraints.stop import StopStringMatcher
 from genai.errors import GenaiError
 from genai.generation.logits import LogitsChain, ProcessorLike
@@ -114,6 +115,19 @@ class Event:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     error: str | None = None
+    #: Why the sequence finished, in the reference's terms (set with ``finish_reason``).
+    reason: FinishReason = FinishReason.NONE
+    #: The stop string that ended it (``reason`` STOP_STRING).
+    stop: str | None = None
+
+
+#: `Event.reason` of the ends that `Scheduler._finish` reports.
+_REASONS = {
+    "cancelled": FinishReason.CANCELLED,
+    "timeout": FinishReason.CANCELLED,
+    "error": FinishReason.FAILED,
+    "length": FinishReason.MAX_SESSION_TOKENS,
+}
 
 
 class RequestHandle:
@@ -171,6 +185,13 @@ class _Sequence:
     finished: str | None = None
     first_token: bool = True
     looked_up: bool = False
+    #: Keep the slot (and its KV) once finished, for a next turn (`Scheduler.resume`);
+    #: `Scheduler.evict` frees it when a waiting sequence needs the slot.
+    hold: bool = False
+    #: The slot was taken back while held: the KV is gone (a next turn runs it again).
+    evicted: bool = False
+    #: A later turn of a held sequence: its prompt does not start at position 0.
+    resumed: bool = False
 
 
 class PrefixCache:
@@ -382,11 +403,11 @@ class Scheduler:
         timeout: float | None = None,
         *,
         bounded: bool = True,
-    ) -> None:
+    ) -> list[_Sequence]:
         """Queue ``requests`` whose events go to ``handle`` (`submit` without making the
         handle; a `SchedulerGroup` makes it, checks its own bound and passes ``bounded=False``).
         Raises `QueueFullError` like `submit` when the sequences waiting beyond the free slots
-        would exceed ``max_queue``."""
+        would exceed ``max_queue``. Returns their scheduler-side state (`resume` takes it)."""
         now = time.monotonic()
         deadline = now + (self.request_timeout if timeout is None else timeout)
         with self._cond:
@@ -396,9 +417,10 @@ class Scheduler:
                     f"the server is busy: {self.queued} requests are waiting for a slot "
                     f"(queue limit {self.max_queue}); retry later"
                 )
-            for request in requests:
-                self._waiting.append(_Sequence(request, handle, deadline, now))
+            added = [_Sequence(request, handle, deadline, now) for request in requests]
+            self._waiting.extend(added)
             self._cond.notify_all()
+        return added
 
     def _wake(self) -> None:
         with self._cond:
@@ -437,8 +459,7 @@ class Scheduler:
             with self._cond:
                 while not (
                     self._stopping
-                    or self._waiting
-                    or self._active
+                    or self.has_work()
                     or (self.others_waiting is not None and self.others_waiting(self))
                 ):
                     self._cond.wait()
@@ -447,13 +468,7 @@ class Scheduler:
             began = time.perf_counter()
             stats["idle_seconds"] += began - waited
             model = stats["model_seconds"]
-            try:
-                self._iteration()
-            except Exception as exc:  # a bug or an ORT failure: fail the running requests
-                log.exception("scheduler step failed")
-                for seq in list(self._active):
-                    self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
-                self._release_finished()
+            self._guarded_iteration()
             self._flush()
             busy = time.perf_counter() - began
             stats["host_seconds"] += busy - (stats["model_seconds"] - model)
@@ -461,9 +476,38 @@ class Scheduler:
             pending = list(self._waiting) + list(self._active)
             self._waiting.clear()
         for seq in pending:
-            self._post(seq.handle, Event(seq.request.index, finish_reason="cancelled"))
+            self._post(
+                seq.handle,
+                Event(seq.request.index, finish_reason="cancelled", reason=FinishReason.CANCELLED),
+            )
         self._flush()
         self._active.clear()
+
+    def has_work(self) -> bool:
+        """True while a sequence waits or generates (held finished ones do not count)."""
+        return bool(self._waiting) or any(s.finished is None for s in self._active)
+
+    def step(self) -> list[tuple[Any, Event]]:
+        """Run one iteration on the calling thread and return its events as (handle,
+        event) pairs, for a caller that drives the scheduler itself (`genai.engine`) instead
+        of `start`-ing its thread; a handle is then any object with a ``cancelled`` flag."""
+        if self.overlap_prefill and self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="genai-prefill"
+            )
+        if self.has_work():
+            self._guarded_iteration()
+        events, self._outbox = self._outbox, []
+        return events
+
+    def _guarded_iteration(self) -> None:
+        try:
+            self._iteration()
+        except Exception as exc:  # a bug or an ORT failure: fail the running requests
+            log.exception("scheduler step failed")
+            for seq in list(self._active):
+                self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
+            self._release_finished()
 
     def _iteration(self) -> None:
         now = time.monotonic()
@@ -484,9 +528,12 @@ class Scheduler:
             self._waiting = keep
         for seq in dropped:
             reason = "cancelled" if seq.handle.cancelled else "timeout"
-            self._post(seq.handle, Event(seq.request.index, finish_reason=reason))
+            event = Event(seq.request.index, finish_reason=reason, reason=_REASONS[reason])
+            self._post(seq.handle, event)
         self._release_finished()
         # 2. admissions: from this scheduler's queue, then from the group's others
+        if self._waiting and len(self._active) >= self.runner.max_slots:
+            self.evict(len(self._waiting))
         while len(self._active) < self.runner.max_slots:
             seq = self.take_waiting()
             if seq is None and self.steal is not None:
@@ -554,6 +601,16 @@ class Scheduler:
         seq.history = np.zeros((1, total), np.int32)
         seq.history[0, : len(prompt)] = prompt
         seq.length = len(prompt)
+        self._start_turn(seq)
+        seq.cached = 0
+        seq.pending = prompt
+        seq.prefilling = True
+        # the prefix cache is consulted at the first prefill chunk: a newcomer admitted with
+        # others then reuses the prompt of one whose prefill finished meanwhile
+
+    def _start_turn(self, seq: _Sequence) -> None:
+        """Make the logits chain, text stream and stop matcher of ``seq``'s request."""
+        request = seq.request
         constraint = None
         if request.constraint_factory is not None:
             constraint = request.constraint_factory()
@@ -568,13 +625,53 @@ class Scheduler:
             ban_eos=request.ignore_eos,
         )
         seq.stream = self.tokenizer.create_stream()
-        if request.stop:
-            seq.stopper = StopStringMatcher(list(request.stop))
-        seq.cached = 0
-        seq.pending = prompt
-        seq.prefilling = True
-        # the prefix cache is consulted at the first prefill chunk: a newcomer admitted with
-        # others then reuses the prompt of one whose prefill finished meanwhile
+        seq.stopper = StopStringMatcher(list(request.stop)) if request.stop else None
+
+    def resume(self, seq: _Sequence, request: GenerationRequest, handle: Any) -> None:
+        """Start a next turn of the held, finished ``seq`` (not evicted): ``request.prompt``
+        follows what it holds, whose KV stays in its slot; events go to ``handle``. Call from
+        the thread that runs the iterations (`step`)."""
+        if seq.finished is None or seq.evicted or not seq.hold:
+            raise RuntimeError("resume needs a held sequence whose turn finished")
+        prompt = np.asarray(request.prompt, np.int32)
+        kept = int(self.runner.lengths[seq.slot])
+        # the last chosen token of the previous turn is in the history but not yet run
+        pending = np.concatenate([seq.history[0, kept : seq.length], prompt])
+        total = seq.length + len(prompt) + request.max_new_tokens + 8
+        if seq.history.shape[1] < total:
+            history = np.zeros((1, total), np.int32)
+            history[0, : seq.length] = seq.history[0, : seq.length]
+            seq.history = history
+        seq.history[0, seq.length : seq.length + len(prompt)] = prompt
+        seq.length += len(prompt)
+        if seq.chain is not None:
+            with contextlib.suppress(Exception):
+                seq.chain.close()
+        seq.request, seq.handle = request, handle
+        self._start_turn(seq)
+        seq.pending, seq.prefilling = pending, True
+        seq.generated, seq.cached, seq.finished = 0, 0, None
+        seq.first_token, seq.looked_up, seq.resumed = True, True, True
+        seq.enqueued = time.monotonic()
+        seq.deadline = seq.enqueued + self.request_timeout
+
+    def truncate(self, seq: _Sequence, length: int) -> None:
+        """Cut the held, finished ``seq`` back to its first ``length`` tokens (its KV too)."""
+        if seq.finished is None:
+            raise RuntimeError("truncate needs a sequence whose turn finished")
+        length = min(length, seq.length)
+        if not seq.evicted and seq.hold and self.runner.lengths[seq.slot] > length:
+            self.runner.truncate(seq.slot, length)
+        seq.length = length
+
+    def evict(self, count: int = 1) -> int:
+        """Free up to ``count`` slots that held, finished sequences keep (the oldest
+        first); returns how many were freed."""
+        idle = sorted((s for s in self._active if s.hold and s.finished), key=lambda s: s.enqueued)
+        for seq in idle[:count]:
+            seq.hold, seq.evicted = False, True
+        self._release_finished()
+        return min(count, len(idle))
 
     def _reuse_prefix(self, seq: _Sequence) -> None:
         """Copy the longest cached prefix of ``seq``'s prompt into its slot."""
@@ -670,7 +767,7 @@ class Scheduler:
     def _remember_prefix(self, seq: _Sequence) -> None:
         prompt = np.asarray(seq.request.prompt, np.int32)
         cache = self.prefix_cache
-        if len(prompt) < cache.min_tokens + 2 or cache.covers(prompt, len(prompt)):
+        if seq.resumed or len(prompt) < cache.min_tokens + 2 or cache.covers(prompt, len(prompt)):
             return
         kv = self.runner.export_prefix(seq.slot, len(prompt))
         if kv is not None:
@@ -700,10 +797,10 @@ class Scheduler:
     def _choose(self, seq: _Sequence, logits: np.ndarray) -> None:
         """Choose, record and emit the next token of ``seq`` from its logits row [1, vocab]
         (the logits chain, then the tokens its grammar forces)."""
-        request = seq.request
         chain = seq.chain
         assert chain is not None
-        out = chain.process(logits, seq.history, seq.length, prompt_lengths=len(request.prompt))
+        start = seq.length - seq.generated  # where this turn's generated tokens begin
+        out = chain.process(logits, seq.history, seq.length, prompt_lengths=start)
         token = int(out[0])
         forced = chain.accept(0, token)
         logprob_info = None
@@ -721,10 +818,11 @@ class Scheduler:
         request = seq.request
         text_parts = []
         finish = None
+        reason = FinishReason.NONE
         emitted: list[int] = []
         for token in tokens:
             if token in self._eos_set and not request.ignore_eos:
-                finish = "stop"
+                finish, reason = "stop", FinishReason.EOS
                 break
             emitted.append(token)
             seq.history[0, seq.length] = token
@@ -735,15 +833,15 @@ class Scheduler:
                 piece, stopped = seq.stopper.push(piece)
                 text_parts.append(piece)
                 if stopped:
-                    finish = "stop"
+                    finish, reason = "stop", FinishReason.STOP_STRING
                     break
             else:
                 text_parts.append(piece)
             if seq.generated >= request.max_new_tokens:
-                finish = "length"
+                finish, reason = "length", FinishReason.MAX_GENERATED_TOKENS
                 break
             if seq.length >= self.runner.max_length:
-                finish = "length"
+                finish, reason = "length", FinishReason.MAX_SESSION_TOKENS
                 break
         if (
             finish in (None, "length")
@@ -751,7 +849,8 @@ class Scheduler:
             and seq.chain is not None
             and seq.chain.finished(0)
         ):
-            finish = "stop"  # the grammar is complete (also when its last token hit the limit)
+            # the grammar is complete (also when its last token hit the limit)
+            finish, reason = "stop", FinishReason.EOS
         if finish is not None:
             tail = seq.stream.flush()
             if seq.stopper is None:
@@ -778,6 +877,8 @@ class Scheduler:
             completion_tokens=seq.generated,
             prompt_tokens=len(request.prompt),
             cached_tokens=seq.cached,
+            reason=reason,
+            stop=seq.stopper.matched if reason is FinishReason.STOP_STRING else None,
         )
         if finish is not None:
             seq.finished = finish
@@ -803,6 +904,7 @@ class Scheduler:
                     prompt_tokens=len(seq.request.prompt),
                     cached_tokens=seq.cached,
                     error=error,
+                    reason=_REASONS.get(reason, FinishReason.FAILED),
                 ),
             )
 
@@ -811,7 +913,7 @@ class Scheduler:
         slot = 0
         while slot < len(self._active):
             seq = self._active[slot]
-            if seq.finished is None:
+            if seq.finished is None or seq.hold:
                 slot += 1
                 continue
             if seq.chain is not None:
