@@ -18,7 +18,7 @@ import pytest
 import genai
 from genai.errors import InvalidArgumentError
 from genai.generation.vision_runner import MRopeSpec, mrope_positions
-from genai.testing.vision import write_phi3v, write_qwen2_5_vl
+from genai.testing.vision import GEMMA3_IMAGE_TOKENS, write_gemma3, write_phi3v, write_qwen2_5_vl
 
 og = pytest.importorskip("onnxruntime_genai")
 Image = pytest.importorskip("PIL.Image")
@@ -26,6 +26,16 @@ Image = pytest.importorskip("PIL.Image")
 PHI3V_PROMPT = "<|user|>\n{tags}what is in the picture?<|end|>\n<|assistant|>\n"
 QWEN_PROMPT = "<|im_start|>user\n{tags}what is in the picture?<|im_end|>\n<|im_start|>assistant\n"
 QWEN_TAG = "<|vision_start|><|image_pad|><|vision_end|>"
+GEMMA3_PROMPT = (
+    "<start_of_turn>user\n{tags}what is in the picture?<end_of_turn>\n<start_of_turn>model\n"
+)
+#: (kind, images in the prompt): the reference's gemma3 takes one image at most (its image
+#: features buffer holds 256 rows whatever the count; see test_gemma3_several_images)
+CASES = [
+    *((kind, count) for kind in ("phi3v", "qwen2_5_vl", "qwen3_vl", "fara") for count in (0, 1, 3)),
+    ("gemma3", 0),
+    ("gemma3", 1),
+]
 NEW_TOKENS = 8
 
 
@@ -36,6 +46,8 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "phi3v": write_phi3v(root),
         "qwen2_5_vl": write_qwen2_5_vl(root),
         "qwen3_vl": write_qwen2_5_vl(root, model_type="qwen3_vl", seed=3),
+        "fara": write_qwen2_5_vl(root, model_type="fara", seed=4),
+        "gemma3": write_gemma3(root, seed=5),
     }
 
 
@@ -61,6 +73,8 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def _prompt(kind: str, count: int) -> str:
     if kind == "phi3v":
         return PHI3V_PROMPT.format(tags="".join(f"<|image_{i + 1}|>\n" for i in range(count)))
+    if kind == "gemma3":
+        return GEMMA3_PROMPT.format(tags="<start_of_image>" * count)
     return QWEN_PROMPT.format(tags=QWEN_TAG * count)
 
 
@@ -99,8 +113,7 @@ def _generate(module, model, named, max_length: int, batch: int = 1, steps=None)
     return logits, [generator.get_sequence(i) for i in range(batch)], generator
 
 
-@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl", "qwen3_vl"])
-@pytest.mark.parametrize("count", [0, 1, 3])
+@pytest.mark.parametrize(("kind", "count"), CASES)
 def test_greedy_tokens_and_logits_match_the_reference(folders, images, kind, count):
     folder = folders[kind]
     ref_model, named = _reference_inputs(folder, _prompt(kind, count), images[:count])
@@ -113,12 +126,12 @@ def test_greedy_tokens_and_logits_match_the_reference(folders, images, kind, cou
     assert len(our_seqs[0]) == max_length
 
 
-@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
-def test_embeddings_and_image_features_stage_by_stage(folders, images, kind):
+@pytest.mark.parametrize(("kind", "count"), [("phi3v", 2), ("qwen2_5_vl", 2), ("gemma3", 1)])
+def test_embeddings_and_image_features_stage_by_stage(folders, images, kind, count):
     """The embedding graph's output equals the reference's; its rows at the image
     placeholders are the vision graph's features, in order."""
     folder = folders[kind]
-    ref_model, named = _reference_inputs(folder, _prompt(kind, 2), images[:2])
+    ref_model, named = _reference_inputs(folder, _prompt(kind, count), images[:count])
     max_length = named["input_ids"].as_numpy().shape[1] + 4
     params = og.GeneratorParams(ref_model)
     params.set_search_options(max_length=max_length)
@@ -358,3 +371,31 @@ def test_set_inputs_errors(folders):
     named["input_ids"] = np.array([[1, 2, model.io.vocab_size]], np.int32)
     with pytest.raises(InvalidArgumentError, match="outside the vocabulary"):
         generator.set_inputs(named)
+
+
+def test_gemma3_several_images(folders, images):
+    """Beyond the reference (whose gemma3 fails on a second image: its features buffer holds
+    256 rows): three images run, each image's 256 features are the reference's for that
+    image alone, and the embeddings carry them at the soft tokens."""
+    folder = folders["gemma3"]
+    _, named = _reference_inputs(folder, _prompt("gemma3", 3), images)
+    model = genai.Model(folder)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=named["input_ids"].as_numpy().shape[1] + 4)
+    ours = genai.Generator(model, params)
+    ours.set_inputs(_ours(named))
+    features = ours.get_output("image_features")
+    assert features.shape[0] == 3 * GEMMA3_IMAGE_TOKENS
+    image_token = model.config.get("model.image_token_id")
+    for k, path in enumerate(images):
+        ref_model, single = _reference_inputs(folder, _prompt("gemma3", 1), [path])
+        ref_params = og.GeneratorParams(ref_model)
+        ref_params.set_search_options(max_length=single["input_ids"].as_numpy().shape[1] + 2)
+        reference = og.Generator(ref_model, ref_params)
+        reference.set_inputs(single)
+        ids = single["input_ids"].as_numpy()[0]
+        expected = reference.get_output("inputs_embeds")[0][ids == image_token]
+        rows = features[k * GEMMA3_IMAGE_TOKENS : (k + 1) * GEMMA3_IMAGE_TOKENS]
+        np.testing.assert_allclose(rows, expected, atol=1e-5, rtol=0)
+    while not ours.is_done():
+        ours.generate_next_token()

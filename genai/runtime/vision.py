@@ -31,7 +31,7 @@ __all__ = [
 
 #: Model types run as vision graph -> embedding graph -> decoder fed ``inputs_embeds`` (the
 #: reference's ``MultiModalLanguageModel`` for these types, without a ``decoder.pipeline``).
-VISION_TYPES = frozenset(["phi3v", "qwen2_5_vl", "fara", "qwen3_vl"])
+VISION_TYPES = frozenset(["phi3v", "gemma3", "qwen2_5_vl", "fara", "qwen3_vl"])
 #: Types whose decoder takes 3-D mRoPE ``position_ids`` ``[3, batch, seq]`` (Qwen-VL family).
 MROPE_TYPES = frozenset(["qwen2_5_vl", "fara", "qwen3_vl"])
 #: Types whose processor marks image ``k``'s placeholders with the id ``-k`` (Phi-3 Vision).

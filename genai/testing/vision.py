@@ -63,11 +63,13 @@ from genai.testing.models import (
 )
 
 __all__ = [
+    "GEMMA3_MARKERS",
     "PHI3V_MARKERS",
     "QWEN_VL_MARKERS",
     "QWEN_VL_TYPES",
     "mrope_sections",
     "phi3v_image_tokens",
+    "write_gemma3",
     "write_phi3v",
     "write_qwen2_5_vl",
 ]
@@ -702,4 +704,178 @@ def write_qwen2_5_vl(
     (folder / "processor_config.json").write_text(
         json.dumps(_qwen_processor(patch_size, merge), indent=2) + "\n"
     )
+    return folder
+
+
+# --------------------------------------------------------------------------------------------
+# Gemma 3 (with vision)
+# --------------------------------------------------------------------------------------------
+
+#: Added tokens of the Gemma 3 fixture (ids follow the base vocabulary, in this order).
+GEMMA3_MARKERS = (
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<start_of_image>",
+    "<image_soft_token>",
+    "<end_of_image>",
+    "\n",
+)
+#: Gemma 3's image side (pixels) and soft tokens per image (a 16 x 16 grid).
+GEMMA3_IMAGE = 896
+GEMMA3_IMAGE_TOKENS = 256
+
+
+def _gemma3_vision_graph(rng: np.random.Generator, hidden: int) -> Any:
+    """``pixel_values`` fp32 [images, 3, 896, 896] -> ``image_features`` [images * 256,
+    hidden]: each image pooled to a 16 x 16 grid of 3-channel cells, projected, mixed."""
+    g = _Graph("gemma3_vision")
+    pixels = g.input(
+        "pixel_values", TensorProto.FLOAT, ["num_images", 3, GEMMA3_IMAGE, GEMMA3_IMAGE]
+    )
+    g.output("image_features", TensorProto.FLOAT, ["num_image_tokens", hidden])
+    kernel = GEMMA3_IMAGE // 16
+    pooled = g.op("AveragePool", pixels, kernel_shape=[kernel, kernel], strides=[kernel, kernel])
+    cells = g.op(
+        "Transpose", g.op("Reshape", pooled, g.const([0, 3, GEMMA3_IMAGE_TOKENS])), perm=[0, 2, 1]
+    )
+    proj = g.weight("patch_proj", _normal(rng, (3, hidden), 2.0))
+    position = g.weight("patch_position", _normal(rng, (GEMMA3_IMAGE_TOKENS, hidden), 0.5))
+    tokens = g.op("Tanh", g.op("Add", g.op("MatMul", cells, proj), position))
+    mix = g.weight("token_mix", _normal(rng, (hidden, hidden), 1.0 / np.sqrt(hidden)))
+    tokens = g.op("MatMul", tokens, mix)
+    g.op("Reshape", tokens, g.const([-1, hidden]), out="image_features")
+    return g.model()
+
+
+_GEMMA3_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<start_of_turn>' + message['role'] + '\n' + message['content'] + '<end_of_turn>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+
+def _gemma3_processor() -> dict[str, Any]:
+    """A Gemma 3 ``processor_config.json`` (the published ONNX folders' pipeline): decode,
+    RGB, 896 x 896 bicubic resize, rescale, normalise with mean and std 0.5, channels first."""
+    return {
+        "processor": {
+            "name": "gemma_3_image_processing",
+            "transforms": [
+                {
+                    "operation": {
+                        "name": "decode_image",
+                        "type": "DecodeImage",
+                        "attrs": {"color_space": "RGB"},
+                    }
+                },
+                {"operation": {"name": "convert_to_rgb", "type": "ConvertRGB"}},
+                {
+                    "operation": {
+                        "name": "resize",
+                        "type": "Resize",
+                        "attrs": {
+                            "interpolation": "CUBIC",
+                            "width": GEMMA3_IMAGE,
+                            "height": GEMMA3_IMAGE,
+                            "keep_aspect_ratio": 0,
+                        },
+                    }
+                },
+                {
+                    "operation": {
+                        "name": "rescale",
+                        "type": "Rescale",
+                        "attrs": {"rescale_factor": 0.00392156862745098},
+                    }
+                },
+                {
+                    "operation": {
+                        "name": "normalize",
+                        "type": "Normalize",
+                        "attrs": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
+                    }
+                },
+                {
+                    "operation": {
+                        "name": "to_channel_first",
+                        "type": "Permute3D",
+                        "attrs": {"dims": [2, 0, 1]},
+                    }
+                },
+            ],
+        }
+    }
+
+
+def write_gemma3(
+    out_dir: str | pathlib.Path,
+    *,
+    name: str = "gemma3",
+    base_vocab: int = 96,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    context_length: int = 2048,
+    seed: int = 0,
+) -> pathlib.Path:
+    """Write a tiny random Gemma 3 vision folder (``model.type`` ``gemma3``) into ``out_dir /
+    name``; returns the folder.
+
+    Files: ``dummy_vision.onnx`` (``pixel_values`` [images, 3, 896, 896] -> 256 features per
+    image), ``dummy_embedding.onnx`` (``image_token_id`` ``<image_soft_token>``),
+    ``dummy_text.onnx`` (GroupQueryAttention decoder fed ``inputs_embeds``, shared KV buffer),
+    ``genai_config.json``, ``processor_config.json`` and the tokenizer (tiny BPE +
+    `GEMMA3_MARKERS`; eos ``<end_of_turn>``). A prompt marks each image with
+    ``<start_of_image>``, which the processor expands to 256 soft tokens.
+    """
+    vocab = base_vocab + len(GEMMA3_MARKERS)
+    dims = _Dims(vocab, hidden_size, num_layers, num_heads, num_kv_heads, context_length, gqa=True)
+    folder = pathlib.Path(out_dir) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = _tokenizer(
+        folder, base_vocab, GEMMA3_MARKERS, bos="<s>", eos="<end_of_turn>", pad="<pad>",
+        context_length=context_length, chat_template=_GEMMA3_TEMPLATE,
+    )  # fmt: skip
+    image_token = ids["<image_soft_token>"]
+    w = _llama_weights(dims, seed, (0, 1, 2, *ids.values()))
+    rng = np.random.default_rng(seed + 1)
+    _save(folder, "dummy_vision.onnx", _gemma3_vision_graph(rng, hidden_size))
+    _save(
+        folder,
+        "dummy_embedding.onnx",
+        _embedding_graph(w["embed"], negative_ids=False, image_token_id=image_token),
+    )
+    _save(folder, "dummy_text.onnx", _gqa_embeds_decoder(w, dims))
+    inputs = {
+        "inputs_embeds": "inputs_embeds",
+        "attention_mask": "attention_mask",
+        **_SPLIT_KV_INPUTS,
+    }
+    config = {
+        "model": {
+            "bos_token_id": 1,
+            "context_length": context_length,
+            "decoder": _decoder_section(dims, inputs),
+            "embedding": {
+                "filename": "dummy_embedding.onnx",
+                "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
+                "outputs": {"inputs_embeds": "inputs_embeds"},
+            },
+            "vision": {
+                "filename": "dummy_vision.onnx",
+                "inputs": {"pixel_values": "pixel_values"},
+                "outputs": {"image_features": "image_features"},
+            },
+            "eos_token_id": [ids["<end_of_turn>"], 2],
+            "pad_token_id": 0,
+            "image_token_id": image_token,
+            "type": "gemma3",
+            "vocab_size": vocab,
+        },
+        "search": _search(context_length, share_buffer=True),
+    }
+    (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
+    (folder / "processor_config.json").write_text(json.dumps(_gemma3_processor(), indent=2) + "\n")
     return folder
