@@ -1,0 +1,280 @@
+"""Transcribing whole recordings with a Whisper model: 30-second windows, timestamps and
+segments (used by ``genai transcribe`` and ``POST /v1/audio/transcriptions``).
+
+Whisper sees 30 seconds at a time. `transcribe` walks a recording as OpenAI's reference
+implementation does: decode the window at the current position with timestamp tokens; each
+pair of timestamps closes a segment; when the window ends inside a segment (the output does
+not end on a lone timestamp), the next window starts at the last closed segment's end, so no
+word is cut between windows; otherwise it starts after the whole window. A model whose
+vocabulary has no timestamp tokens is decoded window by window with ``<|notimestamps|>``.
+
+Decoding with timestamps follows Whisper's rules (`TimestampRules`, a logits processor of the
+generator's chain): timestamps come in pairs and never go backwards, the first token is a
+timestamp no later than 1 s, and a timestamp wins when the timestamps together are more
+likely than any text token. The search is greedy (``temperature`` 0) or samples at
+``temperature``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from genai.compat.tensors import NamedTensors
+from genai.errors import InvalidArgumentError
+from genai.generation.generator import Generator
+from genai.generation.generator_params import GeneratorParams
+from genai.multimodal.audios import AudioClip, Audios
+from genai.multimodal.processor import MultiModalProcessor
+from genai.multimodal.whisper import AUDIO_FEATURES, INPUT_IDS, WhisperProcessor, whisper_prompt
+
+if TYPE_CHECKING:
+    from genai.runtime.model import Model
+
+__all__ = ["Segment", "TimestampRules", "Transcript", "transcribe", "whisper_vocabulary"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds one timestamp token step stands for (Whisper's 20 ms: 2 encoder frames).
+TIME_PRECISION = 0.02
+#: The latest first timestamp the rules allow (seconds).
+MAX_INITIAL_TIMESTAMP = 1.0
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A piece of the transcript: ``start`` and ``end`` in seconds from the recording's start."""
+
+    start: float
+    end: float
+    text: str
+    tokens: tuple[int, ...] = ()
+
+
+@dataclass
+class Transcript:
+    """What `transcribe` returns: the text, its timed segments, and the audio's duration."""
+
+    text: str
+    segments: list[Segment] = field(default_factory=list)
+    duration: float = 0.0
+    language: str | None = None
+
+
+@dataclass(frozen=True)
+class WhisperVocabulary:
+    """The special token ids transcription needs (-1 where the vocabulary has none)."""
+
+    eot: int
+    sot: int
+    no_timestamps: int
+    #: The id of ``<|0.00|>``; every id from it on is a timestamp.
+    timestamp_begin: int
+    multilingual: bool
+
+    @property
+    def has_timestamps(self) -> bool:
+        """True when the vocabulary has Whisper's timestamp tokens."""
+        return self.timestamp_begin >= 0
+
+
+def whisper_vocabulary(model: Model, processor: MultiModalProcessor) -> WhisperVocabulary:
+    """The ids of ``<|endoftext|>``, ``<|startoftranscript|>``, ``<|notimestamps|>`` and
+    ``<|0.00|>`` in ``processor``'s tokenizer; multilingual as Hugging Face decides it
+    (vocabulary of at least 51865 ids: the ``.en`` models have 51864)."""
+    tokenizer = processor.tokenizer
+    eos = model.config.eos_token_ids
+    eot = tokenizer.to_token_id("<|endoftext|>")
+    return WhisperVocabulary(
+        eot=eot if eot >= 0 else int(eos[0]),
+        sot=tokenizer.to_token_id("<|startoftranscript|>"),
+        no_timestamps=tokenizer.to_token_id("<|notimestamps|>"),
+        timestamp_begin=tokenizer.to_token_id("<|0.00|>"),
+        multilingual=model.io.vocab_size >= 51865,
+    )
+
+
+class TimestampRules:
+    """Whisper's timestamp rules as a logits processor (``processor(token_ids, logits)``,
+    `genai.GeneratorParams.add_logits_processor`) for a prompt of ``prompt_length`` tokens."""
+
+    def __init__(self, vocab: WhisperVocabulary, prompt_length: int, vocab_size: int) -> None:
+        self.vocab = vocab
+        self.prompt_length = prompt_length
+        self.vocab_size = vocab_size
+        self.max_initial = vocab.timestamp_begin + round(MAX_INITIAL_TIMESTAMP / TIME_PRECISION)
+
+    def __call__(self, token_ids: np.ndarray, logits: np.ndarray) -> None:
+        begin, low = self.vocab.timestamp_begin, np.finfo(np.float32).min
+        if self.vocab.no_timestamps >= 0:
+            logits[self.vocab.no_timestamps] = low
+        sampled = token_ids[self.prompt_length :]
+        last_ts = sampled.size >= 1 and sampled[-1] >= begin
+        before_ts = sampled.size < 2 or sampled[-2] >= begin
+        if last_ts:
+            if before_ts:  # a pair just closed: text (or the end) follows
+                logits[begin:] = low
+            else:  # an opening timestamp: its closing one (or the end) follows
+                logits[: self.vocab.eot] = low
+        stamps = sampled[sampled >= begin]
+        if stamps.size:
+            # never backwards; after a closed pair strictly forwards
+            floor = stamps[-1] if last_ts and not before_ts else stamps[-1] + 1
+            logits[begin : int(floor)] = low
+        if sampled.size == 0:  # the first token: a timestamp, at most 1 s in
+            logits[:begin] = low
+            logits[self.max_initial + 1 :] = low
+        # a timestamp when the timestamps together are likelier than any text token
+        shifted = logits.astype(np.float64) - logits.max()
+        logprobs = shifted - np.log(np.exp(shifted).sum())
+        stamp_mass = np.logaddexp.reduce(logprobs[begin:])
+        if stamp_mass > logprobs[:begin].max():
+            logits[:begin] = low
+
+
+def _segments_of(
+    tokens: np.ndarray,
+    vocab: WhisperVocabulary,
+    offset: float,
+    decode: Callable[[np.ndarray], str],
+    window: float,
+) -> tuple[list[Segment], float]:
+    """The segments of one window's generated ``tokens`` (EOT dropped) and how many seconds
+    of the window they consumed (where the next window starts)."""
+    begin = vocab.timestamp_begin
+    tokens = tokens[tokens != vocab.eot]
+    if not vocab.has_timestamps:
+        text = decode(tokens).strip()
+        return ([Segment(offset, offset + window, text, tuple(int(t) for t in tokens))], window)
+    is_ts = tokens >= begin
+    single_end = tokens.size >= 2 and not is_ts[-2] and is_ts[-1]
+    pairs = np.nonzero(is_ts[:-1] & is_ts[1:])[0] + 1
+    segments: list[Segment] = []
+    if pairs.size:
+        cuts = [*pairs.tolist(), tokens.size] if single_end else pairs.tolist()
+        last = 0
+        for cut in cuts:
+            piece = tokens[last:cut]
+            last = cut
+            stamps = piece[piece >= begin]
+            text_tokens = piece[piece < begin]
+            if stamps.size < 1 or not text_tokens.size:
+                continue
+            start = (int(stamps[0]) - begin) * TIME_PRECISION
+            end = (int(stamps[-1]) - begin) * TIME_PRECISION if stamps.size > 1 else start
+            segments.append(
+                Segment(
+                    offset + start,
+                    offset + end,
+                    decode(text_tokens).strip(),
+                    tuple(int(t) for t in text_tokens),
+                )
+            )
+        last_stamp = (int(tokens[cuts[-1] - 1]) - begin) * TIME_PRECISION
+        consumed = window if single_end else last_stamp
+    else:
+        stamps = tokens[is_ts]
+        end = (int(stamps[-1]) - begin) * TIME_PRECISION if stamps.size else window
+        text_tokens = tokens[~is_ts]
+        if text_tokens.size:
+            segments.append(
+                Segment(
+                    offset,
+                    offset + end,
+                    decode(text_tokens).strip(),
+                    tuple(int(t) for t in text_tokens),
+                )
+            )
+        consumed = window
+    if consumed <= 0:  # no progress (a degenerate output): move on by the whole window
+        consumed = window
+    return [s for s in segments if s.text], consumed
+
+
+def transcribe(
+    model: Model,
+    audio: Audios | AudioClip,
+    *,
+    language: str | None = "en",
+    task: str = "transcribe",
+    temperature: float = 0.0,
+    processor: MultiModalProcessor | None = None,
+    timestamps: bool = True,
+) -> Transcript:
+    """Transcribe one recording of any length with a Whisper ``model`` (see the module
+    docstring). ``language`` None lets a multilingual model guess (an English-only model
+    takes no language token); ``task`` ``"transcribe"`` or ``"translate"``; ``timestamps``
+    False decodes fixed 30 s windows with ``<|notimestamps|>``."""
+    if processor is None:
+        processor = model.create_multimodal_processor()
+    kind = processor.kind
+    if not isinstance(kind, WhisperProcessor):
+        raise InvalidArgumentError(f"transcribe needs a Whisper model, not {model.type!r}")
+    if isinstance(audio, Audios):
+        if len(audio) != 1:
+            raise InvalidArgumentError("transcribe takes one recording at a time")
+        clip = audio.clips[0]
+    else:
+        clip = audio
+    if task not in ("transcribe", "translate"):
+        raise InvalidArgumentError(f"task must be 'transcribe' or 'translate', not {task!r}")
+    if not 0.0 <= float(temperature) <= 2.0:
+        raise InvalidArgumentError(f"temperature must be in [0, 2], got {temperature}")
+    vocab = whisper_vocabulary(model, processor)
+    use_timestamps = timestamps and vocab.has_timestamps
+    tokenizer = processor.tokenizer
+    known = language is None or tokenizer.to_token_id(f"<|{language}|>") >= 0
+    if vocab.multilingual and not known:
+        raise InvalidArgumentError(f"the model has no language token <|{language}|>")
+    prompt_text = whisper_prompt(
+        language if vocab.multilingual else None, task, timestamps=use_timestamps
+    )
+    if not vocab.multilingual:
+        prompt_text = prompt_text.replace(f"<|{task}|>", "")
+    prompt = np.asarray(tokenizer.encode(prompt_text), np.int32)[None, :]
+    pipeline = kind.pipeline
+    pcm = pipeline.pcm(clip)
+    rate = pipeline.sample_rate
+    window = pipeline.window_samples
+    seek = 0
+    segments: list[Segment] = []
+    context = int(model.config.context_length)
+    while seek < pcm.shape[0]:
+        chunk = pcm[seek : seek + window]
+        chunk_seconds = chunk.shape[0] / rate
+        if chunk_seconds < 0.1 and segments:
+            break  # a sliver at the end: nothing to hear
+        inputs = NamedTensors()
+        inputs[AUDIO_FEATURES] = pipeline.features_of_pcm(chunk)[None].astype(kind.dtype)
+        inputs[INPUT_IDS] = prompt
+        params = GeneratorParams(model)
+        params.set_search_options(
+            max_length=context,
+            do_sample=temperature > 0,
+            temperature=float(temperature) if temperature > 0 else 1.0,
+            top_k=0 if temperature > 0 else 1,
+            num_beams=1,
+            batch_size=1,
+        )
+        if use_timestamps:
+            params.add_logits_processor(TimestampRules(vocab, prompt.shape[1], model.io.vocab_size))
+        generator = Generator(model, params)
+        generator.set_inputs(inputs)
+        while not generator.is_done():
+            generator.generate_next_token()
+        tokens = generator.get_sequence(0)[prompt.shape[1] :]
+        found, consumed = _segments_of(
+            tokens, vocab, seek / rate, processor.decode, min(chunk_seconds, window / rate)
+        )
+        segments.extend(found)
+        advance = max(1, round(min(consumed, chunk_seconds) * rate))
+        log.debug(
+            "window at %.2f s: %d segments, advance %.2f s", seek / rate, len(found), advance / rate
+        )
+        seek += advance
+    text = " ".join(s.text for s in segments).strip()
+    return Transcript(text=text, segments=segments, duration=pcm.shape[0] / rate, language=language)
