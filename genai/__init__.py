@@ -10,7 +10,6 @@ from genai.compat.unsupported import (
     EngineCapabilities,
     EngineEvent,
     EngineEventBuffer,
-    Images,
     MtpGenerator,
     Request,
     RequestOptions,
@@ -34,7 +33,7 @@ from genai.errors import (
 )
 from genai.generation.generator import Generator
 from genai.generation.generator_params import GeneratorParams
-from genai.multimodal import Audios, MultiModalProcessor
+from genai.multimodal import Audios, Images, MultiModalProcessor
 from genai.providers import (
     get_current_gpu_device_id,
     list_providers,

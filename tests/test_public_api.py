@@ -131,7 +131,6 @@ def test_kind_check_can_fail() -> None:
 # -- names of features genai does not run yet ----------------------------------------------------
 
 UNSUPPORTED = {
-    "Images": "vision",
     "StreamingProcessor": "speech",
     "MtpGenerator": "speculative",
     "Engine": "engine",

@@ -40,7 +40,8 @@ Audio features follow the pipeline a speech model's ``audio_processor_config.jso
 from __future__ import annotations
 
 from genai.multimodal.audios import Audios
+from genai.multimodal.images import Images
 from genai.multimodal.kinds import PROCESSORS
 from genai.multimodal.processor import KindProcessor, MultiModalProcessor
 
-__all__ = ["PROCESSORS", "Audios", "KindProcessor", "MultiModalProcessor"]
+__all__ = ["PROCESSORS", "Audios", "Images", "KindProcessor", "MultiModalProcessor"]

@@ -4,7 +4,8 @@ A processor is made from the model's `Config` (``model.vision``: the processor c
 patch and merge sizes) and turns one prompt with image tags plus `Images` into the
 `NamedTensors` the model takes (``input_ids``, ``pixel_values``, and the kind's extras).
 Each kind (`genai.multimodal.vision_phi3`, `vision_qwen`, `vision_gemma`) implements
-`ImageProcessor.process`; `IMAGE_PROCESSORS` names them by model type.
+`ImageProcessor.process`; `genai.multimodal.kinds.PROCESSORS` names them by model type
+(``from_model``, the factory `genai.multimodal.MultiModalProcessor` calls).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from genai.compat.tensors import NamedTensors
-from genai.errors import ArgumentTypeError, UnsupportedFeatureError
+from genai.errors import ArgumentTypeError, InvalidArgumentError, UnsupportedFeatureError
 from genai.multimodal.image_transforms import ImagePipeline
 from genai.multimodal.images import Images
 
@@ -45,6 +46,18 @@ class ImageProcessor(ABC):
             )
         self.pixel_values_dtype = dtype
 
+    @classmethod
+    def from_model(cls, model: Any) -> ImageProcessor:
+        """The processor of a loaded `genai.Model`: its config, and pixel values in the type
+        its vision graph takes."""
+        dtype: Any = np.float32
+        graphs = getattr(model, "vision", None)
+        if graphs is not None and graphs.vision is not None:
+            name = graphs.vision_inputs.get("pixel_values", "pixel_values")
+            found = graphs.vision.input_dtypes.get(name)
+            dtype = found if found is not None else "bfloat16"
+        return cls(model.config, dtype)
+
     def pixel_values(self, array: np.ndarray) -> np.ndarray:
         """The processor's float32 pixel values in the vision graph's element type."""
         return np.ascontiguousarray(array, dtype=self.pixel_values_dtype)
@@ -54,19 +67,30 @@ class ImageProcessor(ABC):
         """The model inputs of one prompt and its images (None: a text-only prompt)."""
 
     def __call__(
-        self, tokenizer: Any, prompt: str | None, images: Images | None = None
+        self,
+        tokenizer: Any,
+        prompt: str | list[str] | None,
+        *,
+        images: Images | None = None,
+        audios: Any = None,
     ) -> NamedTensors:
-        check_prompt_and_images(prompt, images)
-        return self.process(tokenizer, prompt or "", images)
+        """`genai.multimodal.KindProcessor`'s call: one prompt (a str, a list of one str, or
+        None: as ``""``) with its images."""
+        if audios is not None:
+            raise InvalidArgumentError(f"{type(self).__name__} takes images, not audios")
+        return self.process(tokenizer, check_prompt_and_images(prompt, images), images)
 
 
-def check_prompt_and_images(prompt: Any, images: Any) -> None:
-    """Argument types a processor call takes: one prompt (str or None) and `Images`."""
+def check_prompt_and_images(prompt: Any, images: Any) -> str:
+    """The one prompt an image processor takes (a str, a list of one str, or None: ``""``),
+    after checking the argument types."""
     if isinstance(prompt, list):
-        raise UnsupportedFeatureError(
-            "a list of prompts with images is not supported: process one prompt at a time "
-            "(the reference's image processors read only a single prompt)"
-        )
+        if len(prompt) != 1:
+            raise UnsupportedFeatureError(
+                f"a list of {len(prompt)} prompts with images is not supported: process one "
+                "prompt at a time (the reference's image processors read a single prompt)"
+            )
+        prompt = prompt[0]
     if prompt is not None and not isinstance(prompt, str):
         raise ArgumentTypeError(
             "Unsupported type for prompts. Prompts must be a string or a list of strings."
@@ -76,3 +100,4 @@ def check_prompt_and_images(prompt: Any, images: Any) -> None:
             f"images must be og.Images (Images.open / Images.open_bytes), not "
             f"{type(images).__name__}"
         )
+    return prompt or ""
