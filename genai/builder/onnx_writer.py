@@ -7,12 +7,13 @@ Graph inputs: ``input_ids`` and ``attention_mask`` (int64), ``past_key_values.{i
 ``seqlens_k = ReduceSum(attention_mask) - 1`` and ``total_sequence_length = Shape(mask)[1]``
 are computed inside the graph (the layout the reference's builder uses).
 
-By default ``logits`` is ``[batch, logits_to_keep, vocab]`` (declared ``[batch, 1, vocab]``):
-only each row's last ``logits_to_keep`` real tokens (ending at the last position whose mask is
-1 among the new tokens) reach the final norm and the lm_head. ``logits_to_keep`` is an
-overridable initializer (int64 ``[1]``, default 1: the last token only, what a prompt or a
-decode step needs; a run that verifies several speculative tokens feeds their count, 0 keeps
-every position). With ``all_logits=True`` it is ``[batch, sequence, vocab]``.
+By default ``logits`` is ``[batch, 1, vocab]``: only each row's last real token (the last
+position whose mask is 1 among the new tokens) reaches the final norm and the lm_head; a second
+output, ``new_token_logits`` ``[batch, n, vocab]``, holds the logits of every new token of a short
+run on top of a past (n = the run's tokens when there is a past and at most
+``VERIFY_TOKENS``, else 1, the same row as ``logits``): what speculative decoding verifies
+proposed tokens with, one run for several tokens, while a prompt still costs one lm_head row.
+With ``all_logits=True`` ``logits`` is ``[batch, sequence, vocab]``.
 
 Weights go to ``model.onnx.data`` as they are produced (one layer in memory at a time).
 """
@@ -33,11 +34,14 @@ from genai.builder.sources import Source
 from genai.builder.spec import ModelSpec
 from genai.runtime.onnx_graph import MS_DOMAIN, GraphBuilder
 
-__all__ = ["LOGITS_TO_KEEP", "PRECISIONS", "write_onnx"]
+__all__ = ["NEW_TOKEN_LOGITS", "PRECISIONS", "VERIFY_TOKENS", "write_onnx"]
 
-#: The graph input (an overridable initializer, default 1) that sets how many of the last
-#: positions' logits a run returns (speculative decoding verifies several tokens in one run).
-LOGITS_TO_KEEP = "logits_to_keep"
+#: The output with the logits of every new token of a short run on top of a past (see the
+#: module docstring): speculative decoding verifies several proposed tokens in one run.
+NEW_TOKEN_LOGITS = "new_token_logits"
+#: The most new tokens a run gets ``new_token_logits`` rows for (16 proposals + the pending
+#: token, the reference's largest max_draft_tokens + 1).
+VERIFY_TOKENS = 17
 
 PRECISIONS = ("fp32", "fp16", "int4")
 _MS = MS_DOMAIN
@@ -181,12 +185,6 @@ class _Decoder:
                     )
                 )
         logits_seq = "sequence_length" if all_logits else 1
-        # Declared [batch, 1, vocab] (what a run that keeps the default returns, and what the
-        # reference allocates for a last-token graph); a run feeding logits_to_keep > 1 gets
-        # more rows in memory onnxruntime allocates.
-        if not all_logits:  # an overridable initializer: runs that do not feed it keep 1
-            g.inputs.append(helper.make_tensor_value_info(LOGITS_TO_KEEP, TensorProto.INT64, [1]))
-            g.weight(LOGITS_TO_KEEP, np.array([1], np.int64))
         g.outputs.append(
             helper.make_tensor_value_info(
                 "logits", TensorProto.FLOAT, ["batch_size", logits_seq, s.vocab_size]
@@ -293,10 +291,13 @@ class _Decoder:
             past64 = g.op("Sub", total64, seq64)
             index = g.op("Sub", seqlens64, past64)  # [batch]: last real token among the new
             index = g.op("Max", g.op("Min", index, g.op("Sub", seq64, g.const(1))), g.const(0))
-            # keep the last `keep` of them (0: every position): [batch, keep] positions
-            keep = g.op("Reshape", LOGITS_TO_KEEP, g.const([]))
-            keep = g.op("Where", g.op("Greater", keep, g.const(0)), keep, seq64)
-            keep = g.op("Min", keep, seq64)
+            # the last `keep` of them: every new token of a short run on top of a past
+            short = g.op(
+                "And",
+                g.op("Greater", past64, g.const(0)),
+                g.op("LessOrEqual", seq64, g.const(VERIFY_TOKENS)),
+            )
+            keep = g.op("Where", short, seq64, g.const(1))
             offsets = g.op("Range", g.op("Sub", g.const(1), keep), g.const(1), g.const(1))
             index = g.op("Add", g.op("Unsqueeze", index, g.const([1])), offsets)
             index = g.op("Max", index, g.const(0))
@@ -325,7 +326,16 @@ class _Decoder:
             logits = g.op("Mul", g.op("Tanh", g.op("Div", logits, cap)), cap)
         if self.ft != TensorProto.FLOAT:
             logits = g.op("Cast", logits, to=TensorProto.FLOAT)
-        g.op("Identity", logits, out="logits")
+        if all_logits:
+            g.op("Identity", logits, out="logits")
+        else:  # [batch, keep, vocab]; its last row (each row's last real token) is `logits`
+            g.op("Identity", logits, out=NEW_TOKEN_LOGITS)
+            g.op("Slice", logits, g.const([-1]), g.const([2**62]), g.const([1]), out="logits")
+            g.outputs.append(
+                helper.make_tensor_value_info(
+                    NEW_TOKEN_LOGITS, TensorProto.FLOAT, ["batch_size", "new_tokens", s.vocab_size]
+                )
+            )
         if progress:
             progress(total_steps, total_steps)
 
