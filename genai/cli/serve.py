@@ -94,6 +94,11 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
         help="let web pages of ORIGIN (e.g. http://localhost:3000, or '*') call the API from "
         "a browser (CORS); repeatable",
     )
+    serve.add_argument(
+        "--no-webui",
+        action="store_true",
+        help="do not serve the chat page at / (docs/webui.md); the API is the same either way",
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
     ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
@@ -181,7 +186,8 @@ def _serve(args: argparse.Namespace) -> int:
     )
     print(
         f"genai serve: {engine.model_name} on http://{args.host}:{args.port}/v1 "
-        f"({type(engine.runner).__name__}, {args.max_slots} slots)",
+        f"({type(engine.runner).__name__}, {args.max_slots} slots)"
+        + ("" if args.no_webui else f"; chat page at http://{args.host}:{args.port}/"),
         file=sys.stderr,
     )
     http: dict[str, int] = {}
@@ -194,6 +200,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         api_key=args.api_key,
         allowed_origins=args.allowed_origin,
+        webui=not args.no_webui,
         **http,
     )
     return 0

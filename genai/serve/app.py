@@ -59,6 +59,7 @@ from genai.serve.protocol import (
 )
 from genai.serve.scheduler import GenerationRequest, QueueFullError, Scheduler
 from genai.serve.scheduler_group import SchedulerGroup
+from genai.serve.webui import mount_webui
 from genai.text.chat_template import ChatTemplateError
 from genai.text.tokenizer import Tokenizer
 
@@ -399,6 +400,7 @@ def create_app(
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    webui: bool = True,
 ) -> FastAPI:
     """The FastAPI app serving ``engine``; with ``manage_engine`` the app's lifespan starts
     and stops its scheduler. With ``api_key``, the ``/v1`` endpoints answer 401 unless the
@@ -406,7 +408,8 @@ def create_app(
     interactive docs (``/docs``, ``/redoc``, ``/openapi.json``) are off; ``/health`` and
     ``/metrics`` stay open for load balancers and Prometheus. An empty ``api_key`` means no key
     (with a warning). ``allowed_origins``: web origins whose pages may call the API from a
-    browser (CORS; ``"*"`` for any). ``max_body_bytes``: larger request bodies get 413."""
+    browser (CORS; ``"*"`` for any). ``max_body_bytes``: larger request bodies get 413.
+    ``webui``: serve the chat page at ``/`` (`genai.serve.webui`)."""
     if max_body_bytes < 1:
         raise InvalidArgumentError("max_body_bytes must be >= 1")
     if api_key is not None and not api_key.strip():
@@ -518,6 +521,8 @@ def create_app(
         return await _respond(engine, request, prepared)
 
     app.include_router(v1)
+    if webui:
+        mount_webui(app, engine, api_key_required=key is not None)
     return app
 
 

@@ -22,13 +22,18 @@ def run_server(
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    webui: bool = True,
 ) -> None:
     """Serve ``engine`` until interrupted (``api_key``, ``allowed_origins``,
-    ``max_body_bytes``: see `create_app`)."""
+    ``max_body_bytes``, ``webui``: see `create_app`)."""
     import uvicorn
 
     app = create_app(
-        engine, api_key=api_key, allowed_origins=allowed_origins, max_body_bytes=max_body_bytes
+        engine,
+        api_key=api_key,
+        allowed_origins=allowed_origins,
+        max_body_bytes=max_body_bytes,
+        webui=webui,
     )
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
