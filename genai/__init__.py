@@ -3,17 +3,17 @@
 from genai._version import __version__
 from genai.compat.engine_enums import EngineErrorCode, EngineEventFlags, FinishReason
 from genai.compat.logging_options import set_log_callback, set_log_options
+from genai.compat.streaming import StreamingProcessor
 from genai.compat.telemetry import disable_telemetry_events, enable_telemetry_events
 from genai.compat.tensors import NamedTensors, Tensor
-from genai.compat.unsupported import (
+from genai.compat.unsupported import MtpGenerator
+from genai.engine import (
     Engine,
     EngineCapabilities,
     EngineEvent,
     EngineEventBuffer,
-    MtpGenerator,
     Request,
     RequestOptions,
-    StreamingProcessor,
     TurnOptions,
     TurnUsage,
 )

@@ -131,18 +131,9 @@ def test_kind_check_can_fail() -> None:
 # -- names of features genai does not run yet ----------------------------------------------------
 
 UNSUPPORTED = {
-    "StreamingProcessor": "speech",
     "MtpGenerator": "speculative",
-    "Engine": "engine",
-    "EngineCapabilities": "engine",
-    "EngineEvent": "engine",
-    "EngineEventBuffer": "engine",
-    "Request": "engine",
-    "RequestOptions": "engine",
-    "TurnOptions": "engine",
-    "TurnUsage": "engine",
 }
-PLANS = {"vision": "19", "speech": "18", "multimodal": "19", "speculative": "20", "engine": "21"}
+PLANS = {"vision": "19", "speech": "18", "multimodal": "19", "speculative": "20"}
 
 
 def _assert_names_feature(excinfo: pytest.ExceptionInfo, what: str, feature: str) -> None:

@@ -5,10 +5,7 @@ They exist, with the reference's members, so ``import genai as og`` scripts impo
 NotImplementedError naming the feature, the issue that plans it, and docs/differences.md.
 
 * multimodal vision (`Images`): issue 19;
-* streaming speech feature extraction (`StreamingProcessor`: Moonshine / Nemotron): issue 18;
-* speculative decoding (`MtpGenerator`): issue 20;
-* the reference's continuous-batching `Engine` and its request, turn and event classes:
-  issue 21 (``genai serve`` batches requests today).
+* speculative decoding (`MtpGenerator`): issue 20.
 
 Other modules raise the same errors for the reference's methods of these features on
 classes genai does implement (e.g. ``Model.create_multimodal_processor``): use
@@ -25,18 +22,9 @@ from genai.errors import UnsupportedFeatureError
 
 __all__ = [
     "FEATURES",
-    "Engine",
-    "EngineCapabilities",
-    "EngineEvent",
-    "EngineEventBuffer",
     "Feature",
     "Images",
     "MtpGenerator",
-    "Request",
-    "RequestOptions",
-    "StreamingProcessor",
-    "TurnOptions",
-    "TurnUsage",
     "not_implemented",
 ]
 
@@ -65,10 +53,6 @@ FEATURES: dict[str, Feature] = {
         "planned in issues 19 (vision) and 18 (speech)",
     ),
     "speculative": Feature("speculative decoding (draft models, MTP heads)", "planned in issue 20"),
-    "engine": Feature(
-        "the reference's continuous-batching Engine API",
-        "planned in issue 21; `genai serve` batches requests today",
-    ),
 }
 
 
@@ -129,12 +113,6 @@ class Images:
     """Images for a vision model's prompt (the reference's ``og.Images``; not supported yet)."""
 
 
-@_unsupported("speech", methods=("flush", "get_option", "process", "set_option"))
-class StreamingProcessor:
-    """Streaming audio feature extraction for speech models (the reference's
-    ``og.StreamingProcessor``; not supported yet)."""
-
-
 # --- speculative decoding --------------------------------------------------------------------
 
 
@@ -152,93 +130,3 @@ class StreamingProcessor:
 class MtpGenerator:
     """A generator drafting tokens with a multi-token-prediction head (the reference's
     ``og.MtpGenerator``; not supported yet)."""
-
-
-# --- the reference's Engine ---------------------------------------------------------------------
-
-
-@_unsupported(
-    "engine",
-    methods=(
-        "create_event_buffer",
-        "create_request",
-        "get_capabilities",
-        "get_speculative_stats",
-        "has_pending_requests",
-        "max_draft_tokens_per_proposal",
-        "run",
-    ),
-)
-class Engine:
-    """The reference's continuous-batching engine (``og.Engine``; not supported yet)."""
-
-
-@_unsupported(
-    "engine",
-    properties=("configured_max_batch_size", "max_request_length", "max_scheduled_tokens"),
-)
-class EngineCapabilities:
-    """Limits of an `Engine` (not supported yet)."""
-
-
-@_unsupported(
-    "engine",
-    properties=(
-        "error_code",
-        "finish_reason",
-        "flags",
-        "matched_stop_string_index",
-        "request",
-        "token",
-        "turn_id",
-        "usage",
-    ),
-)
-class EngineEvent:
-    """One event from `Engine.run` (not supported yet)."""
-
-
-@_unsupported("engine")
-class EngineEventBuffer:
-    """Where `Engine.run` writes its events (not supported yet)."""
-
-
-@_unsupported(
-    "engine",
-    methods=("begin_turn", "cancel_turn", "close", "rewind_to_start_of_turn", "set_draft_tokens"),
-)
-class Request:
-    """One conversation in an `Engine` (not supported yet)."""
-
-
-@_unsupported("engine", methods=("set_max_session_tokens",))
-class RequestOptions:
-    """Options of an engine `Request` (not supported yet)."""
-
-
-@_unsupported(
-    "engine",
-    methods=(
-        "clear_guidance",
-        "clear_seed",
-        "reset",
-        "set_do_sample",
-        "set_guidance",
-        "set_max_generated_tokens",
-        "set_min_generated_tokens",
-        "set_no_repeat_ngram_size",
-        "set_repetition_penalty",
-        "set_seed",
-        "set_stop_strings",
-        "set_temperature",
-        "set_top_k",
-        "set_top_p",
-    ),
-)
-class TurnOptions:
-    """Search options of one turn of an engine `Request` (not supported yet)."""
-
-
-@_unsupported("engine", properties=("cached_prompt_tokens", "generated_tokens", "prompt_tokens"))
-class TurnUsage:
-    """Token counts of one turn of an engine `Request` (not supported yet)."""

@@ -1,0 +1,824 @@
+"""`Engine`: the reference's multi-request, multi-turn API (``og.Engine``) on genai's
+continuous-batching scheduler.
+
+An `Engine` owns one `genai.serve.scheduler.Scheduler` and its batch runner, the same ones
+``genai serve`` runs, but drives it from the caller's thread: `Engine.run` runs scheduler
+iterations (admission, chunked prefill, one batched decode step for every generating
+request, each request's own logits chain) until they produce events, and hands them out
+through an `EngineEventBuffer`. There is no second scheduler and no extra thread.
+
+A `Request` is one conversation: `Request.begin_turn` appends tokens and generates a reply.
+Between turns the request keeps its slot, so the next turn runs only its new tokens on the
+KV cache that is already there (the slot is taken back only when a waiting request needs
+it; the next turn then runs the whole conversation again, whose prompt the prefix cache may
+still hold). `TurnUsage.prompt_tokens` counts a turn's own tokens, as the reference, and
+`TurnUsage.cached_prompt_tokens` those of them whose KV came from the prefix cache.
+
+Thread safety: every method takes the engine's lock, so requests may be created, begun and
+cancelled from other threads while one thread calls `Engine.run` (a call waits for the step
+in progress).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from genai.compat.engine_enums import EngineErrorCode, EngineEventFlags, FinishReason
+from genai.constraints.guidance import GUIDANCE_TYPES, TokenConstraint
+from genai.errors import (
+    ArgumentTypeError,
+    GenerationError,
+    InvalidArgumentError,
+    UnsupportedFeatureError,
+)
+from genai.generation.search import SearchOptions
+from genai.runtime.model import Model
+from genai.serve.batch_runner import make_batch_runner
+from genai.serve.scheduler import Event, GenerationRequest, Scheduler
+from genai.text.tokenizer import Tokenizer
+
+__all__ = [
+    "Engine",
+    "EngineCapabilities",
+    "EngineEvent",
+    "EngineEventBuffer",
+    "Request",
+    "RequestOptions",
+    "TurnOptions",
+    "TurnUsage",
+]
+
+#: Slots when the folder's ``engine`` section sets no batch size (``genai serve``'s default).
+DEFAULT_MAX_BATCH_SIZE = 16
+#: Stop strings a turn may have, and their total UTF-8 bytes (the reference's limits).
+MAX_STOP_STRINGS = 16
+MAX_STOP_STRING_BYTES = 16 * 1024
+#: Keys of `Engine.get_speculative_stats` (the reference's; all zero without speculation).
+_SPECULATIVE_COUNTERS = (
+    "rounds",
+    "completed_rounds",
+    "interrupted_rounds",
+    "active_rounds",
+    "draft_tokens_proposed",
+    "draft_tokens_evaluated",
+    "draft_tokens_accepted",
+    "correction_tokens",
+    "bonus_tokens",
+    "tokens_queued",
+    "tokens_emitted",
+    "tokens_discarded",
+    "tokens_buffered",
+    "draft_forward_passes",
+    "target_forward_passes",
+    "effective_k",
+    "adaptive_k_increases",
+    "adaptive_k_decreases",
+    "adaptive_k_observations",
+    "adaptive_k_probes",
+    "cooldown_entries",
+    "cooldown_steps",
+    "cooldown_remaining",
+    "standard_fallback_steps",
+    "mtp_failures",
+    "dflash2_failures",
+    "dflash2_disables",
+    "dflash2_admission_misses",
+    "full_accept_rounds",
+    "partial_accept_rounds",
+    "zero_accept_rounds",
+    "target_verify_forward_passes",
+    "target_reanchor_forward_passes",
+    "target_reconciliation_forward_passes",
+    "ngram_lookup_hits",
+    "ngram_lookup_misses",
+    "ngram_lookup_tokens_proposed",
+    "ngram_chained_tokens_proposed",
+    "ngram_grammar_candidate_rejections",
+    "ngram_history_syncs",
+    "ngram_history_tokens_synced",
+)
+_SPECULATIVE_TIMES = (
+    "total_draft_ms",
+    "total_target_ms",
+    "total_reconciliation_ms",
+    "total_target_verify_ms",
+    "total_target_reanchor_ms",
+    "total_ngram_history_sync_ms",
+    "total_ngram_lookup_ms",
+    "avg_draft_ms_per_token",
+    "acceptance_rate",
+    "avg_draft_tokens_per_round",
+    "mean_emitted_tokens_per_round",
+    "expected_tokens_per_round",
+    "avg_target_ms_per_round",
+    "target_baseline_ms_per_token",
+    "target_overhead_ratio",
+    "estimated_speedup",
+    "observed_speedup",
+    "adaptive_k_throughput",
+)
+
+
+def _count(value: Any, what: str) -> int:
+    """A non-negative int (the reference's unsigned arguments: anything else is a TypeError)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ArgumentTypeError(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ArgumentTypeError(f"{what} must be >= 0, got {value}")
+    return int(value)
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ArgumentTypeError(f"{what} must be a number, got {type(value).__name__}")
+    return float(value)
+
+
+class TurnUsage:
+    """Token counts of a finished turn (zero on events that do not finish one)."""
+
+    __slots__ = ("_cached", "_generated", "_prompt")
+
+    def __init__(self, prompt: int = 0, cached: int = 0, generated: int = 0) -> None:
+        self._prompt, self._cached, self._generated = prompt, cached, generated
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Tokens the turn appended (`Request.begin_turn`)."""
+        return self._prompt
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        """Of ``prompt_tokens``, those whose KV came from the prefix cache."""
+        return self._cached
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens the turn generated (an EOS that ended it is not counted)."""
+        return self._generated
+
+    def __repr__(self) -> str:
+        return (
+            f"TurnUsage(prompt_tokens={self._prompt}, cached_prompt_tokens={self._cached}, "
+            f"generated_tokens={self._generated})"
+        )
+
+
+_NO_USAGE = TurnUsage()
+
+
+class EngineEvent:
+    """One event of `Engine.run`: a generated token, the end of a turn, or both (``flags``)."""
+
+    __slots__ = ("_error", "_flags", "_reason", "_request", "_stop", "_token", "_turn", "_usage")
+
+    def __init__(
+        self,
+        request: Request,
+        turn_id: int,
+        flags: EngineEventFlags,
+        token: int | None = None,
+        finish_reason: FinishReason = FinishReason.NONE,
+        usage: TurnUsage = _NO_USAGE,
+        stop_index: int | None = None,
+        error_code: EngineErrorCode = EngineErrorCode.NONE,
+    ) -> None:
+        self._request, self._turn, self._flags, self._token = request, turn_id, flags, token
+        self._reason, self._usage, self._stop, self._error = (
+            finish_reason,
+            usage,
+            stop_index,
+            error_code,
+        )
+
+    @property
+    def flags(self) -> EngineEventFlags:
+        """What the event carries: TOKEN, TURN_FINISHED (both when the last token ends the
+        turn), FAILED."""
+        return self._flags
+
+    @property
+    def request(self) -> Request:
+        """The `Request` the event belongs to (the same object `Engine.create_request` made)."""
+        return self._request
+
+    @property
+    def turn_id(self) -> int:
+        """The turn (`Request.begin_turn`'s result)."""
+        return self._turn
+
+    @property
+    def token(self) -> int | None:
+        """The generated token (None on an event without TOKEN)."""
+        return self._token
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        """Why the turn finished (NONE unless TURN_FINISHED)."""
+        return self._reason
+
+    @property
+    def matched_stop_string_index(self) -> int | None:
+        """Index in the turn's stop strings of the one that ended it (finish reason
+        STOP_STRING), else None."""
+        return self._stop
+
+    @property
+    def error_code(self) -> EngineErrorCode:
+        """Why the turn failed (NONE unless FAILED)."""
+        return self._error
+
+    @property
+    def usage(self) -> TurnUsage:
+        """Token counts of the turn (all zero unless TURN_FINISHED)."""
+        return self._usage
+
+    def __repr__(self) -> str:
+        return (
+            f"EngineEvent(flags={self._flags!s}, turn_id={self._turn}, token={self._token}, "
+            f"finish_reason={self._reason!s})"
+        )
+
+
+class EngineEventBuffer:
+    """Where `Engine.run` puts the events of one call: ``len(buffer)`` events, ``buffer[i]``.
+    Made by `Engine.create_event_buffer`; holds at most its capacity."""
+
+    def __init__(self, engine: Engine, capacity: int, _token: object = None) -> None:
+        if _token is not _BUFFER_TOKEN:
+            raise TypeError("EngineEventBuffer: use Engine.create_event_buffer(capacity)")
+        self._engine = engine
+        self.capacity = capacity
+        self._events: list[EngineEvent] = []
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __getitem__(self, index: int) -> EngineEvent:
+        if isinstance(index, bool) or not isinstance(index, int | np.integer):
+            raise ArgumentTypeError(f"event index must be an int, got {type(index).__name__}")
+        return self._events[index]
+
+    def __repr__(self) -> str:
+        return f"EngineEventBuffer({len(self._events)} of {self.capacity} events)"
+
+
+_BUFFER_TOKEN = object()
+_REQUEST_TOKEN = object()
+
+
+class EngineCapabilities:
+    """What an `Engine` can do at most (`Engine.get_capabilities`)."""
+
+    __slots__ = ("_batch", "_length", "_scheduled")
+
+    def __init__(self, batch: int, length: int, scheduled: int) -> None:
+        self._batch, self._length, self._scheduled = batch, length, scheduled
+
+    @property
+    def configured_max_batch_size(self) -> int:
+        """Requests generating at the same time (the scheduler's slots)."""
+        return self._batch
+
+    @property
+    def max_request_length(self) -> int:
+        """Tokens one request may hold across its turns (the model's context length)."""
+        return self._length
+
+    @property
+    def max_scheduled_tokens(self) -> int:
+        """Tokens one step runs at most (prompt chunks plus one decode row per slot)."""
+        return self._scheduled
+
+    def __repr__(self) -> str:
+        return (
+            f"EngineCapabilities(configured_max_batch_size={self._batch}, "
+            f"max_request_length={self._length}, max_scheduled_tokens={self._scheduled})"
+        )
+
+
+class RequestOptions:
+    """Options of a whole `Request` (`Engine.create_request(options=...)`)."""
+
+    def __init__(self) -> None:
+        self._max_session_tokens = 0
+
+    def set_max_session_tokens(self, max_session_tokens: int) -> None:
+        """Total tokens (prompt plus generated, across every turn) the request may reach.
+        Zero uses the configured default (``search.max_length``, else the context length)."""
+        self._max_session_tokens = _count(max_session_tokens, "max_session_tokens")
+
+
+class TurnOptions:
+    """Options of one turn of ``request`` (passed to `Request.begin_turn`); unset options
+    take the model's ``search`` defaults."""
+
+    def __init__(self, request: Request) -> None:
+        if not isinstance(request, Request):
+            raise ArgumentTypeError(f"TurnOptions needs a Request, got {type(request).__name__}")
+        if request._closed:
+            raise GenerationError("Cannot use a closed request.")
+        self._request = request
+        self.reset()
+
+    def reset(self) -> None:
+        """Restore every option to its unset state."""
+        self._options: dict[str, Any] = {}
+        self._stop: tuple[str, ...] = ()
+        self._guidance: tuple[str, str] | None = None
+        self._seed: int | None = None
+        self._max_generated = 0
+        self._min_generated = 0
+
+    def set_max_generated_tokens(self, max_generated_tokens: int) -> None:
+        """Cap the tokens this turn generates (zero: no cap but the session's)."""
+        self._max_generated = _count(max_generated_tokens, "max_generated_tokens")
+
+    def set_min_generated_tokens(self, min_generated_tokens: int) -> None:
+        """Mask the end-of-sequence token until this turn generated this many (zero: none)."""
+        self._min_generated = _count(min_generated_tokens, "min_generated_tokens")
+
+    def set_do_sample(self, do_sample: bool) -> None:
+        """Random sampling (True) or the top logit (False) for this turn."""
+        if not isinstance(do_sample, bool | np.bool_):
+            raise ArgumentTypeError(f"do_sample must be a bool, got {type(do_sample).__name__}")
+        self._options["do_sample"] = bool(do_sample)
+
+    def set_temperature(self, temperature: float) -> None:
+        """Sampling temperature (zero: the top logit)."""
+        self._options["temperature"] = _number(temperature, "temperature")
+
+    def set_top_p(self, top_p: float) -> None:
+        """Nucleus bound, between 0.0 and 1.0."""
+        self._options["top_p"] = _number(top_p, "top_p")
+
+    def set_top_k(self, top_k: int) -> None:
+        """Top-k bound (one: the top logit; zero: no top-k)."""
+        self._options["top_k"] = _count(top_k, "top_k")
+
+    def set_repetition_penalty(self, repetition_penalty: float) -> None:
+        """Repetition penalty; finite and greater than zero."""
+        self._options["repetition_penalty"] = _number(repetition_penalty, "repetition_penalty")
+
+    def set_no_repeat_ngram_size(self, no_repeat_ngram_size: int) -> None:
+        """Forbid repeating any n-gram of this size (zero: off)."""
+        self._options["no_repeat_ngram_size"] = _count(no_repeat_ngram_size, "no_repeat_ngram_size")
+
+    def set_seed(self, seed: int) -> None:
+        """Reseed the request's random streams at the start of this turn (zero is a seed)."""
+        self._seed = _count(seed, "seed")
+
+    def clear_seed(self) -> None:
+        """Remove a pending reseed."""
+        self._seed = None
+
+    def set_stop_strings(self, stop_strings: Sequence[str]) -> None:
+        """Decoded-text stop strings of the turn (an empty list clears them); at most 16,
+        none empty, 16 KiB in all."""
+        if isinstance(stop_strings, str) or not isinstance(stop_strings, Sequence):
+            raise ArgumentTypeError("stop strings must be a list of str")
+        stops = list(stop_strings)
+        if len(stops) > MAX_STOP_STRINGS:
+            raise GenerationError(
+                f"Too many stop strings: {len(stops)}, the maximum is {MAX_STOP_STRINGS}."
+            )
+        total = 0
+        for index, stop in enumerate(stops):
+            if not isinstance(stop, str):
+                raise ArgumentTypeError(f"stop string {index} is a {type(stop).__name__}")
+            if not stop:
+                raise GenerationError(f"Stop string at index {index} is empty.")
+            if "\0" in stop:
+                raise GenerationError(f"Stop string at index {index} contains a NUL byte.")
+            total += len(stop.encode("utf-8", "surrogatepass"))
+        if total > MAX_STOP_STRING_BYTES:
+            raise GenerationError(
+                f"Stop strings total {total} bytes, the maximum is {MAX_STOP_STRING_BYTES}."
+            )
+        self._stop = tuple(stops)
+
+    def set_guidance(self, type: str, data: str) -> None:
+        """Constrain this turn's output to a grammar: ``json_schema``, ``regex`` or
+        ``lark_grammar`` (this turn only)."""
+        if type not in GUIDANCE_TYPES:
+            raise GenerationError(
+                f"Unsupported guidance type: {type} (only json_schema, regex, and lark_grammar "
+                "are supported)."
+            )
+        if not isinstance(data, str):
+            raise ArgumentTypeError(f"guidance data must be a str, got {type(data).__name__}")
+        self._guidance = (type, data)
+
+    def clear_guidance(self) -> None:
+        """Remove the grammar: the turn is unguided."""
+        self._guidance = None
+
+
+class _Turn:
+    """One turn: the scheduler's handle of its events (``cancelled`` is what it reads)."""
+
+    __slots__ = (
+        "cancelled",
+        "finished",
+        "generated",
+        "id",
+        "prompt_tokens",
+        "request",
+        "rerun",
+        "session_bound",
+        "stops",
+    )
+
+    def __init__(self, request: Request, turn_id: int, prompt_tokens: int) -> None:
+        self.request = request
+        self.id = turn_id
+        self.prompt_tokens = prompt_tokens
+        self.cancelled = False
+        self.finished = False
+        self.generated = 0
+        #: Tokens of earlier turns run again with this one (the slot had been taken back).
+        self.rerun = 0
+        #: The session's limit, not the turn's, caps the tokens it generates.
+        self.session_bound = False
+        self.stops: tuple[str, ...] = ()
+
+
+class Request:
+    """One conversation of an `Engine` (`Engine.create_request`): turns one after another,
+    its KV cache kept between them."""
+
+    def __init__(self, engine: Engine, options: RequestOptions | None, _token: object) -> None:
+        if _token is not _REQUEST_TOKEN:
+            raise TypeError("Request: use Engine.create_request()")
+        self._engine = engine
+        self._max_session = options._max_session_tokens if options is not None else 0
+        self._closed = False
+        self._turn: _Turn | None = None
+        self._turns = 0
+        self._failed = False
+        #: Scheduler-side state (`genai.serve.scheduler._Sequence`) once a turn began.
+        self._seq: Any = None
+        #: The conversation's tokens so far (all turns), and where each turn began.
+        self._tokens: list[int] = []
+        self._starts: dict[int, int] = {}
+
+    @property
+    def _length(self) -> int:
+        return len(self._tokens)
+
+    # --- the reference's methods --------------------------------------------------------------
+    def begin_turn(self, tokens: Any, turn_options: TurnOptions | None = None) -> int:
+        """Append ``tokens`` (int32 [n]) to the conversation and start generating; returns
+        the turn's id (1, 2, ...). Only for a new request or once the last turn finished
+        and its events were read (`Engine.run`)."""
+        engine = self._engine
+        with engine._lock:
+            if self._closed:
+                raise GenerationError("Cannot begin a turn for a closed request.")
+            if turn_options is not None:
+                if not isinstance(turn_options, TurnOptions):
+                    raise ArgumentTypeError(
+                        f"turn_options must be TurnOptions, got {type(turn_options).__name__}"
+                    )
+                if turn_options._request is not self:
+                    raise GenerationError(
+                        "Turn options belong to a different or destroyed Request."
+                    )
+            self._check_idle("continue")
+            ids = engine._check_tokens(tokens)
+            limit = engine._session_limit(self._max_session)
+            room = limit - self._length - len(ids)
+            if room < 1:
+                raise GenerationError(
+                    f"Appending input_tokens_count ({len(ids)}) to current_sequence_length "
+                    f"({self._length}) must leave room for at least one generated token before "
+                    f"max_session_tokens ({limit})."
+                )
+            options = turn_options if turn_options is not None else _DEFAULT_TURN
+            request = engine._generation_request(ids, options, self._length, room)
+            self._turns += 1
+            turn = _Turn(self, self._turns, len(ids))
+            cap = options._max_generated
+            turn.session_bound = cap == 0 or room < cap
+            turn.stops = options._stop
+            engine._start(self, turn, request)
+            self._starts[turn.id] = self._length
+            self._tokens.extend(ids.tolist())
+            self._turn = turn
+            return turn.id
+
+    def cancel_turn(self, turn_id: int) -> bool:
+        """Stop turn ``turn_id`` at the next step boundary (its TURN_FINISHED event says
+        CANCELLED). False when that turn is not the one running."""
+        turn_id = _count(turn_id, "turn_id")
+        with self._engine._lock:
+            if self._closed:
+                raise GenerationError("Cannot cancel a closed request.")
+            turn = self._turn
+            if turn is None:
+                raise GenerationError("Cannot cancel a request before a turn has begun.")
+            if turn.id != turn_id or turn.finished or turn.cancelled:
+                return False
+            turn.cancelled = True
+            return True
+
+    def rewind_to_start_of_turn(self, turn_id: int) -> None:
+        """Rewind a request whose turn finished to where turn ``turn_id`` began (its tokens
+        and every later turn's are dropped, KV included)."""
+        turn_id = _count(turn_id, "turn_id")
+        with self._engine._lock:
+            if self._closed:
+                raise GenerationError("Cannot rewind a closed request.")
+            if self._turn is not None and not self._turn.finished:
+                raise GenerationError(
+                    "Request rewind is only valid after the current turn is complete."
+                )
+            self._check_idle("rewind")
+            if turn_id not in self._starts:
+                raise GenerationError(f"Cannot rewind to unknown Turn ID {turn_id}.")
+            start = self._starts[turn_id]
+            for later in [t for t in self._starts if t >= turn_id]:
+                del self._starts[later]
+            if self._engine._resident(self._seq):
+                self._engine._scheduler.truncate(self._seq, start)
+            del self._tokens[start:]
+
+    def set_draft_tokens(self, tokens: Any) -> None:
+        """Propose speculative draft tokens for the next decode operation (needs an engine
+        with speculative decoding: `Engine.max_draft_tokens_per_proposal` > 0)."""
+        raise UnsupportedFeatureError(
+            "This engine does not support speculative draft verification "
+            "(Engine.max_draft_tokens_per_proposal() is 0)."
+        )
+
+    def close(self) -> None:
+        """End the conversation: a running turn stops (no more events) and its slot is freed.
+        Closing twice does nothing."""
+        engine = self._engine
+        with engine._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._turn is not None:
+                self._turn.cancelled = True
+            if self._seq is not None:
+                self._seq.hold = False
+            engine._drop_events(self)
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _check_idle(self, action: str) -> None:
+        turn = self._turn
+        if turn is None:
+            return
+        if not turn.finished:
+            raise GenerationError(
+                "BeginTurn is only valid for a new request or after the current turn is complete."
+            )
+        if self._engine._has_events(self):
+            raise GenerationError(
+                f"Cannot {action} a request while an Engine event is pending; call "
+                "Engine::Run() to drain the event before continuing."
+            )
+        if self._failed:
+            raise GenerationError(f"Cannot {action} a Request whose current turn failed.")
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self._turns} turns, {self._length} tokens"
+        return f"<genai.Request {state}>"
+
+
+_DEFAULT_TURN: TurnOptions = TurnOptions.__new__(TurnOptions)
+TurnOptions.reset(_DEFAULT_TURN)
+
+
+class Engine:
+    """Runs many `Request`s together with continuous batching (the reference's
+    ``og.Engine``). See the module docstring."""
+
+    def __init__(self, model: Model) -> None:
+        if not isinstance(model, Model):
+            raise ArgumentTypeError(f"Engine needs a Model, got {type(model).__name__}")
+        config = model.config
+        self._model = model
+        slots = (
+            config.get("engine.dynamic_batching.max_batch_size")
+            or config.get("engine.static_batching.max_batch_size")
+            or DEFAULT_MAX_BATCH_SIZE
+        )
+        slots = max(2, int(slots))
+        self._tokenizer = Tokenizer(model)
+        self._runner = make_batch_runner(model, slots, max_chunk=64, initial_capacity=256)
+        self._eos = [int(e) for e in config.eos_token_ids]
+        self._scheduler = Scheduler(
+            self._runner,
+            self._tokenizer,
+            self._eos,
+            max_queue=1 << 30,
+            request_timeout=math.inf,
+            prefill_chunk=64,
+            overlap_prefill=False,
+        )
+        self._context = int(config.context_length)
+        self._vocab = int(model.io.vocab_size)
+        search = SearchOptions()
+        search.update(**(config.get("search", {}) or {}))
+        self._search = search
+        self._lock = threading.RLock()
+        #: Events made by the scheduler and not yet handed out by `run`.
+        self._events: collections.deque[EngineEvent] = collections.deque()
+
+    # --- the reference's methods ----------------------------------------------------------------
+    def create_request(self, *, options: RequestOptions | None = None) -> Request:
+        """A new conversation (no tokens yet: `Request.begin_turn` starts its first turn)."""
+        if options is not None and not isinstance(options, RequestOptions):
+            raise ArgumentTypeError(f"options must be RequestOptions, got {type(options).__name__}")
+        return Request(self, options, _REQUEST_TOKEN)
+
+    def create_event_buffer(self, capacity: int) -> EngineEventBuffer:
+        """A buffer for `run`, holding at most ``capacity`` events per call."""
+        return EngineEventBuffer(self, _count(capacity, "capacity"), _BUFFER_TOKEN)
+
+    def run(self, buffer: EngineEventBuffer) -> EngineEventBuffer:
+        """Fill ``buffer`` with the next events (at most its capacity), running scheduler
+        steps until there are some or no request has work left; returns ``buffer``. Events
+        that do not fit wait for the next call."""
+        if not isinstance(buffer, EngineEventBuffer):
+            raise ArgumentTypeError(f"run needs an EngineEventBuffer, got {type(buffer).__name__}")
+        if buffer._engine is not self:
+            raise GenerationError("buffer must be used with the Engine that created it.")
+        with self._lock:
+            buffer._events = []
+            if buffer.capacity == 0:
+                return buffer
+            while not self._events and self._scheduler.has_work():
+                self._translate(self._scheduler.step())
+            take = min(buffer.capacity, len(self._events))
+            buffer._events = [self._events.popleft() for _ in range(take)]
+        return buffer
+
+    def has_pending_requests(self) -> bool:
+        """True while a turn is generating or events wait for `run`."""
+        with self._lock:
+            return bool(self._events) or self._scheduler.has_work()
+
+    def get_capabilities(self) -> EngineCapabilities:
+        """The engine's limits."""
+        scheduler = self._scheduler
+        slots = int(self._runner.max_slots)
+        return EngineCapabilities(slots, self._context, scheduler.prefill_budget + slots)
+
+    def max_draft_tokens_per_proposal(self) -> int:
+        """Speculative draft tokens a request may attach to one proposal (0: unsupported)."""
+        return 0
+
+    def get_speculative_stats(self) -> dict[str, Any]:
+        """Cumulative speculative-decoding telemetry (all zero: no speculative decoding)."""
+        stats: dict[str, Any] = dict.fromkeys(_SPECULATIVE_COUNTERS, 0)
+        stats["formula_supported"] = False
+        stats.update(dict.fromkeys(_SPECULATIVE_TIMES, 0.0))
+        stats["acceptance_length_histogram"] = [0] * 8
+        return stats
+
+    # --- helpers for Request ----------------------------------------------------------------------
+    def _check_tokens(self, tokens: Any) -> np.ndarray:
+        try:
+            ids = np.asarray(tokens)
+        except Exception as exc:
+            raise ArgumentTypeError(f"tokens must be an int32 array: {exc}") from None
+        if ids.size and ids.dtype.kind not in "iu":
+            raise ArgumentTypeError(f"tokens must be integers, got {ids.dtype}")
+        if ids.ndim == 2 and ids.shape[0] == 1:
+            ids = ids[0]
+        if ids.ndim != 1:
+            raise InvalidArgumentError(f"tokens must be one sequence [n], got shape {ids.shape}")
+        if ids.size == 0:
+            raise GenerationError("Expected at least one input token for generation. Received 0.")
+        bad = np.flatnonzero((ids < 0) | (ids >= self._vocab))
+        if bad.size:
+            raise InvalidArgumentError(
+                f"token {int(ids[bad[0]])} at index {int(bad[0])} is outside the vocabulary "
+                f"[0, {self._vocab})"
+            )
+        return ids.astype(np.int32)
+
+    def _session_limit(self, max_session: int) -> int:
+        default = self._search.max_length or self._context
+        limit = max_session or default
+        return min(limit, self._context)
+
+    def _generation_request(
+        self, ids: np.ndarray, options: TurnOptions, start: int, room: int
+    ) -> GenerationRequest:
+        search = SearchOptions()
+        search.update(**{name: getattr(self._search, name) for name in SearchOptions.names()})
+        search.update(**options._options)
+        search.min_length = start + len(ids) + options._min_generated
+        search.max_length = 0
+        if options._seed is not None:
+            search.random_seed = options._seed
+        if search.temperature == 0.0:
+            search.do_sample, search.temperature = False, 1.0
+        try:
+            search.validate(self._context)
+        except Exception as exc:
+            raise GenerationError(str(exc)) from None
+        if search.do_sample and search.top_k == 0 and search.top_p <= 0.0:
+            raise GenerationError(
+                "A sampled turn requires a positive top_k or a positive top_p; both are 0."
+            )
+        factory = None
+        if options._guidance is not None:
+            kind, data = options._guidance
+            tokenizer, vocab = self._tokenizer, self._vocab
+            TokenConstraint.create(tokenizer, kind, data, vocab_size=vocab)  # raises if bad
+
+            def factory() -> TokenConstraint:
+                return TokenConstraint.create(tokenizer, kind, data, vocab_size=vocab)
+
+        cap = options._max_generated
+        return GenerationRequest(
+            prompt=ids,
+            max_new_tokens=min(cap, room) if cap else room,
+            sampling=search,
+            stop=options._stop,
+            constraint_factory=factory,
+        )
+
+    def _start(self, request: Request, turn: _Turn, generation: GenerationRequest) -> None:
+        """Queue ``turn``: a next turn on the request's held slot, or a new sequence (its
+        first turn, or the whole conversation again when its slot was taken back)."""
+        seq = request._seq
+        scheduler = self._scheduler
+        if self._resident(seq):
+            scheduler.resume(seq, generation, turn)
+            return
+        if request._tokens:  # the slot was taken back: run the conversation again
+            history = np.asarray(request._tokens, np.int32)
+            turn.rerun = len(history)
+            generation.prompt = np.concatenate([history, generation.prompt])
+        (request._seq,) = scheduler.enqueue(turn, [generation], bounded=False)
+        request._seq.hold = True
+
+    @staticmethod
+    def _resident(seq: Any) -> bool:
+        """True when ``seq`` (a finished turn's sequence) still holds its slot and KV."""
+        return (
+            seq is not None
+            and seq.hold
+            and not seq.evicted
+            and seq.slot >= 0
+            and seq.finished is not None
+        )
+
+    def _has_events(self, request: Request) -> bool:
+        return any(event._request is request for event in self._events)
+
+    def _drop_events(self, request: Request) -> None:
+        self._events = collections.deque(e for e in self._events if e._request is not request)
+
+    def _translate(self, events: list[tuple[Any, Event]]) -> None:
+        """Scheduler events -> `EngineEvent`s, one per token; the last one of a turn is
+        TURN_FINISHED too (or alone when no token ends it: EOS, cancellation)."""
+        for turn, event in events:
+            request = turn.request
+            if request._closed or turn.finished:
+                continue
+            tokens = event.tokens
+            turn.generated = event.completion_tokens or turn.generated + len(tokens)
+            done = event.finish_reason is not None
+            last = len(tokens) - 1
+            request._tokens.extend(tokens)
+            for index, token in enumerate(tokens):
+                if done and index == last:
+                    break
+                self._events.append(EngineEvent(request, turn.id, EngineEventFlags.TOKEN, token))
+            if not done:
+                continue
+            self._finish(turn, event, tokens[-1] if tokens else None)
+
+    def _finish(self, turn: _Turn, event: Event, token: int | None) -> None:
+        request = turn.request
+        turn.finished = True
+        reason = event.reason
+        if reason is FinishReason.MAX_GENERATED_TOKENS and turn.session_bound:
+            reason = FinishReason.MAX_SESSION_TOKENS
+        flags = EngineEventFlags.TURN_FINISHED
+        if token is not None:
+            flags |= EngineEventFlags.TOKEN
+        error = EngineErrorCode.NONE
+        if reason is FinishReason.FAILED:
+            flags |= EngineEventFlags.FAILED
+            error = EngineErrorCode.ENGINE_EXECUTION_FAILURE
+            request._failed = True
+        stop = None
+        if event.stop is not None and event.stop in turn.stops:
+            stop = turn.stops.index(event.stop)
+        cached = max(0, event.cached_tokens - turn.rerun)
+        usage = TurnUsage(turn.prompt_tokens, min(cached, turn.prompt_tokens), turn.generated)
+        self._events.append(EngineEvent(request, turn.id, flags, token, reason, usage, stop, error))
