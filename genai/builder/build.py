@@ -1,4 +1,5 @@
-"""``build()``: a GGUF file or a Hugging Face folder -> an onnxruntime-genai model folder."""
+"""``build()``: a GGUF file, a Hugging Face folder or a Whisper checkpoint (Hugging Face or
+CTranslate2 folder) -> an onnxruntime-genai model folder."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from genai.builder.onnx_writer import write_onnx
 from genai.builder.sources import GGUFSource, HFSource, Source, open_source
 from genai.builder.spec import ModelSpec
 from genai.builder.tokenizer_gguf import write_tokenizer_files
+from genai.builder.whisper import build_whisper
+from genai.builder.whisper_sources import is_whisper_input
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +145,12 @@ def build(
     window_cache: bool = False,
     stage: StageFactory | None = None,
 ) -> Path:
-    """Build the model folder ``out_dir`` from a GGUF file or a Hugging Face folder.
+    """Build the model folder ``out_dir`` from a GGUF file or a Hugging Face folder; a Whisper
+    checkpoint (HF ``model_type: whisper`` or a CTranslate2 folder with ``model.bin``) becomes
+    an encoder/decoder folder (:func:`genai.builder.whisper.build_whisper`).
 
-    ``precision``: ``"int4"`` (MatMulNBits, block 32), ``"fp16"`` or ``"fp32"``.
+    ``precision``: ``"int4"`` (MatMulNBits, block 32), ``"fp16"`` or ``"fp32"``; Whisper:
+    ``"fp32"``, ``"int8"`` or ``"int4"``.
     ``all_logits``: keep logits for every position (default: the last real token only).
     ``window_cache``: sliding-window layers (Gemma-2/3) keep window-sized KV caches (their
     GroupQueryAttention compacts them; both engines then size those caches from the config's
@@ -153,6 +159,11 @@ def build(
     ``stage``: optional progress reporter (see :data:`StageFactory`).
     """
     started = time.perf_counter()
+    if is_whisper_input(input_path):
+        if window_cache:
+            raise BuildError("--window-cache applies to sliding-window decoders, not Whisper")
+        # Whisper's decoder always gives logits for every position (all_logits is moot).
+        return build_whisper(input_path, out_dir, precision=precision, stage=stage)
     source = open_source(input_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ __all__ = [
     "ensure_default_model",
 ]
 
-BUILD_HELP = "build a model folder from a GGUF file or a Hugging Face folder"
+BUILD_HELP = "build a model folder from a GGUF file, a Hugging Face folder or a Whisper checkpoint"
 PULL_HELP = "fetch and build the default model (SmolLM2-135M-Instruct int4)"
 
 
@@ -40,15 +40,21 @@ def add_build_arguments(b: argparse.ArgumentParser) -> None:
     b.description = (
         "Build an onnxruntime-genai model folder (ONNX + genai_config.json + "
         "tokenizer) from a GGUF file or a Hugging Face folder (config.json + safetensors), "
-        "without PyTorch."
+        "without PyTorch. Whisper checkpoints (Hugging Face WhisperForConditionalGeneration "
+        "or CTranslate2 model.bin folders) become encoder.onnx + decoder.onnx folders."
     )
-    b.add_argument("input", help="a .gguf file or a Hugging Face model folder")
+    b.add_argument(
+        "input",
+        help="a .gguf file, a Hugging Face model folder, or a Whisper checkpoint folder "
+        "(Hugging Face or CTranslate2/faster-whisper)",
+    )
     b.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
     b.add_argument(
         "--precision",
-        choices=("int4", "fp16", "fp32"),
+        choices=("int4", "int8", "fp16", "fp32"),
         default="int4",
-        help="weight precision (default: int4, MatMulNBits block 32)",
+        help="weight precision (default: int4, MatMulNBits block 32; int8: Whisper only, "
+        "fp16: decoders only)",
     )
     b.add_argument(
         "--all-logits",

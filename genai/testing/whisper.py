@@ -239,9 +239,19 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) 
     return (x - mean) / np.sqrt(var + eps) * w + b
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf to 1.5e-7 (Abramowitz and Stegun 7.1.26), vectorised."""
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
+    return sign * (1.0 - poly * np.exp(-a * a))
+
+
 def _gelu(x: np.ndarray) -> np.ndarray:
-    erf = np.vectorize(math.erf, otypes=[np.float64])
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
 
 
 def _linear(x: np.ndarray, w: dict[str, np.ndarray], name: str) -> np.ndarray:
@@ -275,7 +285,9 @@ def _conv1d(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.ndar
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1)))
     t_out = (x.shape[2] + 2 - 3) // stride + 1
     cols = np.stack([xp[:, :, k : k + stride * t_out : stride] for k in range(3)], axis=-1)
-    return np.einsum("bitk,oik->bot", cols, w.astype(np.float64)) + b[None, :, None]
+    cols = cols.transpose(0, 2, 1, 3).reshape(x.shape[0], t_out, -1)  # [batch, T, in * 3]
+    y = cols @ w.astype(np.float64).reshape(w.shape[0], -1).T  # [batch, T, out]
+    return y.transpose(0, 2, 1) + b[None, :, None]
 
 
 def whisper_numpy_encode(
