@@ -11,6 +11,8 @@ without audio) raises clear `genai.GenaiError` subclasses.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -418,3 +420,28 @@ def test_audio_for_a_text_model_is_refused(fixture_folders: dict[str, Path]) -> 
     named["audio_features"] = np.zeros((1, 80, 3000), np.float32)
     with pytest.raises(GenerationError, match="append_tokens"):
         generator.set_inputs(named)
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def test_genai_transcribe_prints_the_transcript(folder: Path, audio: dict[str, Path]) -> None:
+    model = genai.Model(folder)
+    expected = transcribe(model, genai.Audios.open(audio["wav2"]), timestamps=False).text
+    run = subprocess.run(
+        [sys.executable, "-m", "genai", "transcribe", str(audio["wav2"]), "-m", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == expected + "\n"
+    bad = subprocess.run(
+        [sys.executable, "-m", "genai", "transcribe", str(audio["garbage"]), "-m", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 1
+    assert "cannot decode audio" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -9,6 +9,7 @@ genai list [--json]  |  genai rm NAME...
 genai providers [--json] [--devices] [--plugins]
 genai conformance PROVIDER [--model DIR] [--report FILE.json] [-o KEY=VALUE]... [--xfails FILE]
 genai serve [-m MODEL_DIR] [--host 127.0.0.1] [--port 8000] [--max-slots N] [--threads N] ...
+genai transcribe FILE -m WHISPER_DIR [--language en] [--timestamps] [--format text|srt|vtt|json]
 
 Plugins add subcommands through the ``register_commands`` hook.
 
@@ -31,7 +32,17 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from genai._version import __version__
-from genai.cli import build, chat, conformance, generate, hub, providers, pull, serve  # noqa: F401  (they register)
+from genai.cli import (  # noqa: F401  (they register)
+    build,
+    chat,
+    conformance,
+    generate,
+    hub,
+    providers,
+    pull,
+    serve,
+    transcribe,
+)
 from genai.cli.registry import COMMANDS
 from genai.errors import GenaiError
 from genai.providers import plugins

@@ -35,7 +35,16 @@ from genai.multimodal.whisper import AUDIO_FEATURES, INPUT_IDS, WhisperProcessor
 if TYPE_CHECKING:
     from genai.runtime.model import Model
 
-__all__ = ["Segment", "TimestampRules", "Transcript", "transcribe", "whisper_vocabulary"]
+__all__ = [
+    "Segment",
+    "TimestampRules",
+    "Transcript",
+    "format_timestamp",
+    "to_srt",
+    "to_vtt",
+    "transcribe",
+    "whisper_vocabulary",
+]
 
 log = logging.getLogger(__name__)
 
@@ -278,3 +287,30 @@ def transcribe(
         seek += advance
     text = " ".join(s.text for s in segments).strip()
     return Transcript(text=text, segments=segments, duration=pcm.shape[0] / rate, language=language)
+
+
+def format_timestamp(seconds: float, separator: str = ".", hours: bool = True) -> str:
+    """``HH:MM:SS.mmm`` (``separator`` "," for SRT; ``hours`` False drops a zero hour)."""
+    millis = round(max(0.0, seconds) * 1000)
+    h, rest = divmod(millis, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, ms = divmod(rest, 1000)
+    head = f"{h:02d}:" if hours or h else ""
+    return f"{head}{m:02d}:{s:02d}{separator}{ms:03d}"
+
+
+def to_srt(segments: list[Segment]) -> str:
+    """The segments as SubRip subtitles."""
+    blocks = [
+        f"{i}\n{format_timestamp(s.start, ',')} --> {format_timestamp(s.end, ',')}\n{s.text}\n"
+        for i, s in enumerate(segments, 1)
+    ]
+    return "\n".join(blocks)
+
+
+def to_vtt(segments: list[Segment]) -> str:
+    """The segments as WebVTT subtitles."""
+    cues = [
+        f"{format_timestamp(s.start)} --> {format_timestamp(s.end)}\n{s.text}\n" for s in segments
+    ]
+    return "WEBVTT\n\n" + "\n".join(cues)
