@@ -180,6 +180,25 @@ class VisionRunner:
             np.dtype(dec_dtypes[io.position_ids]) if io.position_ids else io.mask_dtype
         )
         self.mrope = MRopeSpec(model.config) if model.type in MROPE_TYPES else None
+        self._no_features = np.zeros((0, self.hidden), self._features_dtype)
+        # one-token runs: the embedding graph writes into this buffer, the decoder reads it
+        self._step_embeds = np.zeros((batch, 1, self.hidden), self._embeds_dtype)
+        self._step_embeds_bound = False
+        out_dtype = graphs.embedding.output_dtypes[graphs.embedding_output]
+        self._embeds_in_place = out_dtype is not None and np.dtype(out_dtype) == self._embeds_dtype
+        # batch 1: the all-ones mask of every length is a prefix of one buffer
+        self._ones = np.ones((1, max_length), self.io.mask_dtype)
+        self._step_positions = np.zeros((3, batch, 1), self._position_dtype)
+        #: decoder inputs of one-token runs bound once (their buffers are rewritten)
+        self._step_buffers = {graphs.decoder_embeds} if self._embeds_in_place else set()
+        if self.mrope is not None and io.position_ids:
+            self._step_buffers.add(io.position_ids)
+        self._step_bound = False
+        self._fresh_presents = False
+        if isinstance(self.kv, GrowingKVCache):
+            pairs = self.kv.handover
+            self._handover = ([p for p, _ in pairs], [q for _, q in pairs])
+        self.decoder.bind_output_to_device(io.logits)
         if self.mrope is not None and io.position_ids is not None:
             shape = model.session.input_shapes.get(io.position_ids) or ()
             if len(shape) != 3 or shape[0] not in (3, -1) or isinstance(shape[0], str):
@@ -242,6 +261,7 @@ class VisionRunner:
         one's logits); mRoPE deltas stay (as the reference, which only shortens its shapes)."""
         computed = min(self.computed, max(length - 1, 0))
         self.kv.truncate(computed)
+        self._fresh_presents = True
         kept = min(self.mask.shape[1], computed)
         self.mask = np.ascontiguousarray(self.mask[:, :kept])
         self.next_position = self.mask.sum(axis=1, dtype=np.int64)
@@ -260,6 +280,7 @@ class VisionRunner:
         arrays = list(arrays)
         deltas = arrays.pop() if self.mrope is not None else None
         self.kv.load(arrays, length)
+        self._fresh_presents = True
         self.rope_deltas = deltas
         self.computed = length - 1
         self.mask = np.ones((self.batch, length - 1), self.io.mask_dtype)
@@ -284,7 +305,7 @@ class VisionRunner:
         """The image features for this run: the vision graph's output on the pending inputs
         for a first run with images, else ``[0, hidden]``."""
         pending, self.pending = self.pending, {}
-        empty = np.zeros((0, self.hidden), self._features_dtype)
+        empty = self._no_features
         tokens = pending.get("num_image_tokens")
         if not first_run or tokens is None or int(np.sum(tokens)) <= 0:
             self.image_features = None
@@ -344,12 +365,23 @@ class VisionRunner:
         return binding.get_output(output)
 
     def _embed(self, tokens: np.ndarray, features: np.ndarray) -> np.ndarray:
-        graphs = self.graphs
+        graphs, binding = self.graphs, self.embedding
         fed = {
             graphs.embedding_ids: np.ascontiguousarray(tokens, self._ids_dtype),
             graphs.embedding_features: features,
         }
-        embeds = self._run_graph(self.embedding, fed, graphs.embedding_output)
+        step = tokens.shape[1] == 1 and self._embeds_in_place
+        if step:  # written in place, no copy on the way to the decoder
+            for name, value in fed.items():
+                binding.bind_input(name, value)
+            if not self._step_embeds_bound:
+                binding.bind_output(graphs.embedding_output, self._step_embeds)
+                self._step_embeds_bound = True
+            binding.run()
+            embeds = self._step_embeds
+        else:
+            self._step_embeds_bound = False
+            embeds = self._run_graph(binding, fed, graphs.embedding_output)
         self.last_inputs.update(fed)
         self.last_outputs[graphs.embedding_output] = embeds
         return np.ascontiguousarray(embeds, self._embeds_dtype)
@@ -376,9 +408,14 @@ class VisionRunner:
                     )
             else:
                 assert self.rope_deltas is not None
-                base = self.computed + self.rope_deltas[:, None] + np.arange(count)[None, :]
-                positions = np.broadcast_to(base, (3, b, count))
-                self.mask = np.ones((b, self.computed + count), io.mask_dtype)
+                if count == 1:
+                    positions = self._step_positions
+                    positions[:] = (self.computed + self.rope_deltas)[None, :, None]
+                else:
+                    base = self.computed + self.rope_deltas[:, None] + np.arange(count)[None, :]
+                    positions = np.broadcast_to(base, (3, b, count))
+                total = self.computed + count
+                self.mask = self._ones[:, :total] if b == 1 else np.ones((b, total), io.mask_dtype)
         elif prompt:  # the loop's own kernel: trailing pads get mask 0 and position 0
             self.mask = np.zeros((b, count), io.mask_dtype)
             positions = np.zeros((b, count), io.mask_dtype)
@@ -388,7 +425,7 @@ class VisionRunner:
             self.next_position = self.mask.sum(axis=1, dtype=np.int64)
         else:
             if b == 1:
-                self.mask = np.ones((1, self.mask.shape[1] + count), io.mask_dtype)
+                self.mask = self._ones[:, : self.mask.shape[1] + count]
             else:
                 self.mask = np.concatenate([self.mask, np.ones((b, count), io.mask_dtype)], axis=1)
             positions = self.next_position[:, None] + np.arange(count)[None, :]
@@ -415,17 +452,20 @@ class VisionRunner:
         fed[self.graphs.decoder_embeds] = embeds
         if self._decoder_ids:
             fed[self._decoder_ids] = np.ascontiguousarray(tokens, io.id_dtype)
+        step = count == 1
         for name, value in fed.items():
-            decoder.bind_input(name, value)
-        decoder.bind_output_to_device(io.logits)
+            # one-token runs read fixed buffers (embeddings, positions): bound once
+            if not (step and self._step_bound and name in self._step_buffers):
+                decoder.bind_input(name, value)
+        self._step_bound = step
         growing = isinstance(self.kv, GrowingKVCache)
-        if growing:  # fresh presents every run (a rewind re-bound the pasts)
+        if growing and self._fresh_presents:  # after a rewind re-bound the pasts
             for present, _ in self.kv.handover:
                 decoder.bind_output_to_device(present)
+            self._fresh_presents = False
         decoder.run()
         if growing:
-            handover = self.kv.handover
-            decoder.rebind_outputs_as_inputs_py([p for p, _ in handover], [q for _, q in handover])
+            decoder.rebind_outputs_as_inputs_py(*self._handover)
         logits = decoder.get_output(io.logits)
         if logits.ndim != 3 or logits.shape[0] != b or logits.shape[1] not in (count, 1):
             raise ModelError(

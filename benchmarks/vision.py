@@ -1,0 +1,135 @@
+"""Vision-language models: time to first token with one image, and decode speed, genai against
+onnxruntime-genai (the reference) on the same folder and the same processor output.
+
+    PYTHONPATH=. python benchmarks/vision.py [--kinds phi3v qwen2_5_vl] [--repeat 5]
+        [--hidden 256] [--layers 4] [--new-tokens 64] [--folder DIR]
+
+For each kind, tiny random folders are written with `genai.testing.vision` (``--hidden`` and
+``--layers`` size the decoder; ``--folder`` runs a real folder instead), and a 336x336 and a
+1344x1344 synthetic image are turned into model inputs once by the reference's processor (so
+both engines run the same arrays; the processors are compared elsewhere). TTFT is
+``set_inputs`` (vision, embedding and decoder prompt runs) plus the first
+``generate_next_token``; decode is ``--new-tokens`` greedy steps after it. The engines run
+interleaved, ``--repeat`` times each, after one warm-up run; medians are reported with the
+ratio genai / reference (TTFT: lower is better; decode tok/s: higher is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime_genai as og
+from PIL import Image
+
+import genai
+from genai.testing.vision import write_gemma3, write_phi3v, write_qwen2_5_vl
+
+PROMPTS = {
+    "phi3v": "<|user|>\n<|image_1|>\nwhat is in the picture?<|end|>\n<|assistant|>\n",
+    "qwen2_5_vl": "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>"
+    "what is in the picture?<|im_end|>\n<|im_start|>assistant\n",
+    "gemma3": "<start_of_turn>user\n<start_of_image>what is in the picture?<end_of_turn>\n"
+    "<start_of_turn>model\n",
+}
+WRITERS = {"phi3v": write_phi3v, "qwen2_5_vl": write_qwen2_5_vl, "gemma3": write_gemma3}
+
+
+def picture(path: Path, side: int) -> str:
+    """A synthetic picture: colour gradients, stripes and a disc."""
+    yy, xx = np.mgrid[0:side, 0:side]
+    image = np.stack([xx * 255 // side, yy * 255 // side, (xx // 16 % 2) * 200], -1)
+    image[(xx - side // 2) ** 2 + (yy - side // 3) ** 2 < (side // 5) ** 2] = (240, 30, 30)
+    Image.fromarray(image.astype(np.uint8)).save(path)
+    return str(path)
+
+
+def run_once(
+    module, model, inputs, prompt: int, new_tokens: int
+) -> tuple[float, float, np.ndarray]:
+    """(TTFT seconds, decode tokens per second, the sequence) for a ``prompt``-token input."""
+    params = module.GeneratorParams(model)
+    params.set_search_options(max_length=prompt + new_tokens + 1)
+    generator = module.Generator(model, params)
+    start = time.perf_counter()
+    generator.set_inputs(inputs)
+    generator.generate_next_token()
+    first = time.perf_counter()
+    for _ in range(new_tokens):
+        generator.generate_next_token()
+    end = time.perf_counter()
+    return first - start, new_tokens / (end - first), generator.get_sequence(0)
+
+
+def bench(folder: Path, prompt: str, image: str, repeat: int, new_tokens: int) -> dict:
+    ref_model = og.Model(str(folder))
+    named = ref_model.create_multimodal_processor()(prompt, images=og.Images.open(image))
+    ours_inputs = genai.NamedTensors()
+    for name in named.keys():  # noqa: SIM118 (the reference's NamedTensors does not iterate)
+        ours_inputs[name] = named[name].as_numpy()
+    our_model = genai.Model(folder)
+    engines = {"reference": (og, ref_model, named), "genai": (genai, our_model, ours_inputs)}
+    prompt = named["input_ids"].as_numpy().shape[1]
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
+    sequences = {}
+    for turn in range(repeat + 1):
+        for name, (module, model, inputs) in engines.items():
+            ttft, rate, sequence = run_once(module, model, inputs, prompt, new_tokens)
+            sequences[name] = sequence
+            if turn:  # the first turn warms up
+                results[name].append((ttft, rate))
+    same = np.array_equal(sequences["genai"], sequences["reference"])
+    out = {"tokens": prompt, "same_tokens": same}
+    for name, rows in results.items():
+        out[name] = (
+            statistics.median(r[0] for r in rows),
+            statistics.median(r[1] for r in rows),
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", nargs="+", default=["phi3v", "qwen2_5_vl"], choices=WRITERS)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--sides", type=int, nargs="+", default=[336, 1344])
+    parser.add_argument("--folder", type=Path, help="a real model folder (its prompt: --kinds)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        images = {side: picture(root / f"picture{side}.png", side) for side in args.sides}
+        print(
+            f"{'kind':<11} {'image':>9} {'tokens':>6}  {'TTFT ref':>9} {'TTFT genai':>10} "
+            f"{'ratio':>6}  {'tok/s ref':>9} {'tok/s genai':>11} {'ratio':>6}  same"
+        )
+        for kind in args.kinds:
+            if args.folder is not None:
+                folder = args.folder
+            else:
+                folder = WRITERS[kind](
+                    root,
+                    hidden_size=args.hidden,
+                    num_layers=args.layers,
+                    num_heads=max(4, args.hidden // 64),
+                    num_kv_heads=max(2, args.hidden // 128),
+                )
+            for side, image in images.items():
+                row = bench(folder, PROMPTS[kind], image, args.repeat, args.new_tokens)
+                (ref_ttft, ref_rate), (our_ttft, our_rate) = row["reference"], row["genai"]
+                print(
+                    f"{kind:<11} {side:>4}x{side:<4} {row['tokens']:>6}  "
+                    f"{1000 * ref_ttft:>7.1f}ms {1000 * our_ttft:>8.1f}ms "
+                    f"{our_ttft / ref_ttft:>6.2f}  {ref_rate:>9.0f} {our_rate:>11.0f} "
+                    f"{our_rate / ref_rate:>6.2f}  {row['same_tokens']}"
+                )
+
+
+if __name__ == "__main__":
+    main()
