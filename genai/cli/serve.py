@@ -53,6 +53,11 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
     serve.add_argument(
+        "--whisper",
+        metavar="DIR",
+        help="also serve this Whisper model folder at /v1/audio/transcriptions",
+    )
+    serve.add_argument(
         "--switch-interval",
         type=float,
         default=0.0,
@@ -184,6 +189,10 @@ def _serve(args: argparse.Namespace) -> int:
         overlap_prefill=not args.no_overlap,
         lanes=args.lanes,
     )
+    if args.whisper:
+        from genai.serve.transcriptions import SpeechService  # lazy: the serve extra (fastapi)
+
+        engine.speech = SpeechService.from_path(args.whisper, threads=args.threads)
     print(
         f"genai serve: {engine.model_name} on http://{args.host}:{args.port}/v1 "
         f"({type(engine.runner).__name__}, {args.max_slots} slots)"

@@ -59,6 +59,7 @@ from genai.serve.protocol import (
 )
 from genai.serve.scheduler import GenerationRequest, QueueFullError, Scheduler
 from genai.serve.scheduler_group import SchedulerGroup
+from genai.serve.transcriptions import SpeechService, add_transcription_route
 from genai.serve.webui import mount_webui
 from genai.text.chat_template import ChatTemplateError
 from genai.text.tokenizer import Tokenizer
@@ -223,6 +224,9 @@ class ServeEngine:
         #: scheduler thread takes the GIL back after every model run, and beside a busy event
         #: loop that waits up to the switch interval (Python's default 5 ms).
         self.switch_interval = switch_interval
+        #: A Whisper model for ``/v1/audio/transcriptions`` (`genai.serve.transcriptions`), or
+        #: None (that route answers 400).
+        self.speech: SpeechService | None = None
 
     @classmethod
     def from_path(
@@ -248,6 +252,8 @@ class ServeEngine:
     def shutdown(self) -> None:
         """Stop the scheduler thread (and the edge pool)."""
         self.scheduler.shutdown()
+        if self.speech is not None:
+            self.speech.shutdown()
         pool, self._edge_pool = self._edge_pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -520,6 +526,7 @@ def create_app(
         prepared = await _prepare_completion(engine, body)
         return await _respond(engine, request, prepared)
 
+    add_transcription_route(v1, lambda: engine.speech, engine.model_name)
     app.include_router(v1)
     if webui:
         mount_webui(app, engine, api_key_required=key is not None)
