@@ -399,3 +399,23 @@ def test_gemma3_several_images(folders, images):
         np.testing.assert_allclose(rows, expected, atol=1e-5, rtol=0)
     while not ours.is_done():
         ours.generate_next_token()
+
+
+@pytest.mark.parametrize(("kind", "count"), [("phi3v", 2), ("qwen2_5_vl", 3), ("gemma3", 1)])
+def test_end_to_end_with_genai_processor(folders, images, kind, count):
+    """genai's own processor and generator from the image files: the reference's tokens."""
+    folder = folders[kind]
+    sequences = []
+    for module in (og, genai):
+        model = module.Model(str(folder))
+        processor = model.create_multimodal_processor()
+        named = processor(_prompt(kind, count), images=module.Images.open(*images[:count]))
+        length = np.asarray(named["input_ids"].as_numpy()).shape[1]
+        params = module.GeneratorParams(model)
+        params.set_search_options(max_length=length + NEW_TOKENS)
+        generator = module.Generator(model, params)
+        generator.set_inputs(named)
+        while not generator.is_done():
+            generator.generate_next_token()
+        sequences.append(generator.get_sequence(0))
+    np.testing.assert_array_equal(sequences[1], sequences[0])
