@@ -652,20 +652,3 @@ def test_append_tokens_takes_a_tensor(tmp_path) -> None:
 def test_missing_named_tensor_is_a_tensor_not_found_error() -> None:
     with pytest.raises(genai.errors.TensorNotFoundError, match="Tensor with name: z"):
         genai.NamedTensors()["z"]
-
-
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda params, gen: params.set_speculative_options(num_draft_tokens=4),
-        lambda params, gen: params.get_speculative_options(),
-        lambda params, gen: gen.get_speculative_stats(),
-    ],
-)
-def test_speculative_methods_name_their_issue(call, tmp_path) -> None:
-    from genai.testing.models import write_gqa_decoder
-
-    model = genai.Model(write_gqa_decoder(tmp_path / "m"))
-    params = genai.GeneratorParams(model)
-    with pytest.raises(NotImplementedError, match="speculative decoding.*issue 20"):
-        call(params, genai.Generator(model, params))

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai._core import sampling
-from genai.compat.unsupported import not_implemented
 from genai.constraints.guidance import TokenConstraint
 from genai.constraints.stop import StopStringMatcher
 from genai.errors import (
@@ -46,6 +45,12 @@ from genai.errors import (
 from genai.generation.beam_search import BeamScorer
 from genai.generation.drivers import Driver, LoopSettings, make_driver, require
 from genai.generation.logits import LogitsChain
+from genai.generation.speculative import (
+    SpeculativeDecoder,
+    check_speculative,
+    make_speculative,
+    plain_stats,
+)
 from genai.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -89,6 +94,7 @@ class Generator:
     def __init__(self, model: Model, params: GeneratorParams) -> None:
         self.model = model
         self.search = copy.deepcopy(params.search)
+        check_speculative(params.speculative, model.config, self.search)
         self.search.validate(model.config.context_length)
         io = self._io = model.io
         search = self.search
@@ -163,6 +169,9 @@ class Generator:
         self._sequences = self._loop.array("sequences")
         self._logits_rows = self._loop.array("logits_rows")
         self._init_python_stage(model, params)
+        #: Speculative decoding (`GeneratorParams.set_speculative_options`), or None: rounds
+        #: that verify several proposed tokens in one run, emitted one per step.
+        self._spec: SpeculativeDecoder | None = make_speculative(self, params.speculative)
 
     def _init_python_stage(self, model: Model, params: GeneratorParams) -> None:
         """State beyond the loop: finish tracking, guidance and stop strings."""
@@ -218,6 +227,10 @@ class Generator:
         """Append prompt tokens (1-D for batch 1, or [batch, length]) and run the model on them
         now. Later calls continue the sequence (batch 1)."""
         self._check_terminated()
+        if self._spec is not None:
+            self._spec.settle()  # tokens of a round not emitted yet are dropped
+            if not self._loop.length:
+                self._spec.reset()  # a new sequence: adaptive K, cooldown, lookup start over
         array = np.asarray(tokens)
         if array.dtype.kind not in "iu":
             raise ArgumentTypeError(f"tokens must be integers, got dtype {array.dtype}")
@@ -273,6 +286,9 @@ class Generator:
         """Run the model on pending tokens if needed, choose the next token per row and append
         it."""
         self._check_terminated()
+        spec = self._spec
+        if spec is not None and spec.drain():  # a speculative round's next token
+            return
         loop = self._loop
         if not loop.logits_ready and loop.length == 0:
             raise GenerationError("call append_tokens before generate_next_token")
@@ -282,6 +298,9 @@ class Generator:
             raise GenerationError(
                 f"the rows generated max_new_tokens ({self.search.max_new_tokens}) tokens"
             )
+        if spec is not None:
+            spec.step()
+            return
         if self._python_stage:
             self._guided_step()
             return
@@ -394,9 +413,10 @@ class Generator:
         limit = self.max_length if max_new_tokens is None else int(max_new_tokens)
         if limit < 0:
             raise InvalidArgumentError(f"max_new_tokens must be >= 0, got {limit}")
-        limit = min(limit, max(self._stop_length - loop.length, 0))
+        limit = min(limit, max(self._stop_length - self.token_count(), 0))
         driver = self._driver
-        if self._beams is None and not self._python_stage and driver.fused_steps:
+        fused = driver.fused_steps and self._spec is None
+        if self._beams is None and not self._python_stage and fused:
             return driver.steps(limit)
         made = 0
         while made < limit and not self.is_done():
@@ -445,6 +465,8 @@ class Generator:
         """True when every row finished (EOS, a stop string; beam search: every batch entry has
         its hypotheses) or the sequence reached max_length or max_new_tokens."""
         self._check_terminated()
+        if self._spec is not None and self._spec.pending:
+            return False
         loop = self._loop
         return loop.all_done or loop.length >= self._stop_length or self._all_finished
 
@@ -455,6 +477,8 @@ class Generator:
         is still generating. With beam search ``row`` is a batch entry."""
         if not 0 <= row < self.batch_size:
             raise IndexError(f"row {row} outside [0, {self.batch_size})")
+        if self._spec is not None and self._spec.pending:
+            return None
         loop = self._loop
         if self._beams is not None:
             if loop.all_done:
@@ -490,15 +514,19 @@ class Generator:
             return self._beams.hypothesis(index // returned, index % returned)
         if not 0 <= index < self.batch_size:
             raise IndexError(f"sequence index {index} outside [0, {self.batch_size})")
-        return self._sequences[index, : self._loop.length].copy()
+        return self._sequences[index, : self.token_count()].copy()
 
     def token_count(self) -> int:
         """Tokens in each sequence so far (prompt included)."""
+        if self._spec is not None and self._spec.pending:
+            return self._spec.visible  # the round's tokens emitted so far
         return int(self._loop.length)
 
     def get_logits(self) -> np.ndarray:
         """A copy of the logits the next token is chosen from, float32 [batch, 1, vocab]
         (runs the model on a pending token first, as the reference)."""
+        if self._spec is not None and self._spec.pending:
+            return self._spec.next_logits()  # the verified row the next token comes from
         loop = self._loop
         if not loop.logits_ready:
             self._check_terminated()
@@ -510,6 +538,8 @@ class Generator:
     def set_logits(self, logits: np.ndarray) -> None:
         """Replace the logits the next token is chosen from ([batch, vocab] or
         [batch, 1, vocab], float32)."""
+        if self._spec is not None:
+            self._spec.settle()  # the next token comes from these logits, not a round's
         if self._sampler is not None:
             # Copies in and records block maxima on the way (the top-k then skips that pass).
             self._sampler.load_logits(logits, self._logits_rows)
@@ -590,11 +620,19 @@ class Generator:
         self._driver.set_hidden_states(hidden_states)
 
     def get_speculative_stats(self) -> dict[str, Any]:
-        """Speculative decoding statistics: not available until speculative decoding lands."""
-        raise not_implemented("Generator.get_speculative_stats", "speculative")
+        """Speculative decoding's counters, as the reference reports them (rounds, proposed /
+        accepted tokens, acceptance_rate, target runs, ...; every counter 0 without
+        speculative decoding); see `genai.generation.speculative.stats`."""
+        return plain_stats() if self._spec is None else self._spec.stats()
 
     def rewind_to(self, length: int) -> None:
         """Drop tokens after the first ``length``; the next step continues from there."""
+        if self._spec is not None:
+            self._spec.settle()  # tokens of a round not emitted yet are dropped
+            if length == 0:
+                self._spec.reset()
+            else:
+                self._spec.proposer.invalidate()
         current = self._loop.length
         if not 0 <= length <= current:
             raise InvalidArgumentError(
@@ -615,6 +653,8 @@ class Generator:
         """The state after the tokens so far (tokens and their KV cache), to start other
         generators from (`restore`) without recomputing them: e.g. after a system prompt.
         Batch 1, beam 1."""
+        if self._spec is not None:
+            self._spec.settle()
         if self.rows != 1:
             raise UnsupportedFeatureError("snapshot needs batch_size 1 and num_beams 1")
         driver = self._driver

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genai.compat.unsupported import not_implemented
 from genai.constraints.guidance import check_guidance
 from genai.errors import ArgumentTypeError, InvalidArgumentError
 from genai.generation.logits import ProcessorLike, check_processor
 from genai.generation.search import SearchOptions
+from genai.generation.speculative.options import SpeculativeOptions
 
 if TYPE_CHECKING:
     from genai.runtime.model import Model
@@ -35,6 +35,8 @@ class GeneratorParams:
         self.logit_bias: dict[int, float] = {}
         #: custom stages of the logits chain, in order (`add_logits_processor`)
         self.logits_processors: list[ProcessorLike] = []
+        #: speculative decoding (`set_speculative_options`), from the model's section
+        self.speculative = SpeculativeOptions.from_config(model.config)
 
     def set_search_options(self, **options: Any) -> None:
         """Set search options by name (unknown names and wrong types raise).
@@ -49,14 +51,15 @@ class GeneratorParams:
         return self.search.as_reference_dict()
 
     def set_speculative_options(self, **options: Any) -> None:
-        """The reference's speculative-decoding options: not supported until speculative
-        decoding lands."""
-        raise not_implemented("GeneratorParams.set_speculative_options", "speculative")
+        """Set speculative-decoding options by name, as the reference (``ngram_size``,
+        ``max_draft_tokens``, ``ngram_chained_lookup``, ``min_adaptive_k``, ``cooldown``; see
+        `genai.generation.speculative.options`); a bad name, type or range raises
+        `SpeculativeOptionError` with the reference's message."""
+        self.speculative.update(**options)
 
     def get_speculative_options(self) -> dict[str, float | bool]:
-        """The reference's speculative-decoding options: not supported until speculative
-        decoding lands."""
-        raise not_implemented("GeneratorParams.get_speculative_options", "speculative")
+        """All speculative options; numbers as floats, as the reference returns them."""
+        return self.speculative.as_reference_dict()
 
     def set_logit_bias(self, bias: dict[int, float]) -> None:
         """Add ``bias[id]`` to token ``id``'s logit every step (OpenAI's ``logit_bias``;

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from genai.errors import GenerationError, TensorNotFoundError
+from genai.errors import GenerationError, InvalidArgumentError, TensorNotFoundError
 from genai.generation.drivers.base import LoopSettings, new_loop
 from genai.generation.drivers.common import SessionInputs, bind_outputs
 from genai.kv.kv_cache import make_kv_cache
@@ -22,7 +22,24 @@ if TYPE_CHECKING:
     from genai.generation.search import SearchOptions
     from genai.runtime.model import Model
 
-__all__ = ["NativeDriver"]
+__all__ = ["NEW_TOKEN_LOGITS", "VERIFY_TOKENS", "NativeDriver", "verify_output"]
+
+#: The output genai's builder writes beside last-token ``logits``: the logits of every new token
+#: of a run on top of a past of at most `VERIFY_TOKENS` tokens.
+NEW_TOKEN_LOGITS = "new_token_logits"
+VERIFY_TOKENS = 17
+
+
+def verify_output(session: NativeSession, logits: str) -> tuple[str, int] | None:
+    """The output of ``session`` with a logits row per token of a run, and the most tokens a
+    run gets rows for: ``logits`` itself when it holds every position, the builder's
+    `NEW_TOKEN_LOGITS`; None when the graph returns the last position's only."""
+    if NEW_TOKEN_LOGITS in session.output_dtypes:
+        return NEW_TOKEN_LOGITS, VERIFY_TOKENS
+    shape = session.output_shapes.get(logits) or []
+    if len(shape) == 3 and shape[1] == 1:
+        return None
+    return logits, 1 << 30
 
 
 class NativeDriver(SessionInputs):
@@ -88,6 +105,38 @@ class NativeDriver(SessionInputs):
     def reorder(self, order: np.ndarray) -> None:
         """Beam search: the KV rows follow ``order``."""
         self.kv.reorder(order)
+
+    # --- speculative decoding -------------------------------------------------------------------
+    @property
+    def verify_tokens(self) -> int:
+        """The most tokens `verify` runs at once (0: it cannot, the model returns the last
+        position's logits only)."""
+        found = verify_output(self.session, self.io.logits)
+        return found[1] if found else 0
+
+    def verify(self, tokens: np.ndarray) -> np.ndarray:
+        """Append ``tokens`` (int32 [rows, n]) after the sequences and run them with the
+        pending tokens in one run; returns the logits of every token run, float32
+        [rows, count, vocab] (count: pending + n). The tokens stay in the sequences and the
+        KV cache; `rewind` keeps what a caller accepts."""
+        loop = self.loop
+        found = verify_output(self.session, self.io.logits)
+        if found is None:
+            raise GenerationError("the model returns the last position's logits only")
+        name, most = found
+        count = loop.length - loop.computed + tokens.shape[1]
+        if count > most:
+            raise InvalidArgumentError(f"verify runs at most {most} tokens at once, not {count}")
+        for column in np.asarray(tokens, np.int32).T:
+            loop.push_tokens(column, False)
+        loop.run(False)
+        logits = self.session.get_output(name)
+        if logits.ndim != 3 or logits.shape[1] != count:
+            raise GenerationError(
+                f"the model returned logits of shape {list(logits.shape)} for a run of {count} "
+                "tokens: verifying proposed tokens needs one row per token"
+            )
+        return np.asarray(logits, np.float32)
 
     # --- snapshots ------------------------------------------------------------------------------
     @property

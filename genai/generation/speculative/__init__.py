@@ -1,0 +1,107 @@
+"""Speculative decoding: propose several tokens cheaply, verify them in one model run, keep
+the longest prefix the model agrees with (plus one token of its own).
+
+* `options`: the reference's options (``set_speculative_options``, the ``speculative``
+  section) and their checks;
+* `ngram`: prompt lookup (n-gram) proposals;
+* `policy`: adaptive K and cooldown;
+* `decoder`: the rounds inside a `genai.Generator` (verify, accept, commit, emit one token
+  per call);
+* `stats`: the counters behind `Generator.get_speculative_stats`.
+
+`make_speculative` is what a generator calls: it checks what the reference refuses and
+returns the `SpeculativeDecoder` for the generator's options, or None when they ask for none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from genai.errors import SearchOptionError, UnsupportedFeatureError
+from genai.generation.speculative.decoder import Proposer, SpeculativeDecoder
+from genai.generation.speculative.ngram import NGramLookup, NGramProposer
+from genai.generation.speculative.options import SpeculativeOptionError, SpeculativeOptions
+from genai.generation.speculative.stats import SpeculativeCounters
+
+__all__ = [
+    "NGramLookup",
+    "NGramProposer",
+    "Proposer",
+    "SpeculativeCounters",
+    "SpeculativeDecoder",
+    "SpeculativeOptionError",
+    "SpeculativeOptions",
+    "check_speculative",
+    "make_speculative",
+    "plain_stats",
+]
+
+
+def plain_stats() -> dict[str, Any]:
+    """`Generator.get_speculative_stats` of a generator without speculative decoding (every
+    counter 0, as the reference)."""
+    return SpeculativeCounters().as_reference_dict()
+
+
+def check_speculative(options: SpeculativeOptions, config: Any, search: Any) -> None:
+    """What the reference refuses before anything else when a generator is made: chained
+    lookup without n-gram decoding, n-gram decoding with a draft model, batch > 1, beam
+    search, several return sequences (``config``: the model's `Config`; ``search``: the
+    generator's `SearchOptions`)."""
+    if options.ngram_chained_lookup and not options.ngram:
+        raise SpeculativeOptionError(
+            "speculative.ngram_chained_lookup requires speculative.ngram_size to enable n-gram "
+            "decoding."
+        )
+    if not options.ngram:
+        return
+    if config.get("model.draft"):
+        raise UnsupportedFeatureError(
+            "N-gram decoding cannot be combined with draft-model speculative decoding."
+        )
+    what = "N-gram decoding"
+    if search.batch_size != 1:
+        raise UnsupportedFeatureError(f"{what} requires batch_size=1 in this release.")
+    if search.num_beams != 1:
+        raise UnsupportedFeatureError(f"{what} does not support beam search in this release.")
+    if search.num_return_sequences != 1:
+        raise UnsupportedFeatureError(f"{what} requires num_return_sequences=1 in this release.")
+
+
+def make_speculative(generator: Any, options: SpeculativeOptions) -> SpeculativeDecoder | None:
+    """The speculative decoder ``generator`` (a `genai.Generator`, its driver made) runs with
+    ``options`` (checked by `check_speculative`), or None when they ask for none. Raises what
+    the reference raises for a model it cannot run, with its messages."""
+    if not options.ngram:
+        return None
+    check_plain_decoding(generator, "N-gram decoding")
+    counters = SpeculativeCounters()
+    proposer = NGramProposer(options.ngram_size, options.ngram_chained_lookup, counters)
+    return SpeculativeDecoder(generator, options, proposer, counters)
+
+
+def check_plain_decoding(generator: Any, what: str) -> None:
+    """Refuse, as the reference does, a model whose runs cannot be verified (windowed or
+    pipeline models, last-position-only logits); and log-probabilities (beyond the
+    reference)."""
+    search, driver = generator.search, generator._driver
+    if getattr(driver, "verify", None) is None:
+        if generator.model.config.get("model.decoder.sliding_window"):
+            raise UnsupportedFeatureError(
+                f"{what} requires a rewindable KV cache; sliding-window, hybrid, and "
+                "model-managed state are not supported in this release."
+            )
+        raise UnsupportedFeatureError(
+            f"{what} requires a plain decoder-only text model in this release."
+        )
+    if not driver.verify_tokens:
+        raise UnsupportedFeatureError(
+            f"{what} requires target logits for every verified token; pruned last-token-only "
+            "logits are not supported in this release. (A folder built by genai's builder "
+            "before new_token_logits: rebuild it, e.g. `genai pull --force` for the default "
+            "model.)"
+        )
+    if search.logprobs or search.top_logprobs:
+        raise SearchOptionError(
+            "log-probabilities (logprobs) do not work with speculative decoding"
+        )

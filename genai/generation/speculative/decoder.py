@@ -1,0 +1,330 @@
+"""`SpeculativeDecoder`: the rounds of speculative decoding inside a `genai.Generator`.
+
+A round (`SpeculativeDecoder.step`, when nothing is queued):
+
+1. **propose** K tokens (a `Proposer`: prompt lookup, a draft model); none: one plain step;
+2. **verify**: the driver runs the pending token and the K proposals in one model run
+   (`NativeDriver.verify`) and returns a logits row per position: the row before proposal i
+   judges it;
+3. **accept**: each row goes through the generator's logits chain (`LogitsChain.process`:
+   penalties, bias, custom processors, then the choice: greedy argmax, or a draw from the
+   sampler's own random stream) in order; a proposal is accepted while it equals the chosen
+   token. The first mismatch (a *correction*), or the row after the last proposal (a *bonus*),
+   gives one more token. Choosing from the target's own distribution at every position is
+   rejection sampling for a proposal that is a single token (Leviathan et al. with a one-hot
+   draft distribution): the accepted tokens and the correction are exactly a draw from the
+   target, one uniform per emitted token, the same stream plain decoding draws from;
+4. **commit**: the sequences and the KV cache keep the emitted tokens (`rewind` to them; the
+   last one stays pending, as after a plain step), and the tokens are queued.
+
+Each `generate_next_token` call then emits one queued token (`drain`), so callers see one token
+per call as with plain decoding: while tokens are queued the generator reports the sequence,
+token count, done state and logits of what was emitted so far (`visible`). Rewinding,
+appending or setting logits first discards what is still queued (`settle`).
+
+EOS ends the round (the EOS is not added to the sequence, as a plain step that finishes the
+last row); max_length and max_new_tokens cut it; stop strings are matched as tokens are
+emitted, and a stop discards the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from genai.generation.speculative.options import SpeculativeOptions
+from genai.generation.speculative.policy import AdaptiveK, Cooldown
+from genai.generation.speculative.stats import SpeculativeCounters
+
+if TYPE_CHECKING:
+    from genai.generation.logits import LogitsChain
+
+__all__ = ["Proposer", "SpeculativeDecoder"]
+
+
+class Proposer(Protocol):
+    """Proposes the tokens a round verifies."""
+
+    def propose(self, committed: np.ndarray, count: int) -> list[int]:
+        """Up to ``count`` tokens to follow ``committed`` (the sequence so far, int32)."""
+        ...
+
+    def invalidate(self) -> None:
+        """The committed sequence changed other than by appending (rewind, new prompt)."""
+        ...
+
+    def accepted(self, committed: np.ndarray) -> None:
+        """A round committed tokens: ``committed`` is the sequence now."""
+        ...
+
+
+class SpeculativeDecoder:
+    """Speculative rounds for one generator (see the module docstring). ``generator`` is the
+    `genai.Generator` whose loop, driver and logits chain it uses."""
+
+    def __init__(
+        self,
+        generator: Any,
+        options: SpeculativeOptions,
+        proposer: Proposer,
+        counters: SpeculativeCounters,
+    ) -> None:
+        self.g = generator
+        self.options = options
+        self.proposer = proposer
+        self.counters = counters
+        self.adaptive = AdaptiveK(options.max_draft_tokens, options.min_adaptive_k)
+        self.cooldown = Cooldown(options.cooldown)
+        self._eos = frozenset(int(t) for t in generator._eos)
+        chain: LogitsChain = generator._chain
+        self._chain = chain
+        #: greedy with no stage that changes the logits: the choice is the plain argmax
+        self._argmax = chain.loop_sampler is None and not chain.python_stage
+        self._out = np.zeros(1, np.int32)
+        #: the round's tokens not emitted yet, and the logits rows they were chosen from
+        self.queue: list[int] = []
+        self._rows: np.ndarray | None = None
+        self._emitted = 0
+        #: the sequence length the caller sees while tokens are queued
+        self.visible = 0
+        self._round: dict[str, Any] = {}
+        #: the last step emitted a round's last token (its token is pending: a plain step
+        #: runs it, what the reference counts as a re-anchoring target run)
+        self._after_round = False
+
+    # --- what the generator asks ----------------------------------------------------------------
+    @property
+    def pending(self) -> bool:
+        """True while a round has tokens to emit."""
+        return bool(self.queue)
+
+    def next_logits(self) -> np.ndarray:
+        """The raw logits the next queued token was chosen from, [1, 1, vocab]."""
+        assert self._rows is not None
+        return self._rows[self._emitted][None, None, :].copy()
+
+    def stats(self) -> dict[str, Any]:
+        """`Generator.get_speculative_stats`."""
+        return self.counters.as_reference_dict(
+            buffered=len(self.queue),
+            effective_k=self.adaptive.k,
+            adaptive=self.adaptive,
+            cooldown=self.cooldown,
+        )
+
+    # --- steps ----------------------------------------------------------------------------------
+    def drain(self) -> bool:
+        """Emit the next queued token; False when none is queued."""
+        if not self.queue:
+            return False
+        g = self.g
+        token = self.queue.pop(0)
+        self._emitted += 1
+        g._loop.array("next_tokens")[0] = token
+        if token in self._eos:
+            g._done[0] = 1  # as a plain step that finishes the last row: not in the sequence
+            g._all_finished = True
+            # as the reference: the EOS decision is not an emitted token; the round ends
+            # interrupted, its tokens after EOS discarded
+            self.counters.tokens_discarded += 1 + len(self.queue)
+            self.queue.clear()
+            self._end_round(interrupted=True)
+            return True
+        self.counters.tokens_emitted += 1
+        self.visible += 1
+        if g._stops is not None:
+            g._match_stop(0, token)
+            if g._finish[0] == "stop":
+                if self.queue:  # the rest was not seen: drop it, keep the stop
+                    self._discard()
+                    g._done[0] = 1
+                g._all_finished = True
+        if not self.queue:
+            # a bonus beyond max_length is not computed here; the reference queues and
+            # discards it, ending the round interrupted
+            cut = self._round.get("cut", 0)
+            self.counters.tokens_discarded += cut
+            self._end_round(interrupted=bool(cut))
+            self._after_round = True
+        return True
+
+    def step(self) -> None:
+        """A new round (or a plain step: cooldown, nothing proposed); emits its first
+        token."""
+        g = self.g
+        loop = g._loop
+        length = loop.length
+        after_round, self._after_round = self._after_round, False
+        if self.cooldown.active:
+            self._plain_step(after_round)
+            self.cooldown.complete_step()
+            return
+        budget = self.adaptive.k
+        room = g._stop_length - length
+        # the verify run feeds the pending token(s) and the proposals
+        k = min(budget, room, g._driver.verify_tokens - (length - loop.computed))
+        started = time.perf_counter()
+        proposal = self.proposer.propose(g._sequences[0, :length], k)[:k]
+        propose_ms = (time.perf_counter() - started) * 1e3
+        self.counters.total_draft_ms += propose_ms
+        if not proposal:
+            self._plain_step(after_round)
+            return
+        k = len(proposal)
+        filled = k == budget
+        # logits already current (after a prompt, or set_logits) judge the first proposal
+        ready = g._logits_rows[0].copy() if loop.logits_ready else None
+        started = time.perf_counter()
+        logits = g._driver.verify(np.asarray(proposal, np.int32)[None, :])[0]
+        target_ms = (time.perf_counter() - started) * 1e3
+        self.counters.target_verify_forward_passes += 1
+        self.counters.total_target_verify_ms += target_ms
+        if ready is not None:
+            rows = np.concatenate([ready[None, :], logits[logits.shape[0] - k :]], axis=0)
+        else:  # the pending token's row judges the first proposal
+            rows = logits[logits.shape[0] - k - 1 :]
+        emitted, accepted, evaluated = self._accept(rows, proposal, length, room)
+        cut = 1 if accepted == k and len(emitted) == k and emitted[-1] not in self._eos else 0
+        self._commit(length, emitted, accepted)
+        counters = self.counters
+        counters.rounds += 1
+        counters.draft_tokens_proposed += k
+        counters.draft_tokens_evaluated += evaluated
+        counters.draft_tokens_accepted += accepted
+        counters.tokens_queued += len(emitted) + cut
+        counters.k_counts[k] = counters.k_counts.get(k, 0) + 1
+        if accepted == k:
+            counters.bonus_tokens += 1
+        else:
+            counters.correction_tokens += 1
+        self._rows = rows
+        self._emitted = 0
+        self.visible = length
+        self._round = {
+            "k": k,
+            "evaluated": evaluated,
+            "accepted": accepted,
+            "filled": filled,
+            "propose_ms": propose_ms,
+            "target_ms": target_ms,
+            "queued": len(emitted),
+            "cut": cut,
+        }
+        self.queue = list(emitted)
+        self.drain()
+
+    def settle(self) -> None:
+        """Discard the queued tokens (before a rewind, an append, set_logits, a snapshot):
+        the sequences and the KV cache go back to what was emitted."""
+        if self.queue:
+            self._discard()
+            self._end_round(interrupted=True)
+
+    def reset(self) -> None:
+        """A new sequence (rewind to 0, a new prompt): the policies and the proposer start
+        over."""
+        self.settle()
+        self.adaptive.reset()
+        self.cooldown.reset()
+        self.proposer.invalidate()
+
+    # --- the parts of a round -------------------------------------------------------------------
+    def _plain_step(self, after_round: bool) -> None:
+        g = self.g
+        if after_round and not g._loop.logits_ready:
+            self.counters.target_reanchor_forward_passes += 1
+        if g._python_stage:
+            g._guided_step()
+        else:
+            g._driver.step()
+        self.counters.standard_fallback_steps += 1
+
+    def _choose(self, row: np.ndarray, length: int) -> int:
+        """The chain's choice from ``row`` for the token at ``length``."""
+        if self._argmax:
+            token = int(np.argmax(row))
+            if np.isnan(row[token]):
+                raise ValueError("cannot choose a token: logits contain NaN")
+            return token
+        g, chain = self.g, self._chain
+        logits = row[None, :].copy()
+        chain.sampler.forget_logits()
+        chain.process(
+            logits,
+            g._sequences,
+            length,
+            self._out,
+            prompt_lengths=g._loop.prompt_length,
+        )
+        return int(self._out[0])
+
+    def _accept(
+        self, rows: np.ndarray, proposal: Sequence[int], length: int, room: int
+    ) -> tuple[list[int], int, int]:
+        """The tokens the round emits (accepted proposals, then the correction or bonus, cut
+        at EOS and at ``room``), how many proposals were accepted and how many judged."""
+        emitted: list[int] = []
+        accepted = evaluated = 0
+        for i in range(len(proposal) + 1):
+            token = self._choose(rows[i], length + i)
+            emitted.append(token)
+            match = False
+            if i < len(proposal):
+                evaluated += 1
+                match = token == proposal[i]
+                accepted += match
+            if not match or len(emitted) >= room or token in self._eos:
+                break
+        return emitted, accepted, evaluated
+
+    def _commit(self, length: int, emitted: list[int], accepted: int) -> None:
+        """Keep the emitted tokens in the sequences and the KV cache (an EOS is not added);
+        the last one stays pending, as after a plain step."""
+        g = self.g
+        loop, driver = g._loop, g._driver
+        body = emitted[:-1] if emitted[-1] in self._eos else emitted
+        end = length + len(body)
+        if body:
+            g._sequences[0, length:end] = body
+        if end <= loop.length:
+            driver.rewind(end)
+        else:  # every proposal accepted: the bonus follows them
+            loop.push_tokens(np.array(body[-1:], np.int32), False)
+        self.proposer.accepted(g._sequences[0, :end])
+
+    def _discard(self) -> None:
+        self.counters.tokens_discarded += len(self.queue)
+        self.queue.clear()
+        self.g._driver.rewind(self.visible)
+
+    def _end_round(self, interrupted: bool) -> None:
+        info, counters = self._round, self.counters
+        self._rows = None
+        if not info:
+            return
+        self._round = {}
+        if interrupted:
+            counters.interrupted_rounds += 1
+            return
+        counters.completed_rounds += 1
+        evaluated, accepted, k = info["evaluated"], info["accepted"], info["k"]
+        if evaluated:
+            if not accepted:
+                counters.zero_accept_rounds += 1
+            elif accepted == evaluated:
+                counters.full_accept_rounds += 1
+            else:
+                counters.partial_accept_rounds += 1
+        self.cooldown.record(k, self.adaptive.minimum, evaluated, accepted)
+        self.adaptive.record(
+            k,
+            evaluated,
+            accepted,
+            info["queued"],
+            info["filled"],
+            info["propose_ms"],
+            info["target_ms"],
+        )

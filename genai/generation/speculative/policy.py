@@ -1,0 +1,198 @@
+"""How many tokens a round proposes (adaptive K) and when to pause speculation (cooldown), with
+the reference's rules.
+
+`AdaptiveK` (``min_adaptive_k`` > 0): K starts at ``min_adaptive_k`` and moves by one between
+it and 16, from smoothed per-K estimates (EWMA, alpha 0.25) of tokens per millisecond and of
+the acceptance rate, recorded only for completed rounds that filled their proposal budget.
+After two stable observations of the current K, an acceptance below 0.5 probes K - 1, one of
+0.75 or more probes K + 1; a probe runs two rounds and is kept when its throughput is at least
+0.97x the origin's (and, probing up, its acceptance stays >= 0.75); a probe below 0.8x is
+abandoned at once. A kept probe waits one round before the next, a rejected one six. With
+``min_adaptive_k`` 0, K is ``max_draft_tokens``, fixed.
+
+`Cooldown` (``cooldown``): three completed rounds in a row at the minimum K that accept
+nothing make the next step a plain one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["MAX_K", "AdaptiveK", "Cooldown"]
+
+#: The largest K adaptive speculation reaches (and max_draft_tokens' upper bound).
+MAX_K = 16
+
+_ALPHA = 0.25
+_HIGH_ACCEPTANCE = 0.75
+_LOW_ACCEPTANCE = 0.50
+_PROBE_RETENTION = 0.97
+_SEVERE_REGRESSION = 0.80
+_MIN_SAMPLES = 2
+_PROBE_SAMPLES = 2
+_KEPT_PROBE_WAIT = 1
+_REJECTED_PROBE_WAIT = 6
+
+
+@dataclass
+class _Estimate:
+    tokens: float = 0.0
+    milliseconds: float = 0.0
+    acceptance: float = 0.0
+    samples: int = 0
+
+    def update(self, tokens: float, milliseconds: float, acceptance: float) -> None:
+        if not self.samples:
+            self.tokens, self.milliseconds, self.acceptance = tokens, milliseconds, acceptance
+        else:
+            self.tokens += _ALPHA * (tokens - self.tokens)
+            self.milliseconds += _ALPHA * (milliseconds - self.milliseconds)
+            self.acceptance += _ALPHA * (acceptance - self.acceptance)
+        self.samples += 1
+
+    @property
+    def throughput(self) -> float:
+        return self.tokens / self.milliseconds if self.milliseconds > 0 else 0.0
+
+
+class AdaptiveK:
+    """The number of tokens each round proposes (see the module docstring)."""
+
+    def __init__(self, fixed_k: int, min_adaptive_k: int) -> None:
+        self.enabled = min_adaptive_k > 0
+        self.minimum = min_adaptive_k if self.enabled else fixed_k
+        self.maximum = MAX_K if self.enabled else fixed_k
+        self.increases = self.decreases = self.observations = self.probes = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the first K, forgetting every estimate (the counters stay)."""
+        self.k = self.minimum
+        self._estimates = [_Estimate() for _ in range(MAX_K + 1)]
+        self._origin = 0  # the K a probe started from (0: not probing)
+        self._probe_rounds = 0
+        self._stable_rounds = 0
+        self._wait = 0
+
+    @property
+    def throughput(self) -> float:
+        """The current K's estimated tokens per millisecond (the probe origin's while a
+        probe has no sample yet)."""
+        current = self._estimates[self.k]
+        if current.samples:
+            return current.throughput
+        return self._estimates[self._origin].throughput if self._origin else 0.0
+
+    def record(
+        self,
+        k: int,
+        evaluated: int,
+        accepted: int,
+        emitted: int,
+        filled: bool,
+        propose_ms: float,
+        target_ms: float,
+    ) -> None:
+        """A completed round that proposed ``k`` tokens (``filled``: as many as asked),
+        judged ``evaluated`` of them, accepted ``accepted`` and emitted ``emitted``."""
+        total = propose_ms + target_ms
+        if (
+            not self.enabled
+            or k != self.k
+            or evaluated <= 0
+            or not emitted
+            or not filled
+            or not math.isfinite(total)
+            or total <= 0
+        ):
+            return
+        estimate = self._estimates[k]
+        estimate.update(float(emitted), total, accepted / evaluated)
+        self.observations += 1
+        if self._origin:
+            self._probe_rounds += 1
+            origin = self._estimates[self._origin]
+            if origin.throughput > 0 and estimate.throughput < origin.throughput * (
+                _SEVERE_REGRESSION
+            ):
+                self._finish_probe(keep=False)
+            elif self._probe_rounds >= _PROBE_SAMPLES:
+                fast_enough = (
+                    origin.throughput <= 0
+                    or estimate.throughput >= origin.throughput * _PROBE_RETENTION
+                )
+                accepts_enough = self.k < self._origin or estimate.acceptance >= _HIGH_ACCEPTANCE
+                self._finish_probe(keep=fast_enough and accepts_enough)
+            return
+        self._stable_rounds += 1
+        if self._wait:
+            self._wait -= 1
+            return
+        if estimate.samples < _MIN_SAMPLES:
+            return
+        if estimate.acceptance < _LOW_ACCEPTANCE and self.k > self.minimum:
+            self._start_probe(self.k - 1)
+        elif (
+            estimate.acceptance >= _HIGH_ACCEPTANCE
+            and self.k < self.maximum
+            and self._stable_rounds >= _MIN_SAMPLES
+        ):
+            self._start_probe(self.k + 1)
+
+    def _move(self, k: int) -> None:
+        if k > self.k:
+            self.increases += 1
+        elif k < self.k:
+            self.decreases += 1
+        self.k = k
+
+    def _start_probe(self, k: int) -> None:
+        self._origin = self.k
+        self._probe_rounds = self._stable_rounds = 0
+        self.probes += 1
+        self._move(k)
+
+    def _finish_probe(self, keep: bool) -> None:
+        if not keep:
+            self._move(self._origin)
+        self._origin = self._probe_rounds = self._stable_rounds = 0
+        self._wait = _KEPT_PROBE_WAIT if keep else _REJECTED_PROBE_WAIT
+
+
+class Cooldown:
+    """One plain step after three zero-acceptance rounds in a row (see the module docstring)."""
+
+    THRESHOLD = 3
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.entries = self.steps = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the streak and any pending plain step (the counters stay)."""
+        self._streak = 0
+        self.remaining = 0
+
+    @property
+    def active(self) -> bool:
+        """True when the next step is a plain one."""
+        return self.remaining > 0
+
+    def record(self, k: int, minimum_k: int, evaluated: int, accepted: int) -> None:
+        """A completed round (see `AdaptiveK.record`)."""
+        if not self.enabled or evaluated <= 0:
+            return
+        if accepted or k != minimum_k:
+            self._streak = 0
+            return
+        self._streak += 1
+        if self._streak == self.THRESHOLD:
+            self.remaining, self._streak = 1, 0
+            self.entries += 1
+
+    def complete_step(self) -> None:
+        """The plain step was made."""
+        self.remaining -= 1
+        self.steps += 1

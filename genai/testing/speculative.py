@@ -1,0 +1,119 @@
+"""Fixture folders for speculative-decoding tests.
+
+* `write_table_decoder`: a decoder without KV cache whose logits depend on the last token only
+  (a Markov chain: ``logits[t] = table[input_ids[t]]``), so what a run returns and the exact
+  distribution of any generated token are known in closed form (`markov_distribution`);
+* `transition_table`: a table where each token is followed by the next one (mod ``vocab - 1``),
+  with overrides, the controlled model the reference's own n-gram tests use;
+* `last_token_only`: the same with ``logits`` pruned to the last position (what speculative
+  decoding must refuse).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from genai.runtime.onnx_graph import GraphBuilder
+
+__all__ = ["markov_distribution", "transition_table", "write_table_decoder"]
+
+
+def transition_table(
+    vocab_size: int = 10, overrides: Mapping[int, int] | None = None, high: float = 20.0
+) -> np.ndarray:
+    """Logits [vocab, vocab]: token t is followed by ``(t + 1) % (vocab - 1)`` (so the last id,
+    the EOS of `write_table_decoder`, never follows unless an override says so); ``overrides``
+    {token: next} replace a row. ``high`` / ``-high``: the chosen / other logits."""
+    table = np.full((vocab_size, vocab_size), -high, np.float32)
+    for token in range(vocab_size):
+        table[token, (token + 1) % (vocab_size - 1)] = high
+    for source, target in (overrides or {}).items():
+        table[source, :] = -high
+        table[source, target] = high
+    return table
+
+
+def write_table_decoder(
+    out_dir: str | pathlib.Path,
+    table: np.ndarray,
+    *,
+    name: str = "table-decoder",
+    last_token_only: bool = False,
+    context_length: int = 64,
+) -> pathlib.Path:
+    """A folder whose graph maps ``input_ids`` [batch, seq] (int32, with an unused
+    ``attention_mask``) to ``logits = table[input_ids]`` [batch, seq, vocab] (``last_token_only``:
+    [batch, 1, vocab], the last position). No KV cache (``num_hidden_layers`` 0). EOS is the
+    last id, pad and BOS 0."""
+    table = np.asarray(table, np.float32)
+    vocab = table.shape[0]
+    if table.shape != (vocab, vocab):
+        raise ValueError(f"table must be [vocab, vocab], got {list(table.shape)}")
+    g = GraphBuilder(name)
+    g.input("input_ids", TensorProto.INT32, ["batch", "sequence"])
+    g.input("attention_mask", TensorProto.INT32, ["batch", "total_sequence"])
+    rows = g.op("Gather", g.weight("logits_table", table), "input_ids", axis=0)
+    if last_token_only:
+        g.op("Gather", rows, g.const([-1]), axis=1, out="logits")
+        g.output("logits", TensorProto.FLOAT, ["batch", 1, vocab])
+    else:
+        g.op("Identity", rows, out="logits")
+        g.output("logits", TensorProto.FLOAT, ["batch", "sequence", vocab])
+    folder = pathlib.Path(out_dir) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(g.model(), str(folder / "model.onnx"))
+    config = {
+        "model": {
+            "type": "llama",
+            "vocab_size": vocab,
+            "context_length": context_length,
+            "bos_token_id": 0,
+            "eos_token_id": [vocab - 1],
+            "pad_token_id": 0,
+            "decoder": {
+                "session_options": {"provider_options": []},
+                "filename": "model.onnx",
+                "head_size": 1,
+                "hidden_size": 1,
+                "num_attention_heads": 1,
+                "num_key_value_heads": 1,
+                "num_hidden_layers": 0,
+                "inputs": {
+                    "input_ids": "input_ids",
+                    "attention_mask": "attention_mask",
+                    "past_key_names": "past_key_values.%d.key",
+                    "past_value_names": "past_key_values.%d.value",
+                },
+                "outputs": {
+                    "logits": "logits",
+                    "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value",
+                },
+            },
+        },
+        "search": {"max_length": context_length},
+    }
+    (folder / "genai_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return folder
+
+
+def markov_distribution(
+    table: np.ndarray, last_token: int, steps: int, temperature: float = 1.0
+) -> np.ndarray:
+    """The exact distribution [vocab] of the token ``steps`` after ``last_token`` under plain
+    temperature sampling (no top-k / top-p) from `write_table_decoder`'s model, ignoring EOS
+    (its row is the table's)."""
+    logits = np.asarray(table, np.float64) / temperature
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    state = np.zeros(table.shape[0])
+    state[last_token] = 1.0
+    for _ in range(steps):
+        state = state @ probs
+    return state

@@ -1,0 +1,516 @@
+"""Prompt-lookup (n-gram) speculative decoding: the reference's API, checks and semantics, and
+output identical to plain decoding.
+
+Independent references: onnxruntime-genai 0.18 on the same folders (its tokens, traces, stats
+and error messages), its plain decoding, and the closed-form distribution of a Markov-chain
+model (`genai.testing.speculative`) for sampling.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import genai
+from genai.testing.models import write_gqa_decoder
+from genai.testing.speculative import markov_distribution, transition_table, write_table_decoder
+
+og = pytest.importorskip("onnxruntime_genai")
+scipy_stats = pytest.importorskip("scipy.stats")
+
+#: Stats keys both engines count the same way (timings and the history sync counts differ).
+STATS = [
+    "rounds",
+    "completed_rounds",
+    "interrupted_rounds",
+    "active_rounds",
+    "draft_tokens_proposed",
+    "draft_tokens_evaluated",
+    "draft_tokens_accepted",
+    "correction_tokens",
+    "bonus_tokens",
+    "tokens_queued",
+    "tokens_emitted",
+    "tokens_discarded",
+    "tokens_buffered",
+    "target_forward_passes",
+    "standard_fallback_steps",
+    "ngram_lookup_hits",
+    "ngram_lookup_misses",
+    "ngram_lookup_tokens_proposed",
+    "ngram_chained_tokens_proposed",
+    "full_accept_rounds",
+    "partial_accept_rounds",
+    "zero_accept_rounds",
+    "effective_k",
+    "cooldown_entries",
+    "cooldown_steps",
+    "cooldown_remaining",
+    "acceptance_rate",
+    "avg_draft_tokens_per_round",
+    "expected_tokens_per_round",
+]
+
+
+def _run(mod, folder, prompt, max_length, spec=None, steps=None, **search):
+    """Greedy (unless ``search`` says otherwise) generation; returns (sequence, per-step trace
+    of (next token, token_count, is_done), stats)."""
+    model = mod.Model(str(folder))
+    params = mod.GeneratorParams(model)
+    params.set_search_options(**{"do_sample": False, "max_length": max_length, **search})
+    if spec:
+        params.set_speculative_options(**spec)
+    gen = mod.Generator(model, params)
+    gen.append_tokens(np.array([prompt], np.int32))
+    trace = []
+    while not gen.is_done() and (steps is None or len(trace) < steps):
+        gen.generate_next_token()
+        trace.append((int(gen.get_next_tokens()[0]), gen.token_count(), gen.is_done()))
+    stats = gen.get_speculative_stats()
+    return [int(t) for t in gen.get_sequence(0)], trace, {k: stats[k] for k in STATS}
+
+
+# --- controlled model: the reference's own n-gram cases --------------------------------------
+
+CASES = {
+    "lookup-miss-then-hits": ({1: 2}, [1, 2, 3, 4], 20, {"ngram_size": 3, "max_draft_tokens": 2}),
+    "cooldown": (
+        {1: 2, 2: 3, 3: 1},
+        [1, 4, 2, 4, 3, 4, 1],
+        12,
+        {"ngram_size": 2, "max_draft_tokens": 2, "cooldown": True},
+    ),
+    "full-accept-max-length-bonus": (
+        {1: 2},
+        [1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2],
+        30,
+        {"ngram_size": 2, "max_draft_tokens": 4},
+    ),
+    "chained": (
+        {1: 2},
+        [1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2],
+        30,
+        {"ngram_size": 2, "max_draft_tokens": 4, "ngram_chained_lookup": True},
+    ),
+    "chained-cycle": (
+        {3: 1},
+        [1, 2, 3, 1, 2],
+        40,
+        {"ngram_size": 2, "max_draft_tokens": 16, "ngram_chained_lookup": True},
+    ),
+    "eos-correction": ({3: 9}, [1, 2, 3, 4, 1, 2], 30, {"ngram_size": 2, "max_draft_tokens": 3}),
+    "partial-accept": (
+        {5: 1},
+        [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3],
+        40,
+        {"ngram_size": 3, "max_draft_tokens": 4},
+    ),
+    "adaptive-k": (
+        {5: 1},
+        [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3],
+        40,
+        {"ngram_size": 3, "max_draft_tokens": 4, "min_adaptive_k": 2},
+    ),
+    "k1": ({4: 7}, [1, 2, 3, 4, 1, 2, 3], 24, {"ngram_size": 2, "max_draft_tokens": 1}),
+}
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tables")
+    return {
+        name: write_table_decoder(root, transition_table(10, overrides), name=name)
+        for name, (overrides, *_rest) in CASES.items()
+    }
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_controlled_model_matches_the_reference_tokens_trace_and_stats(tables, case):
+    _, prompt, max_length, spec = CASES[case]
+    want = _run(og, tables[case], prompt, max_length, spec)
+    got = _run(genai, tables[case], prompt, max_length, spec)
+    assert got[0] == want[0]
+    assert got[1] == want[1]  # one token per call, same counts and done flags
+    skip = set()
+    if spec.get("min_adaptive_k"):
+        skip.add("effective_k")  # adapted by measured throughput
+    if spec.get("max_draft_tokens") == 1:
+        # at K=1 the reference runs each round's last token alone before the next round;
+        # genai folds it into the next round's verify run (one run fewer per round)
+        skip.add("target_forward_passes")
+    stats = {k: v for k, v in got[2].items() if k not in skip}
+    reference = {k: want[2][k] for k in stats}
+    assert stats == pytest.approx(reference)
+
+
+@pytest.mark.parametrize("case", ["partial-accept", "chained-cycle", "eos-correction"])
+def test_controlled_model_equals_plain_reference_decoding(tables, case):
+    _, prompt, max_length, spec = CASES[case]
+    plain = _run(og, tables[case], prompt, max_length)
+    got = _run(genai, tables[case], prompt, max_length, spec)
+    assert got[0] == plain[0]
+    assert [t for t, _, _ in got[1]] == [t for t, _, _ in plain[1]]
+
+
+def test_stats_after_each_step_match_the_reference(tables):
+    _, prompt, max_length, spec = CASES["full-accept-max-length-bonus"]
+    found = {}
+    for mod in (og, genai):
+        model = mod.Model(str(tables["full-accept-max-length-bonus"]))
+        params = mod.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=max_length)
+        params.set_speculative_options(**spec)
+        gen = mod.Generator(model, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        steps = []
+        for _ in range(8):
+            gen.generate_next_token()
+            stats = gen.get_speculative_stats()
+            steps.append(
+                (
+                    gen.token_count(),
+                    [int(t) for t in gen.get_sequence(0)],
+                    {k: stats[k] for k in ("rounds", "tokens_buffered", "active_rounds")},
+                )
+            )
+        found[mod] = steps
+    assert found[genai] == found[og]
+
+
+def test_rewind_mid_round_discards_the_rest_as_the_reference(tables):
+    _, prompt, max_length, spec = CASES["partial-accept"]
+    found = {}
+    for mod in (og, genai):
+        model = mod.Model(str(tables["partial-accept"]))
+        params = mod.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=max_length)
+        params.set_speculative_options(**spec)
+        gen = mod.Generator(model, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        for _ in range(3):
+            gen.generate_next_token()
+        mid = gen.get_logits()  # the verified row of the next token, no side effect
+        gen.rewind_to(len(prompt) + 1)
+        after = gen.get_speculative_stats()
+        while not gen.is_done():
+            gen.generate_next_token()
+        found[mod] = (
+            np.argmax(mid[0, 0]),
+            [int(t) for t in gen.get_sequence(0)],
+            {k: after[k] for k in ("interrupted_rounds", "tokens_discarded", "tokens_buffered")},
+        )
+    assert found[genai] == found[og]
+
+
+def test_append_mid_round_continues_from_what_was_emitted(tables):
+    _, prompt, max_length, spec = CASES["partial-accept"]
+    found = {}
+    for mod in (og, genai):
+        model = mod.Model(str(tables["partial-accept"]))
+        params = mod.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=max_length)
+        params.set_speculative_options(**spec)
+        gen = mod.Generator(model, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        for _ in range(2):
+            gen.generate_next_token()
+        gen.append_tokens(np.array([[3, 4]], np.int32))
+        for _ in range(6):
+            gen.generate_next_token()
+        found[mod] = [int(t) for t in gen.get_sequence(0)]
+    assert found[genai] == found[og]
+
+
+# --- options and guards ----------------------------------------------------------------------
+
+
+def _error(call):
+    try:
+        call()
+    except Exception as exc:  # compared with the reference's message
+        return str(exc).strip()
+    return None
+
+
+BAD_OPTIONS = [
+    {"ngram_size": 1},
+    {"ngram_size": 17},
+    {"ngram_size": 3, "max_draft_tokens": 0},
+    {"max_draft_tokens": 17},
+    {"min_adaptive_k": -1},
+    {"min_adaptive_k": 17},
+    {"ngram_size": 3, "bogus": 1},
+    {"ngram_size": "3"},
+    {"ngram_size": 3.5},
+    {"ngram_size": True},
+    {"cooldown": 1},
+    {"ngram_chained_lookup": 0.0},
+]
+
+
+@pytest.mark.parametrize("options", BAD_OPTIONS, ids=str)
+def test_bad_options_raise_the_references_message(tables, options):
+    folder = str(tables["k1"])
+    want = _error(lambda: og.GeneratorParams(og.Model(folder)).set_speculative_options(**options))
+    params = genai.GeneratorParams(genai.Model(folder))
+    with pytest.raises(RuntimeError) as raised:
+        params.set_speculative_options(**options)
+    assert want is not None
+    assert str(raised.value) == want
+    assert isinstance(raised.value, genai.errors.GenaiError)
+    assert (
+        params.get_speculative_options()
+        == og.GeneratorParams(og.Model(folder)).get_speculative_options()
+    )
+
+
+def test_options_round_trip_as_the_reference(tables):
+    folder = str(tables["k1"])
+    options = {
+        "ngram_size": 4.0,
+        "max_draft_tokens": 7,
+        "ngram_chained_lookup": True,
+        "min_adaptive_k": 3,
+        "cooldown": True,
+    }
+    found = []
+    for mod in (og, genai):
+        params = mod.GeneratorParams(mod.Model(folder))
+        before = params.get_speculative_options()
+        params.set_speculative_options(**options)
+        found.append((before, params.get_speculative_options()))
+    assert found[1] == found[0]
+
+
+@pytest.mark.parametrize(
+    "search",
+    [{"batch_size": 2}, {"num_beams": 2}, {"num_return_sequences": 2}],
+    ids=str,
+)
+def test_generator_guards_raise_the_references_message(tables, search):
+    folder = str(tables["k1"])
+    messages = []
+    for mod in (og, genai):
+        model = mod.Model(folder)
+        params = mod.GeneratorParams(model)
+        params.set_search_options(max_length=20, **search)
+        params.set_speculative_options(ngram_size=3)
+        messages.append(_error(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+    assert messages[0] is not None
+    assert messages[1] == messages[0]
+
+
+def test_chained_lookup_without_ngram_is_refused_as_the_reference(tables):
+    folder = str(tables["k1"])
+    messages = []
+    for mod in (og, genai):
+        model = mod.Model(folder)
+        params = mod.GeneratorParams(model)
+        params.set_speculative_options(ngram_chained_lookup=True)
+        messages.append(_error(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+    assert messages[0] is not None
+    assert messages[1] == messages[0]
+
+
+def test_last_token_logits_are_refused_as_the_reference(tmp_path):
+    folder = str(write_table_decoder(tmp_path, transition_table(), last_token_only=True))
+    messages = []
+    for mod in (og, genai):
+        model = mod.Model(folder)
+        params = mod.GeneratorParams(model)
+        params.set_speculative_options(ngram_size=3)
+        messages.append(_error(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+    assert messages[0] is not None
+    assert messages[1].startswith(messages[0])
+
+
+@pytest.mark.parametrize(
+    "section",
+    [{"ngram_size": 1}, {"max_draft_tokens": 0}, {"min_adaptive_k": 20}, {"ngram_size": 3}],
+    ids=str,
+)
+def test_config_section_is_checked_and_read_as_the_reference(tables, tmp_path, section):
+    folder = tmp_path / "m"
+    shutil.copytree(tables["k1"], folder)
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["speculative"] = section
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    want = _error(lambda: og.Model(str(folder)))
+    if want is None:
+        ours = genai.GeneratorParams(genai.Model(str(folder))).get_speculative_options()
+        assert ours == og.GeneratorParams(og.Model(str(folder))).get_speculative_options()
+        return
+    with pytest.raises(ValueError) as raised:
+        genai.Model(str(folder))
+    problem = want.split(":")[-1].split(" at line")[0].strip()
+    assert problem in str(raised.value)
+
+
+def test_plain_generator_reports_zero_stats_as_the_reference(tables):
+    found = []
+    for mod in (og, genai):
+        model = mod.Model(str(tables["k1"]))
+        params = mod.GeneratorParams(model)
+        found.append(mod.Generator(model, params).get_speculative_stats())
+    assert {k: found[1][k] for k in found[0]} == found[0]
+
+
+# --- exactness on real weights ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gqa(tmp_path_factory) -> Path:
+    return write_gqa_decoder(tmp_path_factory.mktemp("gqa"), vocab_size=48, seed=7)
+
+
+def _looping_prompt(folder, length=12):
+    """A prompt whose greedy continuation repeats itself (n-gram lookups hit)."""
+    model = genai.Model(str(folder))
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=40)
+    gen = genai.Generator(model, params)
+    gen.append_tokens(np.array([[5, 9, 12]], np.int32))
+    while gen.token_count() < length:
+        gen.generate_next_token()
+    return [int(t) for t in gen.get_sequence(0)]
+
+
+@pytest.mark.parametrize(
+    "search",
+    [
+        {},
+        {"repetition_penalty": 1.3},
+        {"min_length": 30},
+        {"max_new_tokens": 9},
+        {"do_sample": True, "top_k": 1},
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("spec", [{"ngram_size": 2}, {"ngram_size": 3, "max_draft_tokens": 7}])
+def test_gqa_greedy_equals_the_references_plain_decoding(gqa, search, spec):
+    prompt = _looping_prompt(gqa)
+    reference_search = {k: v for k, v in search.items() if k != "max_new_tokens"}
+    max_length = len(prompt) + search.get("max_new_tokens", 48 - len(prompt))
+    plain = _run(og, gqa, prompt, max_length, **reference_search)
+    got = _run(genai, gqa, prompt, 48, spec, **search)
+    assert got[0] == plain[0]
+    if "max_new_tokens" not in search:
+        assert got[2]["rounds"] > 0  # rounds ran (and were verified)
+
+
+def test_gqa_stop_strings_end_where_plain_decoding_ends(gqa):
+    prompt = _looping_prompt(gqa)
+    plain = _run(genai, gqa, prompt, 48)
+    tokenizer = genai.Tokenizer(genai.Model(str(gqa)))
+    text = tokenizer.decode(np.array(plain[0][len(prompt) + 6 : len(prompt) + 8], np.int32))
+    if not text.strip():
+        pytest.skip("the fixture tokenizer decodes these ids to nothing")
+    found = []
+    for spec in (None, {"ngram_size": 2}):
+        model = genai.Model(str(gqa))
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=48, stop=[text])
+        if spec:
+            params.set_speculative_options(**spec)
+        gen = genai.Generator(model, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        steps = 0
+        while not gen.is_done():
+            gen.generate_next_token()
+            steps += 1
+        found.append(([int(t) for t in gen.get_sequence(0)], steps, gen.finish_reason()))
+    assert found[1] == found[0]
+    assert found[0][2] == "stop"
+
+
+def test_gqa_logits_processor_sees_the_same_rows_as_plain_decoding(gqa):
+    prompt = _looping_prompt(gqa)
+
+    def ban_odd_after_20(token_ids, logits):
+        if len(token_ids) > 20:
+            logits[1::2] = -np.inf
+
+    found = []
+    for spec in (None, {"ngram_size": 2}):
+        model = genai.Model(str(gqa))
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=40)
+        params.add_logits_processor(ban_odd_after_20)
+        if spec:
+            params.set_speculative_options(**spec)
+        gen = genai.Generator(model, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        while not gen.is_done():
+            gen.generate_next_token()
+        found.append([int(t) for t in gen.get_sequence(0)])
+    assert found[1] == found[0]
+
+
+def test_real_model_greedy_matches_the_references_ngram_decoding(reference_built_smollm2_path):
+    folder = reference_built_smollm2_path
+    tokenizer = og.Tokenizer(og.Model(str(folder)))
+    passage = (
+        "The committee approved the new budget, which allocates funds for road repairs, "
+        "public libraries, and a community garden near the river."
+    )
+    messages = json.dumps([{"role": "user", "content": f"Repeat this passage:\n\n{passage}"}])
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    prompt = [int(t) for t in tokenizer.encode(text)]
+    spec = {"ngram_size": 3, "max_draft_tokens": 4}
+    max_length = len(prompt) + 48
+    plain = _run(og, folder, prompt, max_length)
+    want = _run(og, folder, prompt, max_length, spec)
+    got = _run(genai, folder, prompt, max_length, spec)
+    assert got[0] == plain[0] == want[0]
+    assert got[2]["rounds"] == want[2]["rounds"]
+    assert got[2]["draft_tokens_accepted"] == want[2]["draft_tokens_accepted"]
+    assert got[2]["target_forward_passes"] == want[2]["target_forward_passes"]
+
+
+# --- sampling --------------------------------------------------------------------------------
+
+
+def test_sampling_keeps_the_target_distribution(tmp_path):
+    """Chi-square: the first three sampled tokens after a prompt the lookup keeps proposing
+    from follow the Markov chain's exact marginals, with rejections and corrections."""
+    rng = np.random.default_rng(0)
+    table = rng.normal(0.0, 1.2, (8, 8)).astype(np.float32)
+    table[:, 7] = -30.0  # EOS (id 7) practically never
+    folder = write_table_decoder(tmp_path, table)
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2]
+    model = genai.Model(str(folder))
+    draws = 1500
+    counts = np.zeros((3, 8), np.int64)
+    accepted = 0
+    for seed in range(draws):
+        params = genai.GeneratorParams(model)
+        params.set_search_options(
+            do_sample=True, top_k=8, max_length=len(prompt) + 3, random_seed=seed
+        )
+        params.set_speculative_options(ngram_size=2, max_draft_tokens=3)
+        gen = genai.Generator(model, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        for step in range(3):
+            gen.generate_next_token()
+            counts[step, int(gen.get_next_tokens()[0])] += 1
+        accepted += gen.get_speculative_stats()["draft_tokens_accepted"]
+    assert 0 < accepted < draws * 3  # proposals were both accepted and rejected
+    for step in range(3):
+        want = markov_distribution(table, prompt[-1], step + 1)
+        keep = want > 1e-6
+        result = scipy_stats.chisquare(counts[step, keep], want[keep] / want[keep].sum() * draws)
+        assert result.pvalue > 1e-3, (step, counts[step], want)
+
+
+def test_sampling_with_a_seed_draws_what_plain_sampling_draws(gqa):
+    """Each emitted token is drawn from its verified row with the sampler's own stream, one
+    uniform per token, as plain sampling: the same seed gives the same tokens."""
+    prompt = _looping_prompt(gqa)
+    found = []
+    for spec in (None, {"ngram_size": 2, "max_draft_tokens": 5}):
+        found.append(_run(genai, gqa, prompt, 44, spec, do_sample=True, top_k=5, random_seed=11)[0])
+    assert found[1] == found[0]
