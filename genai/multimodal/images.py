@@ -23,7 +23,14 @@ import numpy as np
 
 from genai.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError
 
-__all__ = ["MAX_IMAGE_PIXELS", "MAX_IMAGE_SIDE", "Images", "decode_image", "pillow_image"]
+__all__ = [
+    "MAX_IMAGE_PIXELS",
+    "MAX_IMAGE_SIDE",
+    "Images",
+    "decode_image",
+    "header_size",
+    "pillow_image",
+]
 
 #: The longest side an image may have (the reference's decoder refuses longer ones).
 MAX_IMAGE_SIDE = 16384
@@ -53,6 +60,46 @@ def _format_of(data: bytes) -> str:
     return ""
 
 
+_JPEG_FRAMES = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
+def header_size(data: bytes, kind: str) -> tuple[int, int] | None:
+    """(width, height) read from a PNG's IHDR or a JPEG's first frame header, without
+    decoding; None when the header is not where it should be."""
+    if kind == "PNG":
+        if len(data) < 24 or data[12:16] != b"IHDR":
+            return None
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    position = 2
+    while position + 4 <= len(data):
+        if data[position] != 0xFF:
+            return None
+        marker = data[position + 1]
+        if marker == 0xFF:  # fill byte
+            position += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+            position += 2
+            continue
+        length = int.from_bytes(data[position + 2 : position + 4], "big")
+        if marker in _JPEG_FRAMES:
+            if position + 9 > len(data):
+                return None
+            height = int.from_bytes(data[position + 5 : position + 7], "big")
+            width = int.from_bytes(data[position + 7 : position + 9], "big")
+            return width, height
+        position += 2 + length
+    return None
+
+
+def _check_size(width: int, height: int, name: str) -> None:
+    if width > MAX_IMAGE_SIDE or height > MAX_IMAGE_SIDE or width * height > MAX_IMAGE_PIXELS:
+        raise InvalidArgumentError(
+            f"{name}: image is {width}x{height}; the limit is {MAX_IMAGE_SIDE} pixels a side "
+            f"and {MAX_IMAGE_PIXELS:,} pixels in all"
+        )
+
+
 def decode_image(data: bytes, name: str = "image") -> np.ndarray:
     """Decode one PNG or JPEG file's bytes into an RGB ``uint8`` array ``[height, width, 3]``
     the way the reference's decoder does; ``name`` names the image in errors.
@@ -67,6 +114,9 @@ def decode_image(data: bytes, name: str = "image") -> np.ndarray:
         raise InvalidArgumentError(
             f"{name}: unsupported image format (only PNG and JPEG files are supported)"
         )
+    size = header_size(data, kind)
+    if size is not None:  # before Pillow: its own bomb check would speak of an "attack"
+        _check_size(*size, name)
     image_module = pillow_image()
     try:
         image = image_module.open(io.BytesIO(data), formats=[kind])
@@ -77,12 +127,7 @@ def decode_image(data: bytes, name: str = "image") -> np.ndarray:
         ) from None
     except Exception as error:  # Pillow raises OSError, SyntaxError, ValueError, ...
         raise InvalidArgumentError(f"{name}: cannot read the {kind} header ({error})") from None
-    width, height = image.size
-    if width > MAX_IMAGE_SIDE or height > MAX_IMAGE_SIDE or width * height > MAX_IMAGE_PIXELS:
-        raise InvalidArgumentError(
-            f"{name}: image is {width}x{height}; the limit is {MAX_IMAGE_SIDE} pixels a side "
-            f"and {MAX_IMAGE_PIXELS:,} pixels in all"
-        )
+    _check_size(*image.size, name)
     if image.mode in ("CMYK", "YCbCr;K") or (kind == "JPEG" and image.mode not in ("RGB", "L")):
         raise InvalidArgumentError(
             f"{name}: unsupported JPEG color space {image.mode} (only RGB and grayscale)"
