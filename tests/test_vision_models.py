@@ -419,3 +419,27 @@ def test_end_to_end_with_genai_processor(folders, images, kind, count):
             generator.generate_next_token()
         sequences.append(generator.get_sequence(0))
     np.testing.assert_array_equal(sequences[1], sequences[0])
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
+def test_append_after_generating_equals_one_prompt(folders, images, kind):
+    """Generate 2 tokens, append 2: the logits are the reference's for one prompt holding
+    all of them (the reference's own continuation drops the pending token on vision models)."""
+    folder = folders[kind]
+    _, named = _reference_inputs(folder, _prompt(kind, 1), images[1:2])
+    model = genai.Model(folder)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=named["input_ids"].as_numpy().shape[1] + 8)
+    ours = genai.Generator(model, params)
+    ours.set_inputs(_ours(named))
+    ours.generate_next_token()
+    ours.generate_next_token()
+    ours.append_tokens(np.array([5, 6], np.int32))
+    arrays = {name: named[name].as_numpy() for name in named.keys()}  # noqa: SIM118
+    arrays["input_ids"] = ours.get_sequence(0)[None, :]
+    ref_model = og.Model(str(folder))
+    ref_params = og.GeneratorParams(ref_model)
+    ref_params.set_search_options(max_length=arrays["input_ids"].shape[1] + 4)
+    reference = og.Generator(ref_model, ref_params)
+    reference.set_inputs(_as_reference(arrays))
+    np.testing.assert_allclose(ours.get_logits(), reference.get_logits(), atol=1e-4, rtol=0)
