@@ -25,7 +25,7 @@ from genai.errors import (
     InvalidArgumentError,
     ModelError,
 )
-from genai.multimodal.audio_features import AudioPipeline
+from genai.multimodal.audio_features import AudioPipeline, resample
 from genai.multimodal.transcribe import TimestampRules, WhisperVocabulary, transcribe
 from genai.testing.whisper import write_whisper_fixture
 
@@ -162,6 +162,24 @@ def test_a_lower_sample_rate_is_upsampled() -> None:
     low, high = at(8000), at(16000)
     bins = pipeline.n_mel * 6 // 10  # mel bins below ~3.5 kHz
     np.testing.assert_allclose(low[:bins, 5:195], high[:bins, 5:195], atol=1e-3)
+
+
+@pytest.mark.parametrize("rate", [44100, 22050, 48000, 8000, 11025, 16001])
+def test_resampling_keeps_tones_below_the_new_nyquist(rate: int) -> None:
+    """Tones sampled at ``rate`` resampled to 16 kHz equal the same tones sampled at 16 kHz
+    (away from the edges), and a tone above 8 kHz is filtered out."""
+    tones = [(440.0, 0.4), (1733.0, 0.2), (3500.0, 0.1)]
+    n = rate * 2
+    t = np.arange(n) / rate
+    x = sum(a * np.sin(2 * np.pi * f * t) for f, a in tones)
+    if rate > 20000:
+        x = x + 0.3 * np.sin(2 * np.pi * 9500.0 * t)  # above 16 kHz's Nyquist: must vanish
+    y = resample(x.astype(np.float32), rate, 16000)
+    assert y.shape == (int(np.ceil(n * 16000 / rate)),)
+    u = np.arange(y.shape[0]) / 16000
+    expected = sum(a * np.sin(2 * np.pi * f * u) for f, a in tones)
+    inner = slice(400, -400)
+    np.testing.assert_allclose(y[inner], expected[inner], atol=3e-3)
 
 
 def test_an_ogg_file_is_decoded(folder: Path, audio: dict[str, Path]) -> None:

@@ -109,8 +109,12 @@ def log_mel(
 
 def resample(samples: np.ndarray, rate: int, target: int, zeros: int = 16) -> np.ndarray:
     """``samples`` at ``rate`` Hz resampled to ``target`` Hz: a Kaiser-windowed sinc
-    (``zeros`` zero crossings each side, cut-off at the lower Nyquist frequency), polyphase
-    and vectorised. Output length ``ceil(len * target / rate)``."""
+    (``zeros`` zero crossings each side, cut-off at the lower Nyquist frequency). Output
+    length ``ceil(len * target / rate)``.
+
+    With ``target / rate = up / down`` in lowest terms, output ``q * up + r`` is a dot product
+    of the input from ``q * down`` on with phase ``r``'s filter: one matrix product of the
+    input's strided windows ``[Q, span]`` with the ``[span, up]`` filters (BLAS, blocked)."""
     if rate == target:
         return np.ascontiguousarray(samples, dtype=np.float32)
     g = math.gcd(rate, target)
@@ -118,24 +122,50 @@ def resample(samples: np.ndarray, rate: int, target: int, zeros: int = 16) -> np
     cutoff = min(1.0, up / down)
     half = math.ceil(zeros / cutoff)
     taps = np.arange(-half + 1, half + 1)
-    phases = np.arange(up) / up
-    offsets = taps[None, :] - phases[:, None]  # input sample minus output position
+    phase = np.arange(up)
+    # Output q * up + r sits (r * down) % up / up of a sample after input q * down + shift[r].
+    shift = (phase * down) // up
+    offsets = taps[None, :] - ((phase * down % up) / up)[:, None]  # input minus output position
     beta = 8.6
-    # The Kaiser window at each (fractional) offset.
     ratio = np.clip(offsets / (half + 1), -1.0, 1.0)
     kaiser = np.i0(beta * np.sqrt(1.0 - ratio**2)) / np.i0(beta)
-    filters = (cutoff * np.sinc(cutoff * offsets) * kaiser).astype(np.float32)
+    filters = cutoff * np.sinc(cutoff * offsets) * kaiser  # [up, 2 * half]
     count = math.ceil(samples.shape[0] * up / down)
+    span = int(shift[-1]) + 2 * half
+    if span * up > 1 << 22:  # rates without a small ratio: gather the taps of each output
+        return _resample_gather(samples, up, down, half, filters, count)
+    bank = np.zeros((span, up), np.float32)
+    rows = shift[:, None] + np.arange(2 * half)[None, :]
+    bank[rows, phase[:, None]] = filters
+    groups = -(-count // up)
+    padded = np.zeros((groups - 1) * down + span, np.float32)
+    head = half - 1
+    length = min(samples.shape[0], padded.shape[0] - head)
+    padded[head : head + length] = samples[:length]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, span)[::down]
+    out = np.empty((groups, up), np.float32)
+    block = max(1, (1 << 22) // span)
+    for start in range(0, groups, block):
+        np.matmul(windows[start : start + block], bank, out=out[start : start + block])
+    return out.reshape(-1)[:count]
+
+
+def _resample_gather(
+    samples: np.ndarray, up: int, down: int, half: int, filters: np.ndarray, count: int
+) -> np.ndarray:
+    """`resample` for ratios whose filter bank would be large: each output gathers its taps."""
+    taps = np.arange(-half + 1, half + 1)
     padded = np.zeros(samples.shape[0] + 2 * half + 1, np.float32)
     padded[half : half + samples.shape[0]] = samples
+    filters = filters.astype(np.float32)
     out = np.empty(count, np.float32)
     block = 1 << 15
     for start in range(0, count, block):
         k = np.arange(start, min(count, start + block))
         base = (k * down) // up
-        phase = (k * down) % up
         index = base[:, None] + taps[None, :] + half
-        out[start : start + k.shape[0]] = np.einsum("ij,ij->i", padded[index], filters[phase])
+        rows = filters[k % up]
+        out[start : start + k.shape[0]] = np.einsum("ij,ij->i", padded[index], rows)
     return out
 
 
