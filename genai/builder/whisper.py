@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -638,6 +639,41 @@ def write_whisper_folder(
     return out
 
 
+_TIMESTAMP = re.compile(r"<\|\d+\.\d\d\|>")
+
+
+def _add_timestamp_tokens(tokenizer_json: Path, vocabulary_txt: Path) -> int:
+    """Add the timestamp tokens (``<|0.00|>`` ...) that CTranslate2's ``vocabulary.txt`` lists
+    past the ids of ``tokenizer.json`` as added tokens (non-special, as Hugging Face's Whisper
+    tokenizers have them), so that timestamps encode and decode. Returns how many."""
+    document = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    added = document.setdefault("added_tokens", [])
+    known = {int(t["id"]) for t in added} | set(document.get("model", {}).get("vocab", {}).values())
+    tokens = vocabulary_txt.read_text(encoding="utf-8").split("\n")
+    new = [
+        (i, token)
+        for i, token in enumerate(tokens)
+        if i not in known and _TIMESTAMP.fullmatch(token)
+    ]
+    for i, token in new:
+        added.append(
+            {
+                "id": i,
+                "content": token,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": False,
+            }
+        )
+    if new:
+        tokenizer_json.write_text(
+            json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+        )
+    return len(new)
+
+
 def _copy_tokenizer(source: WhisperSource, out: Path) -> None:
     if not (source.path / "tokenizer.json").is_file():
         raise BuildError(f"{source.path}: no tokenizer.json (save the Whisper tokenizer there)")
@@ -646,6 +682,11 @@ def _copy_tokenizer(source: WhisperSource, out: Path) -> None:
             shutil.copyfile(source.path / name, out / name)
     if isinstance(source, CT2WhisperSource) or not (out / "tokenizer_config.json").is_file():
         _write_json(out / "tokenizer_config.json", whisper_tokenizer_config(source.spec))
+    vocabulary = source.path / "vocabulary.txt"
+    if isinstance(source, CT2WhisperSource) and vocabulary.is_file():
+        count = _add_timestamp_tokens(out / "tokenizer.json", vocabulary)
+        if count:
+            log.info("added %d timestamp tokens from vocabulary.txt to tokenizer.json", count)
 
 
 def build_whisper(

@@ -11,6 +11,9 @@ NumPy forward pass of Whisper to check them against.
   (``config.json`` + ``model.safetensors``; needs the ``safetensors`` package).
 * :func:`whisper_numpy_encode` / :func:`whisper_numpy_logits` -- the forward pass written from
   HF's ``modeling_whisper`` definitions (not from the writer), so it checks the graphs.
+* :func:`espeak_pcm`, :func:`speech_clip`, :func:`write_wav`, :func:`content_words` -- speech
+  of known text for real-model checks: ``espeak-ng`` (a Debian package) speaks it, and it is
+  resampled to 16 kHz here so that every engine's front end reads the same samples.
 
 The tokenizer is a byte-level BPE: the 256 byte symbols, a few merges, then Whisper's special
 tokens (``<|endoftext|>``, ``<|startoftranscript|>``, ``<|en|>``, ``<|transcribe|>``,
@@ -19,8 +22,13 @@ tokens (``<|endoftext|>``, ``<|startoftranscript|>``, ``<|en|>``, ``<|transcribe
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import re
+import shutil
+import subprocess
+import wave
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +41,23 @@ from genai.builder.whisper_sources import (
     WhisperSpec,
     spec_from_hf_whisper_config,
 )
+from genai.errors import MissingDependencyError
 
 __all__ = [
+    "CLIP_SENTENCES",
+    "SENTENCE",
+    "SPEECH_RATE",
     "WHISPER_FIXTURE_CONFIG",
     "WHISPER_SPECIALS",
+    "content_words",
+    "espeak_pcm",
     "random_whisper_weights",
+    "speech_clip",
     "whisper_fixture_spec",
     "whisper_numpy_encode",
     "whisper_numpy_logits",
     "whisper_prompt_ids",
+    "write_wav",
     "write_whisper_fixture",
     "write_whisper_hf_checkpoint",
 ]
@@ -346,3 +362,136 @@ def whisper_numpy_logits(
     x = _layer_norm(x, w["decoder.layer_norm.weight"], w["decoder.layer_norm.bias"])
     head = w.get("proj_out.weight", w["decoder.embed_tokens.weight"])
     return x @ head.astype(np.float64).T
+
+
+# --------------------------------------------------------------------------------------------
+# Speech of known text (espeak-ng)
+# --------------------------------------------------------------------------------------------
+
+#: Whisper's sample rate: clips are written at it.
+SPEECH_RATE = 16000
+#: One sentence with five content words (brother, bought, new, bicycle, market).
+SENTENCE = "My brother bought a new bicycle at the market."
+#: Sentences (no digits, nothing a transcript could spell two ways) for a 60 s clip.
+CLIP_SENTENCES = (
+    "The weather was cold and windy on Monday morning.",
+    "Please open the window before the meeting starts.",
+    "The children played football in the park after school.",
+    "She wrote a long letter to her grandmother in London.",
+    "We need more coffee, bread and apples for the kitchen.",
+    "The train to Paris leaves early tomorrow evening.",
+    "Doctors recommend walking every day for good health.",
+    "The old library closed last year because of the flood.",
+    "Our teacher explained the history of ancient Rome.",
+    "The garden is full of roses and tulips in spring.",
+    "He forgot his umbrella at the station yesterday.",
+    "Fresh fish is sold at the harbour every Friday.",
+    "The museum shows paintings from many famous artists.",
+)
+
+_STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "at",
+        "because",
+        "before",
+        "for",
+        "from",
+        "her",
+        "his",
+        "in",
+        "is",
+        "it",
+        "many",
+        "more",
+        "my",
+        "of",
+        "on",
+        "our",
+        "she",
+        "the",
+        "to",
+        "was",
+        "we",
+        "with",
+    ]
+)
+
+
+def content_words(text: str) -> list[str]:
+    """The lowercase words of ``text`` without punctuation and common function words."""
+    words = re.findall(r"[a-z']+", text.lower())
+    return [w for w in words if w not in _STOPWORDS]
+
+
+def _resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """Band-limited resampling by zero-padding/truncating the spectrum."""
+    if src == dst:
+        return x.astype(np.float64)
+    n = round(len(x) * dst / src)
+    spectrum = np.fft.rfft(x.astype(np.float64))
+    out = np.zeros(n // 2 + 1, dtype=complex)
+    m = min(len(spectrum), len(out))
+    out[:m] = spectrum[:m]
+    return np.fft.irfft(out, n) * (n / len(x))
+
+
+def espeak_pcm(text: str, words_per_minute: int = 150) -> np.ndarray:
+    """``text`` spoken by ``espeak-ng``: int16 samples at :data:`SPEECH_RATE`."""
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise MissingDependencyError("espeak-ng is not installed (apt-get install espeak-ng)")
+    result = subprocess.run(
+        [exe, "-s", str(words_per_minute), "--stdout", text], capture_output=True, check=True
+    )
+    with wave.open(io.BytesIO(result.stdout)) as w:
+        rate = w.getframerate()
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+    return np.clip(np.rint(_resample(pcm, rate, SPEECH_RATE)), -32768, 32767).astype(np.int16)
+
+
+def speech_clip(
+    sentences: tuple[str, ...] | list[str] = CLIP_SENTENCES,
+    seconds: float = 60.0,
+    window: float = 30.0,
+    pause: float = 0.6,
+) -> tuple[np.ndarray, list[list[str]]]:
+    """``sentences`` spoken one after another, exactly ``seconds`` long, no sentence across a
+    ``window`` boundary (each window ends in silence). Returns ``(pcm, sentences of each
+    window)``; raises ValueError when they do not fit."""
+    win = int(window * SPEECH_RATE)
+    total = int(seconds * SPEECH_RATE)
+    gap = np.zeros(int(pause * SPEECH_RATE), np.int16)
+    windows: list[list[np.ndarray]] = [[]]
+    texts: list[list[str]] = [[]]
+    used = 0
+    for sentence in sentences:
+        pcm = np.concatenate([espeak_pcm(sentence), gap])
+        if used + len(pcm) > win:
+            windows.append([])
+            texts.append([])
+            used = 0
+        if len(pcm) > win:
+            raise ValueError(f"sentence longer than a window: {sentence!r}")
+        windows[-1].append(pcm)
+        texts[-1].append(sentence)
+        used += len(pcm)
+    if len(windows) * win > total:
+        raise ValueError(f"the sentences need {len(windows)} windows of {window} s")
+    parts = [np.pad(np.concatenate(w), (0, win - sum(len(p) for p in w))) for w in windows]
+    pcm = np.concatenate(parts)
+    return np.pad(pcm, (0, total - len(pcm))), texts
+
+
+def write_wav(path: str | Path, pcm: np.ndarray, rate: int = SPEECH_RATE) -> Path:
+    """Write mono int16 ``pcm`` as a WAV file."""
+    path = Path(path)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(np.asarray(pcm, dtype="<i2").tobytes())
+    return path
