@@ -140,13 +140,21 @@ def _number(value: Any, what: str) -> float:
     return float(value)
 
 
+def _no_constructor(self: Any, *args: Any, **kwargs: Any) -> None:
+    raise TypeError(f"{type(self).__name__}: no constructor (the Engine makes these)")
+
+
 class TurnUsage:
     """Token counts of a finished turn (zero on events that do not finish one)."""
 
     __slots__ = ("_cached", "_generated", "_prompt")
+    __init__ = _no_constructor
 
-    def __init__(self, prompt: int = 0, cached: int = 0, generated: int = 0) -> None:
-        self._prompt, self._cached, self._generated = prompt, cached, generated
+    @classmethod
+    def _make(cls, prompt: int = 0, cached: int = 0, generated: int = 0) -> TurnUsage:
+        usage = object.__new__(cls)
+        usage._prompt, usage._cached, usage._generated = prompt, cached, generated
+        return usage
 
     @property
     def prompt_tokens(self) -> int:
@@ -170,16 +178,18 @@ class TurnUsage:
         )
 
 
-_NO_USAGE = TurnUsage()
+_NO_USAGE = TurnUsage._make()
 
 
 class EngineEvent:
     """One event of `Engine.run`: a generated token, the end of a turn, or both (``flags``)."""
 
     __slots__ = ("_error", "_flags", "_reason", "_request", "_stop", "_token", "_turn", "_usage")
+    __init__ = _no_constructor
 
-    def __init__(
-        self,
+    @classmethod
+    def _make(
+        cls,
         request: Request,
         turn_id: int,
         flags: EngineEventFlags,
@@ -188,14 +198,16 @@ class EngineEvent:
         usage: TurnUsage = _NO_USAGE,
         stop_index: int | None = None,
         error_code: EngineErrorCode = EngineErrorCode.NONE,
-    ) -> None:
-        self._request, self._turn, self._flags, self._token = request, turn_id, flags, token
-        self._reason, self._usage, self._stop, self._error = (
+    ) -> EngineEvent:
+        event = object.__new__(cls)
+        event._request, event._turn, event._flags, event._token = request, turn_id, flags, token
+        event._reason, event._usage, event._stop, event._error = (
             finish_reason,
             usage,
             stop_index,
             error_code,
         )
+        return event
 
     @property
     def flags(self) -> EngineEventFlags:
@@ -277,9 +289,13 @@ class EngineCapabilities:
     """What an `Engine` can do at most (`Engine.get_capabilities`)."""
 
     __slots__ = ("_batch", "_length", "_scheduled")
+    __init__ = _no_constructor
 
-    def __init__(self, batch: int, length: int, scheduled: int) -> None:
-        self._batch, self._length, self._scheduled = batch, length, scheduled
+    @classmethod
+    def _make(cls, batch: int, length: int, scheduled: int) -> EngineCapabilities:
+        caps = object.__new__(cls)
+        caps._batch, caps._length, caps._scheduled = batch, length, scheduled
+        return caps
 
     @property
     def configured_max_batch_size(self) -> int:
@@ -480,6 +496,8 @@ class Request:
         engine = self._engine
         with engine._lock:
             if self._closed:
+                if self._turn is None:
+                    raise GenerationError("Cannot use a closed request.")
                 raise GenerationError("Cannot begin a turn for a closed request.")
             if turn_options is not None:
                 if not isinstance(turn_options, TurnOptions):
@@ -671,7 +689,7 @@ class Engine:
         """The engine's limits."""
         scheduler = self._scheduler
         slots = int(self._runner.max_slots)
-        return EngineCapabilities(slots, self._context, scheduler.prefill_budget + slots)
+        return EngineCapabilities._make(slots, self._context, scheduler.prefill_budget + slots)
 
     def max_draft_tokens_per_proposal(self) -> int:
         """Speculative draft tokens a request may attach to one proposal (0: unsupported)."""
@@ -797,7 +815,9 @@ class Engine:
             for index, token in enumerate(tokens):
                 if done and index == last:
                     break
-                self._events.append(EngineEvent(request, turn.id, EngineEventFlags.TOKEN, token))
+                self._events.append(
+                    EngineEvent._make(request, turn.id, EngineEventFlags.TOKEN, token)
+                )
             if not done:
                 continue
             self._finish(turn, event, tokens[-1] if tokens else None)
@@ -820,5 +840,7 @@ class Engine:
         if event.stop is not None and event.stop in turn.stops:
             stop = turn.stops.index(event.stop)
         cached = max(0, event.cached_tokens - turn.rerun)
-        usage = TurnUsage(turn.prompt_tokens, min(cached, turn.prompt_tokens), turn.generated)
-        self._events.append(EngineEvent(request, turn.id, flags, token, reason, usage, stop, error))
+        usage = TurnUsage._make(turn.prompt_tokens, min(cached, turn.prompt_tokens), turn.generated)
+        self._events.append(
+            EngineEvent._make(request, turn.id, flags, token, reason, usage, stop, error)
+        )

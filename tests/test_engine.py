@@ -1,0 +1,616 @@
+"""``og.Engine``: the same scripts run on onnxruntime-genai's Engine and on genai's, and give
+the same greedy tokens, finish reasons and usage; multi-turn requests, cancellation, rewinds,
+max session tokens, stop strings and the errors for misuse.
+
+The reference's static-batch Engine (every folder here: none is a paged-attention model) keeps
+only one request resident between turns, so a conversation the reference cannot run
+concurrently is compared with the same conversation run alone there."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import onnxruntime_genai as ref
+import pytest
+
+import genai
+
+MODULES = {"reference": ref, "genai": genai}
+
+
+# --- a script that runs on either module ----------------------------------------------------------
+@dataclass
+class Turn:
+    """What a script gave one turn (``tokens``, options) and what came back (``events``)."""
+
+    tokens: list[int]
+    max_generated: int = 0
+    stop_strings: Sequence[str] = ()
+    cancel_after: int | None = None  # cancel once this many tokens arrived
+    rewind_to: int | None = None  # rewind to the start of this turn (1-based) first
+    events: list[tuple[int, int | None, int, tuple[int, int, int], int | None]] = field(
+        default_factory=list
+    )
+
+    @property
+    def generated(self) -> list[int]:
+        return [e[1] for e in self.events if e[1] is not None]
+
+    @property
+    def finish(self) -> tuple[int, int, tuple[int, int, int], int | None]:
+        """(flags, finish reason, usage, matched stop index) of the turn's last event."""
+        flags, _, reason, usage, stop = self.events[-1]
+        return flags, reason, usage, stop
+
+
+def converse(
+    og: ModuleType,
+    model: Any,
+    conversations: list[list[Turn]],
+    *,
+    capacity: int = 8,
+    max_session_tokens: int = 0,
+) -> list[list[Turn]]:
+    """Run every conversation's turns through ``og.Engine``: all first turns together, then
+    all second turns, ... (each conversation is one Request)."""
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(capacity)
+    requests = []
+    for _ in conversations:
+        options = og.RequestOptions()
+        options.set_max_session_tokens(max_session_tokens)
+        requests.append(engine.create_request(options=options))
+    for step in range(max(len(c) for c in conversations)):
+        current: dict[int, Turn] = {}
+        for request, conversation in zip(requests, conversations, strict=True):
+            if step >= len(conversation):
+                continue
+            turn = conversation[step]
+            if turn.rewind_to is not None:
+                request.rewind_to_start_of_turn(turn.rewind_to)
+            options = og.TurnOptions(request)
+            options.set_max_generated_tokens(turn.max_generated)
+            if turn.stop_strings:
+                options.set_stop_strings(list(turn.stop_strings))
+            turn_id = request.begin_turn(np.asarray(turn.tokens, np.int32), options)
+            current[id(request)] = turn
+            turn.turn_id = turn_id  # type: ignore[attr-defined]
+        while engine.has_pending_requests():
+            engine.run(buffer)
+            for index in range(len(buffer)):
+                event = buffer[index]
+                turn = current[id(event.request)]
+                assert event.turn_id == turn.turn_id  # type: ignore[attr-defined]
+                usage = event.usage
+                turn.events.append(
+                    (
+                        int(event.flags),
+                        event.token,
+                        int(event.finish_reason),
+                        (usage.prompt_tokens, usage.cached_prompt_tokens, usage.generated_tokens),
+                        event.matched_stop_string_index,
+                    )
+                )
+                cancel = turn.cancel_after
+                if event.token is not None and cancel is not None and len(turn.generated) == cancel:
+                    assert event.request.cancel_turn(turn.turn_id)  # type: ignore[attr-defined]
+                    assert not event.request.cancel_turn(turn.turn_id)  # type: ignore[attr-defined]
+    for request in requests:
+        request.close()
+    return conversations
+
+
+def copy(conversations: list[list[Turn]]) -> list[list[Turn]]:
+    return [
+        [
+            Turn(t.tokens, t.max_generated, t.stop_strings, t.cancel_after, t.rewind_to)
+            for t in conversation
+        ]
+        for conversation in conversations
+    ]
+
+
+def on_reference_alone(model: Any, conversations: list[list[Turn]], **kw: Any) -> list[list[Turn]]:
+    """Each conversation on its own reference Engine (it holds one request between turns)."""
+    return [converse(ref, model, [c], **kw)[0] for c in copy(conversations)]
+
+
+def by_reference_generator(
+    model: Any, eos: set[int], conversation: list[Turn]
+) -> list[tuple[list[int], int]]:
+    """(generated tokens, finish reason) of each turn from the reference's greedy Generator,
+    run on the whole conversation so far: for folders the reference's Engine cannot run."""
+    history: list[int] = []
+    out = []
+    for turn in conversation:
+        history += turn.tokens
+        params = ref.GeneratorParams(model)
+        params.set_search_options(max_length=len(history) + turn.max_generated, do_sample=False)
+        generator = ref.Generator(model, params)
+        generator.append_tokens(np.asarray(history, np.int32))
+        generated: list[int] = []
+        reason = int(ref.FinishReason.MAX_GENERATED_TOKENS)
+        while len(generated) < turn.max_generated:
+            generator.generate_next_token()
+            token = int(generator.get_next_tokens()[0])
+            if token in eos:
+                reason = int(ref.FinishReason.EOS)
+                break
+            generated.append(token)
+        history += generated
+        out.append((generated, reason))
+    return out
+
+
+def eos_ids(folder: str | Path) -> set[int]:
+    eos = json.loads((Path(folder) / "genai_config.json").read_text())["model"]["eos_token_id"]
+    return set(eos) if isinstance(eos, list) else {eos}
+
+
+def without_cached(turns: list[Turn]) -> list[tuple]:
+    """The events with ``cached_prompt_tokens`` left out (the reference's static engine has
+    no prefix cache; genai's may reuse an earlier request's prompt)."""
+    out = []
+    for turn in turns:
+        for flags, token, reason, usage, stop in turn.events:
+            out.append((flags, token, reason, (usage[0], usage[2]), stop))
+    return out
+
+
+# --- models -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module", params=["gqa", "optimum"])
+def fixture_pair(request: pytest.FixtureRequest, fixture_folders: dict[str, Path]) -> tuple:
+    folder = str(fixture_folders[request.param])
+    return ref.Model(folder), genai.Model(folder)
+
+
+@pytest.fixture(scope="module")
+def default_model(default_model_path: Path) -> tuple:
+    """The default model: the reference's Engine fails on its last-position logits graph
+    ("Static-batch execution failed ... logits"), so its checks use the reference's
+    Generator."""
+    folder = str(default_model_path)
+    return ref.Model(folder), genai.Model(folder), folder
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_path: Path) -> tuple:
+    return ref.Model(str(smollm2_path)), genai.Model(str(smollm2_path)), str(smollm2_path)
+
+
+def chat(tokenizer: Any, question: str, *, first: bool = True) -> list[int]:
+    text = "" if first else "<|im_end|>\n"
+    text += f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    return [int(t) for t in tokenizer.encode(text)]
+
+
+# --- tokens, finish reasons, usage ---------------------------------------------------------------
+def test_concurrent_greedy_requests_match_the_reference_on_fixture_models(fixture_pair) -> None:
+    """Six requests batched together give each the tokens the reference's Engine gives it
+    alone (its static batch fails on folders without a shared KV buffer: ORT rejects the
+    present shapes of rows of different lengths)."""
+    ref_model, our_model = fixture_pair
+    conversations = [
+        [Turn([1, 2, 3], 6)],
+        [Turn([5, 9, 13, 7], 9)],
+        [Turn([3, 8, 2, 15, 6, 11], 4)],
+        [Turn([7], 7)],
+        [Turn([4, 4, 4, 4, 4], 5)],
+        [Turn([11, 2], 8)],
+    ]
+    theirs = on_reference_alone(ref_model, conversations)
+    ours = converse(genai, our_model, copy(conversations))
+    for a, b in zip(theirs, ours, strict=True):
+        assert without_cached(b) == without_cached(a)
+        assert b[0].finish[1] == int(ref.FinishReason.MAX_GENERATED_TOKENS)
+
+
+def test_batched_requests_match_the_references_batch(smollm2) -> None:
+    """On a shared-buffer folder the reference batches too: same tokens, request by request."""
+    ref_model, our_model, _ = smollm2
+    tokenizer = ref.Tokenizer(ref_model)
+    questions = ["What is the capital of France?", "Name three colors.", "Hi!", "2+2?"]
+    conversations = [[Turn(chat(tokenizer, q), 12)] for q in questions]
+    theirs = converse(ref, ref_model, copy(conversations))
+    ours = converse(genai, our_model, copy(conversations))
+    for a, b in zip(theirs, ours, strict=True):
+        assert without_cached(b) == without_cached(a)
+
+
+def test_multi_turn_requests_keep_their_kv_and_match_the_reference(smollm2) -> None:
+    ref_model, our_model, _ = smollm2
+    tokenizer = ref.Tokenizer(ref_model)
+    conversations = [
+        [
+            Turn(chat(tokenizer, "What is the capital of France?"), 24),
+            Turn(chat(tokenizer, "And of Germany?", first=False), 24),
+            Turn(chat(tokenizer, "Which one is bigger?", first=False), 16),
+        ],
+        [
+            Turn(chat(tokenizer, "Name three colors."), 40),  # ends with EOS before 40
+            Turn(chat(tokenizer, "Now three animals.", first=False), 12),
+        ],
+        [
+            Turn(chat(tokenizer, "What is 2+2?"), 10),
+            Turn(chat(tokenizer, "And 3+3?", first=False), 10),
+        ],
+    ]
+    theirs = on_reference_alone(ref_model, conversations)
+    ours = converse(genai, our_model, copy(conversations))
+    reasons = set()
+    for a, b in zip(theirs, ours, strict=True):
+        assert without_cached(b) == without_cached(a)
+        reasons |= {turn.finish[1] for turn in a}
+    assert reasons == {int(ref.FinishReason.EOS), int(ref.FinishReason.MAX_GENERATED_TOKENS)}
+
+
+def test_a_next_turn_runs_only_its_own_tokens(smollm2) -> None:
+    """The KV of earlier turns stays in the request's slot: the scheduler prefills only the
+    new turn's tokens (plus the previous turn's last token, chosen but not yet run)."""
+    _, model, _ = smollm2
+    tokenizer = genai.Tokenizer(model)
+    engine = genai.Engine(model)
+    buffer = engine.create_event_buffer(8)
+    request = engine.create_request()
+    first = chat(tokenizer, "What is the capital of France?")
+    options = genai.TurnOptions(request)
+    options.set_max_generated_tokens(5)
+    request.begin_turn(np.asarray(first, np.int32), options)
+    while engine.has_pending_requests():
+        engine.run(buffer)
+    stats = engine._scheduler.stats
+    before = stats["prefill_tokens"]
+    second = chat(tokenizer, "And of Germany?", first=False)
+    request.begin_turn(np.asarray(second, np.int32), options)
+    while engine.has_pending_requests():
+        engine.run(buffer)
+    assert stats["prefill_tokens"] - before == len(second) + 1
+
+
+def test_more_conversations_than_slots_match_the_reference(smollm2) -> None:
+    """Two slots, four conversations: idle requests give their slot up to waiting ones and
+    run their whole conversation again at their next turn, with the same tokens."""
+    ref_model, _, folder = smollm2
+    config = genai.Config(folder)
+    config.overlay('{"engine": {"static_batching": {"max_batch_size": 2}}}')
+    model = genai.Model(config)
+    tokenizer = genai.Tokenizer(model)
+    questions = ["Hi!", "What is 1+1?", "Name a fruit.", "Say yes."]
+    conversations = [
+        [Turn(chat(tokenizer, q), 6), Turn(chat(tokenizer, "Why?", first=False), 6)]
+        for q in questions
+    ]
+    theirs = on_reference_alone(ref_model, conversations)
+    ours = converse(genai, model, copy(conversations))
+    assert genai.Engine(model).get_capabilities().configured_max_batch_size == 2
+    for a, b in zip(theirs, ours, strict=True):
+        assert without_cached(b) == without_cached(a)
+
+
+def test_gpt2_fixture_matches_the_reference_generator(fixture_folders: dict[str, Path]) -> None:
+    """The reference's Engine runs only its decoder-only types (not gpt2): its Generator is
+    the check there."""
+    folder = fixture_folders["gpt2"]
+    conversation = [Turn([1, 2, 3], 6), Turn([7, 8], 5)]
+    expected = by_reference_generator(ref.Model(str(folder)), eos_ids(folder), conversation)
+    ours = converse(genai, genai.Model(str(folder)), [copy([conversation])[0]])[0]
+    assert [(t.generated, t.finish[1]) for t in ours] == expected
+
+
+def test_default_model_conversations_match_the_reference_generator(default_model) -> None:
+    ref_model, our_model, folder = default_model
+    tokenizer = genai.Tokenizer(our_model)
+    conversations = [
+        [
+            Turn(chat(tokenizer, "What is the capital of France?"), 16),
+            Turn(chat(tokenizer, "And of Germany?", first=False), 16),
+        ],
+        [
+            Turn(chat(tokenizer, "Name three colors."), 40),
+            Turn(chat(tokenizer, "Now three animals.", first=False), 12),
+        ],
+        [Turn(chat(tokenizer, "Hi!"), 8)],
+    ]
+    eos = eos_ids(folder)
+    expected = [by_reference_generator(ref_model, eos, c) for c in conversations]
+    ours = converse(genai, our_model, copy(conversations))
+    assert [[(t.generated, t.finish[1]) for t in c] for c in ours] == expected
+    assert {r for c in expected for _, r in c} == {
+        int(ref.FinishReason.EOS),
+        int(ref.FinishReason.MAX_GENERATED_TOKENS),
+    }
+
+
+# --- cancellation, rewinds, session limits, stop strings -------------------------------------
+def test_cancel_turn_matches_the_reference(smollm2) -> None:
+    ref_model, our_model, _ = smollm2
+    tokenizer = ref.Tokenizer(ref_model)
+    conversation = [
+        [
+            Turn(chat(tokenizer, "Tell me a long story."), 50, cancel_after=3),
+            Turn(chat(tokenizer, "Shorter please.", first=False), 8),
+        ]
+    ]
+    theirs = on_reference_alone(ref_model, conversation)
+    ours = converse(genai, our_model, copy(conversation))
+    assert without_cached(ours[0]) == without_cached(theirs[0])
+    flags, reason, usage, _ = ours[0][0].finish
+    assert reason == int(ref.FinishReason.CANCELLED)
+    assert flags & int(ref.EngineEventFlags.TURN_FINISHED)
+    assert usage[2] == len(ours[0][0].generated) == 3
+
+
+def test_rewind_to_start_of_turn_matches_the_reference(smollm2) -> None:
+    ref_model, our_model, _ = smollm2
+    tokenizer = ref.Tokenizer(ref_model)
+    conversation = [
+        [
+            Turn(chat(tokenizer, "What is the capital of France?"), 8),
+            Turn(chat(tokenizer, "And of Italy?", first=False), 8),
+            Turn(chat(tokenizer, "And of Spain?", first=False), 8, rewind_to=2),
+            Turn(chat(tokenizer, "What was my first question?"), 8, rewind_to=1),
+        ]
+    ]
+    theirs = on_reference_alone(ref_model, conversation)
+    ours = converse(genai, our_model, copy(conversation))
+    assert without_cached(ours[0]) == without_cached(theirs[0])
+
+
+def test_max_session_tokens_matches_the_reference(smollm2) -> None:
+    ref_model, our_model, _ = smollm2
+    tokenizer = ref.Tokenizer(ref_model)
+    prompt = chat(tokenizer, "What is the capital of France?")
+    conversation = [[Turn(prompt, 0)]]
+    limit = len(prompt) + 5
+    theirs = on_reference_alone(ref_model, conversation, max_session_tokens=limit)
+    ours = converse(genai, our_model, copy(conversation), max_session_tokens=limit)
+    assert without_cached(ours[0]) == without_cached(theirs[0])
+    assert ours[0][0].finish[1] == int(ref.FinishReason.MAX_SESSION_TOKENS)
+    assert len(ours[0][0].generated) == 5
+    # a full session takes no further turn, with the reference's message
+    messages = []
+    for og, model in ((ref, ref_model), (genai, our_model)):
+        options = og.RequestOptions()
+        options.set_max_session_tokens(limit)
+        engine = og.Engine(model)
+        request = engine.create_request(options=options)
+        request.begin_turn(np.asarray(prompt, np.int32))
+        buffer = engine.create_event_buffer(4)
+        while engine.has_pending_requests():
+            engine.run(buffer)
+        with pytest.raises(RuntimeError) as info:
+            request.begin_turn(np.asarray([42], np.int32))
+        messages.append(str(info.value))
+    assert messages[1] == messages[0]
+
+
+def test_stop_strings_end_the_turn_where_the_text_first_contains_one(smollm2) -> None:
+    """The reference runs stop strings only on paged-attention folders: the independent check
+    is its tokens without stop strings, decoded until the text first holds one."""
+    ref_model, our_model, _ = smollm2
+    tokenizer = ref.Tokenizer(ref_model)
+    prompt = chat(tokenizer, "What is the capital of France?")
+    plain = on_reference_alone(ref_model, [[Turn(prompt, 30)]])[0][0].generated
+    stops = ["Zanzibar", " is"]
+    cut = next(
+        k for k in range(1, len(plain) + 1) if any(s in tokenizer.decode(plain[:k]) for s in stops)
+    )
+    expected_index = next(i for i, s in enumerate(stops) if s in tokenizer.decode(plain[:cut]))
+    ours = converse(genai, our_model, [[Turn(prompt, 30, stop_strings=stops)]])[0][0]
+    assert ours.generated == plain[:cut]
+    flags, reason, usage, index = ours.finish
+    assert flags == int(ref.EngineEventFlags.TOKEN | ref.EngineEventFlags.TURN_FINISHED)
+    assert reason == int(ref.FinishReason.STOP_STRING)
+    assert index == expected_index
+    assert usage[2] == cut
+
+
+# --- events, buffers, threads --------------------------------------------------------------
+@pytest.mark.parametrize("capacity", [1, 2, 5])
+def test_events_beyond_the_buffer_wait_for_the_next_run(smollm2, capacity: int) -> None:
+    ref_model, our_model, _ = smollm2
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    tokens = {}
+    for name, og, model in (("reference", ref, ref_model), ("genai", genai, our_model)):
+        engine = og.Engine(model)
+        buffer = engine.create_event_buffer(capacity)
+        requests = []
+        for prompt in prompts:
+            request = engine.create_request()
+            options = og.TurnOptions(request)
+            options.set_max_generated_tokens(3)
+            request.begin_turn(np.asarray(prompt, np.int32), options)
+            requests.append(request)
+        got: list[list[int]] = [[] for _ in prompts]
+        full = 0
+        while engine.has_pending_requests():
+            engine.run(buffer)
+            assert len(buffer) <= capacity
+            full += len(buffer) == capacity
+            if len(buffer):
+                assert buffer[-1] is buffer[len(buffer) - 1]
+            for k in range(len(buffer)):
+                got[requests.index(buffer[k].request)].append(buffer[k].token)
+            with pytest.raises(IndexError):
+                buffer[capacity]
+        assert full > 0 or capacity > len(prompts)
+        tokens[name] = got
+    assert tokens["genai"] == tokens["reference"]
+
+
+def test_requests_begun_from_another_thread_while_one_runs(smollm2) -> None:
+    ref_model, our_model, _ = smollm2
+    prompts = [[1, 504, 3575], [1, 28, 30, 31], [1, 2, 3, 4, 5], [1, 9, 9]]
+    expected = [on_reference_alone(ref_model, [[Turn(p, 6)]])[0][0].generated for p in prompts]
+    engine = genai.Engine(our_model)
+    got: dict[int, list[int]] = {}
+    requests: dict[int, int] = {}
+    begun = threading.Event()
+
+    def feed() -> None:
+        for index, prompt in enumerate(prompts):
+            request = engine.create_request()
+            options = genai.TurnOptions(request)
+            options.set_max_generated_tokens(6)
+            request.begin_turn(np.asarray(prompt, np.int32), options)
+            requests[id(request)] = index
+        begun.set()
+
+    worker = threading.Thread(target=feed)
+    worker.start()
+    buffer = engine.create_event_buffer(4)
+    while not begun.is_set() or engine.has_pending_requests():
+        engine.run(buffer)
+        for k in range(len(buffer)):
+            event = buffer[k]
+            got.setdefault(requests[id(event.request)], []).append(event.token)
+    worker.join()
+    assert [got[i] for i in range(len(prompts))] == expected
+
+
+def test_event_objects_and_enumerations_are_the_references(smollm2) -> None:
+    _, model, _ = smollm2
+    engine = genai.Engine(model)
+    request = engine.create_request()
+    options = genai.TurnOptions(request)
+    options.set_max_generated_tokens(2)
+    turn = request.begin_turn(np.asarray([1, 504, 3575], np.int32), options)
+    buffer = engine.create_event_buffer(4)
+    assert engine.run(buffer) is buffer
+    event = buffer[0]
+    assert event.request is request and event.turn_id == turn == 1
+    assert event.flags == genai.EngineEventFlags.TOKEN
+    assert event.finish_reason == genai.FinishReason.NONE
+    assert event.error_code == genai.EngineErrorCode.NONE
+    assert event.matched_stop_string_index is None
+    assert (event.usage.prompt_tokens, event.usage.generated_tokens) == (0, 0)
+    for name in ("Engine", "Request", "EngineEvent", "EngineEventBuffer", "TurnUsage"):
+        with pytest.raises(TypeError):
+            getattr(genai, name)()
+
+
+def test_speculative_fields_say_there_is_no_speculation(smollm2) -> None:
+    ref_model, our_model, _ = smollm2
+    theirs, ours = ref.Engine(ref_model), genai.Engine(our_model)
+    assert ours.max_draft_tokens_per_proposal() == theirs.max_draft_tokens_per_proposal() == 0
+    assert ours.get_speculative_stats() == theirs.get_speculative_stats()
+    request = ours.create_request()
+    with pytest.raises(RuntimeError):
+        request.set_draft_tokens(np.asarray([5], np.int32))
+
+
+# --- errors ----------------------------------------------------------------------------------
+def _reference_and_ours(smollm2: tuple, script: Any) -> list[tuple[type, str]]:
+    """``script(og, model)`` on both modules: the RuntimeError each raises (type, message)."""
+    out = []
+    for og, model in ((ref, smollm2[0]), (genai, smollm2[1])):
+        with pytest.raises(RuntimeError) as info:
+            script(og, model)
+        out.append(str(info.value))
+    return out
+
+
+def _begin(og: ModuleType, model: Any, tokens: Sequence[int] = (1, 504, 3575)) -> tuple:
+    engine = _engine(og, model)
+    request = engine.create_request()
+    turn = request.begin_turn(np.asarray(tokens, np.int32))
+    return engine, request, turn
+
+
+def _drain(engine: Any) -> None:
+    buffer = engine.create_event_buffer(8)
+    while engine.has_pending_requests():
+        engine.run(buffer)
+
+
+#: Engines the scripts made, kept alive: a reference Request whose Engine is gone says
+#: "Cannot use a closed request." to everything.
+_ALIVE: list[Any] = []
+
+
+def _engine(og: ModuleType, model: Any) -> Any:
+    engine = og.Engine(model)
+    _ALIVE.append(engine)
+    return engine
+
+
+SCRIPTS = {
+    "empty prompt": lambda og, m: _engine(og, m).create_request().begin_turn(np.zeros(0, np.int32)),
+    "begin while a turn runs": lambda og, m: _begin(og, m)[1].begin_turn(np.asarray([5], np.int32)),
+    "rewind while a turn runs": lambda og, m: _begin(og, m)[1].rewind_to_start_of_turn(1),
+    "rewind to an unknown turn": lambda og, m: (
+        lambda e, r, t: (r.cancel_turn(t), _drain(e), r.rewind_to_start_of_turn(7))
+    )(*_begin(og, m)),
+    "cancel before a turn": lambda og, m: _engine(og, m).create_request().cancel_turn(1),
+    "begin after close": lambda og, m: (
+        lambda r: (r.close(), r.begin_turn(np.asarray([5], np.int32)))
+    )(_engine(og, m).create_request()),
+    "options of a closed request": lambda og, m: (lambda r: (r.close(), og.TurnOptions(r)))(
+        _engine(og, m).create_request()
+    ),
+    "another request's options": lambda og, m: (
+        lambda e: e.create_request().begin_turn(
+            np.asarray([5], np.int32), og.TurnOptions(e.create_request())
+        )
+    )(_engine(og, m)),
+    "another engine's buffer": lambda og, m: _engine(og, m).run(
+        _engine(og, m).create_event_buffer(2)
+    ),
+    "an empty stop string": lambda og, m: og.TurnOptions(
+        _engine(og, m).create_request()
+    ).set_stop_strings(["a", ""]),
+    "17 stop strings": lambda og, m: og.TurnOptions(
+        _engine(og, m).create_request()
+    ).set_stop_strings(["a"] * 17),
+    "unknown guidance type": lambda og, m: og.TurnOptions(
+        _engine(og, m).create_request()
+    ).set_guidance("yaml", "x"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCRIPTS))
+def test_misuse_raises_the_references_error(smollm2, case: str) -> None:
+    theirs, ours = _reference_and_ours(smollm2, SCRIPTS[case])
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("kind", ["past-vocab", "negative", "2-d"])
+def test_tokens_outside_the_vocabulary_are_a_value_error(smollm2, kind: str) -> None:
+    _, model, folder = smollm2
+    vocab = json.loads((Path(folder) / "genai_config.json").read_text())["model"]["vocab_size"]
+    tokens = {"past-vocab": [1, vocab], "negative": [-1, 5], "2-d": [[1, 2], [3, 4]]}[kind]
+    request = genai.Engine(model).create_request()
+    with pytest.raises(ValueError, match="outside the vocabulary|one sequence"):
+        request.begin_turn(np.asarray(tokens, np.int32))
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        lambda og, m: _engine(og, m).create_event_buffer(-1),
+        lambda og, m: og.RequestOptions().set_max_session_tokens(-1),
+        lambda og, m: og.TurnOptions(_engine(og, m).create_request()).set_max_generated_tokens(-1),
+        lambda og, m: _engine(og, m).run(None),
+    ],
+    ids=["capacity", "session", "max-generated", "run-none"],
+)
+def test_negative_counts_and_wrong_types_are_type_errors(smollm2, script: Any) -> None:
+    for og, model in ((ref, smollm2[0]), (genai, smollm2[1])):
+        with pytest.raises(TypeError):
+            script(og, model)
+
+
+def test_streaming_processor_needs_a_streaming_speech_model(smollm2) -> None:
+    messages = []
+    for og, model in ((ref, smollm2[0]), (genai, smollm2[1])):
+        with pytest.raises(RuntimeError) as info:
+            og.StreamingProcessor(model)
+        messages.append(str(info.value))
+    assert messages[1] == messages[0]
