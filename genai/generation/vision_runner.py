@@ -199,6 +199,14 @@ class VisionRunner:
             pairs = self.kv.handover
             self._handover = ([p for p, _ in pairs], [q for _, q in pairs])
         self.decoder.bind_output_to_device(io.logits)
+        self._step_ids = np.zeros((batch, 1), self._ids_dtype)
+        # one-token runs write their logits here (float32 models), not in a new array
+        self._step_logits = (
+            np.zeros((batch, 1, io.vocab_size), np.float32)
+            if io.logits_dtype == np.float32
+            else None
+        )
+        self._logits_in_buffer = False
         if self.mrope is not None and io.position_ids is not None:
             shape = model.session.input_shapes.get(io.position_ids) or ()
             if len(shape) != 3 or shape[0] not in (3, -1) or isinstance(shape[0], str):
@@ -366,21 +374,23 @@ class VisionRunner:
 
     def _embed(self, tokens: np.ndarray, features: np.ndarray) -> np.ndarray:
         graphs, binding = self.graphs, self.embedding
-        fed = {
-            graphs.embedding_ids: np.ascontiguousarray(tokens, self._ids_dtype),
-            graphs.embedding_features: features,
-        }
-        step = tokens.shape[1] == 1 and self._embeds_in_place
-        if step:  # written in place, no copy on the way to the decoder
-            for name, value in fed.items():
-                binding.bind_input(name, value)
+        step = tokens.shape[1] == 1 and self._embeds_in_place and features is self._no_features
+        if step:  # fixed buffers bound once; the embeddings written in place for the decoder
+            self._step_ids[:] = tokens
+            fed = {graphs.embedding_ids: self._step_ids, graphs.embedding_features: features}
             if not self._step_embeds_bound:
+                for name, value in fed.items():
+                    binding.bind_input(name, value)
                 binding.bind_output(graphs.embedding_output, self._step_embeds)
                 self._step_embeds_bound = True
             binding.run()
             embeds = self._step_embeds
         else:
             self._step_embeds_bound = False
+            fed = {
+                graphs.embedding_ids: np.ascontiguousarray(tokens, self._ids_dtype),
+                graphs.embedding_features: features,
+            }
             embeds = self._run_graph(binding, fed, graphs.embedding_output)
         self.last_inputs.update(fed)
         self.last_outputs[graphs.embedding_output] = embeds
@@ -458,6 +468,12 @@ class VisionRunner:
             if not (step and self._step_bound and name in self._step_buffers):
                 decoder.bind_input(name, value)
         self._step_bound = step
+        to_buffer = step and self._step_logits is not None
+        if to_buffer and not self._logits_in_buffer:
+            decoder.bind_output(io.logits, self._step_logits)
+        elif not to_buffer and self._logits_in_buffer:
+            decoder.bind_output_to_device(io.logits)
+        self._logits_in_buffer = to_buffer
         growing = isinstance(self.kv, GrowingKVCache)
         if growing and self._fresh_presents:  # after a rewind re-bound the pasts
             for present, _ in self.kv.handover:
@@ -466,7 +482,7 @@ class VisionRunner:
         decoder.run()
         if growing:
             decoder.rebind_outputs_as_inputs_py(*self._handover)
-        logits = decoder.get_output(io.logits)
+        logits = self._step_logits if to_buffer else decoder.get_output(io.logits)
         if logits.ndim != 3 or logits.shape[0] != b or logits.shape[1] not in (count, 1):
             raise ModelError(
                 f"logits output {io.logits!r} has shape {list(logits.shape)}; expected "
