@@ -45,7 +45,7 @@ from genai.constraints.tools import prepare_tool_chat
 from genai.errors import GenaiError, InvalidArgumentError
 from genai.generation.search import SearchOptions
 from genai.runtime.config import Config
-from genai.runtime.model import Model, default_intra_op_threads
+from genai.runtime.model import Model
 from genai.serve.batch_runner import make_batch_runner
 from genai.serve.metrics import ServerMetrics
 from genai.serve.protocol import (
@@ -58,7 +58,7 @@ from genai.serve.protocol import (
     validation_message,
 )
 from genai.serve.scheduler import GenerationRequest, QueueFullError, Scheduler
-from genai.serve.scheduler_group import SchedulerGroup
+from genai.serve.scheduler_group import SchedulerGroup, default_lanes
 from genai.serve.transcriptions import SpeechService, add_transcription_route
 from genai.serve.webui import mount_webui
 from genai.text.chat_template import ChatTemplateError
@@ -116,29 +116,6 @@ def max_token_bytes(tokenizer: Any) -> int | None:
     if model.get("type") == "WordPiece":  # an unknown word becomes one [UNK]
         longest = max(longest, 4 * int(model.get("max_input_chars_per_word") or 100))
     return max(4, longest)
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def default_lanes(model: Any) -> int:
-    """Schedulers the server runs side by side (`SchedulerGroup`), each keeping one model run
-    in flight: the CPUs this process may use divided by the session's intra-op threads (at
-    least 1, at most 4), so that their runs fill the cores a single run leaves idle.
-    ``GENAI_SERVE_LANES`` overrides it. Providers running on a device other than the host CPU
-    get 1."""
-    env = os.environ.get("GENAI_SERVE_LANES")
-    if env:
-        return max(1, int(env))
-    if getattr(getattr(model, "provider", None), "device", "cpu") != "cpu":
-        return 1
-    session = model.config.get("model.decoder.session_options", {}) or {}
-    threads = int(session.get("intra_op_num_threads") or default_intra_op_threads())
-    return max(1, min(4, _cores() // max(1, threads)))
 
 
 class ServeEngine:

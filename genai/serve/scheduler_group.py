@@ -23,9 +23,11 @@ row's logits are the same in any run of two rows or more (`genai.serve.scheduler
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from typing import Any
 
+from genai.runtime.model import default_intra_op_threads
 from genai.serve.batch_runner import BatchRunner
 from genai.serve.scheduler import (
     GenerationRequest,
@@ -36,7 +38,30 @@ from genai.serve.scheduler import (
     _Sequence,
 )
 
-__all__ = ["SchedulerGroup"]
+__all__ = ["SchedulerGroup", "default_lanes"]
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_lanes(model: Any) -> int:
+    """Schedulers the server runs side by side (`SchedulerGroup`), each keeping one model run
+    in flight: the CPUs this process may use divided by the session's intra-op threads (at
+    least 1, at most 4), so that their runs fill the cores a single run leaves idle.
+    ``GENAI_SERVE_LANES`` overrides it. Providers running on a device other than the host CPU
+    get 1."""
+    env = os.environ.get("GENAI_SERVE_LANES")
+    if env:
+        return max(1, int(env))
+    if getattr(getattr(model, "provider", None), "device", "cpu") != "cpu":
+        return 1
+    session = model.config.get("model.decoder.session_options", {}) or {}
+    threads = int(session.get("intra_op_num_threads") or default_intra_op_threads())
+    return max(1, min(4, _cores() // max(1, threads)))
 
 
 class SchedulerGroup:
