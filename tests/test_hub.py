@@ -1,6 +1,9 @@
 """Model folders from the Hugging Face hub cache: a folder in the hub's documented layout (every
 file a relative symlink into the repo's blobs/) loads and generates as onnxruntime-genai does,
-and the folder-escape check still refuses names and links that leave the folder."""
+and the folder-escape check still refuses names and links that leave the folder; hub names
+resolve from caches written here (offline: a clear error), `genai list` / `genai rm`; and
+`genai pull` downloads through huggingface_hub from a loopback stand-in of the hub's HTTP API
+(`HF_ENDPOINT`), building GGUF and safetensors repos. Nothing here reaches the real hub."""
 
 from __future__ import annotations
 
