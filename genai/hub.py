@@ -40,6 +40,7 @@ __all__ = [
     "looks_like_repo_id",
     "pull",
     "remove",
+    "repo_folder_name",
     "resolve_model",
 ]
 
@@ -157,8 +158,13 @@ def built_dir(repo_id: str) -> Path:
     return _genai_models_dir() / ("hub--" + repo_id.replace("/", "--"))
 
 
+def repo_folder_name(repo_id: str) -> str:
+    """``org/name`` -> ``models--org--name``, the hub cache's folder of a model repo."""
+    return "models--" + repo_id.replace("/", "--")
+
+
 def _repo_dir(repo_id: str, cache_dir: Path) -> Path:
-    return cache_dir / ("models--" + repo_id.replace("/", "--"))
+    return cache_dir / repo_folder_name(repo_id)
 
 
 # --- resolution --------------------------------------------------------------------------------

@@ -9,10 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-
-def repo_folder_name(repo_id: str) -> str:
-    """``org/name`` -> ``models--org--name``, the hub cache's folder name for a model repo."""
-    return "models--" + repo_id.replace("/", "--")
+from genai.hub import repo_folder_name
 
 
 def write_hub_snapshot(
