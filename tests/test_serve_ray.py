@@ -103,6 +103,7 @@ def test_build_app_options():
         None,
         (),
         default_limit,
+        True,
     )
     keyed = build_app(
         {
@@ -110,6 +111,7 @@ def test_build_app_options():
             "api_key": "k3y",
             "allowed_origins": "http://a, http://b",
             "max_body_bytes": "1000",
+            "webui": "false",
         }
     )
     assert keyed._bound_deployment.init_args == (
@@ -118,6 +120,7 @@ def test_build_app_options():
         "k3y",
         ("http://a", "http://b"),
         1000,
+        False,
     )
     with pytest.raises(ValueError):
         build_app({})

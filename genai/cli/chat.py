@@ -13,6 +13,7 @@ from genai.cli.common import (
     activate_adapters,
     add_adapter_option,
     add_length_options,
+    add_model_option,
     check_lengths,
     load_model,
     prefill,
@@ -39,12 +40,7 @@ def _fill_chat(chat: argparse.ArgumentParser) -> None:
         + "; ".join(f"{c} {h}" for c, h in CHAT_COMMANDS)
         + ". Ctrl-C stops a reply; Ctrl-D or /exit ends the chat."
     )
-    chat.add_argument(
-        "-m",
-        "--model",
-        metavar="DIR",
-        help="model folder (default: the default model, pulled on first use)",
-    )
+    add_model_option(chat)
     chat.add_argument("--system", metavar="TEXT", help="system message")
     add_length_options(chat, None)
     chat.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")

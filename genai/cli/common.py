@@ -18,6 +18,7 @@ __all__ = [
     "activate_adapters",
     "add_adapter_option",
     "add_length_options",
+    "add_model_option",
     "check_lengths",
     "default_model",
     "load_model",
@@ -33,6 +34,18 @@ PREFILL_PROGRESS_TOKENS = 1024
 
 #: Tokens per prefill step while a progress line is shown.
 PREFILL_CHUNK = 512
+
+
+def add_model_option(parser: argparse.ArgumentParser) -> None:
+    """``-m/--model``: a model folder or a Hugging Face repo (default: the default model)."""
+    parser.add_argument(
+        "-m",
+        "--model",
+        metavar="DIR|REPO_ID[:SUBFOLDER]",
+        help="model folder, or a Hugging Face model repo (from the hub cache, downloaded "
+        "unless HF_HUB_OFFLINE=1; see genai pull) (default: the default model, "
+        "SmolLM2-135M-Instruct int4, pulled on first use)",
+    )
 
 
 def add_length_options(parser: argparse.ArgumentParser, default_new: int | None) -> None:

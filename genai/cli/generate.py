@@ -13,6 +13,7 @@ from genai.cli.common import (
     activate_adapters,
     add_adapter_option,
     add_length_options,
+    add_model_option,
     check_lengths,
     load_model,
     prefill,
@@ -27,13 +28,7 @@ __all__: list[str] = []
 def _fill_generate(gen: argparse.ArgumentParser) -> None:
     gen.description = "Generate text from a prompt (greedy), streaming it as it is produced."
     gen.add_argument("prompt", help="the prompt text ('-' reads it from stdin)")
-    gen.add_argument(
-        "-m",
-        "--model",
-        metavar="DIR",
-        help="model folder (default: the default model, SmolLM2-135M-Instruct int4, "
-        "pulled on first use)",
-    )
+    add_model_option(gen)
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
     gen.add_argument("--system", metavar="TEXT", help="system message (with --chat)")
     add_length_options(gen, None)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from genai import hub
-from genai.cli.common import default_model, load_model
+from genai.cli.common import add_model_option, default_model, load_model
 from genai.cli.registry import command
 from genai.errors import MissingDependencyError
 
@@ -21,14 +21,7 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
         "Serve /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics "
         "(needs the 'serve' extra: pip install 'genai-runtime[serve]'). See docs/serving.md."
     )
-    serve.add_argument(
-        "-m",
-        "--model",
-        metavar="DIR|REPO_ID[:SUBFOLDER]",
-        help="model folder, or a Hugging Face model repo (from the hub cache, downloaded "
-        "unless HF_HUB_OFFLINE=1; see genai pull) (default: the default model, pulled on "
-        "first use)",
-    )
+    add_model_option(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.add_argument("--served-model-name", metavar="NAME", help="model id of the API")
@@ -146,6 +139,8 @@ def _serve_ray(args: argparse.Namespace) -> int:
         options["max_body_bytes"] = args.max_body_bytes
     if args.allowed_origin:
         options["allowed_origins"] = list(args.allowed_origin)
+    if args.no_webui:
+        options["webui"] = False
     if args.served_model_name:
         options["model_name"] = args.served_model_name
     if args.threads is not None:

@@ -57,6 +57,7 @@ class GenaiReplica:
         api_key: str | None = None,
         allowed_origins: Sequence[str] = (),
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        webui: bool = True,
     ) -> None:
         options = dict(engine_options or {})
         options.setdefault("model_name", Path(model).name)
@@ -67,6 +68,7 @@ class GenaiReplica:
         self.api_key = api_key
         self.allowed_origins = tuple(allowed_origins)
         self.max_body_bytes = int(max_body_bytes)
+        self.webui = bool(webui)
         self.pid = os.getpid()
 
     def __serve_build_asgi_app__(self) -> Any:
@@ -75,6 +77,7 @@ class GenaiReplica:
             api_key=self.api_key,
             allowed_origins=self.allowed_origins,
             max_body_bytes=self.max_body_bytes,
+            webui=self.webui,
         )
 
 
@@ -124,8 +127,8 @@ def build_app(args: dict[str, Any]) -> Any:
     `ServeEngine` options (``threads``, ``max_slots``, ``max_queue``, ``request_timeout``,
     ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``, ``lanes``: default 1 per replica),
     and the HTTP options ``api_key``, ``allowed_origins`` (a list, or a comma-separated string)
-    and ``max_body_bytes`` (see `genai.serve.app.create_app`). Values may be strings (from the
-    command line).
+    ``max_body_bytes`` and ``webui`` (the chat page at /; "false" or "0" turn it off; see
+    `genai.serve.app.create_app`). Values may be strings (from the command line).
     """
     args = dict(args)
     model = args.pop("model", None)
@@ -134,6 +137,7 @@ def build_app(args: dict[str, Any]) -> Any:
     name = str(args.pop("name", "genai"))
     api_key = args.pop("api_key", None)
     max_body_bytes = int(_number(args.pop("max_body_bytes", DEFAULT_MAX_BODY_BYTES)))
+    webui = str(args.pop("webui", True)).strip().lower() not in ("false", "0", "no", "off")
     origins = args.pop("allowed_origins", ())
     if isinstance(origins, str):
         origins = [o.strip() for o in origins.split(",") if o.strip()]
@@ -150,7 +154,7 @@ def build_app(args: dict[str, Any]) -> Any:
         options["ray_actor_options"] = {"num_cpus": float(engine["threads"])}
     deployment = serve.deployment(GenaiReplica, name=name, **options)
     key = None if api_key is None else str(api_key)
-    return deployment.bind(str(model), engine, key, tuple(origins), max_body_bytes)
+    return deployment.bind(str(model), engine, key, tuple(origins), max_body_bytes, webui)
 
 
 def _number(value: Any) -> Any:
