@@ -13,13 +13,23 @@ generator's chain): timestamps come in pairs and never go backwards, the first t
 timestamp no later than 1 s, and a timestamp wins when the timestamps together are more
 likely than any text token. The search is greedy (``temperature`` 0) or samples at
 ``temperature``.
+
+A greedy window whose text repeats itself (zlib compression ratio above 2.4) or that the
+model is unsure of (mean token log-probability below -1) is decoded again at rising
+temperatures (`FALLBACK_TEMPERATURES`, seeded: the same file gives the same transcript), as
+OpenAI's implementation does. When no decoding passes with timestamps, the window is decoded
+once more without them and kept whole as one segment: a segment that closes far beyond its
+words (small models do this) would otherwise make the next window skip the speech between.
+The transcript is not conditioned on the previous window's text (that made tiny.en repeat
+itself across windows).
 """
 
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,6 +62,8 @@ log = logging.getLogger(__name__)
 TIME_PRECISION = 0.02
 #: The latest first timestamp the rules allow (seconds).
 MAX_INITIAL_TIMESTAMP = 1.0
+#: Temperatures a window is decoded at, in turn, until its text looks right (OpenAI's).
+FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
 @dataclass(frozen=True)
@@ -204,6 +216,74 @@ def _segments_of(
     return [s for s in segments if s.text], consumed
 
 
+def _decode(
+    model: Model,
+    inputs: NamedTensors,
+    prompt_length: int,
+    rules: TimestampRules | None,
+    temperature: float,
+) -> tuple[np.ndarray, float]:
+    """One decoding of a window: the generated tokens and their mean log-probability."""
+    params = GeneratorParams(model)
+    params.set_search_options(
+        max_length=int(model.config.context_length),
+        do_sample=temperature > 0,
+        temperature=temperature if temperature > 0 else 1.0,
+        top_k=0 if temperature > 0 else 1,
+        random_seed=0,
+        logprobs=True,
+    )
+    if rules is not None:
+        params.add_logits_processor(rules)
+    generator = Generator(model, params)
+    generator.set_inputs(inputs)
+    total, steps = 0.0, 0
+    while not generator.is_done():
+        generator.generate_next_token()
+        total += float(generator.get_next_logprobs()[0][0])
+        steps += 1
+    return generator.get_sequence(0)[prompt_length:], total / max(steps, 1)
+
+
+def compression_ratio(text: str) -> float:
+    """Bytes of ``text`` over bytes of its zlib compression (repetitive text compresses well)."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def _decode_with_fallback(
+    model: Model,
+    inputs: NamedTensors,
+    prompt_length: int,
+    rules: TimestampRules | None,
+    temperature: float,
+    processor: MultiModalProcessor,
+    fallback: bool = True,
+) -> tuple[np.ndarray, bool]:
+    """Decode a window at ``temperature``; from a greedy start, decode again at the higher
+    `FALLBACK_TEMPERATURES` (seeded) while the text repeats itself (compression ratio above
+    2.4) or the model is unsure of it (mean log-probability below -1), as OpenAI's
+    implementation does; when none passes, the likeliest decoding. Returns the tokens and
+    whether they passed."""
+    schedule = FALLBACK_TEMPERATURES if temperature == 0 and fallback else (float(temperature),)
+    best: tuple[float, np.ndarray, float] | None = None
+    for step in schedule:
+        tokens, mean_logprob = _decode(model, inputs, prompt_length, rules, step)
+        ratio = compression_ratio(processor.decode(tokens))
+        if ratio <= 2.4 and mean_logprob >= -1.0:
+            return tokens, True
+        log.debug(
+            "window decoded at temperature %.1f: compression %.2f, mean logprob %.2f",
+            step,
+            ratio,
+            mean_logprob,
+        )
+        if best is None or mean_logprob > best[0]:
+            best = (mean_logprob, tokens, step)
+    assert best is not None
+    return best[1], False
+
+
 def transcribe(
     model: Model,
     audio: Audios | AudioClip,
@@ -213,11 +293,13 @@ def transcribe(
     temperature: float = 0.0,
     processor: MultiModalProcessor | None = None,
     timestamps: bool = True,
+    fallback: bool = True,
 ) -> Transcript:
     """Transcribe one recording of any length with a Whisper ``model`` (see the module
     docstring). ``language`` None lets a multilingual model guess (an English-only model
     takes no language token); ``task`` ``"transcribe"`` or ``"translate"``; ``timestamps``
-    False decodes fixed 30 s windows with ``<|notimestamps|>``."""
+    False decodes fixed 30 s windows with ``<|notimestamps|>``; ``fallback`` False keeps
+    every window's first decoding (no temperature fallback)."""
     if processor is None:
         processor = model.create_multimodal_processor()
     kind = processor.kind
@@ -244,14 +326,18 @@ def transcribe(
     )
     if not vocab.multilingual:
         prompt_text = prompt_text.replace(f"<|{task}|>", "")
-    prompt = np.asarray(tokenizer.encode(prompt_text), np.int32)[None, :]
+    prompt = np.asarray([tokenizer.encode(prompt_text)], np.int32)
+    plain_text = whisper_prompt(language if vocab.multilingual else None, task, timestamps=False)
+    if not vocab.multilingual:
+        plain_text = plain_text.replace(f"<|{task}|>", "")
+    plain = np.asarray([tokenizer.encode(plain_text)], np.int32)
+    plain_vocab = replace(vocab, timestamp_begin=-1)
     pipeline = kind.pipeline
     pcm = pipeline.pcm(clip)
     rate = pipeline.sample_rate
     window = pipeline.window_samples
     seek = 0
     segments: list[Segment] = []
-    context = int(model.config.context_length)
     while seek < pcm.shape[0]:
         chunk = pcm[seek : seek + window]
         chunk_seconds = chunk.shape[0] / rate
@@ -260,24 +346,21 @@ def transcribe(
         inputs = NamedTensors()
         inputs[AUDIO_FEATURES] = pipeline.features_of_pcm(chunk)[None].astype(kind.dtype)
         inputs[INPUT_IDS] = prompt
-        params = GeneratorParams(model)
-        params.set_search_options(
-            max_length=context,
-            do_sample=temperature > 0,
-            temperature=float(temperature) if temperature > 0 else 1.0,
-            top_k=0 if temperature > 0 else 1,
-            num_beams=1,
-            batch_size=1,
+        rules = (
+            TimestampRules(vocab, prompt.shape[1], model.io.vocab_size) if use_timestamps else None
         )
-        if use_timestamps:
-            params.add_logits_processor(TimestampRules(vocab, prompt.shape[1], model.io.vocab_size))
-        generator = Generator(model, params)
-        generator.set_inputs(inputs)
-        while not generator.is_done():
-            generator.generate_next_token()
-        tokens = generator.get_sequence(0)[prompt.shape[1] :]
+        tokens, passed = _decode_with_fallback(
+            model, inputs, prompt.shape[1], rules, temperature, processor, fallback
+        )
+        window_vocab = vocab if use_timestamps else plain_vocab
+        if use_timestamps and not passed and fallback:
+            # timestamps went wrong (e.g. a segment closed far beyond its words, which
+            # would skip the speech after it): the whole window as one segment
+            inputs[INPUT_IDS] = plain
+            tokens, _ = _decode(model, inputs, plain.shape[1], None, float(temperature))
+            window_vocab = plain_vocab
         found, consumed = _segments_of(
-            tokens, vocab, seek / rate, processor.decode, min(chunk_seconds, window / rate)
+            tokens, window_vocab, seek / rate, processor.decode, min(chunk_seconds, window / rate)
         )
         segments.extend(found)
         advance = max(1, round(min(consumed, chunk_seconds) * rate))
