@@ -195,7 +195,8 @@ class VisionRunner:
             self._step_buffers.add(io.position_ids)
         self._step_bound = False
         self._fresh_presents = False
-        if isinstance(self.kv, GrowingKVCache):
+        self._growing = isinstance(self.kv, GrowingKVCache)
+        if self._growing:
             pairs = self.kv.handover
             self._handover = ([p for p, _ in pairs], [q for _, q in pairs])
         self.decoder.bind_output_to_device(io.logits)
@@ -207,6 +208,15 @@ class VisionRunner:
             else None
         )
         self._logits_in_buffer = False
+        #: `fast_step` may run: every one-token buffer is bound (set by a one-token run)
+        self.fast = False
+        self._fast_ok = (
+            io.attention_mask is not None
+            and self._decoder_ids is None
+            and self._embeds_in_place
+            and self._step_logits is not None
+            and (io.position_ids is None or self.mrope is not None)
+        )
         if self.mrope is not None and io.position_ids is not None:
             shape = model.session.input_shapes.get(io.position_ids) or ()
             if len(shape) != 3 or shape[0] not in (3, -1) or isinstance(shape[0], str):
@@ -270,6 +280,7 @@ class VisionRunner:
         computed = min(self.computed, max(length - 1, 0))
         self.kv.truncate(computed)
         self._fresh_presents = True
+        self.fast = False
         kept = min(self.mask.shape[1], computed)
         self.mask = np.ascontiguousarray(self.mask[:, :kept])
         self.next_position = self.mask.sum(axis=1, dtype=np.int64)
@@ -289,6 +300,7 @@ class VisionRunner:
         deltas = arrays.pop() if self.mrope is not None else None
         self.kv.load(arrays, length)
         self._fresh_presents = True
+        self.fast = False
         self.rope_deltas = deltas
         self.computed = length - 1
         self.mask = np.ones((self.batch, length - 1), self.io.mask_dtype)
@@ -299,6 +311,9 @@ class VisionRunner:
         """Run the graphs on ``tokens`` ``[batch, count]``, every row's pending tokens
         (``prompt``: the first tokens of the sequences, rows right-padded)."""
         count = tokens.shape[1]
+        if count == 1 and not prompt and self.fast and not self.pending:
+            self.fast_step(tokens)
+            return
         if not prompt and self.batch > 1 and count > 1:
             for column in range(count):
                 self.feed(tokens[:, column : column + 1], False)
@@ -474,7 +489,7 @@ class VisionRunner:
         elif not to_buffer and self._logits_in_buffer:
             decoder.bind_output_to_device(io.logits)
         self._logits_in_buffer = to_buffer
-        growing = isinstance(self.kv, GrowingKVCache)
+        growing = self._growing
         if growing and self._fresh_presents:  # after a rewind re-bound the pasts
             for present, _ in self.kv.handover:
                 decoder.bind_output_to_device(present)
@@ -494,6 +509,40 @@ class VisionRunner:
         self.last_inputs.update(fed)
         self.computed += count
         self.last_run_count = count
+        self.fast = (
+            self._fast_ok
+            and step
+            and self._step_embeds_bound
+            and (self.mrope is None or self.rope_deltas is not None)
+        )
+
+    def fast_step(self, tokens: np.ndarray) -> None:
+        """A one-token run on the buffers a previous one-token run bound (`fast`): write
+        the ids, run the embedding graph, update the mask (and mRoPE positions), run the
+        decoder; the same inputs as `feed`, with the least Python per token."""
+        io, b, decoder = self.io, self.batch, self.decoder
+        total = self.computed + 1
+        if total > self.max_length:
+            raise GenerationError(f"the sequence would exceed max_length {self.max_length}")
+        self._step_ids[:] = tokens
+        self.embedding.run()
+        if self.mrope is not None:
+            assert self.rope_deltas is not None
+            self._step_positions[:] = (self.computed + self.rope_deltas)[None, :, None]
+            self.mask = self._ones[:, :total] if b == 1 else np.ones((b, total), io.mask_dtype)
+        elif b == 1:
+            self.mask = self._ones[:, :total]
+        else:
+            self.mask = np.concatenate([self.mask, self._ones[:, :1].repeat(b, 0)], axis=1)
+            self.next_position += 1
+        decoder.bind_input(io.attention_mask, self.mask)
+        self.kv.ensure(total, self.computed)
+        decoder.run()
+        if self._growing:
+            decoder.rebind_outputs_as_inputs_py(*self._handover)
+        self.logits_rows[:] = self._step_logits[:, 0, :]
+        self.last_inputs[io.attention_mask] = self.mask
+        self.computed = total
 
     # --- reading ------------------------------------------------------------------------------
     def read_output(self, name: str) -> np.ndarray | None:

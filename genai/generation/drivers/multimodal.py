@@ -54,6 +54,7 @@ class VisionDriver(RunnerRuns):
         )
         #: The KV cache (`genai.kv`), bound to the decoder's binding.
         self.kv = self.runner.kv
+        self._sequences = loop.array("sequences")
 
     def set_inputs(self, inputs: Mapping[str, Any]) -> np.ndarray:
         """Keep a processor's multimodal inputs for the next prompt run; returns the
@@ -66,7 +67,23 @@ class VisionDriver(RunnerRuns):
 
     def _feed(self, prompt: bool) -> None:
         runner = self.runner
-        runner.feed(self.loop.array("sequences")[:, runner.computed : self.loop.length], prompt)
+        runner.feed(self._sequences[:, runner.computed : self.loop.length], prompt)
+
+    def step(self) -> None:
+        """One step: the runner runs the pending token if the logits are stale (the short
+        path of `VisionRunner.feed` for one token), the loop chooses and commits."""
+        loop = self.loop
+        if not loop.logits_ready:
+            runner = self.runner
+            computed = runner.computed
+            if runner.fast and not runner.pending and loop.length - computed == 1:
+                runner.fast_step(self._sequences[:, computed : computed + 1])
+                if self.settings.sampler is not None:
+                    self.settings.sampler.forget_logits()  # rows rewritten outside the loop
+                loop.set_logits_ready()
+            else:
+                self.run()
+        loop.step()
 
     def rewind(self, length: int) -> None:
         """Keep the first ``length`` tokens (the runner the KV of all but the last)."""
