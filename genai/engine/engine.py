@@ -22,6 +22,7 @@ in progress).
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import math
 import threading
 from collections.abc import Sequence
@@ -40,7 +41,8 @@ from genai.errors import (
 from genai.generation.search import SearchOptions
 from genai.runtime.model import Model
 from genai.serve.batch_runner import make_batch_runner
-from genai.serve.scheduler import Event, GenerationRequest, Scheduler
+from genai.serve.scheduler import Event, GenerationRequest, PrefixCache, Scheduler
+from genai.serve.scheduler_group import default_lanes
 from genai.text.tokenizer import Tokenizer
 
 __all__ = [
@@ -56,6 +58,8 @@ __all__ = [
 
 #: Slots when the folder's ``engine`` section sets no batch size (``genai serve``'s default).
 DEFAULT_MAX_BATCH_SIZE = 16
+#: Bytes of prompt KV kept for reuse by later requests (all lanes together).
+PREFIX_CACHE_BYTES = 256 << 20
 #: Stop strings a turn may have, and their total UTF-8 bytes (the reference's limits).
 MAX_STOP_STRINGS = 16
 MAX_STOP_STRING_BYTES = 16 * 1024
@@ -478,8 +482,10 @@ class Request:
         self._turn: _Turn | None = None
         self._turns = 0
         self._failed = False
-        #: Scheduler-side state (`genai.serve.scheduler._Sequence`) once a turn began.
+        #: Scheduler-side state (`genai.serve.scheduler._Sequence`) once a turn began, and
+        #: the lane (scheduler) that holds it.
         self._seq: Any = None
+        self._lane = 0
         #: The conversation's tokens so far (all turns), and where each turn began.
         self._tokens: list[int] = []
         self._starts: dict[int, int] = {}
@@ -564,7 +570,7 @@ class Request:
             for later in [t for t in self._starts if t >= turn_id]:
                 del self._starts[later]
             if self._engine._resident(self._seq):
-                self._engine._scheduler.truncate(self._seq, start)
+                self._engine._schedulers[self._lane].truncate(self._seq, start)
             del self._tokens[start:]
 
     def set_draft_tokens(self, tokens: Any) -> None:
@@ -631,17 +637,39 @@ class Engine:
         )
         slots = max(2, int(slots))
         self._tokenizer = Tokenizer(model)
-        self._runner = make_batch_runner(model, slots, max_chunk=64, initial_capacity=256)
         self._eos = [int(e) for e in config.eos_token_ids]
-        self._scheduler = Scheduler(
-            self._runner,
-            self._tokenizer,
-            self._eos,
-            max_queue=1 << 30,
-            request_timeout=math.inf,
-            prefill_chunk=64,
-            overlap_prefill=False,
-        )
+        # lanes: schedulers side by side, each on its own slots, as `genai serve` runs them
+        # (genai.serve.scheduler_group); `run` steps them at the same time
+        lanes = max(1, min(default_lanes(model), slots // 2))
+        self._runners = [
+            make_batch_runner(
+                model,
+                slots * (k + 1) // lanes - slots * k // lanes,
+                max_chunk=64,
+                initial_capacity=256,
+            )
+            for k in range(lanes)
+        ]
+        shared = None
+        if self._runners[0].export_prefix(0, 0) is not None:
+            shared = PrefixCache(PREFIX_CACHE_BYTES)
+        self._schedulers = [
+            Scheduler(
+                runner,
+                self._tokenizer,
+                self._eos,
+                max_queue=1 << 30,
+                request_timeout=math.inf,
+                prefill_chunk=64,
+                prefix_cache=shared,
+                prefix_cache_bytes=PREFIX_CACHE_BYTES,
+                overlap_prefill=lanes == 1,
+            )
+            for runner in self._runners
+        ]
+        #: Requests with a turn running, per lane (a new conversation goes to the least busy).
+        self._busy = [0] * lanes
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._context = int(config.context_length)
         self._vocab = int(model.io.vocab_size)
         search = SearchOptions()
@@ -674,8 +702,11 @@ class Engine:
             buffer._events = []
             if buffer.capacity == 0:
                 return buffer
-            while not self._events and self._scheduler.has_work():
-                self._translate(self._scheduler.step())
+            while not self._events:
+                busy = [s for s in self._schedulers if s.has_work()]
+                if not busy:
+                    break
+                self._step(busy)
             take = min(buffer.capacity, len(self._events))
             buffer._events = [self._events.popleft() for _ in range(take)]
         return buffer
@@ -683,13 +714,13 @@ class Engine:
     def has_pending_requests(self) -> bool:
         """True while a turn is generating or events wait for `run`."""
         with self._lock:
-            return bool(self._events) or self._scheduler.has_work()
+            return bool(self._events) or any(s.has_work() for s in self._schedulers)
 
     def get_capabilities(self) -> EngineCapabilities:
         """The engine's limits."""
-        scheduler = self._scheduler
-        slots = int(self._runner.max_slots)
-        return EngineCapabilities._make(slots, self._context, scheduler.prefill_budget + slots)
+        slots = sum(int(runner.max_slots) for runner in self._runners)
+        scheduled = slots + sum(s.prefill_budget for s in self._schedulers)
+        return EngineCapabilities._make(slots, self._context, scheduled)
 
     def max_draft_tokens_per_proposal(self) -> int:
         """Speculative draft tokens a request may attach to one proposal (0: unsupported)."""
@@ -702,6 +733,23 @@ class Engine:
         stats.update(dict.fromkeys(_SPECULATIVE_TIMES, 0.0))
         stats["acceptance_length_histogram"] = [0] * 8
         return stats
+
+    # --- stepping ------------------------------------------------------------------------------
+    def _step(self, busy: list[Scheduler]) -> None:
+        """One iteration of every lane with work, at the same time (the model runs release
+        the GIL); their events in lane order."""
+        if len(busy) == 1:
+            self._translate(busy[0].step())
+            return
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                len(self._schedulers) - 1, thread_name_prefix="genai-engine-lane"
+            )
+        others = [self._pool.submit(s.step) for s in busy[1:]]
+        first = busy[0].step()
+        self._translate(first)
+        for future in others:
+            self._translate(future.result())
 
     # --- helpers for Request ----------------------------------------------------------------------
     def _check_tokens(self, tokens: Any) -> np.ndarray:
@@ -772,16 +820,19 @@ class Engine:
         """Queue ``turn``: a next turn on the request's held slot, or a new sequence (its
         first turn, or the whole conversation again when its slot was taken back)."""
         seq = request._seq
-        scheduler = self._scheduler
         if self._resident(seq):
-            scheduler.resume(seq, generation, turn)
+            self._schedulers[request._lane].resume(seq, generation, turn)
+            self._busy[request._lane] += 1
             return
         if request._tokens:  # the slot was taken back: run the conversation again
             history = np.asarray(request._tokens, np.int32)
             turn.rerun = len(history)
             generation.prompt = np.concatenate([history, generation.prompt])
-        (request._seq,) = scheduler.enqueue(turn, [generation], bounded=False)
+        lane = min(range(len(self._busy)), key=self._busy.__getitem__)
+        (request._seq,) = self._schedulers[lane].enqueue(turn, [generation], bounded=False)
         request._seq.hold = True
+        request._lane = lane
+        self._busy[lane] += 1
 
     @staticmethod
     def _resident(seq: Any) -> bool:
@@ -805,7 +856,12 @@ class Engine:
         TURN_FINISHED too (or alone when no token ends it: EOS, cancellation)."""
         for turn, event in events:
             request = turn.request
-            if request._closed or turn.finished:
+            if turn.finished:
+                continue
+            if request._closed:  # no more events; the turn ends at this step
+                if event.finish_reason is not None:
+                    turn.finished = True
+                    self._busy[request._lane] -= 1
                 continue
             tokens = event.tokens
             turn.generated = event.completion_tokens or turn.generated + len(tokens)
@@ -825,6 +881,7 @@ class Engine:
     def _finish(self, turn: _Turn, event: Event, token: int | None) -> None:
         request = turn.request
         turn.finished = True
+        self._busy[request._lane] -= 1
         reason = event.reason
         if reason is FinishReason.MAX_GENERATED_TOKENS and turn.session_bound:
             reason = FinishReason.MAX_SESSION_TOKENS

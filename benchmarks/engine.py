@@ -1,0 +1,125 @@
+"""``og.Engine`` throughput: aggregate generated tokens/s of concurrent requests through
+genai's Engine (the ``genai serve`` scheduler, driven in-process) and onnxruntime-genai's
+Engine on the same folder, in the same run.
+
+Each round runs both engines one after the other (order alternating between rounds: AB, BA,
+...) on ``--requests`` chat requests begun together, each generating exactly
+``--new-tokens`` tokens (``set_min_generated_tokens`` = ``set_max_generated_tokens``: EOS
+cannot end a turn early), greedy, read with ``Engine.run`` into one event buffer. The
+reference gets ``engine.static_batching.max_batch_size`` = ``--requests`` so that it batches
+every request too. Every request asks a different question, tagged with its number and the
+round, so no prompt is answered from genai's prefix cache. ``--turns 2`` adds a second turn
+to each request (the time of both turns counts).
+
+    python benchmarks/engine.py [--model DIR] [--requests 8] [--new-tokens 64] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain gravity briefly.",
+    "List three fruits.",
+    "Who wrote Hamlet?",
+    "What is 2+2?",
+    "Tell me a joke about cats.",
+    "Why is the sky blue?",
+]
+
+
+def prompts(tokenizer: Any, count: int, tag: str, follow_up: bool = False) -> list[np.ndarray]:
+    out = []
+    for i in range(count):
+        question = f"({tag}-{i}) {QUESTIONS[i % len(QUESTIONS)]}"
+        if follow_up:
+            question = f"({tag}-{i}) Tell me more."
+        text = "<|im_end|>\n" if follow_up else ""
+        text += f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+        out.append(np.asarray(tokenizer.encode(text), np.int32))
+    return out
+
+
+def run_engine(og: Any, model: Any, tokenizer: Any, args: argparse.Namespace, tag: str) -> dict:
+    """Time ``args.requests`` requests (``args.turns`` turns each) on a fresh ``og.Engine``."""
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(256)
+    requests = [engine.create_request() for _ in range(args.requests)]
+    tokens = 0
+    began = time.perf_counter()
+    for turn in range(args.turns):
+        for request, prompt in zip(
+            requests, prompts(tokenizer, args.requests, tag, follow_up=turn > 0), strict=True
+        ):
+            options = og.TurnOptions(request)
+            options.set_max_generated_tokens(args.new_tokens)
+            options.set_min_generated_tokens(args.new_tokens)
+            request.begin_turn(prompt, options)
+        while engine.has_pending_requests():
+            engine.run(buffer)
+            tokens += sum(buffer[k].token is not None for k in range(len(buffer)))
+    seconds = time.perf_counter() - began
+    for request in requests:
+        request.close()
+    return {"tok_s": tokens / seconds, "tokens": tokens, "seconds": seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--turns", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    import onnxruntime_genai as ref
+
+    import genai
+
+    config = ref.Config(args.model)
+    config.overlay(json.dumps({"engine": {"static_batching": {"max_batch_size": args.requests}}}))
+    engines = {
+        "genai": (genai, genai.Model(args.model)),
+        "reference": (ref, ref.Model(config)),
+    }
+    tokenizer = genai.Tokenizer(engines["genai"][1])
+    # warm-up: each engine once (sessions, allocator, caches), not measured
+    small = argparse.Namespace(**{**vars(args), "new_tokens": 4, "turns": 1})
+    for name, (og, model) in engines.items():
+        run_engine(og, model, tokenizer, small, f"warm-{name}")
+    results: dict[str, list[float]] = {name: [] for name in engines}
+    for round_ in range(args.rounds):
+        order = list(engines) if round_ % 2 == 0 else list(engines)[::-1]
+        for name in order:
+            og, model = engines[name]
+            result = run_engine(og, model, tokenizer, args, f"r{round_}")
+            results[name].append(result["tok_s"])
+            print(
+                f"round {round_} {name:9s} {result['tok_s']:7.1f} tok/s "
+                f"({result['tokens']} tokens in {result['seconds']:.2f} s)",
+                flush=True,
+            )
+    ratios = [a / b for a, b in zip(results["genai"], results["reference"], strict=True)]
+    print(
+        f"\n{args.requests} requests x {args.turns} turn(s) x {args.new_tokens} tokens, "
+        f"median tok/s: genai {statistics.median(results['genai']):.1f}, reference "
+        f"{statistics.median(results['reference']):.1f}; genai/reference per round: "
+        + ", ".join(f"{r:.2f}x" for r in ratios)
+        + f" (median {statistics.median(ratios):.2f}x)"
+    )
+
+
+if __name__ == "__main__":
+    main()
