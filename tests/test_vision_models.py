@@ -10,6 +10,7 @@ positions are also checked against a loop transcription of the reference's algor
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -443,3 +444,20 @@ def test_append_after_generating_equals_one_prompt(folders, images, kind):
     reference = og.Generator(ref_model, ref_params)
     reference.set_inputs(_as_reference(arrays))
     np.testing.assert_allclose(ours.get_logits(), reference.get_logits(), atol=1e-4, rtol=0)
+
+
+def test_beam_search_and_pipeline_folders_are_refused(folders, tmp_path):
+    model = genai.Model(folders["qwen2_5_vl"])
+    params = genai.GeneratorParams(model)
+    params.set_search_options(num_beams=2, max_length=32)
+    with pytest.raises(NotImplementedError, match="beam search"):
+        genai.Generator(model, params)
+    folder = write_qwen2_5_vl(tmp_path)
+    path = folder / "genai_config.json"
+    config = json.loads(path.read_text())
+    config["model"]["decoder"]["pipeline"] = [
+        {"embeddings": {"filename": "dummy_text.onnx", "inputs": [], "outputs": []}}
+    ]
+    path.write_text(json.dumps(config))
+    with pytest.raises(NotImplementedError, match="pipeline"):
+        genai.Model(folder)

@@ -35,6 +35,7 @@ from genai.runtime.vision import (
     EmbeddedDecoderIO,
     VisionGraphs,
     load_vision_graphs,
+    refuse_vision_pipeline,
 )
 
 __all__ = ["AdapterInput", "DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
@@ -257,6 +258,8 @@ class Model:
                 f"encoder-decoder types: {', '.join(sorted(ENCODER_DECODER_TYPES))}, "
                 f"and {PIPELINE_TYPE!r} (model.decoder.pipeline)"
             )
+        if vision:
+            refuse_vision_pipeline(self.config)
         if not pipelined and self.config.pipeline_stages():
             self._check_ignored_pipeline(str(model_type))
         #: The stages of a multi-graph decoder (`PipelineStage`, in run order),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genai.errors import ConfigError
+from genai.errors import ConfigError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
@@ -27,6 +27,7 @@ __all__ = [
     "EmbeddedDecoderIO",
     "VisionGraphs",
     "load_vision_graphs",
+    "refuse_vision_pipeline",
 ]
 
 #: Model types run as vision graph -> embedding graph -> decoder fed ``inputs_embeds`` (the
@@ -61,6 +62,19 @@ class VisionGraphs:
 
 def _names(config: Config, section: str, kind: str) -> dict[str, str]:
     return dict(config.get(f"model.{section}.{kind}") or {})
+
+
+def refuse_vision_pipeline(config: Config) -> None:
+    """UnsupportedFeatureError for a vision-language folder split into pipeline stages
+    (``model.decoder.pipeline`` / ``model.vision.pipeline``: the reference's Qwen-VL pipeline
+    models for NPUs), which genai does not run yet."""
+    for key in ("model.decoder.pipeline", "model.vision.pipeline"):
+        if config.get(key):
+            raise UnsupportedFeatureError(
+                f"{key} in {config.file}: vision-language models split into pipeline stages "
+                f"({config.get('model.type')!r} with a {key.split('.')[1]} pipeline) are not "
+                "supported yet"
+            )
 
 
 def load_vision_graphs(config: Config, create: Any, decoder: NativeSession) -> VisionGraphs:

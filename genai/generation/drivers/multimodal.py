@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from genai.errors import UnsupportedFeatureError
 from genai.generation.drivers.base import LoopSettings, new_loop, require
 from genai.generation.drivers.common import RunnerRuns
 from genai.generation.vision_runner import VisionRunner
@@ -42,6 +43,8 @@ class VisionDriver(RunnerRuns):
     session = None
 
     def __init__(self, model: Model, settings: LoopSettings, search: SearchOptions) -> None:
+        if search.num_beams > 1:
+            raise UnsupportedFeatureError(self.unsupported["reorder"])
         self.model, self.settings = model, settings
         self.loop = loop = new_loop(model.io, None, settings, kv_pairs=[])
         self.runner = VisionRunner(
