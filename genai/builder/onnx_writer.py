@@ -15,6 +15,13 @@ run on top of a past (n = the run's tokens when there is a past and at most
 proposed tokens with, one run for several tokens, while a prompt still costs one lm_head row.
 With ``all_logits=True`` ``logits`` is ``[batch, sequence, vocab]``.
 
+With ``prefill_int8=True`` (int4 only) the graph is one ``If`` on the run's token count
+(``Size(input_ids) > 1``): a run of one token (a decode step) takes the int4 branch, any larger
+run (a prompt, a batch of decode steps, speculative verification) the same decoder with the
+attention and gate/up linears as ``DynamicQuantizeMatMul`` over int8 per-column weights (7-bit
+range), whose int8 GEMM is ~3x faster than ``MatMulNBits`` at 8+ rows on CPUs; down_proj, the
+embedding and the lm_head stay int4. Both engines run such a folder unchanged.
+
 Weights go to ``model.onnx.data`` as they are produced (one layer in memory at a time).
 """
 
@@ -29,7 +36,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from genai.builder.errors import BuildError
-from genai.builder.quantize import BLOCK, quantize_int4
+from genai.builder.quantize import BLOCK, quantize_int4, quantize_int8_columns
 from genai.builder.sources import Source
 from genai.builder.spec import ModelSpec
 from genai.runtime.onnx_graph import MS_DOMAIN, GraphBuilder
@@ -97,16 +104,33 @@ class _Decoder:
     """Emits the decoder for one spec/precision into a :class:`_GraphWriter`."""
 
     def __init__(
-        self, g: _GraphWriter, spec: ModelSpec, precision: str, window_cache: bool = False
+        self,
+        g: _GraphWriter,
+        spec: ModelSpec,
+        precision: str,
+        window_cache: bool = False,
+        prefill_int8: bool = False,
     ) -> None:
         self.g, self.spec, self.precision = g, spec, precision
         self.window_cache = window_cache
         self.ft = g.float_type
+        self.prefill_int8 = prefill_int8
+        #: ids of the nodes only the decode-step (int4) / multi-token (int8) branch runs
+        self.decode_only: set[int] = set()
+        self.prefill_only: set[int] = set()
 
     # -- building blocks -------------------------------------------------------------------
 
-    def linear(self, x: str, weight: np.ndarray, name: str, bias: np.ndarray | None = None) -> str:
-        """``x @ weight.T (+ bias)``; ``weight`` is ``[out, in]``."""
+    def linear(
+        self,
+        x: str,
+        weight: np.ndarray,
+        name: str,
+        bias: np.ndarray | None = None,
+        int8_prefill: bool = True,
+    ) -> str:
+        """``x @ weight.T (+ bias)``; ``weight`` is ``[out, in]``. ``int8_prefill``: with
+        ``prefill_int8``, also an int8 twin for the multi-token branch."""
         g = self.g
         n, k = weight.shape
         if self.precision == "int4" and k >= BLOCK:
@@ -123,6 +147,18 @@ class _Decoder:
                 block_size=BLOCK,
                 accuracy_level=4,
             )
+            if self.prefill_int8 and int8_prefill:  # the same output, int8, for 2+ tokens
+                self.decode_only.add(id(g.nodes[-1]))
+                q8, scales8 = quantize_int8_columns(weight)
+                g.op(
+                    "DynamicQuantizeMatMul",
+                    x,
+                    g.weight(f"{name}.weight_Q8", q8),
+                    g.weight(f"{name}.weight_scales_Q8", scales8),
+                    out=y,
+                    domain=_MS,
+                )
+                self.prefill_only.add(id(g.nodes[-1]))
         else:
             wt = np.ascontiguousarray(weight.T.astype(g.np_float))
             y = g.op("MatMul", x, g.weight(f"{name}.weight", wt))
@@ -271,8 +307,14 @@ class _Decoder:
             normed, residual = self.skip_rms(residual, attn, ln2)
             gate = self.linear(normed, w["gate"], f"{p}.mlp.gate_proj")
             up = self.linear(normed, w["up"], f"{p}.mlp.up_proj")
+            # down_proj stays int4 in both branches: its input (activation * up) has outlier
+            # channels that DynamicQuantizeMatMul's one scale per tensor crushes (SmolLM2's
+            # greedy text turned to garbage); MatMulNBits quantizes activations per block.
             mlp = self.linear(
-                g.op("Mul", self.activation(gate), up), w["down"], f"{p}.mlp.down_proj"
+                g.op("Mul", self.activation(gate), up),
+                w["down"],
+                f"{p}.mlp.down_proj",
+                int8_prefill=False,
             )
             if s.sandwich_norm:
                 mlp = self.rms(mlp, self.norm_weight(w["post_ffn_norm"], f"{p}.post_ffn_norm"))
@@ -397,6 +439,46 @@ class _Decoder:
         return self.linear(out, w["o"], f"{p}.attn.o_proj")
 
 
+def _split_by_run_length(g: _GraphWriter, decoder: _Decoder) -> None:
+    """Turn ``g``'s nodes into ``If(Size(input_ids) > 1, prefill branch, decode branch)``: the
+    decode branch without the int8 nodes, the prefill branch without the int4 ones they shadow.
+    Each branch's values are renamed under its own prefix (ONNX names are unique across
+    scopes); initializers and graph inputs stay in the outer graph, where both branches read
+    them."""
+
+    def branch(tag: str, skip: set[int]) -> onnx.GraphProto:
+        nodes = [node for node in g.nodes if id(node) not in skip]
+        rename = {out: f"{tag}/{out.lstrip('/')}" for node in nodes for out in node.output if out}
+        copies = []
+        for node in nodes:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.input[:] = [rename.get(name, name) for name in copy.input]
+            copy.output[:] = [rename.get(name, name) for name in copy.output]
+            copy.name = f"{tag}/{copy.name.lstrip('/')}"
+            copies.append(copy)
+        outputs = []
+        for value in g.outputs:
+            renamed = onnx.ValueInfoProto()
+            renamed.CopyFrom(value)
+            renamed.name = rename[value.name]
+            outputs.append(renamed)
+        return helper.make_graph(copies, tag, [], outputs)
+
+    prefill = branch("prefill", decoder.decode_only)
+    decode = branch("decode", decoder.prefill_only)
+    g.nodes = []
+    rows = g.op("Size", "input_ids")
+    g.ops(
+        "If",
+        [g.op("Greater", rows, g.const(1))],
+        [value.name for value in g.outputs],
+        name="prefill_or_decode",
+        then_branch=prefill,
+        else_branch=decode,
+    )
+
+
 def write_onnx(
     source: Source,
     out_dir: str | os.PathLike[str],
@@ -406,18 +488,26 @@ def write_onnx(
     progress: Progress | None = None,
     filename: str = "model.onnx",
     window_cache: bool = False,
+    prefill_int8: bool = False,
 ) -> Path:
     """Write ``out_dir/model.onnx`` (+ ``model.onnx.data``) for ``source``; returns its path.
-    ``window_cache``: sliding-window layers keep window-sized caches (``sliding_window_cache``)."""
+    ``window_cache``: sliding-window layers keep window-sized caches (``sliding_window_cache``).
+    ``prefill_int8`` (int4 only): runs of 2+ tokens use int8 linears (see the module
+    docstring)."""
     if precision not in PRECISIONS:
         raise BuildError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if prefill_int8 and precision != "int4":
+        raise BuildError(f"prefill_int8 applies to int4 builds, not {precision}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     source.check_complete()
     float_type = TensorProto.FLOAT16 if precision == "fp16" else TensorProto.FLOAT
     g = _GraphWriter(out / f"{filename}.data", float_type)
     try:
-        _Decoder(g, source.spec, precision, window_cache).build(source, all_logits, progress)
+        decoder = _Decoder(g, source.spec, precision, window_cache, prefill_int8)
+        decoder.build(source, all_logits, progress)
+        if decoder.prefill_only:
+            _split_by_run_length(g, decoder)
     finally:
         g.finish()
     model = g.model()

@@ -8,6 +8,10 @@ import numpy as np
 __all__ = ["BLOCK", "dequantize_int4", "dequantize_int8", "quantize_int4", "quantize_int8"]
 
 BLOCK = 32
+#: The largest magnitude of a quantized int8 weight (7 bits of range): x86 CPUs without VNNI
+#: multiply uint8 activations by int8 weights with pairwise sums that saturate int16 beyond it
+#: (255 * 64 * 2 < 32768).
+INT8_RANGE = 64
 
 
 def quantize_int4(weight: np.ndarray, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
@@ -63,3 +67,14 @@ def dequantize_int8(q: np.ndarray, scales: np.ndarray, k: int) -> np.ndarray:
     """Inverse of :func:`quantize_int8`: float32 ``[N, k]``."""
     w = (q.astype(np.float32) - 128.0) * scales[..., None]
     return w.reshape(q.shape[0], -1)[:, :k]
+
+
+def quantize_int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``weight`` ``[N, K]`` -> ``(q, scales)`` in ``DynamicQuantizeMatMul``'s layout: ``q`` int8
+    ``[K, N]`` (symmetric, per output column, within ``+-INT8_RANGE``), ``scales`` float32
+    ``[N]``; value = ``scale * q``."""
+    w = np.asarray(weight, dtype=np.float32)
+    scales = np.abs(w).max(axis=1) / np.float32(INT8_RANGE)
+    safe = np.where(scales == 0, np.float32(1.0), scales)
+    q = np.clip(np.rint(w / safe[:, None]), -INT8_RANGE, INT8_RANGE).astype(np.int8)
+    return np.ascontiguousarray(q.T), scales.astype(np.float32)

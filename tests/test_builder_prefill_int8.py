@@ -1,0 +1,133 @@
+"""The builder's ``prefill_int8`` option: runs of 2+ tokens take an int8 branch of the graph,
+decode steps the int4 one. Prompt logits against a NumPy forward pass of the same weights,
+decode steps against the plain int4 build, int8 packing against NumPy, tokens against the
+reference engine on the same folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import genai
+from genai.builder import build
+from genai.builder.errors import BuildError
+from genai.builder.quantize import INT8_RANGE, quantize_int8_columns
+from genai.builder.testing import ARCH_CONFIGS, numpy_forward, random_weights, write_hf_checkpoint
+from tests.parity import assert_same_run, greedy
+
+pytest.importorskip("safetensors", reason="the safetensors package is a test dependency")
+
+PROMPT = [int(t) for t in np.random.default_rng(1).integers(3, 320, 20)]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("prefill_int8")
+    cfg = ARCH_CONFIGS["llama"]
+    source = write_hf_checkpoint(root / "hf", cfg, random_weights(cfg))
+    return {
+        "int4": build(source, root / "int4", precision="int4"),
+        "prefill_int8": build(source, root / "p8", precision="int4", prefill_int8=True),
+    }
+
+
+def _session(folder: Path) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(folder / "model.onnx"), opts)
+
+
+def _run(sess: ort.InferenceSession, ids: list[int], past: dict | None = None):
+    """One run on top of ``past`` (None: empty); returns (last logits row, presents)."""
+    feeds: dict[str, np.ndarray] = {"input_ids": np.array([ids], np.int64)}
+    past_len = 0
+    for inp in sess.get_inputs():
+        if inp.name.startswith("past_key_values"):
+            kv = past[inp.name] if past else np.zeros((1, inp.shape[1], 0, inp.shape[3]))
+            feeds[inp.name] = kv.astype(np.float32)
+            past_len = kv.shape[2]
+    feeds["attention_mask"] = np.ones((1, past_len + len(ids)), np.int64)
+    names = [o.name for o in sess.get_outputs()]
+    outs = dict(zip(names, sess.run(names, feeds), strict=True))
+    presents = {
+        k.replace("present", "past_key_values"): v for k, v in outs.items() if "present" in k
+    }
+    return outs["logits"][0, -1], presents
+
+
+def test_graph_is_one_if_on_the_run_length(folders):
+    model = onnx.load(str(folders["prefill_int8"] / "model.onnx"), load_external_data=False)
+    (branch,) = [n for n in model.graph.node if n.op_type == "If"]
+    ops = {attr.name: {n.op_type for n in attr.g.node} for attr in branch.attribute if attr.g.node}
+    assert "DynamicQuantizeMatMul" in ops["then_branch"]
+    assert "DynamicQuantizeMatMul" not in ops["else_branch"]
+    assert "MatMulNBits" in ops["else_branch"]
+    assert [o.name for o in model.graph.output] == list(branch.output)
+
+
+def test_prompt_logits_within_the_int4_tolerance(folders):
+    cfg = ARCH_CONFIGS["llama"]
+    expected = numpy_forward(cfg, random_weights(cfg), PROMPT)[-1]
+    mine, _ = _run(_session(folders["prefill_int8"]), PROMPT)
+    plain, _ = _run(_session(folders["int4"]), PROMPT)
+    scale = np.abs(expected).max()
+    assert np.abs(mine - expected).max() < 0.25 * scale  # the int4 builds' tolerance
+    assert not np.array_equal(mine, plain)  # the prompt took the int8 branch
+
+
+def test_decode_steps_take_the_int4_branch(folders):
+    p8, plain = _session(folders["prefill_int8"]), _session(folders["int4"])
+    _, past = _run(p8, PROMPT)
+    step_p8, _ = _run(p8, [PROMPT[3]], past)
+    step_plain, _ = _run(plain, [PROMPT[3]], past)
+    np.testing.assert_array_equal(step_p8, step_plain)
+
+
+def test_int8_columns_layout_matches_dynamic_quantize_matmul():
+    rng = np.random.default_rng(0)
+    n, k, m = 24, 96, 5
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    q, scales = quantize_int8_columns(w)
+    assert q.shape == (k, n) and q.dtype == np.int8 and np.abs(q).max() == INT8_RANGE
+    deq = q.astype(np.float32) * scales
+    assert np.abs(deq - w.T).max() <= scales.max() / 2 + 1e-6
+    node = helper.make_node(
+        "DynamicQuantizeMatMul", ["x", "q", "s", "", ""], ["y"], domain="com.microsoft"
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+        [numpy_helper.from_array(q, "q"), numpy_helper.from_array(scales, "s")],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+    )
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    (y,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    expected = x @ deq
+    assert np.abs(y - expected).max() < 0.02 * np.abs(expected).max()  # activation rounding
+
+
+def test_engines_agree_on_the_folder(folders):
+    og = pytest.importorskip("onnxruntime_genai")
+    folder = folders["prefill_int8"]
+    ids = np.array(PROMPT, np.int32)
+    mine = greedy(genai, genai.Model(str(folder)), ids, len(PROMPT) + 16)
+    theirs = greedy(og, og.Model(str(folder)), ids, len(PROMPT) + 16)
+    assert_same_run(mine, theirs)
+    assert len(mine.next_tokens) == 16
+
+
+def test_prefill_int8_needs_int4(tmp_path):
+    cfg = ARCH_CONFIGS["llama"]
+    source = write_hf_checkpoint(tmp_path / "hf", cfg, random_weights(cfg))
+    with pytest.raises(BuildError, match="int4"):
+        build(source, tmp_path / "out", precision="fp32", prefill_int8=True)
