@@ -617,3 +617,37 @@ def test_streaming_processor_needs_a_streaming_speech_model(smollm2) -> None:
             og.StreamingProcessor(model)
         messages.append(str(info.value))
     assert messages[1] == messages[0]
+
+
+def test_idle_conversations_do_not_widen_the_decode_steps(smollm2) -> None:
+    """Requests waiting between turns keep their KV but move behind the running ones: a step
+    runs only the running rows (and the tokens still match the reference)."""
+    ref_model, our_model, _ = smollm2
+    tokenizer = genai.Tokenizer(our_model)
+    engine = genai.Engine(our_model)
+    buffer = engine.create_event_buffer(64)
+    idle = [engine.create_request() for _ in range(6)]
+    for k, request in enumerate(idle):
+        options = genai.TurnOptions(request)
+        options.set_max_generated_tokens(2)
+        request.begin_turn(np.asarray(chat(tokenizer, f"Question {k}?"), np.int32), options)
+    while engine.has_pending_requests():
+        engine.run(buffer)
+    prompt = chat(tokenizer, "What is the capital of France?")
+    busy = engine.create_request()
+    options = genai.TurnOptions(busy)
+    options.set_max_generated_tokens(12)
+    busy.begin_turn(np.asarray(prompt, np.int32), options)
+    rows = [s.stats["decode_rows"] for s in engine._schedulers]
+    steps = [s.stats["decode_steps"] for s in engine._schedulers]
+    got = []
+    while engine.has_pending_requests():
+        engine.run(buffer)
+        got += [buffer[i].token for i in range(len(buffer))]
+    widths = [
+        (s.stats["decode_rows"] - r) / max(1, s.stats["decode_steps"] - n)
+        for s, r, n in zip(engine._schedulers, rows, steps, strict=True)
+    ]
+    assert max(widths) == 2  # one running row and the filler row a step always has
+    expected = on_reference_alone(ref_model, [[Turn(prompt, 12)]])[0][0].generated
+    assert got == expected

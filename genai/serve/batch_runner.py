@@ -116,6 +116,10 @@ class BatchRunner(abc.ABC):
         """Keep only the first ``length`` positions of ``slot`` (a rewound conversation)."""
         self.lengths[slot] = min(int(self.lengths[slot]), length)
 
+    @abc.abstractmethod
+    def swap(self, a: int, b: int) -> None:
+        """Exchange the contents of slots ``a`` and ``b``."""
+
     def load_prefix(self, slot: int, kv: list[np.ndarray], length: int) -> None:
         """Fill ``slot`` with a cached prefix (arrays from `export_prefix`) of ``length``;
         `NotImplementedError` where ``"snapshot"`` is unsupported."""
@@ -324,6 +328,14 @@ class SlotBatchRunner(BatchRunner):
     def export_prefix(self, slot: int, length: int) -> list[np.ndarray]:
         return [buf[slot, :, :length, :].copy() for buf in self._buffers]
 
+    def swap(self, a: int, b: int) -> None:
+        la, lb = int(self.lengths[a]), int(self.lengths[b])
+        for buf in self._buffers:
+            held = buf[a, :, :la, :].copy()
+            buf[a, :, :lb, :] = buf[b, :, :lb, :]
+            buf[b, :, :la, :] = held
+        self.lengths[a], self.lengths[b] = lb, la
+
     def load_prefix(self, slot: int, kv: list[np.ndarray], length: int) -> None:
         self.ensure(length)
         for buf, array in zip(self._buffers, kv, strict=True):
@@ -403,6 +415,10 @@ class GeneratorBatchRunner(BatchRunner):
     def reset(self, slot: int) -> None:
         self._retire(slot)
         self.lengths[slot] = 0
+
+    def swap(self, a: int, b: int) -> None:
+        self._gens[a], self._gens[b] = self._gens[b], self._gens[a]
+        self.lengths[a], self.lengths[b] = self.lengths[b], self.lengths[a]
 
     def truncate(self, slot: int, length: int) -> None:
         gen = self._gens[slot]

@@ -545,6 +545,7 @@ class Scheduler:
             except Exception as exc:
                 log.exception("could not start a request")
                 self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
+        self._pack_held()
         # 3. prefill chunks of the oldest newcomers (up to the per-step token budget) and
         # 4. one decode step for every generating slot; with a pool, the prefills run beside
         # the decode step (their slots are filler rows of the step)
@@ -663,6 +664,26 @@ class Scheduler:
         if not seq.evicted and seq.hold and self.runner.lengths[seq.slot] > length:
             self.runner.truncate(seq.slot, length)
         seq.length = length
+
+    def _pack_held(self) -> None:
+        """Move sequences that hold their slot between turns behind the running ones, so a
+        decode step's rows end at the last running slot (no filler rows for idle ones)."""
+        active = self._active
+
+        def idle(seq: _Sequence) -> bool:
+            return seq.hold and seq.finished is not None
+
+        low, high = 0, len(active) - 1
+        while True:
+            while low < high and not idle(active[low]):
+                low += 1
+            while high > low and idle(active[high]):
+                high -= 1
+            if low >= high:
+                return
+            self.runner.swap(low, high)
+            active[low], active[high] = active[high], active[low]
+            active[low].slot, active[high].slot = low, high
 
     def evict(self, count: int = 1) -> int:
         """Free up to ``count`` slots that held, finished sequences keep (the oldest
