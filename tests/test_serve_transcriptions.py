@@ -97,3 +97,25 @@ def test_a_server_without_a_speech_model_answers_400(
         )
         assert answer.status_code == 400
         assert "--whisper" in answer.json()["error"]["message"]
+
+
+def test_a_whisper_model_served_alone(whisper_folder: Path, wav: Path) -> None:
+    """``genai serve -m WHISPER_DIR``: transcriptions work, text requests get a 400."""
+    model = genai.Model(whisper_folder)
+    expected = transcribe(model, genai.Audios.open(wav), timestamps=False).text
+    with serve_command(whisper_folder) as (url, _):
+        answer = httpx.post(
+            url + "/v1/audio/transcriptions",
+            data={"model": whisper_folder.name},
+            files={"file": ("talk.wav", wav.read_bytes(), "audio/wav")},
+            timeout=120,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"text": expected}
+        answer = httpx.post(
+            url + "/v1/completions",
+            json={"model": whisper_folder.name, "prompt": "hello", "max_tokens": 4},
+            timeout=30,
+        )
+        assert answer.status_code == 400
+        assert "speech model" in answer.json()["error"]["message"]

@@ -184,10 +184,14 @@ def _serve(args: argparse.Namespace) -> int:
         overlap_prefill=not args.no_overlap,
         lanes=args.lanes,
     )
-    if args.whisper:
+    if args.whisper or model.encoder is not None:
         from genai.serve.transcriptions import SpeechService  # lazy: the serve extra (fastapi)
 
-        engine.speech = SpeechService.from_path(args.whisper, threads=args.threads)
+        engine.speech = (
+            SpeechService.from_path(args.whisper, threads=args.threads)
+            if args.whisper
+            else SpeechService(model, name=engine.model_name)  # -m is the Whisper model
+        )
     print(
         f"genai serve: {engine.model_name} on http://{args.host}:{args.port}/v1 "
         f"({type(engine.runner).__name__}, {args.max_slots} slots)"

@@ -59,7 +59,11 @@ from genai.serve.protocol import (
 )
 from genai.serve.scheduler import GenerationRequest, QueueFullError, Scheduler
 from genai.serve.scheduler_group import SchedulerGroup, default_lanes
-from genai.serve.transcriptions import SpeechService, add_transcription_route
+from genai.serve.transcriptions import (
+    SpeechService,
+    add_transcription_route,
+    refuse_speech_model,
+)
 from genai.serve.webui import mount_webui
 from genai.text.chat_template import ChatTemplateError
 from genai.text.tokenizer import Tokenizer
@@ -493,12 +497,14 @@ def create_app(
 
     @v1.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
+        refuse_speech_model(engine.model, engine.model_name)
         body = await _parse(request, ChatCompletionRequest)
         prepared = await _prepare_chat(engine, body)
         return await _respond(engine, request, prepared)
 
     @v1.post("/completions")
     async def completions(request: Request) -> Response:
+        refuse_speech_model(engine.model, engine.model_name)
         body = await _parse(request, CompletionRequest)
         prepared = await _prepare_completion(engine, body)
         return await _respond(engine, request, prepared)

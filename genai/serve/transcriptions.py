@@ -29,7 +29,7 @@ from genai.runtime.config import Config
 from genai.runtime.model import Model
 from genai.serve.protocol import APIError
 
-__all__ = ["RESPONSE_FORMATS", "SpeechService", "add_transcription_route"]
+__all__ = ["RESPONSE_FORMATS", "SpeechService", "add_transcription_route", "refuse_speech_model"]
 
 _T = TypeVar("_T")
 
@@ -80,6 +80,17 @@ class SpeechService:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def refuse_speech_model(model: Any, name: str) -> None:
+    """400 for a text request (chat, completions) to a server whose model is a speech model
+    (``genai serve -m WHISPER_DIR``)."""
+    if getattr(model, "encoder", None) is not None:
+        raise APIError(
+            f"the model {name!r} is a speech model: send audio to /v1/audio/transcriptions",
+            400,
+            param="model",
+        )
 
 
 def _field(form: Any, name: str) -> str | None:
