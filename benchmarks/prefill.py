@@ -1,0 +1,235 @@
+"""Prefill (time to first token): genai vs onnxruntime-genai vs OpenVINO GenAI on the same weights.
+
+    python benchmarks/prefill.py [-m MODEL_DIR] [--also LABEL=MODEL_DIR ...] [--openvino IR_DIR]
+                                 [--lengths 32 128 512 2048] [--threads 1 2] [--rounds 5]
+    python benchmarks/prefill.py --profile 128 [-m MODEL_DIR]      # ORT per-op profile, 1 thread
+
+Every engine x thread count runs in a worker process of its own, holding its model; the rounds
+are interleaved (each round times every worker at every length, the order of the workers
+rotating from round to round), and each call gets a prompt no call before it used (the ids are
+rotated per round: OpenVINO GenAI reuses the KV cache of a previous call's common prefix). One
+call = a new generator, ``append_tokens(prompt)``, ``generate_next_token()`` (genai and the
+reference), or ``generate(prompt, max_new_tokens=1)`` (OpenVINO GenAI): the time to the first
+token. Printed per engine, length and thread count: the median wall ms with its range, the
+median process CPU ms (on a loaded machine the CPU time of a 1-thread run is the steadier
+measure) and the ratio of medians to OpenVINO GenAI's.
+
+OpenVINO GenAI runs in its own virtual environment with the model converted by
+``scripts/setup_openvino_bench.sh`` (its defaults are this script's defaults; ``--openvino ''``
+leaves it out). ``-m`` defaults to the default model (``genai pull``); ``--also`` adds more
+genai folders (e.g. a ``prefill_int8`` build); the reference runs on ``-m``'s folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "genai"
+OV_VENV = Path(os.environ.get("GENAI_BENCH_OV_VENV") or CACHE / "bench-openvino-venv")
+OV_IR = CACHE / "bench-openvino" / "ov-int4-g32-asym"
+TEXT = (
+    "The history of the city begins with a small settlement on the river, where traders from "
+    "the north and the south met to exchange grain, salt, wool and stories about distant lands. "
+)
+
+
+# -- workers (one engine, one thread count, one model; JSON lines on stdin/stdout) -------------
+def _worker(engine: str, folder: str, threads: int) -> None:
+    import numpy as np  # lazy: the OpenVINO venv's worker imports nothing else of ours
+
+    if engine == "openvino":
+        import openvino as ov  # lazy: only in the OpenVINO venv
+        import openvino_genai as ov_genai  # lazy: only in the OpenVINO venv
+
+        pipe = ov_genai.LLMPipeline(folder, "CPU", INFERENCE_NUM_THREADS=threads)
+
+        def first_token(ids: np.ndarray) -> None:
+            ids = ids.reshape(1, -1).astype(np.int64)
+            inputs = ov_genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids)))
+            pipe.generate(inputs, max_new_tokens=1, min_new_tokens=1)
+
+    else:
+        if engine == "reference":
+            import onnxruntime_genai as lib  # lazy: the reference is a test dependency
+        else:
+            sys.path.insert(0, str(ROOT))
+            import genai as lib  # lazy: not in the OpenVINO venv
+        config = lib.Config(folder)
+        options = {"intra_op_num_threads": threads}
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
+        model = lib.Model(config)
+
+        def first_token(ids: np.ndarray) -> None:
+            params = lib.GeneratorParams(model)
+            params.set_search_options(max_length=len(ids) + 1)
+            generator = lib.Generator(model, params)
+            generator.append_tokens(ids.astype(np.int32))
+            generator.generate_next_token()
+
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        ids = np.array(json.loads(line)["ids"], np.int64)
+        cpu, wall = time.process_time(), time.perf_counter()
+        first_token(ids)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        print(json.dumps({"wall": wall, "cpu": cpu}), flush=True)
+
+
+class Worker:
+    def __init__(self, label: str, engine: str, folder: str, threads: int, python: str) -> None:
+        self.label, self.threads = label, threads
+        cmd = [python, __file__, "--worker", engine, "--folder", folder, "--threads", str(threads)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.label} ({self.threads} threads) exited")
+        return json.loads(line)
+
+    def time(self, ids: list[int]) -> dict:
+        self.proc.stdin.write(json.dumps({"ids": ids}) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def prompt_ids(folder: Path, count: int, shift: int) -> list[int]:
+    """``count`` ids of the benchmark text, rotated by ``shift`` (a prompt per round)."""
+    sys.path.insert(0, str(ROOT))
+    import genai  # lazy: keeps the OpenVINO worker free of genai
+
+    ids = list(genai.Tokenizer(genai.Config(str(folder))).encode(TEXT * 20))
+    ids = (ids * (count // len(ids) + 2))[shift % len(ids) :][:count]
+    return [int(i) for i in ids]
+
+
+# -- the ORT per-op profile ------------------------------------------------------------------
+def profile(folder: Path, count: int, threads: int) -> None:
+    import numpy as np  # lazy: see _worker
+    import onnxruntime as ort  # lazy: see _worker
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(Path(os.environ.get("TMPDIR", "/tmp")) / "genai-prefill")
+    sess = ort.InferenceSession(str(folder / "model.onnx"), opts)
+    ids = np.array([prompt_ids(folder, count, 0)], np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    for inp in sess.get_inputs():
+        if inp.name.startswith("past_key_values"):
+            feeds[inp.name] = np.zeros((1, inp.shape[1], 0, inp.shape[3]), np.float32)
+    for _ in range(3):
+        sess.run(["logits"], feeds)
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    last = [e for e in events if e.get("name") == "model_run"][-1]
+    start, end = last["ts"], last["ts"] + last["dur"]
+    total: collections.Counter[str] = collections.Counter()
+    count_by: collections.Counter[str] = collections.Counter()
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        op = e["args"]["op_name"]
+        if op != "If" and start <= e["ts"] <= end:  # an If's time is its branch's nodes'
+            total[op] += e["dur"]
+            count_by[op] += 1
+    kernels = sum(total.values())
+    print(f"one prefill of {count} tokens, {threads} thread(s), {folder}: model_run "
+          f"{last['dur'] / 1000:.1f} ms, kernels {kernels / 1000:.1f} ms")  # fmt: skip
+    print("| op | nodes | ms | share |\n|---|---|---|---|")
+    for op, us in total.most_common():
+        print(f"| {op} | {count_by[op]} | {us / 1000:.1f} | {100 * us / kernels:.1f} % |")
+
+
+# -- the comparison ---------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("-m", "--model", type=Path, default=None)
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=DIR")
+    ap.add_argument("--openvino", default=str(OV_IR), help="OpenVINO IR folder ('' = skip)")
+    ap.add_argument("--openvino-python", default=str(OV_VENV / "bin" / "python"))
+    ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[32, 128, 512, 2048])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--profile", type=int, default=0, metavar="TOKENS")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--folder", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        _worker(args.worker, args.folder, args.threads[0])
+        return
+    if args.model is None:
+        sys.path.insert(0, str(ROOT))
+        import genai  # lazy: see prompt_ids
+
+        args.model = Path(genai.default_model())
+    if args.profile:
+        for threads in args.threads:
+            profile(args.model, args.profile, threads)
+        return
+
+    engines = [("genai", "genai", str(args.model), sys.executable)]
+    for item in args.also:
+        label, _, folder = item.partition("=")
+        engines.append((label, "genai", folder, sys.executable))
+    if not args.no_reference:
+        engines.append(("reference", "reference", str(args.model), sys.executable))
+    if args.openvino:
+        engines.append(("openvino-genai", "openvino", args.openvino, args.openvino_python))
+    workers = [Worker(lbl, eng, f, t, py) for t in args.threads for lbl, eng, f, py in engines]
+    results: dict[tuple[str, int, int], list[dict]] = collections.defaultdict(list)
+    try:
+        for w in workers:  # warm-up: first runs compile / allocate
+            w.time(prompt_ids(args.model, 64, 1000))
+        for r in range(args.rounds):
+            for n in args.lengths:
+                ids = prompt_ids(args.model, n, 7 * r + n)
+                order = workers[r % len(workers) :] + workers[: r % len(workers)]
+                for w in order:
+                    time.sleep(0.05)  # let the previous worker's spinning threads settle
+                    results[(w.label, w.threads, n)].append(w.time(ids))
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    finally:
+        for w in workers:
+            w.close()
+
+    labels = [e[0] for e in engines]
+    print(f"prefill = time to the first token; {args.rounds} interleaved rounds; medians "
+          "(wall range); load average at the end "
+          f"{os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        "| prompt | threads | engine | wall ms | CPU ms | wall / openvino-genai | CPU / openvino |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for n in args.lengths:
+        for t in args.threads:
+            base = results.get(("openvino-genai", t, n))
+            base_wall = statistics.median(x["wall"] for x in base) if base else None
+            base_cpu = statistics.median(x["cpu"] for x in base) if base else None
+            for label in labels:
+                runs = results[(label, t, n)]
+                walls = sorted(1000 * x["wall"] for x in runs)
+                wall = statistics.median(walls)
+                cpu = statistics.median(1000 * x["cpu"] for x in runs)
+                ratio = f"{wall / (1000 * base_wall):.2f}x" if base_wall else "-"
+                cpu_ratio = f"{cpu / (1000 * base_cpu):.2f}x" if base_cpu else "-"
+                print(f"| {n} | {t} | {label} | {wall:.0f} ({walls[0]:.0f}-{walls[-1]:.0f}) "
+                      f"| {cpu:.0f} | {ratio} | {cpu_ratio} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
