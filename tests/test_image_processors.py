@@ -5,9 +5,9 @@ Qwen-VL (qwen2_5_vl, qwen3_vl) and gemma3 against the reference's processor
 
 Pixel values must lie within 1e-5 of the reference's; input ids, image sizes, grids, token
 counts and token type ids must be identical; a prompt whose tags and images disagree raises
-the reference's message. Colour JPEGs are decoded by a different libjpeg (the reference
-bundles IJG libjpeg, Pillow uses libjpeg-turbo): they are checked against the documented
-bound instead (docs/differences.md). Bad files (corrupt, unsupported, decompression bombs)
+the reference's message. JPEGs decode with the reference's libjpeg (IJG 9e, through
+jpeglib): identical too; without jpeglib (Pillow's libjpeg-turbo) colour JPEGs stay within
+the bound docs/differences.md states. Bad files (corrupt, unsupported, decompression bombs)
 raise clear errors with bounded memory.
 """
 
@@ -26,6 +26,7 @@ import pytest
 
 import genai
 from genai.errors import ArgumentTypeError, InvalidArgumentError
+from genai.multimodal import images as images_module
 from genai.multimodal.images import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE
 from genai.multimodal.vision_phi3 import Phi3VisionProcessor
 from genai.testing.vision import write_gemma3, write_phi3v, write_qwen2_5_vl
@@ -256,26 +257,46 @@ def test_float16_vision_graphs_get_float16_pixel_values(folders, files) -> None:
     assert out["pixel_values"].as_numpy().dtype == np.float16
 
 
-# -- colour JPEGs: a different libjpeg ------------------------------------------------------
+# -- colour JPEGs: the reference's libjpeg ----------------------------------------------------
+
+
+def colour_jpeg(path: Path, subsampling: int, progressive: bool = False) -> str:
+    y, x = np.mgrid[0:300, 0:400]
+    waves = [np.sin(x / 40) * 100, np.cos(y / 30) * 100, np.sin((x + y) / 50) * 60]
+    array = np.clip(np.stack(waves, -1) + 128 + picture(300, 400, 3, 11) / 8.0 - 16, 0, 255)
+    Image.fromarray(array.astype(np.uint8)).save(
+        path, quality=90, subsampling=subsampling, progressive=progressive
+    )
+    return str(path)
+
+
+JPEGS = [(0, False), (1, False), (2, False), (2, True)]  # 4:4:4, 4:2:2, 4:2:0, progressive
+
+
+@pytest.mark.parametrize(("subsampling", "progressive"), JPEGS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_colour_jpegs_match_the_reference(kind, subsampling, progressive, tmp_path, processors):
+    """JPEGs decode with IJG libjpeg 9e (jpeglib), the reference's libjpeg: identical."""
+    pytest.importorskip("jpeglib")
+    path = colour_jpeg(tmp_path / "colour.jpg", subsampling, progressive)
+    reference, ours = processors[kind]
+    expected = reference(prompt(kind, 1), images=og.Images.open(path))
+    assert_same_inputs(ours(prompt(kind, 1), images=genai.Images.open(path)), expected)
 
 
 @pytest.mark.parametrize(("subsampling", "most", "mean"), [(0, 1.5, 0.01), (2, 8, 0.5)])
-def test_colour_jpeg_pixels_lie_within_the_documented_bound(
-    subsampling, most, mean, tmp_path, processors
+def test_without_jpeglib_colour_jpegs_lie_within_the_documented_bound(
+    subsampling, most, mean, tmp_path, processors, monkeypatch
 ) -> None:
-    """The reference decodes JPEG with IJG libjpeg (DCT-domain chroma upsampling), Pillow
-    with libjpeg-turbo: 4:4:4 files differ by at most one level, 4:2:0 files by a few levels
-    at colour edges (docs/differences.md)."""
-    y, x = np.mgrid[0:300, 0:400]
-    waves = [np.sin(x / 40) * 100, np.cos(y / 30) * 100, np.sin((x + y) / 50) * 60]
-    smooth = np.stack(waves, -1) + 128
-    path = tmp_path / "colour.jpg"
-    Image.fromarray(smooth.astype(np.uint8)).save(path, quality=90, subsampling=subsampling)
+    """Without jpeglib, Pillow's libjpeg-turbo decodes: 4:4:4 files differ by about one
+    level, 4:2:0 files by a few levels at colour edges (docs/differences.md)."""
+    monkeypatch.setattr(images_module, "_jpeglib", lambda: None)
+    path = colour_jpeg(tmp_path / "colour.jpg", subsampling)
     reference, ours = processors["phi3v"]
-    expected = reference("<|image_1|>", images=og.Images.open(str(path)))
-    actual = ours("<|image_1|>", images=genai.Images.open(str(path)))
+    expected = reference("<|image_1|>", images=og.Images.open(path))
+    actual = ours("<|image_1|>", images=genai.Images.open(path))
     diff = np.abs(actual["pixel_values"].as_numpy() - expected["pixel_values"].as_numpy())
-    assert diff.max() <= most * ONE_LEVEL
+    assert 0 < diff.max() <= most * ONE_LEVEL
     assert diff.mean() <= mean * ONE_LEVEL
     np.testing.assert_array_equal(actual["input_ids"].as_numpy(), expected["input_ids"].as_numpy())
 

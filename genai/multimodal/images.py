@@ -1,11 +1,17 @@
 """`Images`: image files decoded for a vision-language model's prompt (the reference's
 ``og.Images``).
 
-``Images.open(*paths)`` and ``Images.open_bytes(*blobs)`` decode PNG and JPEG files with Pillow
-(the ``vision`` extra) into RGB ``uint8`` arrays ``[height, width, 3]``, as the reference's
-decoder hands them to its image processors: an alpha channel is dropped (not composited), grey
-is repeated into three channels, 16-bit samples keep their high byte, EXIF orientation is not
-applied. Other formats (BMP, GIF, WebP, ...) and CMYK JPEGs are refused.
+``Images.open(*paths)`` and ``Images.open_bytes(*blobs)`` decode PNG and JPEG files into RGB
+``uint8`` arrays ``[height, width, 3]``, as the reference's decoder hands them to its image
+processors: an alpha channel is dropped (not composited), grey is repeated into three
+channels, 16-bit samples keep their high byte, EXIF orientation is not applied. Other formats
+(BMP, GIF, WebP, ...), CMYK JPEGs and truncated files are refused.
+
+PNGs decode with Pillow (the ``vision`` extra), bit-identical to the reference's libpng.
+JPEGs decode with IJG libjpeg 9e through ``jpeglib`` (also in the ``vision`` extra), the
+libjpeg the reference bundles: bit-identical too. Without ``jpeglib`` they decode with
+Pillow's libjpeg-turbo, whose chroma upsampling and rounding differ (colour JPEGs then differ
+by up to a few levels; docs/differences.md).
 
 Decompression bombs are refused from the header, before any pixel is decoded: a side longer
 than `MAX_IMAGE_SIDE` or more than `MAX_IMAGE_PIXELS` pixels (the reference's limits) raises
@@ -15,7 +21,9 @@ than `MAX_IMAGE_SIDE` or more than `MAX_IMAGE_PIXELS` pixels (the reference's li
 from __future__ import annotations
 
 import io
+import logging
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,9 +31,12 @@ import numpy as np
 
 from genai.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "MAX_IMAGE_PIXELS",
     "MAX_IMAGE_SIDE",
+    "REFERENCE_LIBJPEG",
     "Images",
     "decode_image",
     "header_size",
@@ -132,11 +143,68 @@ def decode_image(data: bytes, name: str = "image") -> np.ndarray:
         raise InvalidArgumentError(
             f"{name}: unsupported JPEG color space {image.mode} (only RGB and grayscale)"
         )
+    if kind == "JPEG":
+        if not _has_end_of_image(data):
+            raise InvalidArgumentError(f"{name}: corrupt JPEG data (truncated: no end marker)")
+        exact = _decode_jpeg_as_reference(data, name)
+        if exact is not None:
+            return exact
     try:
         image.load()
     except Exception as error:
         raise InvalidArgumentError(f"{name}: corrupt {kind} data ({error})") from None
     return _to_rgb(image)
+
+
+def _has_end_of_image(data: bytes) -> bool:
+    """Whether the end-of-image marker follows the last scan (entropy-coded data cannot
+    hold it: a file without one was cut short)."""
+    last_scan = data.rfind(b"\xff\xda")
+    return last_scan != -1 and data.find(b"\xff\xd9", last_scan) != -1
+
+
+#: The libjpeg the reference decodes with (onnxruntime-extensions bundles IJG libjpeg 9e).
+REFERENCE_LIBJPEG = "9e"
+_warned_inexact = False
+
+
+def _jpeglib() -> Any:
+    """The ``jpeglib`` package set to `REFERENCE_LIBJPEG`, or None when it is not installed
+    (JPEGs then decode with Pillow's libjpeg-turbo: colours differ slightly)."""
+    global _warned_inexact
+    try:
+        import jpeglib  # lazy: optional (the vision extra); loads a libjpeg build per version
+    except ImportError:
+        if not _warned_inexact:
+            _warned_inexact = True
+            logger.warning(
+                "jpeglib is not installed: colour JPEGs decode with Pillow's libjpeg-turbo and "
+                "differ slightly from the reference's (pip install 'genai-runtime[vision]')"
+            )
+        return None
+    if str(jpeglib.version.get()) != REFERENCE_LIBJPEG:
+        jpeglib.version.set(REFERENCE_LIBJPEG)
+    return jpeglib
+
+
+def _decode_jpeg_as_reference(data: bytes, name: str) -> np.ndarray | None:
+    """RGB pixels of a JPEG decoded by IJG libjpeg 9e with RGB output, as the reference
+    decodes (bit-identical); None without jpeglib."""
+    jpeglib = _jpeglib()
+    if jpeglib is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="genai-image-") as folder:
+        path = os.path.join(folder, "image.jpg")  # jpeglib reads files only
+        with open(path, "wb") as file:
+            file.write(data)
+        try:
+            jpeg = jpeglib.read_spatial(path, out_color_space=jpeglib.Colorspace.JCS_RGB)
+            pixels = np.asarray(jpeg.spatial, dtype=np.uint8)
+        except Exception as error:  # jpeglib raises OSError naming its temporary file
+            raise InvalidArgumentError(f"{name}: corrupt JPEG data ({error})") from None
+    if pixels.ndim != 3 or pixels.shape[2] != 3:
+        raise InvalidArgumentError(f"{name}: unexpected JPEG output {pixels.shape}")
+    return np.ascontiguousarray(pixels)
 
 
 def _to_rgb(image: Any) -> np.ndarray:
