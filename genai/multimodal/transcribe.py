@@ -18,8 +18,9 @@ A greedy window whose text repeats itself (zlib compression ratio above 2.4) or 
 model is unsure of (mean token log-probability below -1) is decoded again at rising
 temperatures (`FALLBACK_TEMPERATURES`, seeded: the same file gives the same transcript), as
 OpenAI's implementation does. When no decoding passes with timestamps, the window is decoded
-once more without them and kept whole as one segment: a segment that closes far beyond its
-words (small models do this) would otherwise make the next window skip the speech between.
+once more without them, as one segment, or in halves (down to 7.5 s) while a part decodes
+badly: a segment that closes far beyond its words (small models do this) would otherwise
+make the next window skip the speech between.
 The transcript is not conditioned on the previous window's text (that made tiny.en repeat
 itself across windows).
 """
@@ -284,6 +285,42 @@ def _decode_with_fallback(
     return best[1], False
 
 
+#: The shortest part `_plain_segments` splits a badly decoded window into (seconds).
+MIN_PART_SECONDS = 7.5
+
+
+def _plain_segments(
+    model: Model,
+    processor: MultiModalProcessor,
+    chunk: np.ndarray,
+    start: float,
+    prompt: np.ndarray,
+    vocab: WhisperVocabulary,
+    temperature: float,
+) -> list[Segment]:
+    """``chunk`` (samples from ``start`` seconds) decoded without timestamps, as one segment;
+    when that decoding does not pass (see `_decode_with_fallback`), its two halves, down to
+    `MIN_PART_SECONDS`."""
+    kind = processor.kind
+    rate = kind.pipeline.sample_rate
+    inputs = NamedTensors()
+    inputs[AUDIO_FEATURES] = kind.pipeline.features_of_pcm(chunk)[None].astype(kind.dtype)
+    inputs[INPUT_IDS] = prompt
+    tokens, mean_logprob = _decode(model, inputs, prompt.shape[1], None, temperature)
+    seconds = chunk.shape[0] / rate
+    passed = mean_logprob >= -1.0 and compression_ratio(processor.decode(tokens)) <= 2.4
+    if passed or seconds < 2 * MIN_PART_SECONDS:
+        found, _ = _segments_of(tokens, vocab, start, processor.decode, seconds)
+        return found
+    half = chunk.shape[0] // 2
+    return [
+        *_plain_segments(model, processor, chunk[:half], start, prompt, vocab, temperature),
+        *_plain_segments(
+            model, processor, chunk[half:], start + half / rate, prompt, vocab, temperature
+        ),
+    ]
+
+
 def transcribe(
     model: Model,
     audio: Audios | AudioClip,
@@ -355,13 +392,20 @@ def transcribe(
         window_vocab = vocab if use_timestamps else plain_vocab
         if use_timestamps and not passed and fallback:
             # timestamps went wrong (e.g. a segment closed far beyond its words, which
-            # would skip the speech after it): the whole window as one segment
-            inputs[INPUT_IDS] = plain
-            tokens, _ = _decode(model, inputs, plain.shape[1], None, float(temperature))
-            window_vocab = plain_vocab
-        found, consumed = _segments_of(
-            tokens, window_vocab, seek / rate, processor.decode, min(chunk_seconds, window / rate)
-        )
+            # would skip the speech after it): the window without timestamps, in halves
+            # while a part decodes badly
+            found = _plain_segments(
+                model, processor, chunk, seek / rate, plain, plain_vocab, float(temperature)
+            )
+            consumed = chunk_seconds
+        else:
+            found, consumed = _segments_of(
+                tokens,
+                window_vocab,
+                seek / rate,
+                processor.decode,
+                min(chunk_seconds, window / rate),
+            )
         segments.extend(found)
         advance = max(1, round(min(consumed, chunk_seconds) * rate))
         log.debug(
