@@ -22,6 +22,11 @@ What a driver does for its generator:
 * `Driver.rewind`, `Driver.reorder` (beam search), `Driver.snapshot_kv` / `Driver.restore`
   (prefix snapshots), `Driver.read_input` / `Driver.read_output` (a host copy of a run's
   tensors), the inputs and run options a caller sets, and the KV cache's size.
+* ``set_inputs(named_tensors)`` (only drivers of multimodal kinds have it: the encoder-decoder
+  and vision drivers): take a processor's output (`genai.multimodal`), run what runs once per
+  input (an encoder, a vision graph) and return the token ids to append (int32 ``[rows, n]``,
+  repeated per beam) or None; `genai.Generator.set_inputs` answers with the reference's error
+  for a driver without it (a text-only kind).
 
 What a driver cannot do it declares in `Driver.unsupported` (an operation name -> the reason,
 the message of the `NotImplementedError` it raises), so a generator asks (`require`) instead
