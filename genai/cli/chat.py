@@ -18,6 +18,7 @@ from genai.cli.common import (
     load_model,
     prefill,
 )
+from genai.cli.images import add_image_option, image_processor, load_images, with_image_tags
 from genai.cli.registry import command
 from genai.errors import InvalidArgumentError
 
@@ -45,6 +46,7 @@ def _fill_chat(chat: argparse.ArgumentParser) -> None:
     add_length_options(chat, None)
     chat.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
     add_adapter_option(chat)
+    add_image_option(chat)  # the first user message of each conversation carries the images
     chat.add_argument("-v", "--verbose", action="store_true", help="print tok/s per reply")
     chat.set_defaults(handler=_chat)
 
@@ -90,6 +92,9 @@ def _chat(args: argparse.Namespace) -> int:
     params.set_search_options(max_length=limit)
     generator = genai.Generator(model, params)
     activate_adapters(model, generator, args.adapter)
+    images = load_images(args.image)
+    processor = image_processor(model) if images is not None else None
+    image_prompt_length = 0  # the prompt set_inputs took (its images included)
     system = args.system
     messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     interactive = sys.stdin.isatty()
@@ -125,9 +130,18 @@ def _chat(args: argparse.Namespace) -> int:
             continue
         content = line[1:] if text.startswith("//") else line
         messages.append({"role": "user", "content": content})
-        prompt = tokenizer.encode(
-            tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        )
+        inputs = None
+        if processor is not None:  # the images go with the conversation's first user message
+            tagged = [dict(m) for m in messages]
+            first = next(m for m in tagged if m["role"] == "user")
+            first["content"] = with_image_tags(processor, first["content"], len(images))
+            text = tokenizer.apply_chat_template(tagged, add_generation_prompt=True)
+            inputs = processor(text, images=images)
+            prompt = inputs["input_ids"].as_numpy()[0]
+        else:
+            prompt = tokenizer.encode(
+                tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            )
         if len(prompt) + 1 > limit:
             messages.pop()
             what = "--max-length" if args.max_length else "the model's context length"
@@ -140,12 +154,22 @@ def _chat(args: argparse.Namespace) -> int:
         shared = min(len(seen), len(prompt) - 1)
         while common < shared and seen[common] == prompt[common]:
             common += 1
-        if common < generator.token_count():
+        restart = inputs is not None and (
+            generator.token_count() == 0 or common < image_prompt_length
+        )
+        if restart and generator.token_count():  # the images' tokens changed: start again
+            generator = genai.Generator(model, params)
+            activate_adapters(model, generator, args.adapter)
+        elif common < generator.token_count():
             generator.rewind_to(common)
         reply: list[int] = []
         started = time.perf_counter()
         try:
-            prefill(generator, prompt[common:])
+            if restart:
+                generator.set_inputs(inputs)  # the vision graph runs with the prompt
+                image_prompt_length = len(prompt)
+            else:
+                prefill(generator, prompt[common:])
             stream = tokenizer.create_stream()
             while not generator.is_done() and len(reply) < max_new:
                 generator.generate_next_token()

@@ -18,6 +18,7 @@ from genai.cli.common import (
     load_model,
     prefill,
 )
+from genai.cli.images import add_image_option, image_processor, load_images, with_image_tags
 from genai.cli.registry import command
 from genai.errors import InvalidArgumentError
 
@@ -34,6 +35,7 @@ def _fill_generate(gen: argparse.ArgumentParser) -> None:
     add_length_options(gen, None)
     gen.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
     add_adapter_option(gen)
+    add_image_option(gen)
     gen.add_argument(
         "-v", "--verbose", action="store_true", help="print prefill ms and decode tok/s to stderr"
     )
@@ -45,12 +47,17 @@ def _generate(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     started = time.perf_counter()
     config, model, tokenizer = load_model(args)
+    images = load_images(args.image)
+    processor = image_processor(model) if images is not None else None
+    if processor is not None:
+        prompt = with_image_tags(processor, prompt, len(images))
     if args.chat:
         messages = [{"role": "user", "content": prompt}]
         if args.system:
             messages.insert(0, {"role": "system", "content": args.system})
         prompt = tokenizer.apply_chat_template(json.dumps(messages), add_generation_prompt=True)
-    ids = tokenizer.encode(prompt)
+    inputs = processor(prompt, images=images) if processor is not None else None
+    ids = inputs["input_ids"].as_numpy()[0] if inputs is not None else tokenizer.encode(prompt)
     if len(ids) == 0:
         raise InvalidArgumentError("the prompt encodes to no tokens")
     context = config.context_length
@@ -77,7 +84,10 @@ def _generate(args: argparse.Namespace) -> int:
     activate_adapters(model, generator, args.adapter)
     stream = tokenizer.create_stream()
     loaded = time.perf_counter()
-    prefill(generator, ids)
+    if inputs is not None:
+        generator.set_inputs(inputs)  # the vision graph runs with the prompt
+    else:
+        prefill(generator, ids)
     prefilled = time.perf_counter()
     new_tokens = 0
     out = sys.stdout

@@ -63,6 +63,15 @@ class ImageProcessor(ABC):
         return np.ascontiguousarray(array, dtype=self.pixel_values_dtype)
 
     @abstractmethod
+    def image_tags(self, count: int) -> str:
+        """The prompt text that marks ``count`` images, in order (for prompts written
+        without tags, e.g. ``genai generate --image``)."""
+
+    @abstractmethod
+    def has_image_tags(self, prompt: str) -> bool:
+        """Whether ``prompt`` already marks images its own way."""
+
+    @abstractmethod
     def process(self, tokenizer: Any, prompt: str, images: Images | None) -> NamedTensors:
         """The model inputs of one prompt and its images (None: a text-only prompt)."""
 

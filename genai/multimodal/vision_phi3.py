@@ -154,6 +154,12 @@ class Phi3VisionProcessor(ImageProcessor):
     images ``pixel_values`` ``[images, 17, 3, 336, 336]``, ``image_sizes`` ``[images, 2]``,
     ``num_image_tokens`` ``[images, 1]``."""
 
+    def image_tags(self, count: int) -> str:
+        return "".join(f"<|image_{i}|>\n" for i in range(1, count + 1))
+
+    def has_image_tags(self, prompt: str) -> bool:
+        return IMAGE_TAG.search(prompt) is not None
+
     def process(self, tokenizer: Any, prompt: str, images: Any) -> NamedTensors:
         out = NamedTensors()
         if images is None:

@@ -132,6 +132,12 @@ class QwenVisionProcessor(ImageProcessor):
         if self.merge_size <= 0 or self.patch_size <= 0:
             raise ConfigError("model.vision: spatial_merge_size and patch_size must be > 0")
 
+    def image_tags(self, count: int) -> str:
+        return (VISION_START + IMAGE_PAD + VISION_END) * count
+
+    def has_image_tags(self, prompt: str) -> bool:
+        return VISION_START in prompt
+
     def process(self, tokenizer: Any, prompt: str, images: Any) -> NamedTensors:
         out = NamedTensors()
         if images is None or len(images) == 0:
