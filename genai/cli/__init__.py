@@ -1,8 +1,9 @@
 """The ``genai`` command line (also ``python -m genai``).
 
 genai [-v | -vv] COMMAND ...   (before the command: log genai's INFO / DEBUG records to stderr)
-genai generate [-m MODEL_DIR] "prompt" [--chat] [--max-length N] [--threads N] [-v]
-genai chat [-m MODEL_DIR] [--system TEXT] [--max-new-tokens N] [--threads N] [-v]
+genai generate [-m MODEL_DIR] "prompt" [--chat] [--max-length N] [--threads N] [--image FILE]...
+               [-v]
+genai chat [-m MODEL_DIR] [--system TEXT] [--max-new-tokens N] [--threads N] [--image FILE]... [-v]
 genai build INPUT -o OUT [--precision int4|fp16|fp32] [--all-logits]
 genai pull [--force] [-q]  |  genai pull REPO_ID[:SUBFOLDER] [--include PATTERN]... [--revision REV]
 genai list [--json]  |  genai rm NAME...
