@@ -11,6 +11,7 @@ positions are also checked against a loop transcription of the reference's algor
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -461,3 +462,32 @@ def test_beam_search_and_pipeline_folders_are_refused(folders, tmp_path):
     path.write_text(json.dumps(config))
     with pytest.raises(NotImplementedError, match="pipeline"):
         genai.Model(folder)
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
+def test_guidance_and_stop_strings_after_an_image_prompt(folders, images, kind):
+    """The generator's Python stage (grammar, stop strings) runs over the vision driver: the
+    text follows the regex, and a stop string ends it."""
+    folder = folders[kind]
+    _, named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    n = named["input_ids"].as_numpy().shape[1]
+    model = genai.Model(folder)
+    tokenizer = genai.Tokenizer(model)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=n + 40)
+    params.set_guidance("regex", r"(yes|no), it is a (cat|dog)\.")
+    generator = genai.Generator(model, params)
+    generator.set_inputs(_ours(named))
+    while not generator.is_done():
+        generator.generate_next_token()
+    text = tokenizer.decode(generator.get_sequence(0)[n:])
+    assert re.fullmatch(r"(yes|no), it is a (cat|dog)\.", text), text
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=n + 40, stop=["it is"])
+    params.set_guidance("regex", r"(yes|no), it is a (cat|dog)\.")
+    generator = genai.Generator(model, params)
+    generator.set_inputs(_ours(named))
+    while not generator.is_done():
+        generator.generate_next_token()
+    assert generator.finish_reason(0) == "stop"
+    assert "it is a" not in tokenizer.decode(generator.get_sequence(0)[n:])
