@@ -7,7 +7,9 @@ Each round runs both engines one after the other (order alternating between roun
 ``--new-tokens`` tokens (``set_min_generated_tokens`` = ``set_max_generated_tokens``: EOS
 cannot end a turn early), greedy, read with ``Engine.run`` into one event buffer. The
 reference gets ``engine.static_batching.max_batch_size`` = ``--requests`` so that it batches
-every request too. Every request asks a different question, tagged with its number and the
+every request too. The script also prints the CPU time the process used (cores busy on
+average, tokens per CPU second): on a loaded machine the engines get a fraction of a core.
+Every request asks a different question, tagged with its number and the
 round, so no prompt is answered from genai's prefix cache. ``--turns 2`` adds a second turn
 to each request (the time of both turns counts).
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -57,7 +60,7 @@ def run_engine(og: Any, model: Any, tokenizer: Any, args: argparse.Namespace, ta
     buffer = engine.create_event_buffer(256)
     requests = [engine.create_request() for _ in range(args.requests)]
     tokens = 0
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), os.times()
     for turn in range(args.turns):
         for request, prompt in zip(
             requests, prompts(tokenizer, args.requests, tag, follow_up=turn > 0), strict=True
@@ -70,9 +73,17 @@ def run_engine(og: Any, model: Any, tokenizer: Any, args: argparse.Namespace, ta
             engine.run(buffer)
             tokens += sum(buffer[k].token is not None for k in range(len(buffer)))
     seconds = time.perf_counter() - began
+    now = os.times()
+    cpu_seconds = now.user + now.system - cpu.user - cpu.system
     for request in requests:
         request.close()
-    return {"tok_s": tokens / seconds, "tokens": tokens, "seconds": seconds}
+    return {
+        "tok_s": tokens / seconds,
+        "tokens": tokens,
+        "seconds": seconds,
+        "cores": cpu_seconds / seconds,
+        "tok_cpu_s": tokens / max(cpu_seconds, 1e-9),
+    }
 
 
 def main() -> None:
@@ -100,15 +111,18 @@ def main() -> None:
     for name, (og, model) in engines.items():
         run_engine(og, model, tokenizer, small, f"warm-{name}")
     results: dict[str, list[float]] = {name: [] for name in engines}
+    per_cpu: dict[str, list[float]] = {name: [] for name in engines}
     for round_ in range(args.rounds):
         order = list(engines) if round_ % 2 == 0 else list(engines)[::-1]
         for name in order:
             og, model = engines[name]
             result = run_engine(og, model, tokenizer, args, f"r{round_}")
             results[name].append(result["tok_s"])
+            per_cpu[name].append(result["tok_cpu_s"])
             print(
                 f"round {round_} {name:9s} {result['tok_s']:7.1f} tok/s "
-                f"({result['tokens']} tokens in {result['seconds']:.2f} s)",
+                f"({result['tokens']} tokens in {result['seconds']:.2f} s, "
+                f"{result['cores']:.2f} cores busy, {result['tok_cpu_s']:.1f} tok per CPU s)",
                 flush=True,
             )
     ratios = [a / b for a, b in zip(results["genai"], results["reference"], strict=True)]
@@ -117,7 +131,10 @@ def main() -> None:
         f"median tok/s: genai {statistics.median(results['genai']):.1f}, reference "
         f"{statistics.median(results['reference']):.1f}; genai/reference per round: "
         + ", ".join(f"{r:.2f}x" for r in ratios)
-        + f" (median {statistics.median(ratios):.2f}x)"
+        + f" (median {statistics.median(ratios):.2f}x); tokens per CPU second: genai "
+        f"{statistics.median(per_cpu['genai']):.1f}, reference "
+        f"{statistics.median(per_cpu['reference']):.1f}; load average "
+        + " ".join(f"{x:.1f}" for x in os.getloadavg())
     )
 
 
