@@ -491,3 +491,42 @@ def test_guidance_and_stop_strings_after_an_image_prompt(folders, images, kind):
         generator.generate_next_token()
     assert generator.finish_reason(0) == "stop"
     assert "it is a" not in tokenizer.decode(generator.get_sequence(0)[n:])
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
+def test_rewind_to_zero_then_new_images(folders, images, kind):
+    """After rewind_to(0) a new set_inputs starts over (vision, positions): the reference's
+    tokens for a fresh generator on the second inputs."""
+    folder = folders[kind]
+    _, first = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    ref_model, second = _reference_inputs(folder, _prompt(kind, 2), images[1:3])
+    length = second["input_ids"].as_numpy().shape[1] + NEW_TOKENS
+    _, ref_seqs, _ = _generate(og, ref_model, second, length)
+    model = genai.Model(folder)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=length)
+    generator = genai.Generator(model, params)
+    generator.set_inputs(_ours(first))
+    for _ in range(3):
+        generator.generate_next_token()
+    generator.rewind_to(0)
+    generator.set_inputs(_ours(second))
+    while not generator.is_done():
+        generator.generate_next_token()
+    np.testing.assert_array_equal(generator.get_sequence(0), ref_seqs[0])
+
+
+def test_images_after_the_first_prompt_are_refused(folders, images):
+    folder = folders["qwen2_5_vl"]
+    _, named = _reference_inputs(folder, _prompt("qwen2_5_vl", 1), images[:1])
+    model = genai.Model(folder)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=2 * named["input_ids"].as_numpy().shape[1] + 4)
+    generator = genai.Generator(model, params)
+    generator.set_inputs(_ours(named))
+    generator.generate_next_token()
+    with pytest.raises(NotImplementedError, match="first prompt"):
+        generator.set_inputs(_ours(named))
+    _, text = _reference_inputs(folder, "and then?", [])
+    generator.set_inputs(_ours(text))  # text alone continues the sequence
+    generator.generate_next_token()

@@ -262,6 +262,14 @@ class VisionRunner:
             raise InvalidArgumentError(
                 f"token id {int(ids.max())} is outside the vocabulary [0, {self.io.vocab_size})"
             )
+        images = arrays.get("num_image_tokens")
+        if self.computed and images is not None and int(np.sum(images)) > 0:
+            # the reference runs the vision graph on the first prompt only (later images would
+            # silently get no features)
+            raise UnsupportedFeatureError(
+                "images in set_inputs after the first prompt: start a new generator (or "
+                "rewind_to(0)) with every image in one prompt"
+            )
         self.pending = arrays
         return np.ascontiguousarray(ids, np.int32)
 
@@ -318,7 +326,7 @@ class VisionRunner:
             for column in range(count):
                 self.feed(tokens[:, column : column + 1], False)
             return
-        first_run = self.rope_deltas is None if self.mrope is not None else prompt
+        first_run = prompt  # a new sequence (also after rewind_to(0)): images, positions
         features = self._features(first_run)
         embeds = self._embed(tokens, features)
         fed, last = self._positions(tokens, prompt, first_run)
