@@ -26,7 +26,12 @@ from genai.errors import (
     ModelError,
 )
 from genai.multimodal.audio_features import AudioPipeline, resample
-from genai.multimodal.transcribe import TimestampRules, WhisperVocabulary, transcribe
+from genai.multimodal.transcribe import (
+    TimestampRules,
+    WhisperVocabulary,
+    detect_language,
+    transcribe,
+)
 from genai.testing.whisper import write_whisper_fixture
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -329,6 +334,31 @@ def test_long_audio_is_transcribed_window_by_window(folder: Path) -> None:
         generator.generate_next_token()
     expected = processor.decode(generator.get_sequence(0)).strip()
     assert result.segments[1].text == expected
+
+
+@pytest.mark.parametrize("key", ["wav", "wav2", "flac"])
+def test_detected_language_is_the_reference_decoders_likeliest(
+    folder: Path, audio: dict[str, Path], key: str
+) -> None:
+    """The language the decoder ranks highest after <|startoftranscript|>, read from the
+    reference's logits on the same features."""
+    features, _ = _reference_features(folder, audio[key])
+    model = og.Model(str(folder))
+    tokenizer = og.Tokenizer(model)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=4)
+    generator = og.Generator(model, params)
+    named = og.NamedTensors()
+    named["audio_features"] = features
+    named["input_ids"] = np.asarray([[tokenizer.to_token_id("<|startoftranscript|>")]], np.int32)
+    generator.set_inputs(named)
+    logits = generator.get_logits()[0, 0]
+    codes = ["en", "fr"]
+    expected = codes[int(np.argmax([logits[tokenizer.to_token_id(f"<|{c}|>")] for c in codes]))]
+    ours = genai.Model(folder)
+    samples, rate = sf.read(audio[key], dtype="float32")
+    assert rate == 16000
+    assert detect_language(ours, ours.create_multimodal_processor(), samples) == expected
 
 
 def test_timestamp_rules_keep_timestamps_paired_and_monotonic() -> None:

@@ -321,6 +321,49 @@ def _plain_segments(
     ]
 
 
+#: Whisper's language codes, in its token order.
+# fmt: off
+LANGUAGES = (
+    "en", "zh", "de", "es", "ru", "ko", "fr", "ja", "pt", "tr", "pl", "ca", "nl", "ar", "sv",
+    "it", "id", "hi", "fi", "vi", "he", "uk", "el", "ms", "cs", "ro", "da", "hu", "ta", "no",
+    "th", "ur", "hr", "bg", "lt", "la", "mi", "ml", "cy", "sk", "te", "fa", "lv", "bn", "sr",
+    "az", "sl", "kn", "et", "mk", "br", "eu", "is", "hy", "ne", "mn", "bs", "kk", "sq", "sw",
+    "gl", "mr", "pa", "si", "km", "sn", "yo", "so", "af", "oc", "ka", "be", "tg", "sd", "gu",
+    "am", "yi", "lo", "uz", "fo", "ht", "ps", "tk", "nn", "mt", "sa", "lb", "my", "bo", "tl",
+    "mg", "as", "tt", "haw", "ln", "ha", "ba", "jw", "su", "yue",
+)
+# fmt: on
+
+
+def language_tokens(processor: MultiModalProcessor) -> dict[str, int]:
+    """Whisper's language tokens the model's vocabulary has: code -> id of ``<|code|>``."""
+    tokenizer = processor.tokenizer
+    found = {code: tokenizer.to_token_id(f"<|{code}|>") for code in LANGUAGES}
+    return {code: token for code, token in found.items() if token >= 0}
+
+
+def detect_language(model: Model, processor: MultiModalProcessor, samples: np.ndarray) -> str:
+    """The likeliest language of ``samples`` (the first 30 s are heard) for a multilingual
+    model: the language token the decoder ranks highest after ``<|startoftranscript|>``."""
+    languages = language_tokens(processor)
+    if not languages:
+        raise InvalidArgumentError("the model has no language tokens to detect a language with")
+    kind = processor.kind
+    inputs = NamedTensors()
+    inputs[AUDIO_FEATURES] = kind.pipeline.features_of_pcm(samples)[None].astype(kind.dtype)
+    inputs[INPUT_IDS] = np.asarray(
+        [[processor.tokenizer.to_token_id("<|startoftranscript|>")]], np.int32
+    )
+    params = GeneratorParams(model)
+    params.set_search_options(max_length=2)
+    generator = Generator(model, params)
+    generator.set_inputs(inputs)
+    logits = generator.get_logits()[0, 0]
+    codes = list(languages)
+    ids = np.asarray([languages[c] for c in codes])
+    return codes[int(np.argmax(logits[ids]))]
+
+
 def transcribe(
     model: Model,
     audio: Audios | AudioClip,
@@ -333,10 +376,11 @@ def transcribe(
     fallback: bool = True,
 ) -> Transcript:
     """Transcribe one recording of any length with a Whisper ``model`` (see the module
-    docstring). ``language`` None lets a multilingual model guess (an English-only model
-    takes no language token); ``task`` ``"transcribe"`` or ``"translate"``; ``timestamps``
-    False decodes fixed 30 s windows with ``<|notimestamps|>``; ``fallback`` False keeps
-    every window's first decoding (no temperature fallback)."""
+    docstring). ``language`` None: a multilingual model detects it (`detect_language`; an
+    English-only model takes no language token); ``task`` ``"transcribe"`` or
+    ``"translate"``; ``timestamps`` False decodes fixed 30 s windows with
+    ``<|notimestamps|>``; ``fallback`` False keeps every window's first decoding (no
+    temperature fallback)."""
     if processor is None:
         processor = model.create_multimodal_processor()
     kind = processor.kind
@@ -358,6 +402,10 @@ def transcribe(
     known = language is None or tokenizer.to_token_id(f"<|{language}|>") >= 0
     if vocab.multilingual and not known:
         raise InvalidArgumentError(f"the model has no language token <|{language}|>")
+    pipeline = kind.pipeline
+    pcm = pipeline.pcm(clip)
+    if vocab.multilingual and language is None:
+        language = detect_language(model, processor, pcm[: pipeline.window_samples])
     prompt_text = whisper_prompt(
         language if vocab.multilingual else None, task, timestamps=use_timestamps
     )
@@ -369,8 +417,6 @@ def transcribe(
         plain_text = plain_text.replace(f"<|{task}|>", "")
     plain = np.asarray([tokenizer.encode(plain_text)], np.int32)
     plain_vocab = replace(vocab, timestamp_begin=-1)
-    pipeline = kind.pipeline
-    pcm = pipeline.pcm(clip)
     rate = pipeline.sample_rate
     window = pipeline.window_samples
     seek = 0

@@ -188,7 +188,7 @@ def add_transcription_route(
             return transcribe(
                 service.model,
                 audios,
-                language=language or "en",
+                language=language,  # omitted: the model decides, as OpenAI's API
                 temperature=temperature,
                 processor=service.processor,
                 timestamps=fmt in ("srt", "vtt", "verbose_json"),
