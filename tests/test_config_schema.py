@@ -332,14 +332,14 @@ def test_an_empty_list_asks_for_nothing(tmp_path: Path, key: str) -> None:
 
 
 def test_check_supported_names_every_key(tmp_path: Path) -> None:
-    doc = genai_doc("model.draft", "object")
+    doc = genai_doc("model.dflash2", "object")
     _merge(doc, probe_doc("model.decoder.inputs.block_table", "block_table"))
     config = genai.Config(write(tmp_path, doc))
     assert [key for key, _ in config.unsupported_features()] == [
-        "model.draft",
+        "model.dflash2",
         "model.decoder.inputs.block_table",
     ]
-    with pytest.raises(NotImplementedError, match=r"model\.draft .*also: .*block_table"):
+    with pytest.raises(NotImplementedError, match=r"model\.dflash2 .*also: .*block_table"):
         config.check_supported()
 
 

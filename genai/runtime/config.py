@@ -656,7 +656,6 @@ _AUDIO_SEARCH = Feature("search options of speech and audio-output models", FEAT
 #: `Config.check_supported` refuses a folder that has one (a `Model` calls it when loading).
 UNSUPPORTED_KEYS: dict[str, Feature] = {
     "runtime_profiles": _RUNTIME_PROFILES,
-    "model.draft": _SPECULATIVE_FEATURE,
     "model.dflash2": _SPECULATIVE_FEATURE,
     "model.dspark": _SPECULATIVE_FEATURE,
     "model.decoder.shared_initializers": _SHARED_INITIALIZERS,

@@ -22,6 +22,7 @@ from genai.multimodal.processor import MultiModalProcessor
 from genai.providers import ExecutionProvider, get_provider, plugins
 from genai.runtime import hugepages
 from genai.runtime.config import Config, normalize_provider_name
+from genai.runtime.draft import load_draft
 from genai.runtime.encoder import ENCODER_DECODER_TYPES, EncoderGraph, load_encoder
 from genai.runtime.pipeline_stages import (
     PIPELINE_TYPE,
@@ -103,6 +104,8 @@ DECODER_ONLY_TYPES = frozenset(
         "qwen3_5_moe_text",
         "qwen3_5_text",
         "smollm3",
+        # the reference's wrapper type of a target with a draft (model.draft)
+        "speculative",
     ]
 )
 
@@ -342,6 +345,12 @@ class Model:
                 f"{self.config.file}: LoRA inputs in a windowed model with one session per run "
                 f"length ({self.provider.name}'s static shapes) are not supported"
             )
+        #: The draft model of draft-model speculative decoding (``model.draft``), or None.
+        self.draft: Model | None = None
+        if self.config.get("model.draft") is not None:
+            shape = self.session.output_shapes.get(self.io.logits) or [None]
+            vocab = shape[-1] if isinstance(shape[-1], int) and shape[-1] > 0 else None
+            self.draft = load_draft(self.config, vocab or self.io.vocab_size, Model)
         self._log_loaded(started, f"{len(self.shape_sessions) or 1} session(s)")
 
     def _log_loaded(self, started: float, sessions: str) -> None:

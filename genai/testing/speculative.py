@@ -5,14 +5,18 @@
   distribution of any generated token are known in closed form (`markov_distribution`);
 * `transition_table`: a table where each token is followed by the next one (mod ``vocab - 1``),
   with overrides, the controlled model the reference's own n-gram tests use;
-* `last_token_only`: the same with ``logits`` pruned to the last position (what speculative
-  decoding must refuse).
+* ``last_token_only``: the same with ``logits`` pruned to the last position (what speculative
+  decoding must refuse);
+* `with_draft`: a target folder plus another folder's graph as its ``model.draft`` (a
+  draft/target pair from any two fixture writers that share the vocabulary).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import pathlib
+import shutil
 from collections.abc import Mapping
 
 import numpy as np
@@ -21,7 +25,7 @@ from onnx import TensorProto
 
 from genai.runtime.onnx_graph import GraphBuilder
 
-__all__ = ["markov_distribution", "transition_table", "write_table_decoder"]
+__all__ = ["markov_distribution", "transition_table", "with_draft", "write_table_decoder"]
 
 
 def transition_table(
@@ -49,12 +53,13 @@ def write_table_decoder(
 ) -> pathlib.Path:
     """A folder whose graph maps ``input_ids`` [batch, seq] (int32, with an unused
     ``attention_mask``) to ``logits = table[input_ids]`` [batch, seq, vocab] (``last_token_only``:
-    [batch, 1, vocab], the last position). No KV cache (``num_hidden_layers`` 0). EOS is the
-    last id, pad and BOS 0."""
+    [batch, 1, vocab], the last position). ``table`` is [vocab, vocab], or [ids, vocab] with
+    fewer rows (ids beyond them fail). No KV cache (``num_hidden_layers`` 0). EOS is the last
+    id, pad and BOS 0."""
     table = np.asarray(table, np.float32)
-    vocab = table.shape[0]
-    if table.shape != (vocab, vocab):
-        raise ValueError(f"table must be [vocab, vocab], got {list(table.shape)}")
+    vocab = table.shape[1]
+    if table.ndim != 2 or table.shape[0] > vocab:
+        raise ValueError(f"table must be [ids, vocab] with ids <= vocab, got {list(table.shape)}")
     g = GraphBuilder(name)
     g.input("input_ids", TensorProto.INT32, ["batch", "sequence"])
     g.input("attention_mask", TensorProto.INT32, ["batch", "total_sequence"])
@@ -117,3 +122,36 @@ def markov_distribution(
     for _ in range(steps):
         state = state @ probs
     return state
+
+
+def with_draft(
+    target: str | pathlib.Path,
+    draft: str | pathlib.Path | None,
+    out_dir: str | pathlib.Path,
+    *,
+    name: str = "with-draft",
+    speculative: Mapping[str, object] | None = None,
+    model_type: str | None = None,
+) -> pathlib.Path:
+    """A copy of the ``target`` folder whose ``model.draft`` is ``draft``'s decoder (its graph
+    copied as ``draft.onnx``, external data included); ``draft`` None: the target's own graph
+    (self-speculation). ``speculative``: a ``speculative`` section; ``model_type``: replaces
+    ``model.type`` (the reference's builder writes ``"speculative"``)."""
+    target, folder = pathlib.Path(target), pathlib.Path(out_dir) / name
+    shutil.copytree(target, folder)
+    config = json.loads((folder / "genai_config.json").read_text())
+    block = copy.deepcopy(config["model"]["decoder"])
+    if draft is not None:
+        draft = pathlib.Path(draft)
+        draft_config = json.loads((draft / "genai_config.json").read_text())
+        block = copy.deepcopy(draft_config["model"]["decoder"])
+        graph = onnx.load(str(draft / block["filename"]))
+        block["filename"] = "draft.onnx"
+        onnx.save_model(graph, str(folder / "draft.onnx"))
+    config["model"]["draft"] = block
+    if speculative is not None:
+        config["speculative"] = dict(speculative)
+    if model_type is not None:
+        config["model"]["type"] = model_type
+    (folder / "genai_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return folder

@@ -4,6 +4,7 @@ the longest prefix the model agrees with (plus one token of its own).
 * `options`: the reference's options (``set_speculative_options``, the ``speculative``
   section) and their checks;
 * `ngram`: prompt lookup (n-gram) proposals;
+* `draft`: draft-model proposals (``model.draft``);
 * `policy`: adaptive K and cooldown;
 * `decoder`: the rounds inside a `genai.Generator` (verify, accept, commit, emit one token
   per call);
@@ -19,11 +20,13 @@ from typing import Any
 
 from genai.errors import SearchOptionError, UnsupportedFeatureError
 from genai.generation.speculative.decoder import Proposer, SpeculativeDecoder
+from genai.generation.speculative.draft import DraftProposer
 from genai.generation.speculative.ngram import NGramLookup, NGramProposer
 from genai.generation.speculative.options import SpeculativeOptionError, SpeculativeOptions
 from genai.generation.speculative.stats import SpeculativeCounters
 
 __all__ = [
+    "DraftProposer",
     "NGramLookup",
     "NGramProposer",
     "Proposer",
@@ -54,8 +57,10 @@ def check_speculative(options: SpeculativeOptions, config: Any, search: Any) -> 
             "decoding."
         )
     if not options.ngram:
+        if config.get("model.draft") is not None:
+            _check_draft_search(search)
         return
-    if config.get("model.draft"):
+    if config.get("model.draft") is not None:
         raise UnsupportedFeatureError(
             "N-gram decoding cannot be combined with draft-model speculative decoding."
         )
@@ -68,15 +73,41 @@ def check_speculative(options: SpeculativeOptions, config: Any, search: Any) -> 
         raise UnsupportedFeatureError(f"{what} requires num_return_sequences=1 in this release.")
 
 
+def _check_draft_search(search: Any) -> None:
+    """What the reference refuses with a draft model."""
+    if search.batch_size != 1:
+        raise UnsupportedFeatureError(
+            "Speculative decoding does not support batch_size > 1 in this release. Got "
+            f"batch_size={search.batch_size}"
+        )
+    if search.num_beams != 1:
+        raise UnsupportedFeatureError(
+            "Speculative decoding does not support num_beams > 1 (beam search). Got "
+            f"num_beams={search.num_beams}."
+        )
+    if search.no_repeat_ngram_size:
+        raise UnsupportedFeatureError(
+            "Speculative decoding does not support no_repeat_ngram_size != 0 in this release. "
+            f"Got no_repeat_ngram_size={search.no_repeat_ngram_size}."
+        )
+
+
 def make_speculative(generator: Any, options: SpeculativeOptions) -> SpeculativeDecoder | None:
     """The speculative decoder ``generator`` (a `genai.Generator`, its driver made) runs with
-    ``options`` (checked by `check_speculative`), or None when they ask for none. Raises what
-    the reference raises for a model it cannot run, with its messages."""
-    if not options.ngram:
+    ``options`` (checked by `check_speculative`), or None when they ask for none: n-gram
+    decoding (``ngram_size``) or a draft model (the model's ``model.draft``). Raises what the
+    reference raises for a model it cannot run, with its messages."""
+    draft = getattr(generator.model, "draft", None)
+    if not options.ngram and draft is None:
         return None
-    check_plain_decoding(generator, "N-gram decoding")
     counters = SpeculativeCounters()
-    proposer = NGramProposer(options.ngram_size, options.ngram_chained_lookup, counters)
+    proposer: Proposer
+    if options.ngram:
+        check_plain_decoding(generator, "N-gram decoding")
+        proposer = NGramProposer(options.ngram_size, options.ngram_chained_lookup, counters)
+    else:
+        check_plain_decoding(generator, "Speculative decoding")
+        proposer = DraftProposer(draft, generator.search, generator._eos, counters)
     return SpeculativeDecoder(generator, options, proposer, counters)
 
 

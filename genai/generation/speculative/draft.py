@@ -1,0 +1,94 @@
+"""Draft-model proposals: a smaller model sharing the target's vocabulary proposes the tokens
+a round verifies (``model.draft`` in ``genai_config.json``, or a draft folder chosen at run
+time).
+
+`DraftProposer` runs the draft with a driver of its own (`genai.generation.drivers`) and the
+target's search options (its penalties), choosing greedily: before each proposal it brings the
+draft's sequence to the target's committed one (rewinding its KV cache to their common prefix
+with the driver's rewind, then running the tokens it has not seen), then makes one step per
+proposed token. With sampling, the target accepts a proposal when its own draw from its row
+equals it (rejection sampling for a one-token draft distribution, see
+`genai.generation.speculative.decoder`), so the draft's choice changes only the speed.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from genai.generation.drivers import LoopSettings, make_driver
+from genai.generation.logits import LogitsChain
+from genai.generation.search import SearchOptions
+
+__all__ = ["DraftProposer"]
+
+
+class DraftProposer:
+    """Proposals from ``draft`` (a `genai.Model`) for a target generating with ``search``;
+    ``counters``: the round's `SpeculativeCounters` (draft runs are counted)."""
+
+    def __init__(self, draft: Any, search: SearchOptions, eos: np.ndarray, counters: Any) -> None:
+        # the target's options, greedy: the same penalties (min_length, repetition, presence,
+        # frequency) make the draft propose what the target's processed rows choose
+        options = copy.deepcopy(search)
+        options.do_sample = False
+        options.logprobs, options.top_logprobs, options.stop = False, 0, ()
+        #: the draft's logits chain (its sampler applies the penalties; None: plain argmax)
+        self.chain = LogitsChain(1, draft.io.vocab_size, eos, options)
+        pad_id = int(draft.config.get("model.pad_token_id", 0))
+        settings = LoopSettings(
+            rows=1,
+            max_length=search.max_length,
+            pad_id=pad_id,
+            eos=eos,
+            sampler=self.chain.loop_sampler,
+        )
+        self.model = draft
+        self.driver = make_driver(draft, options, settings)
+        self.loop = self.driver.loop
+        self._sequence = self.loop.array("sequences")[0]
+        self._next = self.loop.array("next_tokens")
+        self._eos = frozenset(int(t) for t in eos)
+        self.counters = counters
+
+    def invalidate(self) -> None:
+        """Nothing kept to rebuild: the next proposal compares the sequences."""
+
+    def accepted(self, committed: np.ndarray) -> None:
+        """Nothing to do: the next proposal catches the draft up."""
+
+    def _catch_up(self, committed: np.ndarray) -> None:
+        """Make the draft's sequence ``committed`` (its KV cache kept for their common
+        prefix)."""
+        loop, driver = self.loop, self.driver
+        have, want = loop.length, committed.shape[0]
+        common = min(have, want)
+        if common:
+            differ = np.flatnonzero(self._sequence[:common] != committed[:common])
+            if differ.size:
+                common = int(differ[0])
+        if common < have:
+            driver.rewind(common)
+        if common < want:
+            loop.append(np.ascontiguousarray(committed[None, common:want], np.int32))
+            driver.run(prompt=common == 0)
+            if not common:  # as the reference counts: the prompt, then one run per proposal
+                self.counters.draft_forward_passes += 1
+
+    def propose(self, committed: np.ndarray, count: int) -> list[int]:
+        """Up to ``count`` greedy draft tokens after ``committed`` (ending at an EOS)."""
+        if count <= 0:
+            return []
+        self._catch_up(committed)
+        loop, driver = self.loop, self.driver
+        proposal: list[int] = []
+        while len(proposal) < count and loop.length < loop.array("sequences").shape[1]:
+            self.counters.draft_forward_passes += 1
+            driver.step()
+            token = int(self._next[0])
+            proposal.append(token)
+            if token in self._eos:
+                break
+        return proposal

@@ -1,0 +1,295 @@
+"""Draft-model speculative decoding (``model.draft`` + ``speculative``): the reference's
+configuration, checks and semantics, output equal to plain decoding, the target distribution
+kept when sampling.
+
+Independent references: onnxruntime-genai 0.18 on the same folders (tokens, traces, stats, error
+messages; its plain decoding), and the closed-form distribution of a Markov-chain target.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import genai
+from genai.testing.models import write_gqa_decoder
+from genai.testing.speculative import (
+    markov_distribution,
+    transition_table,
+    with_draft,
+    write_table_decoder,
+)
+
+og = pytest.importorskip("onnxruntime_genai")
+scipy_stats = pytest.importorskip("scipy.stats")
+
+STATS = [
+    "rounds",
+    "completed_rounds",
+    "interrupted_rounds",
+    "active_rounds",
+    "draft_tokens_proposed",
+    "draft_tokens_evaluated",
+    "draft_tokens_accepted",
+    "correction_tokens",
+    "bonus_tokens",
+    "tokens_queued",
+    "tokens_emitted",
+    "tokens_discarded",
+    "tokens_buffered",
+    "target_forward_passes",
+    "standard_fallback_steps",
+    "full_accept_rounds",
+    "partial_accept_rounds",
+    "zero_accept_rounds",
+    "effective_k",
+    "acceptance_rate",
+]
+
+
+def _error(call):
+    try:
+        call()
+    except Exception as exc:  # compared with the reference's message
+        return str(exc).strip()
+    return None
+
+
+def _run(mod, folder, prompt, max_length, spec=None, **search):
+    model = mod.Model(str(folder))
+    params = mod.GeneratorParams(model)
+    params.set_search_options(**{"do_sample": False, "max_length": max_length, **search})
+    if spec:
+        params.set_speculative_options(**spec)
+    gen = mod.Generator(model, params)
+    gen.append_tokens(np.array([prompt], np.int32))
+    trace = []
+    while not gen.is_done():
+        gen.generate_next_token()
+        trace.append((int(gen.get_next_tokens()[0]), gen.token_count()))
+    stats = gen.get_speculative_stats()
+    # (draft_forward_passes is left out: the reference counts some catch-up runs of the draft
+    # differently; it is at least the proposed tokens in both)
+    if mod is genai:
+        assert stats["draft_forward_passes"] >= stats["draft_tokens_proposed"]
+    return [int(t) for t in gen.get_sequence(0)], trace, {k: stats[k] for k in STATS}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> Path:
+    """A Markov target and a draft that agrees with it on some tokens only."""
+    root = tmp_path_factory.mktemp("pair")
+    target = write_table_decoder(root, transition_table(10, {3: 5}), name="target")
+    draft = write_table_decoder(root, transition_table(10, {3: 7, 6: 2}), name="draft")
+    return with_draft(target, draft, root)
+
+
+def _variant(source: Path, tmp_path: Path, edit) -> str:
+    folder = tmp_path / "variant"
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "genai_config.json").read_text())
+    edit(config)
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda c: c["model"].__setitem__("draft", {}),
+        lambda c: c["model"]["draft"]["outputs"].__setitem__("logits", "missing_logits"),
+        lambda c: c.__setitem__("speculative", {"max_draft_tokens": 0}),
+        lambda c: c.__setitem__("speculative", {"max_draft_tokens": 99}),
+        lambda c: c.__setitem__("speculative", {"min_adaptive_k": 17}),
+    ],
+    ids=["no-filename", "no-logits-output", "k-zero", "k-too-large", "min-k-too-large"],
+)
+def test_draft_config_guards_fire_as_the_references(pair, tmp_path, edit):
+    folder = _variant(pair, tmp_path, edit)
+    want = _error(lambda: og.Model(folder))
+    assert want is not None
+    with pytest.raises(genai.errors.GenaiError) as raised:
+        genai.Model(folder)
+    problem = want.split("JSON Error: ")[-1].split(" at line")[0].split(":")[-1].strip()
+    assert problem in str(raised.value)
+
+
+def test_draft_vocabulary_mismatch_is_refused_as_the_reference(tmp_path):
+    target = write_table_decoder(tmp_path, transition_table(10), name="t")
+    draft = write_table_decoder(tmp_path, np.zeros((10, 11), np.float32), name="d")
+    folder = str(with_draft(target, draft, tmp_path))
+    want = _error(lambda: og.Model(folder))
+    assert want is not None and "Draft vocab: 11" in want
+    with pytest.raises(genai.errors.ModelError) as raised:
+        genai.Model(folder)
+    assert str(raised.value) == want
+
+
+@pytest.mark.parametrize(
+    "search",
+    [{"batch_size": 2}, {"num_beams": 2}, {"no_repeat_ngram_size": 3}],
+    ids=str,
+)
+def test_generator_guards_raise_the_references_message(pair, search):
+    messages = []
+    for mod in (og, genai):
+        model = mod.Model(str(pair))
+        params = mod.GeneratorParams(model)
+        params.set_search_options(max_length=20, **search)
+        messages.append(_error(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+    assert messages[0] is not None
+    assert messages[1] == messages[0]
+
+
+def test_ngram_with_a_draft_is_refused_as_the_reference(pair):
+    messages = []
+    for mod in (og, genai):
+        model = mod.Model(str(pair))
+        params = mod.GeneratorParams(model)
+        params.set_speculative_options(ngram_size=3)
+        messages.append(_error(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+    assert messages[0] is not None
+    assert messages[1] == messages[0]
+
+
+def test_speculative_model_type_loads_as_the_reference(pair, tmp_path):
+    folder = _variant(pair, tmp_path, lambda c: c["model"].__setitem__("type", "speculative"))
+    want = _run(og, folder, [1, 2], 16)
+    got = _run(genai, folder, [1, 2], 16)
+    assert got[:2] == want[:2]
+    assert got[2] == pytest.approx(want[2])
+
+
+# --- controlled target and draft -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_length", "spec"),
+    [
+        ([1, 2], 24, None),
+        ([3], 16, {"max_draft_tokens": 2}),
+        ([4, 5, 6], 30, {"max_draft_tokens": 6}),
+        ([1, 2], 24, {"max_draft_tokens": 3, "cooldown": True}),
+    ],
+)
+def test_controlled_pair_matches_the_reference(pair, prompt, max_length, spec):
+    want = _run(og, pair, prompt, max_length, spec)
+    got = _run(genai, pair, prompt, max_length, spec)
+    assert got[0] == want[0]
+    assert got[1] == want[1]
+    assert got[2] == pytest.approx(want[2])
+
+
+def test_controlled_pair_equals_plain_decoding_of_the_target(pair, tmp_path):
+    target = write_table_decoder(tmp_path, transition_table(10, {3: 5}), name="plain")
+    plain = _run(og, target, [4, 5, 6], 30)
+    got = _run(genai, pair, [4, 5, 6], 30)
+    assert got[0] == plain[0]
+    assert [t for t, _ in got[1]] == [t for t, _ in plain[1]]
+
+
+# --- real weights: GQA fixture target and draft ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gqa_pairs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("gqa")
+    target = write_gqa_decoder(root, vocab_size=48, seed=7, name="target")
+    draft = write_gqa_decoder(root, vocab_size=48, seed=7, num_layers=1, name="draft")
+    other = write_gqa_decoder(root, vocab_size=48, seed=3, name="other")
+    noshare = write_gqa_decoder(root, vocab_size=48, seed=7, share_buffer=False, name="noshare")
+    return {
+        "target": target,
+        "self": with_draft(target, None, root, name="self"),
+        "small-draft": with_draft(target, draft, root, name="small-draft"),
+        "unrelated-draft": with_draft(target, other, root, name="unrelated-draft"),
+        "growing-kv": with_draft(noshare, None, root, name="growing-kv"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["self", "small-draft", "unrelated-draft", "growing-kv"])
+@pytest.mark.parametrize(
+    "search", [{}, {"repetition_penalty": 1.2}, {"min_length": 40}, {"max_new_tokens": 7}], ids=str
+)
+def test_gqa_pairs_equal_the_references_plain_decoding_of_the_target(gqa_pairs, kind, search):
+    prompt = [5, 9, 12, 3, 30]
+    reference_search = {k: v for k, v in search.items() if k != "max_new_tokens"}
+    max_length = len(prompt) + search.get("max_new_tokens", 44 - len(prompt))
+    plain = _run(og, gqa_pairs["target"], prompt, max_length, **reference_search)
+    got = _run(genai, gqa_pairs[kind], prompt, 44, {"max_draft_tokens": 3}, **search)
+    assert got[0] == plain[0]
+    assert got[2]["rounds"] > 0
+    if kind == "self":
+        assert got[2]["acceptance_rate"] == 1.0
+
+
+def test_gqa_self_speculation_matches_the_references_stats(gqa_pairs):
+    prompt = [5, 9, 12, 3, 30]
+    want = _run(og, gqa_pairs["small-draft"], prompt, 40, {"max_draft_tokens": 4})
+    got = _run(genai, gqa_pairs["small-draft"], prompt, 40, {"max_draft_tokens": 4})
+    assert got[0] == want[0]
+    for key in ("rounds", "draft_tokens_proposed", "draft_tokens_accepted", "tokens_emitted"):
+        assert got[2][key] == want[2][key], key
+
+
+def test_rewind_and_append_mid_round_continue_as_plain_decoding(gqa_pairs):
+    prompt = [5, 9, 12, 3, 30]
+    plain_model = genai.Model(str(gqa_pairs["target"]))
+    found = []
+    for folder in (gqa_pairs["target"], gqa_pairs["small-draft"]):
+        model = plain_model if folder == gqa_pairs["target"] else genai.Model(str(folder))
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=44)
+        gen = genai.Generator(model, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        for _ in range(5):
+            gen.generate_next_token()
+        gen.rewind_to(len(prompt) + 2)
+        gen.append_tokens(np.array([[7, 8]], np.int32))
+        while not gen.is_done():
+            gen.generate_next_token()
+        found.append([int(t) for t in gen.get_sequence(0)])
+    assert found[1] == found[0]
+
+
+# --- sampling --------------------------------------------------------------------------------
+
+
+def test_sampling_with_a_draft_keeps_the_target_distribution(tmp_path):
+    """Chi-square: the first three sampled tokens follow the target chain's exact marginals
+    whatever the draft proposes (here: a different chain)."""
+    rng = np.random.default_rng(1)
+    table = rng.normal(0.0, 1.0, (8, 8)).astype(np.float32)
+    table[:, 7] = -30.0
+    target = write_table_decoder(tmp_path, table, name="t")
+    draft_table = table + rng.normal(0.0, 1.0, (8, 8)).astype(np.float32)
+    draft = write_table_decoder(tmp_path, draft_table, name="d")
+    folder = with_draft(target, draft, tmp_path)
+    model = genai.Model(str(folder))
+    prompt = [1, 2]
+    draws = 1500
+    counts = np.zeros((3, 8), np.int64)
+    accepted = 0
+    for seed in range(draws):
+        params = genai.GeneratorParams(model)
+        params.set_search_options(do_sample=True, top_k=8, max_length=5, random_seed=seed)
+        params.set_speculative_options(max_draft_tokens=2)
+        gen = genai.Generator(model, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        for step in range(3):
+            gen.generate_next_token()
+            counts[step, int(gen.get_next_tokens()[0])] += 1
+        accepted += gen.get_speculative_stats()["draft_tokens_accepted"]
+    assert 0 < accepted < draws * 3
+    for step in range(3):
+        want = markov_distribution(table, prompt[-1], step + 1)
+        keep = want > 1e-6
+        result = scipy_stats.chisquare(counts[step, keep], want[keep] / want[keep].sum() * draws)
+        assert result.pvalue > 1e-3, (step, counts[step], want)
