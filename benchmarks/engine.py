@@ -10,8 +10,10 @@ reference gets ``engine.static_batching.max_batch_size`` = ``--requests`` so tha
 every request too. The script also prints the CPU time the process used (cores busy on
 average, tokens per CPU second): on a loaded machine the engines get a fraction of a core.
 Every request asks a different question, tagged with its number and the
-round, so no prompt is answered from genai's prefix cache. ``--turns 2`` adds a second turn
-to each request (the time of both turns counts).
+round, so no prompt is answered from genai's prefix cache. One turn per request: the
+reference's static-batch Engine cannot continue several resident requests ("Continuous
+decoding requires exactly one resident request"; tests/test_engine.py checks genai's
+multi-turn tokens against it one conversation at a time).
 
     python benchmarks/engine.py [--model DIR] [--requests 8] [--new-tokens 64] [--rounds 3]
 """
@@ -42,36 +44,30 @@ QUESTIONS = [
 ]
 
 
-def prompts(tokenizer: Any, count: int, tag: str, follow_up: bool = False) -> list[np.ndarray]:
+def prompts(tokenizer: Any, count: int, tag: str) -> list[np.ndarray]:
     out = []
     for i in range(count):
         question = f"({tag}-{i}) {QUESTIONS[i % len(QUESTIONS)]}"
-        if follow_up:
-            question = f"({tag}-{i}) Tell me more."
-        text = "<|im_end|>\n" if follow_up else ""
-        text += f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+        text = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
         out.append(np.asarray(tokenizer.encode(text), np.int32))
     return out
 
 
 def run_engine(og: Any, model: Any, tokenizer: Any, args: argparse.Namespace, tag: str) -> dict:
-    """Time ``args.requests`` requests (``args.turns`` turns each) on a fresh ``og.Engine``."""
+    """Time ``args.requests`` requests on a fresh ``og.Engine``."""
     engine = og.Engine(model)
     buffer = engine.create_event_buffer(256)
     requests = [engine.create_request() for _ in range(args.requests)]
     tokens = 0
     began, cpu = time.perf_counter(), os.times()
-    for turn in range(args.turns):
-        for request, prompt in zip(
-            requests, prompts(tokenizer, args.requests, tag, follow_up=turn > 0), strict=True
-        ):
-            options = og.TurnOptions(request)
-            options.set_max_generated_tokens(args.new_tokens)
-            options.set_min_generated_tokens(args.new_tokens)
-            request.begin_turn(prompt, options)
-        while engine.has_pending_requests():
-            engine.run(buffer)
-            tokens += sum(buffer[k].token is not None for k in range(len(buffer)))
+    for request, prompt in zip(requests, prompts(tokenizer, args.requests, tag), strict=True):
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(args.new_tokens)
+        options.set_min_generated_tokens(args.new_tokens)
+        request.begin_turn(prompt, options)
+    while engine.has_pending_requests():
+        engine.run(buffer)
+        tokens += sum(buffer[k].token is not None for k in range(len(buffer)))
     seconds = time.perf_counter() - began
     now = os.times()
     cpu_seconds = now.user + now.system - cpu.user - cpu.system
@@ -91,7 +87,6 @@ def main() -> None:
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--turns", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
@@ -107,7 +102,7 @@ def main() -> None:
     }
     tokenizer = genai.Tokenizer(engines["genai"][1])
     # warm-up: each engine once (sessions, allocator, caches), not measured
-    small = argparse.Namespace(**{**vars(args), "new_tokens": 4, "turns": 1})
+    small = argparse.Namespace(**{**vars(args), "new_tokens": 4})
     for name, (og, model) in engines.items():
         run_engine(og, model, tokenizer, small, f"warm-{name}")
     results: dict[str, list[float]] = {name: [] for name in engines}
@@ -127,7 +122,7 @@ def main() -> None:
             )
     ratios = [a / b for a, b in zip(results["genai"], results["reference"], strict=True)]
     print(
-        f"\n{args.requests} requests x {args.turns} turn(s) x {args.new_tokens} tokens, "
+        f"\n{args.requests} requests x {args.new_tokens} tokens, "
         f"median tok/s: genai {statistics.median(results['genai']):.1f}, reference "
         f"{statistics.median(results['reference']):.1f}; genai/reference per round: "
         + ", ".join(f"{r:.2f}x" for r in ratios)
