@@ -146,6 +146,8 @@ def test_embeddings_and_image_features_stage_by_stage(folders, images, kind, cou
     ours.set_inputs(_ours(named))
     ref_embeds = reference.get_output("inputs_embeds")
     np.testing.assert_allclose(ours.get_output("inputs_embeds"), ref_embeds, atol=1e-5, rtol=0)
+    ref_logits = reference.get_output("logits")  # every position of the prompt
+    np.testing.assert_allclose(ours.get_output("logits"), ref_logits, atol=1e-4, rtol=0)
     ids = named["input_ids"].as_numpy()[0]
     placeholders = ids < 0 if kind == "phi3v" else ids == model.config.get("model.image_token_id")
     features = ours.get_output("image_features")

@@ -18,6 +18,7 @@ rope_delta[row] + i`` on all three axes with an all-ones mask, as the reference.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from genai.runtime.model import Model
 
 __all__ = ["MRopeSpec", "VisionRunner", "mrope_positions", "tensor_array"]
+
+#: `VisionRunner.last_outputs` value of an output read from the decoder's binding on demand.
+_IN_BINDING = np.zeros(0)
 
 
 def tensor_array(value: Any) -> np.ndarray:
@@ -505,7 +509,7 @@ class VisionRunner:
         decoder.run()
         if growing:
             decoder.rebind_outputs_as_inputs_py(*self._handover)
-        logits = self._step_logits if to_buffer else decoder.get_output(io.logits)
+        logits = self._step_logits if to_buffer else self._output_view(io.logits)
         if logits.ndim != 3 or logits.shape[0] != b or logits.shape[1] not in (count, 1):
             raise ModelError(
                 f"logits output {io.logits!r} has shape {list(logits.shape)}; expected "
@@ -513,7 +517,8 @@ class VisionRunner:
             )
         rows = last if logits.shape[1] == count else np.zeros(b, np.int64)
         self.logits_rows[:] = logits[np.arange(b), rows, :]
-        self.last_outputs[io.logits] = logits
+        # a prompt's logits stay in the binding's output (read on demand, never copied whole)
+        self.last_outputs[io.logits] = logits if to_buffer else _IN_BINDING
         self.last_inputs.update(fed)
         self.computed += count
         self.last_run_count = count
@@ -523,6 +528,17 @@ class VisionRunner:
             and self._step_embeds_bound
             and (self.mrope is None or self.rope_deltas is not None)
         )
+
+    def _output_view(self, name: str) -> np.ndarray:
+        """The decoder's output ``name`` of the last run where it lies (host memory), valid
+        until the next run: a prompt's logits ([batch, seq, vocab]) are not copied whole."""
+        shape, address = self.decoder.output_value_info(name)
+        dtype = self.io.logits_dtype
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        if not nbytes:
+            return np.zeros(shape, dtype)
+        raw = (ctypes.c_uint8 * nbytes).from_address(address)
+        return np.frombuffer(raw, np.uint8).view(dtype).reshape(shape)
 
     def fast_step(self, tokens: np.ndarray) -> None:
         """A one-token run on the buffers a previous one-token run bound (`fast`): write
@@ -557,6 +573,8 @@ class VisionRunner:
         """A copy of the last run's output ``name`` (logits, inputs_embeds, image_features, a
         present); None when there is none."""
         value = self.last_outputs.get(name)
+        if value is _IN_BINDING:
+            return self.decoder.get_output(name)
         if value is not None:
             return value.copy()
         return self.kv.read(name)
