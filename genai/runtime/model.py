@@ -36,7 +36,7 @@ from genai.runtime.vision import (
     EmbeddedDecoderIO,
     VisionGraphs,
     load_vision_graphs,
-    refuse_vision_pipeline,
+    refuse_unsupported_vision,
 )
 
 __all__ = ["AdapterInput", "DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
@@ -262,7 +262,7 @@ class Model:
                 f"and {PIPELINE_TYPE!r} (model.decoder.pipeline)"
             )
         if vision:
-            refuse_vision_pipeline(self.config)
+            refuse_unsupported_vision(self.config)
         if not pipelined and self.config.pipeline_stages():
             self._check_ignored_pipeline(str(model_type))
         #: The stages of a multi-graph decoder (`PipelineStage`, in run order),

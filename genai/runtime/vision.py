@@ -27,7 +27,7 @@ __all__ = [
     "EmbeddedDecoderIO",
     "VisionGraphs",
     "load_vision_graphs",
-    "refuse_vision_pipeline",
+    "refuse_unsupported_vision",
 ]
 
 #: Model types run as vision graph -> embedding graph -> decoder fed ``inputs_embeds`` (the
@@ -64,15 +64,21 @@ def _names(config: Config, section: str, kind: str) -> dict[str, str]:
     return dict(config.get(f"model.{section}.{kind}") or {})
 
 
-def refuse_vision_pipeline(config: Config) -> None:
-    """UnsupportedFeatureError for a vision-language folder split into pipeline stages
-    (``model.decoder.pipeline`` / ``model.vision.pipeline``: the reference's Qwen-VL pipeline
-    models for NPUs), which genai does not run yet."""
-    for key in ("model.decoder.pipeline", "model.vision.pipeline"):
+def refuse_unsupported_vision(config: Config) -> None:
+    """UnsupportedFeatureError for what a vision-language folder may ask and genai does not
+    run yet: pipeline stages (``model.decoder.pipeline`` / ``model.vision.pipeline``, the
+    reference's Qwen-VL models for NPUs), a LoRA adapter applied with images
+    (``model.vision.adapter_filename``), a speech graph (``model.speech``)."""
+    what = {
+        "model.decoder.pipeline": "vision-language models split into pipeline stages",
+        "model.vision.pipeline": "vision-language models split into pipeline stages",
+        "model.vision.adapter_filename": "a LoRA adapter activated by images",
+        "model.speech": "speech inputs of a vision-language model",
+    }
+    for key, feature in what.items():
         if config.get(key):
             raise UnsupportedFeatureError(
-                f"{key} in {config.file}: vision-language models split into pipeline stages "
-                f"({config.get('model.type')!r} with a {key.split('.')[1]} pipeline) are not "
+                f"{key} in {config.file}: {feature} ({config.get('model.type')!r}) is not "
                 "supported yet"
             )
 
