@@ -511,5 +511,7 @@ def write_onnx(
     finally:
         g.finish()
     model = g.model()
+    if decoder.prefill_only and not any(o.domain == _MS for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(_MS, 1))  # used inside the branches
     onnx.save_model(model, str(out / filename))
     return out / filename
