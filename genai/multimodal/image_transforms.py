@@ -183,7 +183,9 @@ def _rescale(attrs: Mapping[str, Any]) -> Transform:
 
     def rescale(image: np.ndarray) -> np.ndarray:
         _expect_hwc(image, "Rescale")
-        return image.astype(np.float32) * scale
+        out = image.astype(np.float32)
+        out *= scale
+        return out
 
     return rescale
 
@@ -199,7 +201,9 @@ def _normalize(attrs: Mapping[str, Any]) -> Transform:
         _expect_hwc(image, "Normalize")
         if swap:  # Qwen-VL's configs decode RGB, ConvertRGB to BGR, and swap back here
             image = image[:, :, ::-1]
-        return (image.astype(np.float32, copy=False) - mean) / std
+        out = np.subtract(image, mean, dtype=np.float32)
+        out /= std
+        return out
 
     return normalize
 

@@ -90,16 +90,18 @@ def hd_transform(image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     resized = resample(image, new_w, new_h, BILINEAR)
     padded = _pad_to_tiles(resized, 1 if width < height else 0)
     h, w = padded.shape[:2]
-    # float32 as the reference: (x / 255 - mean) / std, channel first
-    chw = (padded.astype(np.float32) / np.float32(255.0) - _CLIP_MEAN) / _CLIP_STD
-    chw = np.ascontiguousarray(chw.transpose(2, 0, 1))
+    # channel first, then (x / 255 - mean) / std in float32 as the reference (in place)
+    chw = np.ascontiguousarray(padded.transpose(2, 0, 1)).astype(np.float32)
+    chw /= np.float32(255.0)
+    chw -= _CLIP_MEAN[:, None, None]
+    chw /= _CLIP_STD[:, None, None]
 
     pixel_values = np.zeros((HD_MAX_CROPS + 1, 3, HD_TILE, HD_TILE), np.float32)
     for channel in range(3):  # the global view: each channel resized bicubic (float)
         pixel_values[0, channel] = resample(chw[channel], HD_TILE, HD_TILE, BICUBIC)
     rows, cols = h // HD_TILE, w // HD_TILE
-    crops = chw.reshape(3, rows, HD_TILE, cols, HD_TILE).transpose(1, 3, 0, 2, 4)
-    pixel_values[1 : 1 + rows * cols] = crops.reshape(rows * cols, 3, HD_TILE, HD_TILE)
+    crops = pixel_values[1 : 1 + rows * cols].reshape(rows, cols, 3, HD_TILE, HD_TILE)
+    crops[...] = chw.reshape(3, rows, HD_TILE, cols, HD_TILE).transpose(1, 3, 0, 2, 4)
 
     image_sizes = np.asarray([h, w], np.int64)
     tokens = num_image_tokens(h, w)
