@@ -5,6 +5,7 @@ reference engine on the same folder."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import genai
-from genai.builder import build
+from genai.builder import build, cli
 from genai.builder.errors import BuildError
 from genai.builder.quantize import INT8_RANGE, quantize_int8_columns
 from genai.builder.testing import ARCH_CONFIGS, numpy_forward, random_weights, write_hf_checkpoint
@@ -131,3 +132,18 @@ def test_prefill_int8_needs_int4(tmp_path):
     source = write_hf_checkpoint(tmp_path / "hf", cfg, random_weights(cfg))
     with pytest.raises(BuildError, match="int4"):
         build(source, tmp_path / "out", precision="fp32", prefill_int8=True)
+
+
+def test_build_command_flag(tmp_path):
+    parser = argparse.ArgumentParser(prog="genai")
+    cli.add_build_commands(parser.add_subparsers(dest="command", required=True))
+    cfg = ARCH_CONFIGS["llama"]
+    source = write_hf_checkpoint(tmp_path / "hf", cfg, random_weights(cfg))
+    args = parser.parse_args(["build", str(source), "-o", str(tmp_path / "out"), "-q"])
+    assert not args.prefill_int8
+    args = parser.parse_args(
+        [*["build", str(source), "-o", str(tmp_path / "out")], "-q", "--prefill-int8"]
+    )
+    assert args.handler(args) == 0
+    model = onnx.load(str(tmp_path / "out" / "model.onnx"), load_external_data=False)
+    assert [n.op_type for n in model.graph.node][-1] == "If"

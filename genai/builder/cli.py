@@ -66,6 +66,11 @@ def add_build_arguments(b: argparse.ArgumentParser) -> None:
         action="store_true",
         help="sliding-window layers keep window-sized KV caches (Gemma-2/3; less memory)",
     )
+    b.add_argument(
+        "--prefill-int8",
+        action="store_true",
+        help="int4: prompts run int8 linears (~1.8x faster prefill on CPUs, ~1.9x the weights)",
+    )
     b.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     b.set_defaults(handler=_build)
 
@@ -100,6 +105,7 @@ def _build(args: argparse.Namespace) -> int:
         precision=args.precision,
         all_logits=args.all_logits,
         window_cache=args.window_cache,
+        prefill_int8=args.prefill_int8,
         stage=reporter.stage if reporter else None,
     )
     if reporter:
