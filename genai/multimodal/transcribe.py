@@ -97,6 +97,8 @@ class WhisperVocabulary:
     #: The id of ``<|0.00|>``; every id from it on is a timestamp.
     timestamp_begin: int
     multilingual: bool
+    #: The ids of " " (suppressed as the first generated token, as OpenAI's SuppressBlank).
+    blank: tuple[int, ...] = ()
 
     @property
     def has_timestamps(self) -> bool:
@@ -117,7 +119,27 @@ def whisper_vocabulary(model: Model, processor: MultiModalProcessor) -> WhisperV
         no_timestamps=tokenizer.to_token_id("<|notimestamps|>"),
         timestamp_begin=tokenizer.to_token_id("<|0.00|>"),
         multilingual=model.io.vocab_size >= 51865,
+        blank=tuple(int(t) for t in tokenizer.encode(" ")),
     )
+
+
+class SuppressSpecial:
+    """A logits processor that keeps Whisper's special tokens out of the text (every id after
+    ``<|endoftext|>`` and before the timestamps; with no timestamps, every id after it) and a
+    blank or the end out of the first generated position (OpenAI's SuppressTokens and
+    SuppressBlank)."""
+
+    def __init__(self, vocab: WhisperVocabulary, prompt_length: int) -> None:
+        self.vocab = vocab
+        self.prompt_length = prompt_length
+
+    def __call__(self, token_ids: np.ndarray, logits: np.ndarray) -> None:
+        low = np.finfo(np.float32).min
+        eot, begin = self.vocab.eot, self.vocab.timestamp_begin
+        logits[eot + 1 : begin if begin > eot else logits.shape[0]] = low
+        if token_ids.shape[0] == self.prompt_length:
+            logits[list(self.vocab.blank)] = low
+            logits[eot] = low
 
 
 class TimestampRules:
@@ -223,8 +245,10 @@ def _decode(
     prompt_length: int,
     rules: TimestampRules | None,
     temperature: float,
+    vocab: WhisperVocabulary | None = None,
 ) -> tuple[np.ndarray, float]:
-    """One decoding of a window: the generated tokens and their mean log-probability."""
+    """One decoding of a window: the generated tokens and their mean log-probability
+    (`SuppressSpecial` for ``vocab``, then the timestamp ``rules``)."""
     params = GeneratorParams(model)
     params.set_search_options(
         max_length=int(model.config.context_length),
@@ -234,6 +258,8 @@ def _decode(
         random_seed=0,
         logprobs=True,
     )
+    if vocab is not None:
+        params.add_logits_processor(SuppressSpecial(vocab, prompt_length))
     if rules is not None:
         params.add_logits_processor(rules)
     generator = Generator(model, params)
@@ -260,6 +286,7 @@ def _decode_with_fallback(
     temperature: float,
     processor: MultiModalProcessor,
     fallback: bool = True,
+    vocab: WhisperVocabulary | None = None,
 ) -> tuple[np.ndarray, bool]:
     """Decode a window at ``temperature``; from a greedy start, decode again at the higher
     `FALLBACK_TEMPERATURES` (seeded) while the text repeats itself (compression ratio above
@@ -269,7 +296,7 @@ def _decode_with_fallback(
     schedule = FALLBACK_TEMPERATURES if temperature == 0 and fallback else (float(temperature),)
     best: tuple[float, np.ndarray, float] | None = None
     for step in schedule:
-        tokens, mean_logprob = _decode(model, inputs, prompt_length, rules, step)
+        tokens, mean_logprob = _decode(model, inputs, prompt_length, rules, step, vocab)
         ratio = compression_ratio(processor.decode(tokens))
         if ratio <= 2.4 and mean_logprob >= -1.0:
             return tokens, True
@@ -306,7 +333,7 @@ def _plain_segments(
     inputs = NamedTensors()
     inputs[AUDIO_FEATURES] = kind.pipeline.features_of_pcm(chunk)[None].astype(kind.dtype)
     inputs[INPUT_IDS] = prompt
-    tokens, mean_logprob = _decode(model, inputs, prompt.shape[1], None, temperature)
+    tokens, mean_logprob = _decode(model, inputs, prompt.shape[1], None, temperature, vocab)
     seconds = chunk.shape[0] / rate
     passed = mean_logprob >= -1.0 and compression_ratio(processor.decode(tokens)) <= 2.4
     if passed or seconds < 2 * MIN_PART_SECONDS:
@@ -432,10 +459,10 @@ def transcribe(
         rules = (
             TimestampRules(vocab, prompt.shape[1], model.io.vocab_size) if use_timestamps else None
         )
-        tokens, passed = _decode_with_fallback(
-            model, inputs, prompt.shape[1], rules, temperature, processor, fallback
-        )
         window_vocab = vocab if use_timestamps else plain_vocab
+        tokens, passed = _decode_with_fallback(
+            model, inputs, prompt.shape[1], rules, temperature, processor, fallback, window_vocab
+        )
         if use_timestamps and not passed and fallback:
             # timestamps went wrong (e.g. a segment closed far beyond its words, which
             # would skip the speech after it): the window without timestamps, in halves
