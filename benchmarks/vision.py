@@ -9,7 +9,8 @@ For each kind, tiny random folders are written with `genai.testing.vision` (``--
 1344x1344 synthetic image are turned into model inputs once by the reference's processor (so
 both engines run the same arrays; the processors are compared elsewhere). TTFT is
 ``set_inputs`` (vision, embedding and decoder prompt runs) plus the first
-``generate_next_token``; decode is ``--new-tokens`` greedy steps after it. The engines run
+``generate_next_token``; decode is ``--new-tokens`` greedy steps after it. Each engine's own
+processor is timed apart (``proc``: opening the image file and making the inputs). The engines run
 interleaved, ``--repeat`` times each, after one warm-up run; medians are reported with the
 ratio genai / reference (TTFT: lower is better; decode tok/s: higher is better).
 """
@@ -65,30 +66,37 @@ def run_once(
     return first - start, new_tokens / (end - first), generator.get_sequence(0)
 
 
+def processing_time(module, model, prompt: str, image: str) -> float:
+    """Seconds for the engine's own processor to open ``image`` and make the inputs."""
+    processor = model.create_multimodal_processor()
+    start = time.perf_counter()
+    processor(prompt, images=module.Images.open(image))
+    return time.perf_counter() - start
+
+
 def bench(folder: Path, prompt: str, image: str, repeat: int, new_tokens: int) -> dict:
     ref_model = og.Model(str(folder))
     named = ref_model.create_multimodal_processor()(prompt, images=og.Images.open(image))
+    text = prompt
     ours_inputs = genai.NamedTensors()
     for name in named.keys():  # noqa: SIM118 (the reference's NamedTensors does not iterate)
         ours_inputs[name] = named[name].as_numpy()
     our_model = genai.Model(folder)
     engines = {"reference": (og, ref_model, named), "genai": (genai, our_model, ours_inputs)}
     prompt = named["input_ids"].as_numpy().shape[1]
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in engines}
     sequences = {}
     for turn in range(repeat + 1):
         for name, (module, model, inputs) in engines.items():
             ttft, rate, sequence = run_once(module, model, inputs, prompt, new_tokens)
             sequences[name] = sequence
+            processing = processing_time(module, model, text, image)
             if turn:  # the first turn warms up
-                results[name].append((ttft, rate))
+                results[name].append((ttft, rate, processing))
     same = np.array_equal(sequences["genai"], sequences["reference"])
     out = {"tokens": prompt, "same_tokens": same}
     for name, rows in results.items():
-        out[name] = (
-            statistics.median(r[0] for r in rows),
-            statistics.median(r[1] for r in rows),
-        )
+        out[name] = tuple(statistics.median(r[i] for r in rows) for i in range(3))
     return out
 
 
@@ -107,7 +115,8 @@ def main() -> None:
         images = {side: picture(root / f"picture{side}.png", side) for side in args.sides}
         print(
             f"{'kind':<11} {'image':>9} {'tokens':>6}  {'TTFT ref':>9} {'TTFT genai':>10} "
-            f"{'ratio':>6}  {'tok/s ref':>9} {'tok/s genai':>11} {'ratio':>6}  same"
+            f"{'ratio':>6}  {'tok/s ref':>9} {'tok/s genai':>11} {'ratio':>6}  same  "
+            f"{'proc ref':>9} {'proc genai':>10}"
         )
         for kind in args.kinds:
             if args.folder is not None:
@@ -122,12 +131,14 @@ def main() -> None:
                 )
             for side, image in images.items():
                 row = bench(folder, PROMPTS[kind], image, args.repeat, args.new_tokens)
-                (ref_ttft, ref_rate), (our_ttft, our_rate) = row["reference"], row["genai"]
+                (ref_ttft, ref_rate, ref_proc) = row["reference"]
+                (our_ttft, our_rate, our_proc) = row["genai"]
                 print(
                     f"{kind:<11} {side:>4}x{side:<4} {row['tokens']:>6}  "
                     f"{1000 * ref_ttft:>7.1f}ms {1000 * our_ttft:>8.1f}ms "
                     f"{our_ttft / ref_ttft:>6.2f}  {ref_rate:>9.0f} {our_rate:>11.0f} "
-                    f"{our_rate / ref_rate:>6.2f}  {row['same_tokens']}"
+                    f"{our_rate / ref_rate:>6.2f}  {row['same_tokens']!s:<5} "
+                    f"{1000 * ref_proc:>7.1f}ms {1000 * our_proc:>8.1f}ms"
                 )
 
 
