@@ -375,6 +375,10 @@ def test_set_inputs_errors(folders):
     named["input_ids"] = np.array([[1, 2, model.io.vocab_size]], np.int32)
     with pytest.raises(InvalidArgumentError, match="outside the vocabulary"):
         generator.set_inputs(named)
+    qwen = genai.Model(folders["qwen2_5_vl"])
+    named["input_ids"] = np.array([[5, -1, 7]], np.int32)
+    with pytest.raises(InvalidArgumentError, match="negative"):
+        genai.Generator(qwen, genai.GeneratorParams(qwen)).set_inputs(named)
 
 
 def test_gemma3_several_images(folders, images):

@@ -32,7 +32,7 @@ from genai.errors import (
     UnsupportedFeatureError,
 )
 from genai.kv.kv_cache import GrowingKVCache, make_kv_cache
-from genai.runtime.vision import MROPE_TYPES
+from genai.runtime.vision import MROPE_TYPES, NEGATIVE_ID_TYPES
 
 if TYPE_CHECKING:
     from genai.generation.search import SearchOptions
@@ -265,6 +265,11 @@ class VisionRunner:
         if ids.size and ids.max() >= self.io.vocab_size:
             raise InvalidArgumentError(
                 f"token id {int(ids.max())} is outside the vocabulary [0, {self.io.vocab_size})"
+            )
+        if ids.size and ids.min() < 0 and self.model.type not in NEGATIVE_ID_TYPES:
+            raise InvalidArgumentError(
+                f"token id {int(ids.min())} is negative; {self.model.type} marks images with "
+                "their own token id (negative placeholders are Phi-3 Vision's)"
             )
         images = arrays.get("num_image_tokens")
         if self.computed and images is not None and int(np.sum(images)) > 0:
