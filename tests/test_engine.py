@@ -448,34 +448,45 @@ def test_events_beyond_the_buffer_wait_for_the_next_run(smollm2, capacity: int) 
     assert tokens["genai"] == tokens["reference"]
 
 
-def test_requests_begun_from_another_thread_while_one_runs(smollm2) -> None:
-    ref_model, our_model, _ = smollm2
-    prompts = [[1, 504, 3575], [1, 28, 30, 31], [1, 2, 3, 4, 5], [1, 9, 9]]
-    expected = [on_reference_alone(ref_model, [[Turn(p, 6)]])[0][0].generated for p in prompts]
-    engine = genai.Engine(our_model)
-    got: dict[int, list[int]] = {}
-    requests: dict[int, int] = {}
-    begun = threading.Event()
+OTHER_THREAD = {
+    "create_request": lambda og, e, r, b: e.create_request(),
+    "create_event_buffer": lambda og, e, r, b: e.create_event_buffer(2),
+    "run": lambda og, e, r, b: e.run(b),
+    "has_pending_requests": lambda og, e, r, b: e.has_pending_requests(),
+    "get_capabilities": lambda og, e, r, b: e.get_capabilities(),
+    "begin_turn": lambda og, e, r, b: r.begin_turn(np.asarray([1, 2, 3], np.int32)),
+    "cancel_turn": lambda og, e, r, b: r.cancel_turn(1),
+    "TurnOptions": lambda og, e, r, b: og.TurnOptions(r),
+}
 
-    def feed() -> None:
-        for index, prompt in enumerate(prompts):
-            request = engine.create_request()
-            options = genai.TurnOptions(request)
-            options.set_max_generated_tokens(6)
-            request.begin_turn(np.asarray(prompt, np.int32), options)
-            requests[id(request)] = index
-        begun.set()
 
-    worker = threading.Thread(target=feed)
-    worker.start()
-    buffer = engine.create_event_buffer(4)
-    while not begun.is_set() or engine.has_pending_requests():
-        engine.run(buffer)
-        for k in range(len(buffer)):
-            event = buffer[k]
-            got.setdefault(requests[id(event.request)], []).append(event.token)
-    worker.join()
-    assert [got[i] for i in range(len(prompts))] == expected
+@pytest.mark.parametrize("operation", sorted(OTHER_THREAD))
+def test_only_the_owner_thread_may_use_an_engine(smollm2, operation: str) -> None:
+    """The thread that made the Engine owns it and its requests: another thread gets the
+    reference's error, and the owner can go on."""
+    errors = []
+    for og, model in ((ref, smollm2[0]), (genai, smollm2[1])):
+        engine = og.Engine(model)
+        request = engine.create_request()
+        buffer = engine.create_event_buffer(4)
+        caught: list[BaseException] = []
+
+        def other(og=og, engine=engine, request=request, buffer=buffer, caught=caught) -> None:
+            try:
+                OTHER_THREAD[operation](og, engine, request, buffer)
+            except RuntimeError as exc:
+                caught.append(exc)
+
+        worker = threading.Thread(target=other)
+        worker.start()
+        worker.join()
+        assert len(caught) == 1
+        errors.append(str(caught[0]))
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(2)
+        request.begin_turn(np.asarray([1, 504, 3575], np.int32), options)
+        _drain(engine)
+    assert errors[1] == errors[0]
 
 
 def test_event_objects_and_enumerations_are_the_references(smollm2) -> None:

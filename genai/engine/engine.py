@@ -5,7 +5,8 @@ An `Engine` owns one `genai.serve.scheduler.Scheduler` and its batch runner, the
 ``genai serve`` runs, but drives it from the caller's thread: `Engine.run` runs scheduler
 iterations (admission, chunked prefill, one batched decode step for every generating
 request, each request's own logits chain) until they produce events, and hands them out
-through an `EngineEventBuffer`. There is no second scheduler and no extra thread.
+through an `EngineEventBuffer`. There is no second scheduler; with several lanes (schedulers
+side by side, as ``genai serve`` runs them) `Engine.run` steps them on worker threads at once.
 
 A `Request` is one conversation: `Request.begin_turn` appends tokens and generates a reply.
 Between turns the request keeps its slot, so the next turn runs only its new tokens on the
@@ -14,9 +15,9 @@ it; the next turn then runs the whole conversation again, whose prompt the prefi
 still hold). `TurnUsage.prompt_tokens` counts a turn's own tokens, as the reference, and
 `TurnUsage.cached_prompt_tokens` those of them whose KV came from the prefix cache.
 
-Thread safety: every method takes the engine's lock, so requests may be created, begun and
-cancelled from other threads while one thread calls `Engine.run` (a call waits for the step
-in progress).
+Threads: as in the reference, the thread that made the engine owns it; engine, request and
+turn-options operations from any other thread raise "Engine operations must be called from
+the Engine owner thread."
 """
 
 from __future__ import annotations
@@ -342,8 +343,9 @@ class TurnOptions:
     def __init__(self, request: Request) -> None:
         if not isinstance(request, Request):
             raise ArgumentTypeError(f"TurnOptions needs a Request, got {type(request).__name__}")
-        if request._closed:
-            raise GenerationError("Cannot use a closed request.")
+        with request._engine._owner:
+            if request._closed:
+                raise GenerationError("Cannot use a closed request.")
         self._request = request
         self.reset()
 
@@ -440,6 +442,26 @@ class TurnOptions:
         self._guidance = None
 
 
+class _OwnerThread:
+    """``with engine._owner:`` guards an operation: only the thread that made the engine may
+    run it (the reference's rule; it keeps the scheduler single-threaded)."""
+
+    __slots__ = ("ident",)
+
+    def __init__(self) -> None:
+        self.ident = threading.get_ident()
+
+    def check(self) -> None:
+        if threading.get_ident() != self.ident:
+            raise GenerationError("Engine operations must be called from the Engine owner thread.")
+
+    def __enter__(self) -> None:
+        self.check()
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 class _Turn:
     """One turn: the scheduler's handle of its events (``cancelled`` is what it reads)."""
 
@@ -500,7 +522,7 @@ class Request:
         the turn's id (1, 2, ...). Only for a new request or once the last turn finished
         and its events were read (`Engine.run`)."""
         engine = self._engine
-        with engine._lock:
+        with engine._owner:
             if self._closed:
                 if self._turn is None:
                     raise GenerationError("Cannot use a closed request.")
@@ -541,7 +563,7 @@ class Request:
         """Stop turn ``turn_id`` at the next step boundary (its TURN_FINISHED event says
         CANCELLED). False when that turn is not the one running."""
         turn_id = _count(turn_id, "turn_id")
-        with self._engine._lock:
+        with self._engine._owner:
             if self._closed:
                 raise GenerationError("Cannot cancel a closed request.")
             turn = self._turn
@@ -556,7 +578,7 @@ class Request:
         """Rewind a request whose turn finished to where turn ``turn_id`` began (its tokens
         and every later turn's are dropped, KV included)."""
         turn_id = _count(turn_id, "turn_id")
-        with self._engine._lock:
+        with self._engine._owner:
             if self._closed:
                 raise GenerationError("Cannot rewind a closed request.")
             if self._turn is not None and not self._turn.finished:
@@ -576,6 +598,7 @@ class Request:
     def set_draft_tokens(self, tokens: Any) -> None:
         """Propose speculative draft tokens for the next decode operation (needs an engine
         with speculative decoding: `Engine.max_draft_tokens_per_proposal` > 0)."""
+        self._engine._owner.check()
         raise UnsupportedFeatureError(
             "This engine does not support speculative draft verification "
             "(Engine.max_draft_tokens_per_proposal() is 0)."
@@ -585,7 +608,7 @@ class Request:
         """End the conversation: a running turn stops (no more events) and its slot is freed.
         Closing twice does nothing."""
         engine = self._engine
-        with engine._lock:
+        with engine._owner:
             if self._closed:
                 return
             self._closed = True
@@ -675,7 +698,7 @@ class Engine:
         search = SearchOptions()
         search.update(**(config.get("search", {}) or {}))
         self._search = search
-        self._lock = threading.RLock()
+        self._owner = _OwnerThread()
         #: Events made by the scheduler and not yet handed out by `run`.
         self._events: collections.deque[EngineEvent] = collections.deque()
 
@@ -684,11 +707,14 @@ class Engine:
         """A new conversation (no tokens yet: `Request.begin_turn` starts its first turn)."""
         if options is not None and not isinstance(options, RequestOptions):
             raise ArgumentTypeError(f"options must be RequestOptions, got {type(options).__name__}")
-        return Request(self, options, _REQUEST_TOKEN)
+        with self._owner:
+            return Request(self, options, _REQUEST_TOKEN)
 
     def create_event_buffer(self, capacity: int) -> EngineEventBuffer:
         """A buffer for `run`, holding at most ``capacity`` events per call."""
-        return EngineEventBuffer(self, _count(capacity, "capacity"), _BUFFER_TOKEN)
+        capacity = _count(capacity, "capacity")
+        with self._owner:
+            return EngineEventBuffer(self, capacity, _BUFFER_TOKEN)
 
     def run(self, buffer: EngineEventBuffer) -> EngineEventBuffer:
         """Fill ``buffer`` with the next events (at most its capacity), running scheduler
@@ -698,7 +724,7 @@ class Engine:
             raise ArgumentTypeError(f"run needs an EngineEventBuffer, got {type(buffer).__name__}")
         if buffer._engine is not self:
             raise GenerationError("buffer must be used with the Engine that created it.")
-        with self._lock:
+        with self._owner:
             buffer._events = []
             if buffer.capacity == 0:
                 return buffer
@@ -713,21 +739,24 @@ class Engine:
 
     def has_pending_requests(self) -> bool:
         """True while a turn is generating or events wait for `run`."""
-        with self._lock:
+        with self._owner:
             return bool(self._events) or any(s.has_work() for s in self._schedulers)
 
     def get_capabilities(self) -> EngineCapabilities:
         """The engine's limits."""
+        self._owner.check()
         slots = sum(int(runner.max_slots) for runner in self._runners)
         scheduled = slots + sum(s.prefill_budget for s in self._schedulers)
         return EngineCapabilities._make(slots, self._context, scheduled)
 
     def max_draft_tokens_per_proposal(self) -> int:
         """Speculative draft tokens a request may attach to one proposal (0: unsupported)."""
+        self._owner.check()
         return 0
 
     def get_speculative_stats(self) -> dict[str, Any]:
         """Cumulative speculative-decoding telemetry (all zero: no speculative decoding)."""
+        self._owner.check()
         stats: dict[str, Any] = dict.fromkeys(_SPECULATIVE_COUNTERS, 0)
         stats["formula_supported"] = False
         stats.update(dict.fromkeys(_SPECULATIVE_TIMES, 0.0))
