@@ -6,7 +6,6 @@ from genai.compat.logging_options import set_log_callback, set_log_options
 from genai.compat.streaming import StreamingProcessor
 from genai.compat.telemetry import disable_telemetry_events, enable_telemetry_events
 from genai.compat.tensors import NamedTensors, Tensor
-from genai.compat.unsupported import MtpGenerator
 from genai.engine import (
     Engine,
     EngineCapabilities,
@@ -33,6 +32,7 @@ from genai.errors import (
 )
 from genai.generation.generator import Generator
 from genai.generation.generator_params import GeneratorParams
+from genai.generation.mtp import MtpGenerator
 from genai.multimodal import Audios, Images, MultiModalProcessor
 from genai.providers import (
     get_current_gpu_device_id,

@@ -4,8 +4,7 @@ They exist, with the reference's members, so ``import genai as og`` scripts impo
 ``hasattr`` checks pass; creating one or calling any of its members raises
 NotImplementedError naming the feature, the issue that plans it, and docs/differences.md.
 
-* multimodal vision (`Images`): issue 19;
-* speculative decoding (`MtpGenerator`): issue 20.
+* multimodal vision (`Images`): issue 19.
 
 Other modules raise the same errors for the reference's methods of these features on
 classes genai does implement (e.g. ``Model.create_multimodal_processor``): use
@@ -24,7 +23,6 @@ __all__ = [
     "FEATURES",
     "Feature",
     "Images",
-    "MtpGenerator",
     "not_implemented",
 ]
 
@@ -111,22 +109,3 @@ def _function(info: Feature, what: str) -> Callable[..., NoReturn]:
 @_unsupported("vision", staticmethods=("open", "open_bytes"))
 class Images:
     """Images for a vision model's prompt (the reference's ``og.Images``; not supported yet)."""
-
-
-# --- speculative decoding --------------------------------------------------------------------
-
-
-@_unsupported(
-    "speculative",
-    methods=(
-        "append_tokens",
-        "generate_next_token",
-        "get_sequence",
-        "get_stats",
-        "is_done",
-        "reset",
-    ),
-)
-class MtpGenerator:
-    """A generator drafting tokens with a multi-token-prediction head (the reference's
-    ``og.MtpGenerator``; not supported yet)."""

@@ -671,7 +671,7 @@ UNSUPPORTED_KEYS: dict[str, Feature] = {
             (_QUANTIZED_KV, ["past_key_scale_names", "past_value_scale_names"]),
             (_HYBRID, ["past_conv_names", "past_recurrent_names"]),
             (_HYBRID, ["state_update_capture_count", "state_update_active"]),
-            (_FED, ["hidden_states", "per_layer_inputs"]),
+            (_FED, ["per_layer_inputs"]),
             (_TRANSDUCER, ["targets", "targets_length", "lstm_hidden_state", "lstm_cell_state"]),
         )
         for key in keys

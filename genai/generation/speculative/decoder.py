@@ -75,6 +75,8 @@ class SpeculativeDecoder:
         self.g = generator
         self.options = options
         self.proposer = proposer
+        #: a proposer that reads the target's runs (an MTP head: its hidden states)
+        self._observe = getattr(proposer, "observe", None)
         self.counters = counters
         self.adaptive = AdaptiveK(options.max_draft_tokens, options.min_adaptive_k)
         self.cooldown = Cooldown(options.cooldown)
@@ -178,7 +180,10 @@ class SpeculativeDecoder:
         # logits already current (after a prompt, or set_logits) judge the first proposal
         ready = g._logits_rows[0].copy() if loop.logits_ready else None
         started = time.perf_counter()
+        first = loop.computed
         logits = g._driver.verify(np.asarray(proposal, np.int32)[None, :])[0]
+        if self._observe is not None:
+            self._observe(first)
         target_ms = (time.perf_counter() - started) * 1e3
         self.counters.target_verify_forward_passes += 1
         self.counters.total_target_verify_ms += target_ms
@@ -234,12 +239,15 @@ class SpeculativeDecoder:
     # --- the parts of a round -------------------------------------------------------------------
     def _plain_step(self, after_round: bool) -> None:
         g = self.g
-        if after_round and not g._loop.logits_ready:
+        ran, first = not g._loop.logits_ready, g._loop.computed
+        if after_round and ran:
             self.counters.target_reanchor_forward_passes += 1
         if g._python_stage:
             g._guided_step()
         else:
             g._driver.step()
+        if ran and self._observe is not None:
+            self._observe(first)
         self.counters.standard_fallback_steps += 1
 
     def _choose(self, row: np.ndarray, length: int) -> int:

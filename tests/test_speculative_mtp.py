@@ -1,0 +1,123 @@
+"""`genai.MtpGenerator`: multi-token prediction with an MTP head, against onnxruntime-genai
+0.18's ``og.MtpGenerator`` on the same folders (fixture pairs from `genai.testing.mtp`): the
+same tokens, one per call, its checks and errors; and the main model's own greedy output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import genai
+from genai.testing.mtp import write_markov_mtp_pair, write_mtp_pair
+from genai.testing.speculative import transition_table
+
+og = pytest.importorskip("onnxruntime_genai")
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> dict[str, tuple]:
+    root = tmp_path_factory.mktemp("mtp")
+    table = transition_table(10, {3: 5})
+    return {
+        "exact-head": write_markov_mtp_pair(root / "exact", table, table),
+        "partial-head": write_markov_mtp_pair(
+            root / "partial", table, transition_table(10, {3: 7, 6: 2})
+        ),
+        "gqa": write_mtp_pair(root / "gqa"),
+    }
+
+
+PROMPTS = {"exact-head": [1, 2], "partial-head": [4, 5, 6], "gqa": [5, 9, 12, 3, 30]}
+
+
+def _run(mod, main, head, prompt, max_length=30, drafts=1):
+    main_model, head_model = mod.Model(str(main)), mod.Model(str(head))
+    params = mod.GeneratorParams(main_model)
+    params.set_search_options(do_sample=False, max_length=max_length)
+    params.set_speculative_options(max_draft_tokens=drafts)
+    gen = mod.MtpGenerator(main_model, head_model, params)
+    gen.append_tokens(np.array(prompt, np.int32))
+    trace = []
+    while not gen.is_done():
+        gen.generate_next_token()
+        trace.append([int(t) for t in gen.get_sequence()])
+    return trace, gen.get_stats()
+
+
+@pytest.mark.parametrize("kind", sorted(PROMPTS))
+def test_tokens_one_per_call_match_the_reference(pairs, kind):
+    main, head = pairs[kind]
+    want, want_stats = _run(og, main, head, PROMPTS[kind])
+    got, stats = _run(genai, main, head, PROMPTS[kind])
+    assert got == want
+    for alias, key in (
+        ("forwards", "target_forward_passes"),
+        ("accepts", "draft_tokens_accepted"),
+        ("trials", "draft_tokens_evaluated"),
+    ):
+        assert stats[alias] == stats[key]
+    if kind == "exact-head":  # the head predicts the token after next exactly
+        assert stats["acceptance_rate"] == want_stats["acceptance_rate"] == 1.0
+        assert stats["target_forward_passes"] == want_stats["target_forward_passes"]
+
+
+@pytest.mark.parametrize("kind", ["partial-head", "gqa"])
+def test_output_is_the_main_models_plain_greedy_output(pairs, kind):
+    main, _ = pairs[kind]
+    model = og.Model(str(main))
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=30)
+    plain = og.Generator(model, params)
+    plain.append_tokens(np.array([PROMPTS[kind]], np.int32))
+    while not plain.is_done():
+        plain.generate_next_token()
+    got, _ = _run(genai, *pairs[kind], PROMPTS[kind])
+    assert got[-1][: len(plain.get_sequence(0))] == [int(t) for t in plain.get_sequence(0)]
+
+
+def _error(call):
+    try:
+        call()
+    except Exception as exc:  # compared with the reference's message
+        return str(exc).strip()
+    return None
+
+
+@pytest.mark.parametrize(
+    ("search", "drafts"),
+    [({"batch_size": 2}, 1), ({"num_beams": 2}, 1), ({}, 4)],
+    ids=["batch", "beams", "chained-without-feedback"],
+)
+def test_construction_checks_raise_the_references_message(pairs, search, drafts):
+    main, head = pairs["exact-head"]
+    messages = []
+    for mod in (og, genai):
+        main_model, head_model = mod.Model(str(main)), mod.Model(str(head))
+        params = mod.GeneratorParams(main_model)
+        params.set_search_options(max_length=30, **search)
+        params.set_speculative_options(max_draft_tokens=drafts)
+        messages.append(
+            _error(lambda mod=mod, m=main_model, h=head_model, p=params: mod.MtpGenerator(m, h, p))
+        )
+    assert messages[0] is not None
+    assert messages[1] == messages[0]
+
+
+def test_call_order_errors_and_reset_as_the_reference(pairs):
+    main, head = pairs["exact-head"]
+    found = []
+    for mod in (og, genai):
+        main_model, head_model = mod.Model(str(main)), mod.Model(str(head))
+        params = mod.GeneratorParams(main_model)
+        params.set_search_options(max_length=30)
+        params.set_speculative_options(max_draft_tokens=1)
+        gen = mod.MtpGenerator(main_model, head_model, params)
+        before = _error(gen.generate_next_token)
+        gen.append_tokens(np.array([1, 2], np.int32))
+        twice = _error(lambda gen=gen: gen.append_tokens(np.array([3], np.int32)))
+        gen.reset()
+        gen.append_tokens(np.array([4, 5], np.int32))
+        gen.generate_next_token()
+        found.append((before, twice, [int(t) for t in gen.get_sequence()]))
+    assert found[0][0] is not None and found[0][1] is not None
+    assert found[1] == found[0]
