@@ -301,11 +301,13 @@ def test_batch_of_two_with_different_image_counts(folders, images, kind):
     np.testing.assert_allclose(our_logits, ref_logits, atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("back", [2, -3], ids=["into-generated", "into-prompt-text"])
 @pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
-def test_rewind_then_continue_as_the_reference(folders, images, kind):
-    """Generate 5, rewind to 2 generated, generate 3 more: the reference's tokens and logits
-    for the same sequence straight through (its phi3v refuses rewind_to; genai rewinds every
-    kind, the KV and mRoPE positions continuing from the rewound length)."""
+def test_rewind_then_continue_as_the_reference(folders, images, kind, back):
+    """Generate 5, rewind (to 2 generated, or 3 tokens before the prompt's end and append them
+    again), generate back to 5: the reference's tokens and logits for the sequence straight
+    through (its rewind_to fails on these kinds; genai's KV and mRoPE positions continue from
+    the rewound length)."""
     folder = folders[kind]
     ref_model, named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
     n = named["input_ids"].as_numpy().shape[1]
@@ -320,9 +322,11 @@ def test_rewind_then_continue_as_the_reference(folders, images, kind):
         generator.set_inputs(inputs)
         for _ in range(5):
             generator.generate_next_token()
-        if detour:
-            generator.rewind_to(n + 2)
-            for _ in range(3):
+        if detour:  # back into the generated tokens, or into the prompt's closing text
+            generator.rewind_to(n + back)
+            while generator.token_count() < n + 5:
+                if generator.token_count() < n:
+                    generator.append_tokens(named["input_ids"].as_numpy()[0, n + back : n])
                 generator.generate_next_token()
         results.append((generator.get_sequence(0), generator.get_logits()))
     np.testing.assert_array_equal(results[1][0], results[0][0])
