@@ -14,7 +14,8 @@ tokenizer files. The writers follow the folders the reference's model builder wr
 reference's own test folders ``test/models/phi3-v`` and ``qwen2-5-vl``): the same config
 sections, input/output names, dtypes and ranks; the graphs themselves are small random
 functions of their inputs (a patch-pooling "ViT", one embedding table, a 1-2 layer Llama-style
-decoder), so that both engines can load the folder and run it in milliseconds.
+decoder), so that both engines can load the folder and run it in milliseconds. (Phi-3 Vision
+prompts are long all the same: its processor makes every image 17 crops, about 2500 tokens.)
 
 * :func:`write_phi3v` -- ``model.type`` ``phi3v``: ``pixel_values`` ``[images, crops, 3, 336,
   336]`` + ``image_sizes`` ``[images, 2]``; placeholders are negative ids (``-k`` for image
@@ -25,6 +26,9 @@ decoder), so that both engines can load the folder and run it in milliseconds.
   ``[images, 3]``; placeholders are ``image_token_id``; a plain-op decoder fed 3-D mRoPE
   ``position_ids`` ``[3, batch, seq]`` (temporal / height / width sections of the rotary
   frequencies), growing KV cache.
+* :func:`write_gemma3` -- ``model.type`` ``gemma3``: ``pixel_values`` ``[images, 3, 896,
+  896]`` -> 256 features an image; placeholders are ``image_token_id``
+  (``<image_soft_token>``); the GroupQueryAttention decoder of `write_phi3v`.
 
 The tokenizer is `genai.testing.models`' tiny BPE (lower-case letters and ``.,!?'``) plus the
 model's chat markers and ``"\\n"`` as added tokens, so the prompts both engines tokenize alike
