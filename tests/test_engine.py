@@ -662,3 +662,58 @@ def test_idle_conversations_do_not_widen_the_decode_steps(smollm2) -> None:
     assert max(widths) == 2  # one running row and the filler row a step always has
     expected = on_reference_alone(ref_model, [[Turn(prompt, 12)]])[0][0].generated
     assert got == expected
+
+
+# --- turn options ----------------------------------------------------------------------------
+def _one_turn(og: ModuleType, model: Any, prompt: list[int], setup: Any) -> tuple:
+    engine = og.Engine(model)
+    request = engine.create_request()
+    options = og.TurnOptions(request)
+    options.set_max_generated_tokens(24)
+    setup(options)
+    request.begin_turn(np.asarray(prompt, np.int32), options)
+    tokens, finish = [], None
+    buffer = engine.create_event_buffer(32)
+    while engine.has_pending_requests():
+        engine.run(buffer)
+        for i in range(len(buffer)):
+            event = buffer[i]
+            if event.token is not None:
+                tokens.append(event.token)
+            if event.flags & og.EngineEventFlags.TURN_FINISHED:
+                finish = (int(event.finish_reason), event.usage.generated_tokens)
+    return tokens, finish
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        lambda o: o.set_guidance("regex", "[0-9]{3}"),
+        lambda o: o.set_min_generated_tokens(20),
+        lambda o: (o.set_do_sample(True), o.set_top_k(1)),
+        lambda o: (o.set_repetition_penalty(1.3), o.set_no_repeat_ngram_size(3)),
+    ],
+    ids=["regex-guidance", "min-generated", "top-k-1-sampling", "penalties"],
+)
+def test_turn_options_match_the_reference(smollm2, setup: Any) -> None:
+    ref_model, our_model, _ = smollm2
+    prompt = chat(ref.Tokenizer(ref_model), "Give me a number.")
+    assert _one_turn(genai, our_model, prompt, setup) == _one_turn(ref, ref_model, prompt, setup)
+
+
+def test_a_turn_seed_makes_sampling_repeatable(smollm2) -> None:
+    """The reference takes per-turn seeds only on paged folders; genai on every folder."""
+    _, model, _ = smollm2
+    prompt = chat(genai.Tokenizer(model), "Tell me a story.")
+
+    def sampled(seed: int) -> list[int]:
+        def setup(options: Any) -> None:
+            options.set_do_sample(True)
+            options.set_temperature(1.5)
+            options.set_seed(seed)
+
+        return _one_turn(genai, model, prompt, setup)[0]
+
+    first = sampled(7)
+    assert sampled(7) == first
+    assert any(sampled(seed) != first for seed in (8, 9, 10))
