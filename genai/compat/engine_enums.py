@@ -1,6 +1,6 @@
 """The reference's enumerations, with its names and values: why a generation finished
-(`FinishReason`) and the engine's event flags and error codes (`EngineEventFlags`,
-`EngineErrorCode`). Plain data: they work without the engine itself (issue 21)."""
+(`FinishReason`: the scheduler's events and `genai.engine`'s) and the engine's event flags and
+error codes (`EngineEventFlags`, `EngineErrorCode`). Plain data, importable from any layer."""
 
 from __future__ import annotations
 
