@@ -203,6 +203,26 @@ def test_int8_blocks_round_trip() -> None:
     assert np.all(np.abs(back - w) <= step / 2 + 1e-7)
 
 
+def test_int8_blocks_equal_onnxruntimes_quantizer() -> None:
+    """Bit for bit what onnxruntime's own blockwise quantizer (the reference builder's) makes,
+    ties between a block's minimum and maximum and a padded last block included."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_8bits
+
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((40, 100)).astype(np.float16).astype(np.float32)
+    w[3, :32] = np.linspace(-1, 1, 32, dtype=np.float32)  # |min| == max
+    n, k = w.shape
+    blocks = -(-k // 32)
+    padded = np.ascontiguousarray(np.pad(w.T, ((0, blocks * 32 - k), (0, 0))))
+    packed = np.zeros((n, blocks, 32), np.uint8)
+    scales = np.zeros((n, blocks), np.float32)
+    zero_points = np.zeros((n, blocks), np.uint8)
+    quantize_matmul_8bits(packed, padded, scales, zero_points, 32, n, blocks * 32, True)
+    q, ours = quantize_int8(w)
+    np.testing.assert_array_equal(q, packed)
+    np.testing.assert_array_equal(ours, scales)
+
+
 def test_matmulnbits_reads_the_int8_layout() -> None:
     """onnxruntime's MatMulNBits (bits 8) on our packing equals x @ dequantized.T."""
     import onnxruntime as ort

@@ -48,7 +48,9 @@ def quantize_int8(weight: np.ndarray, block: int = BLOCK) -> tuple[np.ndarray, n
 
     ``q`` is uint8 ``[N, ceil(K / block), block]``, ``scales`` float32 ``[N, ceil(K / block)]``;
     value = ``scale * (q - 128)`` (the op's implicit zero point). As for int4, the element of
-    largest magnitude in each block maps to ``q = 0`` (``scale = that element / -128``).
+    largest magnitude in each block maps to ``q = 0`` (``scale = that element / -128``); when
+    the block's minimum and maximum have the same magnitude the minimum is taken, as
+    onnxruntime's blockwise quantizer does.
     """
     w = np.asarray(weight, dtype=np.float32)
     n, k = w.shape
@@ -56,10 +58,13 @@ def quantize_int8(weight: np.ndarray, block: int = BLOCK) -> tuple[np.ndarray, n
     if blocks * block != k:
         w = np.pad(w, ((0, 0), (0, blocks * block - k)))
     w = w.reshape(n, blocks, block)
-    pick = np.abs(w).argmax(axis=2)[..., None]
-    scales = np.take_along_axis(w, pick, axis=2)[..., 0] / np.float32(-128.0)
-    safe = np.where(scales == 0, np.float32(1.0), scales)
-    q = np.clip(np.rint(w / safe[..., None]) + 128, 0, 255).astype(np.uint8)
+    low, high = w.min(axis=2), w.max(axis=2)
+    scales = np.where(-low >= high, low, high) / np.float32(-128.0)
+    safe = np.where(scales == 0, np.float32(1.0), scales).astype(np.float32)
+    # w * (1 / scale) + 128 in float32, rounded half up: onnxruntime's blockwise quantizer
+    # (the reference builder's int8 weights, bit for bit)
+    v = w * (np.float32(1.0) / safe)[..., None] + np.float32(128.0)
+    q = np.clip(np.floor(v.astype(np.float64) + 0.5), 0, 255).astype(np.uint8)
     return np.ascontiguousarray(q), scales.astype(np.float32)
 
 

@@ -101,8 +101,8 @@ class _Writer:
             return g.op(
                 "MatMulNBits",
                 x,
-                g.weight(f"{name}.weight_{suffix}", q),
-                g.weight(f"{name}.weight_scales", scales.reshape(-1)),
+                g.weight(f"{name}.MatMul.weight_{suffix}", q),
+                g.weight(f"{name}.MatMul.weight_scales", scales.reshape(-1)),
                 domain=MS_DOMAIN,
                 K=k,
                 N=n,
@@ -110,12 +110,12 @@ class _Writer:
                 block_size=BLOCK,
                 accuracy_level=4,
             )
-        return g.op("MatMul", x, self.w(f"{name}.weight", weight.T))
+        return g.op("MatMul", x, self.w(f"{name}.MatMul.weight", weight.T))
 
     def linear(self, x: str, weight: np.ndarray, bias: np.ndarray | None, name: str) -> str:
         y = self.matmul(x, weight, name)
         if bias is not None:
-            y = self.g.op("Add", y, self.w(f"{name}.bias", bias))
+            y = self.g.op("Add", y, self.w(f"{name}.Add.bias", bias))
         return y
 
     def layer_norm(self, x: str, weight: np.ndarray, bias: np.ndarray, name: str) -> str:
@@ -469,7 +469,7 @@ def _write_decoder(
                 out="logits",
             )
         else:
-            logits = wr.matmul(normed, head, "lm_head.MatMul")
+            logits = wr.matmul(normed, head, "lm_head")
             g.op("Identity", logits, out="logits")
         if progress:
             progress(n + 1, n + 1)

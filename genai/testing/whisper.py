@@ -465,15 +465,15 @@ def speech_clip(
     win = int(window * SPEECH_RATE)
     total = int(seconds * SPEECH_RATE)
     gap = np.zeros(int(pause * SPEECH_RATE), np.int16)
-    windows: list[list[np.ndarray]] = [[]]
+    windows: list[list[np.ndarray]] = [[gap]]  # each window opens with a pause
     texts: list[list[str]] = [[]]
-    used = 0
+    used = len(gap)
     for sentence in sentences:
         pcm = np.concatenate([espeak_pcm(sentence), gap])
         if used + len(pcm) > win:
-            windows.append([])
+            windows.append([gap])
             texts.append([])
-            used = 0
+            used = len(gap)
         if len(pcm) > win:
             raise ValueError(f"sentence longer than a window: {sentence!r}")
         windows[-1].append(pcm)
