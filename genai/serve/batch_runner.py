@@ -445,6 +445,10 @@ def supports_slots(model: Model) -> bool:
         and not slid
         # so does a decoder split over several graphs (model.decoder.pipeline)
         and model.pipeline is None
+        # and models whose decoder takes more than ids: image features merged into
+        # inputs_embeds (vision) or an encoder's cross-attention KV (speech) run their driver
+        and model.vision is None
+        and model.encoder is None
         and bool(io.past_keys)
     )
 
