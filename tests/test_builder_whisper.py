@@ -17,6 +17,7 @@ import pytest
 from genai.builder import build
 from genai.builder.errors import BuildError
 from genai.builder.quantize import dequantize_int8, quantize_int8
+from genai.builder.testing import ARCH_CONFIGS, random_weights, write_hf_checkpoint
 from genai.builder.whisper_sources import (
     CT2WhisperSource,
     DictWhisperSource,
@@ -489,6 +490,11 @@ def test_unsupported_precision_and_options(tmp_path: Path) -> None:
         build(hf, tmp_path / "a", precision="fp16")
     with pytest.raises(BuildError, match="window-cache"):
         build(hf, tmp_path / "b", precision="fp32", window_cache=True)
+    decoder = tmp_path / "llama"
+    cfg = ARCH_CONFIGS["llama"]
+    write_hf_checkpoint(decoder, cfg, random_weights(cfg))
+    with pytest.raises(BuildError, match="int8 builds Whisper"):
+        build(decoder, tmp_path / "c", precision="int8")
 
 
 def test_bad_ct2_files(tmp_path: Path, weights: dict) -> None:
@@ -501,6 +507,9 @@ def test_bad_ct2_files(tmp_path: Path, weights: dict) -> None:
     (ct2 / "model.bin").write_bytes(struct.pack("<I", 99) + data[4:])
     with pytest.raises(BuildError, match="version 99"):
         read_ct2_model(ct2 / "model.bin")
+    (ct2 / "model.bin").write_bytes(b"")
+    with pytest.raises(BuildError, match="truncated"):
+        build(ct2, tmp_path / "out")
     (ct2 / "model.bin").write_bytes(data)
     with pytest.raises(BuildError, match="tokenizer.json"):
         CT2WhisperSource(ct2)

@@ -167,6 +167,8 @@ def build(
             raise BuildError("--window-cache applies to sliding-window decoders, not Whisper")
         # Whisper's decoder always gives logits for every position (all_logits is moot).
         return build_whisper(input_path, out_dir, precision=precision, stage=stage)
+    if precision == "int8":
+        raise BuildError("precision int8 builds Whisper models; decoders take int4, fp16 or fp32")
     source = open_source(input_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -257,6 +257,8 @@ def read_ct2_model(path: str | os.PathLike[str]) -> tuple[str, dict[str, np.ndar
     """``(spec name, {variable: array})`` of a CTranslate2 ``model.bin`` (aliases resolved;
     arrays are memory-mapped views, bfloat16 widened to float32)."""
     path = Path(path)
+    if path.stat().st_size < 12:
+        raise BuildError(f"{path}: truncated CTranslate2 model file ({path.stat().st_size} bytes)")
     data = np.memmap(path, dtype=np.uint8, mode="r")
     size = data.shape[0]
     pos = 0
