@@ -30,6 +30,7 @@ from genai.multimodal.transcribe import (
     TimestampRules,
     WhisperVocabulary,
     detect_language,
+    segments_of,
     transcribe,
 )
 from genai.testing.whisper import write_whisper_fixture
@@ -359,6 +360,37 @@ def test_detected_language_is_the_reference_decoders_likeliest(
     samples, rate = sf.read(audio[key], dtype="float32")
     assert rate == 16000
     assert detect_language(ours, ours.create_multimodal_processor(), samples) == expected
+
+
+def test_segments_follow_timestamp_pairs_and_the_next_window_starts_after_the_last() -> None:
+    """Hand-worked outputs: ids from 53 are timestamps (20 ms each), 50 is the end."""
+    vocab = WhisperVocabulary(
+        eot=50, sot=51, no_timestamps=52, timestamp_begin=53, multilingual=False
+    )
+
+    def text(tokens: np.ndarray) -> str:
+        return "".join(chr(65 + int(t) % 26) for t in tokens)
+
+    def cut(tokens: list[int]) -> tuple[list[tuple[float, float, str]], float]:
+        found, consumed = segments_of(np.asarray(tokens), vocab, 10.0, text, 30.0)
+        return [(round(s.start, 3), round(s.end, 3), s.text) for s in found], round(consumed, 3)
+
+    # two closed segments, the output ends on a lone timestamp: the whole window is done
+    assert cut([53, 10, 11, 78, 78, 12, 103, 50]) == (
+        [(10.0, 10.5, "KL"), (10.5, 11.0, "M")],
+        30.0,
+    )
+    # the window ends inside a segment: the next one starts at the last closed timestamp
+    assert cut([53, 10, 78, 78, 12]) == ([(10.0, 10.5, "K")], 0.5)
+    # no pair: one segment up to the last timestamp, the whole window done
+    assert cut([53, 10, 11, 60, 50]) == ([(10.0, 10.14, "KL")], 30.0)
+    # no timestamps in the vocabulary: the window is one segment
+    plain = WhisperVocabulary(
+        eot=50, sot=51, no_timestamps=52, timestamp_begin=-1, multilingual=False
+    )
+    found, consumed = segments_of(np.asarray([10, 11, 12, 50]), plain, 30.0, text, 12.5)
+    assert [(s.start, s.end, s.text) for s in found] == [(30.0, 42.5, "KLM")]
+    assert consumed == 12.5
 
 
 def test_timestamp_rules_keep_timestamps_paired_and_monotonic() -> None:

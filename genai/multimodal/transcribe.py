@@ -51,6 +51,7 @@ __all__ = [
     "TimestampRules",
     "Transcript",
     "format_timestamp",
+    "segments_of",
     "to_srt",
     "to_vtt",
     "transcribe",
@@ -180,7 +181,7 @@ class TimestampRules:
             logits[:begin] = low
 
 
-def _segments_of(
+def segments_of(
     tokens: np.ndarray,
     vocab: WhisperVocabulary,
     offset: float,
@@ -337,7 +338,7 @@ def _plain_segments(
     seconds = chunk.shape[0] / rate
     passed = mean_logprob >= -1.0 and compression_ratio(processor.decode(tokens)) <= 2.4
     if passed or seconds < 2 * MIN_PART_SECONDS:
-        found, _ = _segments_of(tokens, vocab, start, processor.decode, seconds)
+        found, _ = segments_of(tokens, vocab, start, processor.decode, seconds)
         return found
     half = chunk.shape[0] // 2
     return [
@@ -472,7 +473,7 @@ def transcribe(
             )
             consumed = chunk_seconds
         else:
-            found, consumed = _segments_of(
+            found, consumed = segments_of(
                 tokens,
                 window_vocab,
                 seek / rate,
