@@ -81,7 +81,8 @@ __all__ = [
     "unregister_execution_provider_library",
 ]
 
-#: Names a conformance test may require (see `Capabilities.supports`).
+#: Names a conformance test may require (`Capabilities` fields; see
+#: `genai.testing.conformance.requires`).
 REQUIREMENTS = frozenset(
     [
         "exact",
@@ -92,6 +93,8 @@ REQUIREMENTS = frozenset(
         "rewind",
         "graph_capture",
         "seeded_sampling",
+        "speech",
+        "vision",
     ]
 )
 
@@ -105,6 +108,9 @@ class Capabilities:
     promises (checked with the cpu provider's tokens fed to both).
     ``kv_layouts``: ``"shared"`` (``past_present_share_buffer`` true: one preallocated buffer
     bound as past and present) and/or ``"growing"`` (past/present handed over each step).
+    ``speech``: runs encoder-decoder speech models (Whisper: the encoder once, the decoder with
+    cross-attention KV); ``vision``: runs vision-language models (vision, embedding and
+    decoder graphs, the decoder fed ``inputs_embeds``).
     """
 
     exact: bool = True
@@ -114,6 +120,8 @@ class Capabilities:
     continuous_decoding: bool = True
     rewind: bool = True
     seeded_sampling: bool = True
+    speech: bool = True
+    vision: bool = True
 
     def __post_init__(self) -> None:
         layouts = frozenset(self.kv_layouts)
