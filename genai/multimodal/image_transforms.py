@@ -53,6 +53,9 @@ def resample(image: np.ndarray, width: int, height: int, method: int) -> np.ndar
     the vertical one): ``uint8`` ``[h, w, 3]``
     (RGB) or float32 ``[h, w]`` (one channel, Pillow's "F" mode). ``method`` is Pillow's
     filter number (0 nearest, 2 bilinear, 3 bicubic, 1 lanczos)."""
+    if image.ndim == 3 and image.strides[2] < 0:  # channels reversed (ConvertRGB): resample
+        # the original bytes, reverse the (smaller or equal) result: one copy, contiguous
+        return np.ascontiguousarray(resample(image[:, :, ::-1], width, height, method)[:, :, ::-1])
     image_module = pillow_image()
     if image.dtype == np.uint8:
         picture = image_module.fromarray(np.ascontiguousarray(image), "RGB")
@@ -201,9 +204,12 @@ def _normalize(attrs: Mapping[str, Any]) -> Transform:
         _expect_hwc(image, "Normalize")
         if swap:  # Qwen-VL's configs decode RGB, ConvertRGB to BGR, and swap back here
             image = image[:, :, ::-1]
-        out = np.subtract(image, mean, dtype=np.float32)
-        out /= std
-        return out
+        height, width, channels = image.shape
+        # rows of width * channels values: a long inner loop (a size-3 one is slow in NumPy)
+        rows = np.ascontiguousarray(image, dtype=np.float32).reshape(height, width * channels)
+        out = rows - np.tile(mean[:channels], width)
+        out /= np.tile(std[:channels], width)
+        return out.reshape(height, width, channels)
 
     return normalize
 

@@ -111,9 +111,10 @@ def _check_size(width: int, height: int, name: str) -> None:
         )
 
 
-def decode_image(data: bytes, name: str = "image") -> np.ndarray:
+def decode_image(data: bytes, name: str = "image", path: str | None = None) -> np.ndarray:
     """Decode one PNG or JPEG file's bytes into an RGB ``uint8`` array ``[height, width, 3]``
-    the way the reference's decoder does; ``name`` names the image in errors.
+    the way the reference's decoder does; ``name`` names the image in errors, ``path`` is the
+    file ``data`` was read from, if any (a JPEG decoder reading files then reads it).
 
     Raises `InvalidArgumentError` for another format, a corrupt file, a CMYK JPEG or an image
     over the size limits (checked from the header, before decoding)."""
@@ -146,7 +147,7 @@ def decode_image(data: bytes, name: str = "image") -> np.ndarray:
     if kind == "JPEG":
         if not _has_end_of_image(data):
             raise InvalidArgumentError(f"{name}: corrupt JPEG data (truncated: no end marker)")
-        exact = _decode_jpeg_as_reference(data, name)
+        exact = _decode_jpeg_as_reference(data, name, path)
         if exact is not None:
             return exact
     try:
@@ -187,24 +188,31 @@ def _jpeglib() -> Any:
     return jpeglib
 
 
-def _decode_jpeg_as_reference(data: bytes, name: str) -> np.ndarray | None:
+def _decode_jpeg_as_reference(data: bytes, name: str, path: str | None) -> np.ndarray | None:
     """RGB pixels of a JPEG decoded by IJG libjpeg 9e with RGB output, as the reference
     decodes (bit-identical); None without jpeglib."""
     jpeglib = _jpeglib()
     if jpeglib is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="genai-image-") as folder:
-        path = os.path.join(folder, "image.jpg")  # jpeglib reads files only
-        with open(path, "wb") as file:
-            file.write(data)
-        try:
-            jpeg = jpeglib.read_spatial(path, out_color_space=jpeglib.Colorspace.JCS_RGB)
-            pixels = np.asarray(jpeg.spatial, dtype=np.uint8)
-        except Exception as error:  # jpeglib raises OSError naming its temporary file
-            raise InvalidArgumentError(f"{name}: corrupt JPEG data ({error})") from None
+    if path is not None:
+        pixels = _read_jpeg(jpeglib, path, name)
+    else:
+        with tempfile.TemporaryDirectory(prefix="genai-image-") as folder:
+            path = os.path.join(folder, "image.jpg")  # jpeglib reads files only
+            with open(path, "wb") as file:
+                file.write(data)
+            pixels = _read_jpeg(jpeglib, path, name)
     if pixels.ndim != 3 or pixels.shape[2] != 3:
         raise InvalidArgumentError(f"{name}: unexpected JPEG output {pixels.shape}")
     return np.ascontiguousarray(pixels)
+
+
+def _read_jpeg(jpeglib: Any, path: str, name: str) -> np.ndarray:
+    try:
+        jpeg = jpeglib.read_spatial(path, out_color_space=jpeglib.Colorspace.JCS_RGB)
+        return np.asarray(jpeg.spatial, dtype=np.uint8)
+    except Exception as error:  # jpeglib raises OSError naming the file
+        raise InvalidArgumentError(f"{name}: corrupt JPEG data ({error})") from None
 
 
 def _to_rgb(image: Any) -> np.ndarray:
@@ -258,7 +266,7 @@ class Images:
                 raise _ImageNotFoundError(f"Image path does not exist: {name}")
             with open(name, "rb") as file:
                 data = file.read()
-            arrays.append(decode_image(data, name))
+            arrays.append(decode_image(data, name, name))
             names.append(name)
         return Images(arrays, names)
 
