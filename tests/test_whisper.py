@@ -489,6 +489,22 @@ def test_features_of_the_wrong_shape_are_refused(folder: Path) -> None:
             generator.set_inputs(named)
 
 
+def test_prompt_rows_that_do_not_fit_the_batch_are_refused(folder: Path) -> None:
+    model = genai.Model(folder)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=MAX_LENGTH, batch_size=2)
+    generator = genai.Generator(model, params)
+    for ids in (np.arange(3), np.ones((3, 2)), np.ones((2, 0)), np.full((2, 2), 10**6)):
+        named = genai.NamedTensors()
+        named["audio_features"] = np.zeros((2, 80, 3000), np.float32)
+        named["input_ids"] = np.asarray(ids, np.int32)
+        with pytest.raises(InvalidArgumentError):
+            generator.set_inputs(named)
+    named["input_ids"] = np.ones((2, 2), np.float32)
+    with pytest.raises(ArgumentTypeError):
+        generator.set_inputs(named)
+
+
 def test_audio_for_a_text_model_is_refused(fixture_folders: dict[str, Path]) -> None:
     model = genai.Model(fixture_folders["gqa"])
     with pytest.raises(ModelError, match="not a registered multi-modal model type"):

@@ -117,8 +117,8 @@ class EncoderDecoderDriver(NativeDriver):
         repeated for its beams; ids checked against the vocabulary."""
         if ids.dtype.kind not in "iu":
             raise ArgumentTypeError(f"input_ids must be integers, got dtype {ids.dtype}")
-        if ids.ndim == 1:
-            ids = ids.reshape(1, -1) if self.batch_size == 1 else ids.reshape(self.batch_size, -1)
+        if ids.ndim == 1 and ids.size % self.batch_size == 0:
+            ids = ids.reshape(self.batch_size, -1)
         if ids.ndim != 2 or ids.shape[0] != self.batch_size or ids.shape[1] == 0:
             raise InvalidArgumentError(
                 f"input_ids of shape {list(ids.shape)} do not fit batch_size {self.batch_size} "
