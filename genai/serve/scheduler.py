@@ -20,6 +20,11 @@ cut to about the step's size so that both end together. To use more cores, a
 `SchedulerGroup` runs several schedulers side by side. ``stats`` counts where the scheduler
 thread's time goes (``/metrics``).
 
+For `genai.engine` (the reference's ``og.Engine``) the caller's thread drives the scheduler
+with `step` instead of `start`, and a sequence may `hold` its slot after it finishes: `resume`
+runs its next turn on the KV it kept, `truncate` rewinds it, held slots move behind the running
+ones (no filler rows for them) and are evicted when a waiting sequence needs a slot.
+
 Results go back to the asyncio side through ``loop.call_soon_threadsafe`` into a per-request
 `asyncio.Queue` (`RequestHandle`). The model runs release the GIL, so the event loop keeps
 serving HTTP while a step runs.
