@@ -543,3 +543,14 @@ def test_genai_transcribe_prints_the_transcript(folder: Path, audio: dict[str, P
     assert bad.returncode == 1
     assert "cannot decode audio" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_import_genai_loads_no_audio_decoder() -> None:
+    """soundfile (libsndfile) loads only when audio is decoded."""
+    code = (
+        "import sys, genai, genai.multimodal.transcribe; "
+        "print('soundfile' in sys.modules, 'fastapi' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "False"]
