@@ -10,10 +10,11 @@ Run it with ``genai conformance PROVIDER [--model DIR] [--report FILE.json]``, o
 
 The areas are importable one by one (`SessionCreationTests`, `GreedyParityTests`,
 `KVLayoutTests`, `BatchTests`, `RewindContinuousTests`, `GraphCaptureTests`,
-`SeededSamplingTests`, `BufferPlacementTests`, `ErrorTests`); `ProviderConformanceTests` is all
-of them. The pytest plugin (`genai.testing.conformance.plugin`, loaded through the ``pytest11``
-entry point) adds ``--genai-provider``, ``--genai-provider-option``, ``--genai-model``,
-``--genai-xfails`` and ``--genai-report``.
+`SeededSamplingTests`, `SpeechTests`, `VisionTests`, `BufferPlacementTests`, `ErrorTests`);
+`ProviderConformanceTests` is all of them. The pytest plugin
+(`genai.testing.conformance.plugin`, loaded through the ``pytest11`` entry point) adds
+``--genai-provider``, ``--genai-provider-option``, ``--genai-model``, ``--genai-xfails`` and
+``--genai-report``.
 """
 
 from genai.testing.conformance.runner import run_conformance
@@ -29,6 +30,8 @@ from genai.testing.conformance.suite import (
     RewindContinuousTests,
     SeededSamplingTests,
     SessionCreationTests,
+    SpeechTests,
+    VisionTests,
     requires,
 )
 
@@ -44,6 +47,8 @@ __all__ = [
     "RewindContinuousTests",
     "SeededSamplingTests",
     "SessionCreationTests",
+    "SpeechTests",
+    "VisionTests",
     "requires",
     "run_conformance",
 ]

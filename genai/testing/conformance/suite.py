@@ -16,6 +16,7 @@ Tests that need a capability the provider declares unsupported are skipped (`req
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -25,10 +26,19 @@ import numpy as np
 import pytest
 
 import genai
-from genai.errors import ConfigError, GenerationError, ProviderUnavailableError, SearchOptionError
+from genai.errors import (
+    ConfigError,
+    GenerationError,
+    MissingDependencyError,
+    ProviderUnavailableError,
+    SearchOptionError,
+)
+from genai.multimodal.images import pillow_image
 from genai.providers import REQUIREMENTS, ExecutionProvider, get_provider_class
 from genai.runtime.config import normalize_provider_name
 from genai.testing.models import write_gqa_decoder
+from genai.testing.vision import write_phi3v, write_qwen2_5_vl
+from genai.testing.whisper import write_whisper_fixture
 
 __all__ = [
     "BatchTests",
@@ -42,6 +52,8 @@ __all__ = [
     "RewindContinuousTests",
     "SeededSamplingTests",
     "SessionCreationTests",
+    "SpeechTests",
+    "VisionTests",
     "requires",
 ]
 
@@ -50,7 +62,53 @@ NEW_TOKENS = 16
 #: Longest a cheap availability probe may take (seconds).
 PROBE_SECONDS = 2.0
 
+#: The tiny Whisper fixture's weight seed: its greedy tokens vary from step to step and
+#: differ between the two synthetic clips (with other seeds they collapse onto one token).
+SPEECH_SEED = 5
+#: Whisper's prompt for an English transcript without timestamps.
+SPEECH_PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
+#: One prompt per vision-language fixture, with its image tag.
+VISION_PROMPTS = {
+    "phi3v": "<|user|>\n<|image_1|>\nwhat is in the picture?<|end|>\n<|assistant|>\n",
+    "qwen2_5_vl": "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>what is in the "
+    "picture?<|im_end|>\n<|im_start|>assistant\n",
+}
+
 _MODELS: dict[tuple[str, str], Path] = {}
+
+
+def _cached_model(
+    tmp_path_factory: pytest.TempPathFactory, name: str, write: Callable[[Path], Path]
+) -> Path:
+    """The folder ``write(root)`` makes, written once per pytest session (basetemp)."""
+    key = (str(tmp_path_factory.getbasetemp()), name)
+    if key not in _MODELS or not (_MODELS[key] / "genai_config.json").is_file():
+        _MODELS[key] = write(tmp_path_factory.mktemp("genai-conformance"))
+    return _MODELS[key]
+
+
+def synthetic_speech(seconds: float, seed: int, rate: int = 16000) -> np.ndarray:
+    """A mono float32 waveform: a chirp, a steady tone and a little noise (its spectrum
+    changes over time; ``seed`` moves the tones)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(rate * seconds)) / rate
+    f0, f1 = 300 + 100 * seed, 1100 + 150 * seed
+    x = (
+        0.3 * np.sin(2 * np.pi * f0 * t * (1 + 0.05 * t))
+        + 0.2 * np.sin(2 * np.pi * f1 * t)
+        + 0.02 * rng.standard_normal(t.size)
+    )
+    return x.astype(np.float32)
+
+
+def synthetic_png(height: int = 48, width: int = 64) -> bytes:
+    """A PNG file's bytes: colour stripes over a gradient (`MissingDependencyError` without
+    Pillow)."""
+    yy, xx = np.mgrid[0:height, 0:width]
+    pixels = np.stack([(xx // 8 % 2) * 255, yy * 255 // height, np.full_like(xx, 90)], -1)
+    buffer = io.BytesIO()
+    pillow_image().fromarray(pixels.astype(np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 def requires(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -79,6 +137,8 @@ def unsupported(provider: type[ExecutionProvider], requirement: str) -> str | No
         "rewind": caps.rewind,
         "graph_capture": provider.graph_capture is not None,
         "seeded_sampling": caps.seeded_sampling,
+        "speech": caps.speech,
+        "vision": caps.vision,
     }[requirement]
     if not ok:
         return f"{provider.name} declares {requirement} unsupported"
@@ -130,11 +190,9 @@ class ConformanceFixtures:
         explicit = self.model_dir or request.config.getoption("genai_model", None)
         if explicit:
             return Path(explicit)
-        key = (str(tmp_path_factory.getbasetemp()), "gqa")
-        if key not in _MODELS or not (_MODELS[key] / "genai_config.json").is_file():
-            root = tmp_path_factory.mktemp("genai-conformance")
-            _MODELS[key] = write_gqa_decoder(root, name="gqa", seed=11)
-        return _MODELS[key]
+        return _cached_model(
+            tmp_path_factory, "gqa", lambda root: write_gqa_decoder(root, name="gqa", seed=11)
+        )
 
     @pytest.fixture
     def genai_capture_model_dir(
@@ -148,11 +206,26 @@ class ConformanceFixtures:
         explicit = self.model_dir or request.config.getoption("genai_model", None)
         if explicit:
             return Path(explicit)
-        key = (str(tmp_path_factory.getbasetemp()), "gqa-static")
-        if key not in _MODELS or not (_MODELS[key] / "genai_config.json").is_file():
-            root = tmp_path_factory.mktemp("genai-conformance")
-            _MODELS[key] = write_gqa_decoder(root, name="gqa-static", seed=11, static_mask=True)
-        return _MODELS[key]
+        return _cached_model(
+            tmp_path_factory,
+            "gqa-static",
+            lambda root: write_gqa_decoder(root, name="gqa-static", seed=11, static_mask=True),
+        )
+
+    @pytest.fixture
+    def genai_whisper_model_dir(self, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        """The tiny Whisper folder the speech area runs (`genai.testing.whisper`; always the
+        suite's, whatever --genai-model says)."""
+        return _cached_model(
+            tmp_path_factory,
+            "whisper",
+            lambda root: write_whisper_fixture(root, "whisper", seed=SPEECH_SEED),
+        )
+
+    def vision_model_dir(self, tmp_path_factory: pytest.TempPathFactory, kind: str) -> Path:
+        """The tiny vision-language folder of ``kind`` (`genai.testing.vision`)."""
+        writers = {"phi3v": write_phi3v, "qwen2_5_vl": write_qwen2_5_vl}
+        return _cached_model(tmp_path_factory, kind, lambda root: writers[kind](root, name=kind))
 
     @pytest.fixture
     def genai_provider_class(self, genai_provider_name: str) -> type[ExecutionProvider]:
@@ -258,6 +331,16 @@ class ConformanceFixtures:
         params.set_search_options(**options)
         gen = genai.Generator(model, params)
         gen.append_tokens(tokens if len(rows) > 1 else tokens[0])
+        return gen
+
+    def input_generator(self, model: genai.Model, named: Any, batch: int = 1) -> Any:
+        """A generator given a multimodal processor's output (``set_inputs``), with room for
+        `NEW_TOKENS` more tokens."""
+        length = np.asarray(named["input_ids"]).shape[-1]
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=length + NEW_TOKENS, batch_size=batch)
+        gen = genai.Generator(model, params)
+        gen.set_inputs(named)
         return gen
 
     def greedy(
@@ -607,6 +690,86 @@ class SeededSamplingTests(ConformanceFixtures):
             assert first == expected, "an exact provider sampled other tokens than cpu"
 
 
+class SpeechTests(ConformanceFixtures):
+    """A tiny Whisper model (the encoder once, the decoder with cross-attention KV) gives the
+    cpu provider's greedy tokens for a batch of two synthetic clips, their features made from
+    `genai.Audios` by the model's multimodal processor."""
+
+    @requires("speech")
+    def test_whisper_greedy_parity_with_cpu(
+        self,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        genai_whisper_model_dir: Path,
+    ) -> None:
+        reason = unsupported(type(genai_provider), "kv_growing")
+        if reason:
+            pytest.skip(f"{reason}; the Whisper decoder's self-attention cache is growing")
+        model_c = self.model(genai_whisper_model_dir, "cpu")
+        model_p = self.model(genai_whisper_model_dir, genai_provider.name, genai_provider_options)
+        # two clips of different lengths (a batch of one for a provider without batching)
+        clips = [synthetic_speech(1.5, seed=0), synthetic_speech(2.5, seed=1)]
+        clips = clips[: 2 if genai_provider.capabilities.batch else 1]
+        processor = model_c.create_multimodal_processor()
+        named = processor([SPEECH_PROMPT] * len(clips), audios=genai.Audios.from_arrays(*clips))
+        features = np.asarray(named["audio_features"])
+        assert features.shape[0] == len(clips) and np.isfinite(features).all()
+        gen_c = self.input_generator(model_c, named, len(clips))
+        first = gen_c.get_logits()[:, 0, :]
+        # the check can only see the encoder if the clips change the decoder's logits
+        assert len(clips) == 1 or not np.allclose(first[0], first[1], atol=0.1), (
+            "the speech fixture's logits do not depend on its audio"
+        )
+        self.assert_parity(
+            genai_provider,
+            self.input_generator(model_p, named, len(clips)),
+            gen_c,
+            what=f"Whisper greedy decoding (batch {len(clips)})",
+        )
+
+
+class VisionTests(ConformanceFixtures):
+    """Tiny vision-language models (vision, embedding and decoder graphs) give the cpu
+    provider's greedy tokens for a prompt with a synthetic image (`genai.Images.open_bytes` of
+    a PNG made here)."""
+
+    @requires("vision")
+    @pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
+    def test_vision_greedy_parity_with_cpu(
+        self,
+        kind: str,
+        genai_provider: ExecutionProvider,
+        genai_provider_options: dict[str, str],
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> None:
+        if kind == "qwen2_5_vl":
+            # plain-op attention concatenating past and new keys: the growing layout only
+            reason = unsupported(type(genai_provider), "kv_growing")
+            if reason:
+                pytest.skip(f"{reason}; the Qwen2.5-VL fixture's decoder needs it")
+            share = False
+        else:  # GroupQueryAttention takes either layout
+            share = self.default_layout(genai_provider)
+        try:
+            png = synthetic_png()
+        except MissingDependencyError as exc:
+            pytest.skip(f"the vision area makes and decodes a PNG image: {exc}")
+        folder = self.vision_model_dir(tmp_path_factory, kind)
+        model_c = self.model(folder, "cpu", past_present_share_buffer=share)
+        model_p = self.model(
+            folder, genai_provider.name, genai_provider_options, past_present_share_buffer=share
+        )
+        processor = model_c.create_multimodal_processor()
+        named = processor(VISION_PROMPTS[kind], images=genai.Images.open_bytes(png))
+        assert int(np.asarray(named["num_image_tokens"]).sum()) > 0
+        self.assert_parity(
+            genai_provider,
+            self.input_generator(model_p, named),
+            self.input_generator(model_c, named),
+            what=f"{kind} greedy decoding after an image prompt",
+        )
+
+
 class BufferPlacementTests(ConformanceFixtures):
     """Buffers live on the device the provider claims, and the session agrees."""
 
@@ -731,6 +894,8 @@ class ProviderConformanceTests(
     # session creation first and error handling last.
     ErrorTests,
     BufferPlacementTests,
+    VisionTests,
+    SpeechTests,
     SeededSamplingTests,
     GraphCaptureTests,
     RewindContinuousTests,
