@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import onnxruntime_genai as ref
@@ -717,3 +717,42 @@ def test_a_turn_seed_makes_sampling_repeatable(smollm2) -> None:
     first = sampled(7)
     assert sampled(7) == first
     assert any(sampled(seed) != first for seed in (8, 9, 10))
+
+
+def test_a_failed_model_run_ends_the_turn_as_the_reference_reports_it(default_model) -> None:
+    """The reference's Engine fails on the default model's graph (last-position logits): its
+    event is the check for genai's when a model run raises (injected here)."""
+    ref_model, our_model, _ = default_model
+    reported = []
+    for og, model in ((ref, ref_model), (genai, our_model)):
+        engine = og.Engine(model)
+        if og is genai:
+            for runner in engine._runners:
+                runner.prefill = _raise_runtime_error
+        request = engine.create_request()
+        request.begin_turn(np.asarray([1, 2, 3], np.int32))
+        buffer = engine.create_event_buffer(8)
+        events = []
+        while engine.has_pending_requests():
+            engine.run(buffer)
+            events += [buffer[i] for i in range(len(buffer))]
+        reported.append(
+            [
+                (
+                    int(e.flags),
+                    e.token,
+                    int(e.finish_reason),
+                    int(e.error_code),
+                    (e.usage.prompt_tokens, e.usage.generated_tokens),
+                )
+                for e in events
+            ]
+        )
+        with pytest.raises(RuntimeError):  # neither continues a failed request
+            request.begin_turn(np.asarray([5], np.int32))
+    assert reported[1] == reported[0]
+    assert reported[0][0][3] == int(ref.EngineErrorCode.ENGINE_EXECUTION_FAILURE)
+
+
+def _raise_runtime_error(*args: Any) -> NoReturn:
+    raise RuntimeError("injected model failure")
