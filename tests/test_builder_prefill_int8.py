@@ -127,6 +127,16 @@ def test_engines_agree_on_the_folder(folders):
     assert len(mine.next_tokens) == 16
 
 
+def test_engines_agree_on_a_batch(folders):
+    """Batched decode steps (2 rows x 1 token) take the int8 branch too."""
+    og = pytest.importorskip("onnxruntime_genai")
+    folder = folders["prefill_int8"]
+    ids = np.array([PROMPT[:12], PROMPT[5:17]], np.int32)
+    mine = greedy(genai, genai.Model(str(folder)), ids, 12 + 10)
+    theirs = greedy(og, og.Model(str(folder)), ids, 12 + 10)
+    assert_same_run(mine, theirs)
+
+
 def test_prefill_int8_needs_int4(tmp_path):
     cfg = ARCH_CONFIGS["llama"]
     source = write_hf_checkpoint(tmp_path / "hf", cfg, random_weights(cfg))
