@@ -756,3 +756,17 @@ def test_a_failed_model_run_ends_the_turn_as_the_reference_reports_it(default_mo
 
 def _raise_runtime_error(*args: Any) -> NoReturn:
     raise RuntimeError("injected model failure")
+
+
+def test_turns_and_rewinds_on_fixture_models_match_the_reference(fixture_pair) -> None:
+    """Both batch runners (shared-buffer slots; one Generator per slot for `optimum`) keep,
+    continue and rewind a conversation as the reference does."""
+    ref_model, our_model = fixture_pair
+    conversations = [
+        [Turn([1, 2, 3], 5), Turn([7, 8], 4), Turn([9], 4, rewind_to=2), Turn([4, 4], 3)],
+        [Turn([5, 9, 13], 6), Turn([2, 20, 4], 6, cancel_after=2), Turn([11], 5)],
+    ]
+    theirs = on_reference_alone(ref_model, conversations)
+    ours = converse(genai, our_model, copy(conversations))
+    for a, b in zip(theirs, ours, strict=True):
+        assert without_cached(b) == without_cached(a)
