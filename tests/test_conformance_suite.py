@@ -74,7 +74,7 @@ def test_format_table_counts_outcomes() -> None:
 BROKEN_PLUGIN = '''
 import numpy as np
 from genai.providers.hookspecs import hookimpl
-from genai.providers import ExecutionProvider, GraphCapture, Placement
+from genai.providers import Capabilities, ExecutionProvider, GraphCapture, Placement
 
 
 class CPUBased(ExecutionProvider):
@@ -140,11 +140,34 @@ class LaxOptions(CPUBased):
         return dict(options)
 
 
+class StaticBatch(CPUBased):
+    """Compiles its graphs for one row (static shapes), and declares batching unsupported."""
+    name = "fake-static-batch"
+    capabilities = Capabilities(batch=False)
+
+    def session_spec(self, options, config=None):
+        spec = super().session_spec(options, config)
+        spec.free_dimension_overrides["batch_size"] = 1
+        return spec
+
+
+class StaticBatchUndeclared(StaticBatch):
+    """The same, but claims batching."""
+    name = "fake-static-batch-undeclared"
+    capabilities = Capabilities()
+
+
+class NoSpeechVision(CPUBased):
+    """Declares that it runs neither speech nor vision-language models."""
+    name = "fake-no-speech-vision"
+    capabilities = Capabilities(speech=False, vision=False)
+
+
 @hookimpl
 def register_providers(register):
     for cls in (
         SharedKVBuffer, LyingPlacement, NoSession, Unavailable, RaisingProbe, LaxOptions,
-        CaptureHostKV,
+        CaptureHostKV, StaticBatch, StaticBatchUndeclared, NoSpeechVision,
     ):
         register(cls)
 '''
@@ -158,7 +181,7 @@ plugins.register_plugin(broken_providers, "broken-providers")
 
 BROKEN_TESTS = """
 from genai.testing.conformance import ProviderConformanceTests
-from genai.testing.conformance.suite import GraphCaptureTests
+from genai.testing.conformance.suite import BatchTests, GraphCaptureTests, SpeechTests, VisionTests
 
 class TestSharedKV(ProviderConformanceTests):
     provider_name = "fake-shared-kv"
@@ -180,6 +203,15 @@ class TestLaxOptions(ProviderConformanceTests):
 
 class TestCaptureHostKV(GraphCaptureTests):
     provider_name = "fake-capture-host-kv"
+
+class TestStaticBatch(SpeechTests, BatchTests):
+    provider_name = "fake-static-batch"
+
+class TestStaticBatchUndeclared(SpeechTests):
+    provider_name = "fake-static-batch-undeclared"
+
+class TestNoSpeechVision(VisionTests, SpeechTests):
+    provider_name = "fake-no-speech-vision"
 """
 
 
@@ -226,8 +258,30 @@ def test_suite_catches_broken_providers(pytester: pytest.Pytester, monkeypatch) 
     # Graph capture declared, KV on the host: a captured graph would not read it: skipped.
     status, reason = outcomes[("TestCaptureHostKV", "test_graph_capture_on_equals_off")]
     assert status == "skip" and "host memory" in reason
-    # The table is printed, and pytest exits non-zero.
+    # Aliased KV buffers break the vision model with the shared layout (phi3v), not the
+    # growing ones (Qwen2.5-VL, Whisper).
+    assert outcome("TestSharedKV", "test_vision_greedy_parity_with_cpu[phi3v]") == "fail"
+    assert outcome("TestSharedKV", "test_vision_greedy_parity_with_cpu[qwen2_5_vl]") == "pass"
+    assert outcome("TestSharedKV", "test_whisper_greedy_parity_with_cpu") == "pass"
+    # Graphs fixed at batch 1: a declared limit runs Whisper on one clip; an undeclared one
+    # fails the batch of two.
+    assert outcome("TestStaticBatch", "test_whisper_greedy_parity_with_cpu") == "pass"
+    assert outcome("TestStaticBatch", "test_batch_with_padding") == "skip"
+    status, reason = outcomes[("TestStaticBatchUndeclared", "test_whisper_greedy_parity_with_cpu")]
+    assert status == "fail" and "audio_features" in reason
+    # Speech and vision declared unsupported: skipped with that reason.
+    for test, area in [
+        ("test_whisper_greedy_parity_with_cpu", "speech"),
+        ("test_vision_greedy_parity_with_cpu[phi3v]", "vision"),
+        ("test_vision_greedy_parity_with_cpu[qwen2_5_vl]", "vision"),
+    ]:
+        status, reason = outcomes[("TestNoSpeechVision", test)]
+        assert (status, reason) == ("skip", f"fake-no-speech-vision declares {area} unsupported")
+    # The table is printed with the reasons, and pytest exits non-zero.
     result.stdout.fnmatch_lines(["*genai conformance*", "*test_kv_layout*fail*"])
+    result.stdout.fnmatch_lines(
+        ["SpeechTests::test_whisper_greedy_parity_with_cpu*skip*declares speech unsupported"]
+    )
     assert result.ret == 1
 
 
@@ -255,6 +309,8 @@ def test_cli_conformance_writes_a_report(tmp_path: Path) -> None:
     assert document["environment"]["onnxruntime"]
     by_test = {r["test"]: r for r in document["results"]}
     assert by_test["test_graph_capture_on_equals_off"]["outcome"] == "skip"
+    areas = {r["area"] for r in document["results"] if r["outcome"] == "pass"}
+    assert {"SpeechTests", "VisionTests"} <= areas
 
 
 def test_cli_conformance_fails_for_an_unknown_provider(tmp_path: Path) -> None:
