@@ -97,6 +97,12 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not serve the chat page at / (docs/webui.md); the API is the same either way",
     )
+    serve.add_argument(
+        "--allow-remote-images",
+        action="store_true",
+        help="fetch http(s) image URLs of chat messages (vision-language models; default: "
+        "only data: URLs, a remote URL is a 400)",
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
     ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
@@ -184,6 +190,8 @@ def _serve(args: argparse.Namespace) -> int:
         overlap_prefill=not args.no_overlap,
         lanes=args.lanes,
     )
+    if engine.images is not None:
+        engine.images.allow_remote = args.allow_remote_images
     if args.whisper or model.encoder is not None:
         from genai.serve.transcriptions import SpeechService  # lazy: the serve extra (fastapi)
 

@@ -63,9 +63,13 @@ class ImageProcessor(ABC):
         return np.ascontiguousarray(array, dtype=self.pixel_values_dtype)
 
     @abstractmethod
+    def image_tag(self, number: int) -> str:
+        """The prompt text that marks image ``number`` (1 for the first)."""
+
     def image_tags(self, count: int) -> str:
         """The prompt text that marks ``count`` images, in order (for prompts written
         without tags, e.g. ``genai generate --image``)."""
+        return "".join(self.image_tag(number) for number in range(1, count + 1))
 
     @abstractmethod
     def has_image_tags(self, prompt: str) -> bool:

@@ -49,8 +49,8 @@ class Gemma3VisionProcessor(ImageProcessor):
     """Gemma 3: ``input_ids``; with images also ``token_type_ids`` (1 at image soft tokens),
     ``pixel_values`` ``[images, 3, 896, 896]`` and ``num_image_tokens`` ``[1]`` (256)."""
 
-    def image_tags(self, count: int) -> str:
-        return BOI_TOKEN * count
+    def image_tag(self, number: int) -> str:
+        return BOI_TOKEN
 
     def has_image_tags(self, prompt: str) -> bool:
         return BOI_TOKEN in prompt

@@ -156,8 +156,8 @@ class Phi3VisionProcessor(ImageProcessor):
     images ``pixel_values`` ``[images, 17, 3, 336, 336]``, ``image_sizes`` ``[images, 2]``,
     ``num_image_tokens`` ``[images, 1]``."""
 
-    def image_tags(self, count: int) -> str:
-        return "".join(f"<|image_{i}|>\n" for i in range(1, count + 1))
+    def image_tag(self, number: int) -> str:
+        return f"<|image_{number}|>\n"
 
     def has_image_tags(self, prompt: str) -> bool:
         return IMAGE_TAG.search(prompt) is not None

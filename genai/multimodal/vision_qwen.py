@@ -132,8 +132,8 @@ class QwenVisionProcessor(ImageProcessor):
         if self.merge_size <= 0 or self.patch_size <= 0:
             raise ConfigError("model.vision: spatial_merge_size and patch_size must be > 0")
 
-    def image_tags(self, count: int) -> str:
-        return (VISION_START + IMAGE_PAD + VISION_END) * count
+    def image_tag(self, number: int) -> str:
+        return VISION_START + IMAGE_PAD + VISION_END
 
     def has_image_tags(self, prompt: str) -> bool:
         return VISION_START in prompt

@@ -47,6 +47,7 @@ from genai.generation.search import SearchOptions
 from genai.runtime.config import Config
 from genai.runtime.model import Model
 from genai.serve.batch_runner import make_batch_runner
+from genai.serve.images import ImageInputs, has_images, refuse_images
 from genai.serve.metrics import ServerMetrics
 from genai.serve.protocol import (
     MAX_CHOICES,
@@ -208,6 +209,11 @@ class ServeEngine:
         #: A Whisper model for ``/v1/audio/transcriptions`` (`genai.serve.transcriptions`), or
         #: None (that route answers 400).
         self.speech: SpeechService | None = None
+        #: Image parts of chat messages, for a vision-language model (`genai.serve.images`);
+        #: None: image parts answer 400.
+        self.images: ImageInputs | None = (
+            ImageInputs.for_model(model) if getattr(model, "vision", None) is not None else None
+        )
 
     @classmethod
     def from_path(
@@ -643,9 +649,27 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
     if body.response_format and tools:
         raise APIError("use either response_format or tools, not both", param="response_format")
     tool_chat = None
+    images = None
+    if has_images(body.messages):
+        images = engine.images
+        if images is None:
+            raise refuse_images(engine.model_name)
+        if body.tools:
+            raise APIError("tools with images are not supported", param="tools")
+    inputs = None
 
     def render() -> np.ndarray:
-        nonlocal tool_chat
+        nonlocal tool_chat, inputs
+        if images is not None:  # image parts: the model's tags in the text, then its processor
+            tagged, blobs = images.render(body.messages)
+            try:
+                text = engine.tokenizer.apply_chat_template(tagged, add_generation_prompt=True)
+            except ChatTemplateError as exc:
+                raise APIError(
+                    f"could not apply the chat template: {exc}", param="messages"
+                ) from None
+            inputs = images.inputs(text, blobs)
+            return np.asarray(inputs["input_ids"].as_numpy()[0], np.int32)
         try:
             if body.tools:
                 tool_chat = prepare_tool_chat(
@@ -702,6 +726,7 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
                 constraint_factory=factory,
                 index=i,
                 ignore_eos=body.ignore_eos,
+                inputs=inputs,
             )
         )
     offered = tool_chat if tool_chat is not None and tool_chat.guidance is not None else None

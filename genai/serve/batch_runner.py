@@ -39,11 +39,11 @@ import abc
 import mmap
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genai.errors import ConfigError
+from genai.errors import ConfigError, UnsupportedFeatureError
 from genai.generation.drivers import require
 from genai.generation.generator import Generator
 from genai.generation.generator_params import GeneratorParams
@@ -96,6 +96,14 @@ class BatchRunner(abc.ABC):
     @abc.abstractmethod
     def prefill(self, slot: int, tokens: np.ndarray) -> np.ndarray:
         """Feed ``tokens`` to ``slot`` after its cached ones; the logits after the last."""
+
+    def prefill_inputs(self, slot: int, inputs: Any) -> np.ndarray:
+        """Feed a multimodal prompt (a processor's `NamedTensors`: images and ``input_ids``)
+        to the empty ``slot``; the logits after its last token. Only runners whose slots
+        are Generators take one."""
+        raise UnsupportedFeatureError(
+            f"{type(self).__name__} takes token prompts only, not images or audio"
+        )
 
     @abc.abstractmethod
     def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
@@ -393,6 +401,12 @@ class GeneratorBatchRunner(BatchRunner):
         gen = self._generator(slot)
         gen.append_tokens(np.asarray(tokens, np.int32))
         self.lengths[slot] += len(tokens)
+        return gen.get_logits()[0, 0]
+
+    def prefill_inputs(self, slot: int, inputs: Any) -> np.ndarray:
+        gen = self._generator(slot)
+        gen.set_inputs(inputs)  # the model's driver runs the images with the prompt
+        self.lengths[slot] = gen.token_count()
         return gen.get_logits()[0, 0]
 
     def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:

@@ -302,16 +302,24 @@ class _Common(BaseModel):
 
 
 def _content_text(value: Any) -> str | None:
-    """A message's content as text: a string, null, or a list of text parts."""
+    """A message's content as text: a string, null, or a list of text parts (image_url
+    parts are checked here and left out: `genai.serve.images` renders them)."""
     if value is None or isinstance(value, str):
         return value
     if not isinstance(value, list):
         raise ValueError("content must be a string, null or a list of text parts")
     parts = []
     for part in value:
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            image_url = part.get("image_url")
+            url = image_url.get("url") if isinstance(image_url, dict) else image_url
+            if not isinstance(url, str):
+                raise ValueError("an image_url content part needs a string image_url.url")
+            continue
         if not isinstance(part, dict) or part.get("type") != "text":
             raise ValueError(
-                "only text content parts ({'type': 'text', 'text': ...}) are supported"
+                "only text and image_url content parts ({'type': 'text', 'text': ...}, "
+                "{'type': 'image_url', 'image_url': {'url': ...}}) are supported"
             )
         if not isinstance(part.get("text"), str):
             raise ValueError("a text content part needs a string 'text'")
@@ -356,11 +364,12 @@ class ChatMessage(BaseModel):
             raise ValueError("a tool message needs the tool_call_id it answers")
         return self
 
-    def for_template(self) -> dict[str, Any]:
-        """The message as the chat template takes it (content parts joined)."""
+    def for_template(self, content: str | None = None) -> dict[str, Any]:
+        """The message as the chat template takes it (content parts joined, or ``content``:
+        the text with image tags `genai.serve.images` renders)."""
         out: dict[str, Any] = {
             "role": "system" if self.role == "developer" else self.role,
-            "content": _content_text(self.content) or "",
+            "content": content if content is not None else _content_text(self.content) or "",
         }
         if self.name:
             out["name"] = self.name

@@ -102,6 +102,10 @@ class GenerationRequest:
     logit_bias: dict[int, float] = field(default_factory=dict)
     #: Custom stages of the logits chain (`genai.generation.logits.LogitsProcessor`).
     logits_processors: Sequence[ProcessorLike] = ()
+    #: A multimodal prompt: the processor's `NamedTensors` (images and ``input_ids``;
+    #: ``prompt`` holds the same ids). It goes in whole, in one prefill chunk, through the
+    #: runner's ``prefill_inputs``, and is never taken from or put in the prefix cache.
+    inputs: Any = None
 
 
 @dataclass
@@ -735,6 +739,11 @@ class Scheduler:
         for seq in newcomers:
             if budget <= 0:
                 break
+            if seq.request.inputs is not None:  # images: the whole prompt in one run
+                seq.looked_up = True
+                plan.append((seq, len(seq.pending)))
+                budget -= len(seq.pending)
+                continue
             if not seq.looked_up:
                 self._reuse_prefix(seq)
             filled = int(self.runner.lengths[seq.slot])
@@ -757,7 +766,7 @@ class Scheduler:
             seq.prefilling = False
             if seq.finished is not None:
                 continue
-            if self.prefix_cache is not None and seq.generated == 0:
+            if self.prefix_cache is not None and seq.generated == 0 and seq.request.inputs is None:
                 self._remember_prefix(seq)
             self._choose_safely(seq, last.reshape(1, -1))
 
@@ -766,7 +775,10 @@ class Scheduler:
         (copies). May run on the pool thread: touches only the planned sequences."""
         done = []
         for seq, count in plan:
-            logits = self.runner.prefill(seq.slot, seq.pending[:count])
+            if seq.request.inputs is not None:
+                logits = self.runner.prefill_inputs(seq.slot, seq.request.inputs)
+            else:
+                logits = self.runner.prefill(seq.slot, seq.pending[:count])
             seq.pending = seq.pending[count:]
             if not len(seq.pending):
                 done.append((seq, logits.copy()))
