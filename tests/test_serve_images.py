@@ -187,3 +187,13 @@ def test_a_text_model_refuses_image_parts(fixture_folders) -> None:
         reply = chat(server, [part])
     assert reply.status_code == 400
     assert "takes no images" in reply.json()["error"]["message"]
+
+
+def test_several_choices_of_an_image_prompt(served) -> None:
+    """n = 2 greedy choices: both generators take the request's image inputs."""
+    _, _, server = served
+    content = [{"type": "image_url", "image_url": {"url": data_url(png_bytes(8))}}]
+    whole = chat(server, content).json()["choices"][0]["message"]["content"]
+    reply = chat(server, content, n=2)
+    assert reply.status_code == 200, reply.text
+    assert [c["message"]["content"] for c in reply.json()["choices"]] == [whole, whole]
