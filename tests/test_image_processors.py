@@ -14,6 +14,8 @@ raise clear errors with bounded memory.
 from __future__ import annotations
 
 import io
+import json
+import shutil
 import struct
 import subprocess
 import sys
@@ -25,7 +27,12 @@ import numpy as np
 import pytest
 
 import genai
-from genai.errors import ArgumentTypeError, InvalidArgumentError
+from genai.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    InvalidArgumentError,
+    UnsupportedFeatureError,
+)
 from genai.multimodal import images as images_module
 from genai.multimodal.images import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE
 from genai.multimodal.vision_phi3 import Phi3VisionProcessor
@@ -442,3 +449,40 @@ def _bomb_jpeg_size(width: int, height: int) -> bytes:
     sof = data.index(b"\xff\xc0")
     data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
     return bytes(data)
+
+
+# -- processor configs -----------------------------------------------------------------------
+
+
+def _copy_with_transforms(folder: Path, target: Path, keep) -> Path:
+    shutil.copytree(folder, target)
+    config = json.loads((target / "processor_config.json").read_text())
+    transforms = config["processor"]["transforms"]
+    config["processor"]["transforms"] = [t for t in transforms if keep(t["operation"]["type"])]
+    (target / "processor_config.json").write_text(json.dumps(config))
+    return target
+
+
+def test_a_qwen_config_without_patching_matches_the_reference(folders, files, tmp_path) -> None:
+    """Without PatchImage the processor patches the one HWC image itself, as the reference."""
+    folder = _copy_with_transforms(
+        folders["qwen2_5_vl"], tmp_path / "nopatch", lambda kind: kind != "PatchImage"
+    )
+    text = prompt("qwen2_5_vl", 1)
+    expected = og.Model(str(folder)).create_multimodal_processor()(
+        text, images=og.Images.open(files["rgb_odd.png"])
+    )
+    ours = genai.Model(folder).create_multimodal_processor()
+    assert_same_inputs(ours(text, images=genai.Images.open(files["rgb_odd.png"])), expected)
+
+
+def test_config_errors_name_the_problem(folders, tmp_path) -> None:
+    folder = _copy_with_transforms(folders["gemma3"], tmp_path / "odd", lambda kind: True)
+    config = json.loads((folder / "processor_config.json").read_text())
+    config["processor"]["transforms"].append({"operation": {"type": "Mystery"}})
+    (folder / "processor_config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedFeatureError, match="'Mystery' is not supported"):
+        genai.Model(folder).create_multimodal_processor()
+    (folder / "processor_config.json").unlink()
+    with pytest.raises(ConfigError, match="processor config not found"):
+        genai.Model(folder).create_multimodal_processor()
