@@ -12,8 +12,8 @@ puts it). The clip is espeak-ng speech of thirteen sentences at 16 kHz in two 30
 greedily with ``<|startoftranscript|><|notimestamps|>`` (faster-whisper: beam_size 1, no
 timestamps, no conditioning on previous text, no VAD), features included. faster-whisper runs
 in a child interpreter (``--faster-whisper-python``, a venv with ``pip install faster-whisper``;
-it is not a dependency of genai); it is skipped when none is given. Rounds alternate between
-the engines; the table shows medians.
+it is not a dependency of genai) that transcribes when told, so its rounds alternate with the
+others'; it is skipped when none is given. The table shows medians.
 """
 
 from __future__ import annotations
@@ -46,20 +46,18 @@ _FASTER_WHISPER = """
 import json, sys, time, wave
 import numpy as np
 from faster_whisper import WhisperModel
-model_dir, wav, threads, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+model_dir, wav, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
 model = WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=threads,
                      num_workers=1)
 with wave.open(wav) as w:
     audio = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768.0
-times, text = [], ""
-for _ in range(rounds):
+for _ in sys.stdin:  # one transcription per line read: the parent interleaves the rounds
     t = time.perf_counter()
     segments, _ = model.transcribe(audio, language="en", beam_size=1, temperature=0.0,
                                    without_timestamps=True, condition_on_previous_text=False,
                                    vad_filter=False)
     text = " ".join(s.text.strip() for s in segments)
-    times.append(time.perf_counter() - t)
-print(json.dumps({"times": times, "text": text}))
+    print(json.dumps({"seconds": time.perf_counter() - t, "text": text}), flush=True)
 """
 
 
@@ -115,15 +113,9 @@ def main() -> None:
         runs[f"reference {precision}"] = (og, load(og, folder, args.threads))
     times: dict[str, list[float]] = {name: [] for name in runs}
     texts: dict[str, str] = {}
-    for engine, model in runs.values():  # warm-up (first-run allocations, page-in)
-        transcribe_windows(engine, model, windows[:1])
-    for _ in range(args.rounds):
-        for name, (engine, model) in runs.items():
-            elapsed, texts[name] = transcribe_windows(engine, model, windows)
-            times[name].append(elapsed)
-
+    child = None
     if args.faster_whisper_python:
-        out = subprocess.run(
+        child = subprocess.Popen(
             [
                 str(args.faster_whisper_python),
                 "-c",
@@ -131,15 +123,38 @@ def main() -> None:
                 str(args.model),
                 str(wav),
                 str(args.threads),
-                str(args.rounds + 1),
             ],
-            capture_output=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             text=True,
-            check=True,
         )
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        times["faster-whisper int8"] = result["times"][1:]  # the first round warms up
-        texts["faster-whisper int8"] = result["text"]
+        times["faster-whisper int8"] = []
+
+    def faster_whisper() -> tuple[float, str]:
+        assert child is not None and child.stdin is not None and child.stdout is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        line = child.stdout.readline()
+        if not line:
+            sys.exit("the faster-whisper child failed (see its error above)")
+        result = json.loads(line)
+        return result["seconds"], result["text"]
+
+    for engine, model in runs.values():  # warm-up (first-run allocations, page-in)
+        transcribe_windows(engine, model, windows[:1])
+    if child:
+        faster_whisper()
+    for _ in range(args.rounds):  # rounds alternate between the engines
+        for name, (engine, model) in runs.items():
+            elapsed, texts[name] = transcribe_windows(engine, model, windows)
+            times[name].append(elapsed)
+        if child:
+            elapsed, texts["faster-whisper int8"] = faster_whisper()
+            times["faster-whisper int8"].append(elapsed)
+    if child:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
 
     fw = statistics.median(times["faster-whisper int8"]) if "faster-whisper int8" in times else None
     print(f"\ntiny.en, {seconds:.0f} s clip, {args.threads} thread(s), median of {args.rounds}")
