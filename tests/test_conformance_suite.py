@@ -328,3 +328,35 @@ def test_cli_conformance_fails_for_an_unknown_provider(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "no installed plugin provides it" in proc.stdout
+
+
+def test_xfails_file_marks_listed_tests_with_the_line_reason(
+    pytester: pytest.Pytester, monkeypatch
+) -> None:
+    pytester.makepyfile(
+        broken_providers=BROKEN_PLUGIN,
+        test_listed="""
+from genai.testing.conformance import SessionCreationTests
+
+class TestNoSession(SessionCreationTests):
+    provider_name = "fake-no-session"
+""",
+    )
+    pytester.makeconftest(BROKEN_CONFTEST)
+    xfails = pytester.path / "known.xfails"
+    xfails.write_text("# known failures\ntest_session_creation  # no such EP here\n")
+    pythonpath = [str(pytester.path), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in pythonpath if p))
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv(plugins.ENV_DISABLE_AUTOLOAD, "1")
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(
+        "-p", "genai.testing.conformance.plugin", "--genai-report", str(report),
+        "--genai-xfails", str(xfails), "-q",
+    )  # fmt: skip
+    by_test = {r["test"]: r for r in json.loads(report.read_text())["results"]}
+    listed = by_test["test_session_creation"]
+    assert listed["outcome"] == "xfail"
+    assert listed["reason"] == f"listed in {xfails}: no such EP here"
+    assert by_test["test_provider_is_available"]["outcome"] == "pass"
+    assert result.ret == 0

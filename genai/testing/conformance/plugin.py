@@ -9,7 +9,8 @@ Options:
 ``--genai-model DIR``
     A model folder to test with instead of the tiny models the suite writes.
 ``--genai-xfails FILE``
-    Test names (function names or node-id suffixes), one a line, ``#`` comments: marked xfail.
+    Test names (function names or node-id suffixes), one a line, ``#`` comments: marked xfail
+    (a comment on the name's line is the reason shown).
 ``--genai-report FILE.json``
     Write every conformance result (and the provider's description) as JSON.
 
@@ -76,17 +77,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     path = config.getoption("genai_xfails", None)
     if not path:
         return
-    names = []
+    names: dict[str, str] = {}  # name -> reason (the comment on its line, if any)
     for line in Path(path).read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            names.append(line)
+        name, _, comment = line.partition("#")
+        if name.strip():
+            names[name.strip()] = comment.strip()
     for item in items:
         if not _is_conformance(item):
             continue
         base = getattr(item, "originalname", item.name)
-        if any(n in (base, item.name) or item.nodeid.endswith(n) for n in names):
-            item.add_marker(pytest.mark.xfail(reason=f"listed in {path}", strict=False))
+        for n, why in names.items():
+            if n in (base, item.name) or item.nodeid.endswith(n):
+                reason = f"listed in {path}" + (f": {why}" if why else "")
+                item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
+                break
 
 
 def _area(item: pytest.Item) -> str:
