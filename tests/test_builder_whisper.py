@@ -526,3 +526,19 @@ def test_hf_config_errors(tmp_path: Path) -> None:
     (hf / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(BuildError, match="d_model"):
         build(hf, tmp_path / "out", precision="fp32")
+
+
+def test_genai_build_command_on_a_whisper_folder(tmp_path: Path, capsys) -> None:
+    import argparse
+
+    from genai.builder import cli
+
+    hf = write_whisper_hf_checkpoint(tmp_path / "hf")
+    parser = argparse.ArgumentParser(prog="genai")
+    cli.add_build_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["build", str(hf), "-o", str(tmp_path / "out"), "--precision", "int8"])
+    assert args.handler(args) == 0
+    err = capsys.readouterr().err
+    assert "encoder" in err and "decoder" in err and "built" in err
+    config = json.loads((tmp_path / "out" / "genai_config.json").read_text())
+    assert config["model"]["type"] == "whisper"
