@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import missing_in_ci
 
 import genai
 from genai.builder import build
@@ -29,6 +28,7 @@ from genai.testing.whisper import (
     speech_clip,
     write_wav,
 )
+from tests.conftest import missing_in_ci
 
 og = pytest.importorskip("onnxruntime_genai")
 
