@@ -215,6 +215,12 @@ class ServeEngine:
             ImageInputs.for_model(model) if getattr(model, "vision", None) is not None else None
         )
 
+    @property
+    def accepts_images(self) -> bool:
+        """Whether the served model takes image parts: its multimodal processor is an image
+        processor (`ImageInputs.for_model`); the chat page then offers an image upload."""
+        return self.images is not None
+
     @classmethod
     def from_path(
         cls, path: str | Path, *, threads: int | None = None, **options: Any
@@ -518,7 +524,7 @@ def create_app(
     add_transcription_route(v1, lambda: engine.speech, engine.model_name)
     app.include_router(v1)
     if webui:
-        mount_webui(app, engine, api_key_required=key is not None)
+        mount_webui(app, engine, api_key_required=key is not None, max_body_bytes=max_body_bytes)
     return app
 
 

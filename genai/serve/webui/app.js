@@ -14,7 +14,7 @@
   };
 
   const state = {
-    config: { api_key_required: false, vision: false },
+    config: { api_key_required: false, accepts_images: false },
     key: sessionStorage.getItem(KEY_STORE) || "",
     model: null,
     history: [], // {role, content} as sent to the API
@@ -287,7 +287,7 @@
     } catch (e) {
       /* an older server: no config, no key asked up front */
     }
-    $("attach").hidden = !state.config.vision;
+    $("attach").hidden = !state.config.accepts_images;
     if (state.config.api_key_required && !state.key) askForKey("", () => loadModel());
     else await loadModel();
   }
