@@ -1,17 +1,22 @@
 """The chat page of `genai serve`, in a real browser: Debian's headless Chromium driven by
 Selenium through Debian's chromedriver (nothing downloads a browser), against `genai serve` on
-the real default model. CI installs both packages (.ci/run); elsewhere these tests skip
-without them."""
+the real default model, and on a tiny Phi-3 Vision folder (`genai.testing.vision`) for images:
+an image picked or pasted on the page gets the reference engine's greedy reply to that image
+and prompt (its MultiModalProcessor on the same folder). CI installs both packages (.ci/run);
+elsewhere these tests skip without them."""
 
 from __future__ import annotations
 
+import base64
 import fnmatch
+import io
 import json
 import re
 import shutil
 import time
 
 import httpx
+import numpy as np
 import pytest
 
 from tests.conftest import ROOT, missing_in_ci
@@ -119,6 +124,9 @@ def test_a_question_gets_a_streamed_answer(browser, default_model_path):
         open_page(browser, url)
         wait_for(lambda: browser.find_element("id", "model").text, what="the model's id")
         assert browser.find_element("id", "model").text == default_model_path.name
+        # a text model: no image upload (the server says it takes no images)
+        assert httpx.get(url + "/webui/config.json").json()["accepts_images"] is False
+        assert not browser.find_element("id", "attach").is_displayed()
         greedy_settings(browser)
         ask(browser, QUESTION)
         reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="a reply")
@@ -226,3 +234,179 @@ def test_the_page_files_are_package_data():
     assert files
     for name in files:
         assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), name
+
+
+# --- images on a vision-language model ------------------------------------------------------------
+IMAGE_QUESTION = "What is in this picture?"
+IMAGE_TOKENS = 8
+#: the phi3v server's body limit: the small test pictures fit, the noisy one does not
+BODY_LIMIT = 200_000
+
+
+def png(pixels: np.ndarray) -> bytes:
+    Image = pytest.importorskip("PIL.Image")
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def gradient(height: int, width: int, channel: int) -> bytes:
+    pixels = np.zeros((height, width, 3), np.uint8)
+    pixels[..., channel] = np.linspace(0, 255, width, dtype=np.float32).astype(np.uint8)[None]
+    return png(pixels)
+
+
+def image_reply(folder, image: bytes | None) -> str:
+    """The reference's greedy reply to IMAGE_QUESTION after ``image`` (phi3v's tag first, as
+    the page sends the image part before the text), through its MultiModalProcessor."""
+    model = og.Model(str(folder))
+    tokenizer = og.Tokenizer(model)
+    text = ("<|image_1|>\n" if image is not None else "") + IMAGE_QUESTION
+    messages = json.dumps([{"role": "user", "content": text}])
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    images = og.Images.open_bytes(image) if image is not None else None
+    inputs = model.create_multimodal_processor()(prompt, images=images)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=inputs["input_ids"].shape()[1] + IMAGE_TOKENS)
+    generator = og.Generator(model, params)
+    generator.set_inputs(inputs)
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokenizer.decode(np.asarray(tokens, np.int32))
+
+
+def words(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def vision_server(tmp_path_factory):
+    """`genai serve` on a tiny random Phi-3 Vision folder: (url, folder)."""
+    from genai.testing.vision import write_phi3v
+
+    folder = write_phi3v(tmp_path_factory.mktemp("webui_vlm"))
+    with serve_command(folder, "--max-body-bytes", str(BODY_LIMIT)) as (url, _):
+        yield url, folder
+
+
+def open_vision_page(browser, url):
+    open_page(browser, url)
+    wait_for(lambda: browser.find_element("id", "model").text, what="the model's id")
+    wait_for(lambda: browser.find_element("id", "attach").is_displayed(), what="the image button")
+    greedy_settings(browser, max_tokens=IMAGE_TOKENS)
+
+
+def attachments(browser):
+    """The thumbnails waiting to be sent: their natural widths (0: the image did not load)."""
+    return js(
+        browser,
+        "return Array.from(document.querySelectorAll('#attachments img'), i => i.naturalWidth);",
+    )
+
+
+def user_images(browser):
+    """The natural sizes of the last user message's thumbnails and their URLs' schemes."""
+    return js(
+        browser,
+        """const boxes = document.querySelectorAll('.message.user');
+        const box = boxes[boxes.length - 1];
+        return Array.from(box.querySelectorAll('img'),
+                          i => [i.naturalWidth, i.naturalHeight, i.src.slice(0, 22)]);""",
+    )
+
+
+def paste(browser, data: bytes, name: str, mime: str = "image/png") -> None:
+    js(
+        browser,
+        """const bytes = Uint8Array.from(atob(arguments[0]), c => c.charCodeAt(0));
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], arguments[1], {type: arguments[2]}));
+        document.getElementById('prompt').dispatchEvent(new ClipboardEvent('paste',
+            {clipboardData: transfer, bubbles: true, cancelable: true}));""",
+        base64.b64encode(data).decode(),
+        name,
+        mime,
+    )
+
+
+def test_a_picked_image_gets_the_reference_reply(browser, vision_server, tmp_path):
+    url, folder = vision_server
+    picture = gradient(300, 200, 2)
+    expected = image_reply(folder, picture)
+    # the image decides the reply: without it, or with another one, the reference differs
+    assert words(expected) != words(image_reply(folder, None))
+    assert words(expected) != words(image_reply(folder, gradient(60, 80, 0)))
+    assert httpx.get(url + "/webui/config.json").json()["accepts_images"] is True
+    path = tmp_path / "gradient.png"
+    path.write_bytes(picture)
+    open_vision_page(browser, url)
+    browser.find_element("id", "image-input").send_keys(str(path))
+    assert wait_for(lambda: attachments(browser), what="the thumbnail") == [200]
+    ask(browser, IMAGE_QUESTION)
+    reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="a reply")
+    assert reply["outcome"] == "done", reply["stats"]
+    assert words(reply["text"]) == words(expected)
+    # the user's message shows the image it sent (a data: URL the page's CSP lets load)
+    assert user_images(browser) == [[200, 300, "data:image/png;base64,"]]
+    assert attachments(browser) == []
+
+
+def test_a_pasted_image_gets_the_reference_reply(browser, vision_server):
+    url, folder = vision_server
+    picture = gradient(90, 150, 1)
+    expected = image_reply(folder, picture)
+    open_vision_page(browser, url)
+    paste(browser, picture, "pasted.png")
+    assert wait_for(lambda: attachments(browser), what="the thumbnail") == [150]
+    ask(browser, IMAGE_QUESTION)
+    reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="a reply")
+    assert reply["outcome"] == "done", reply["stats"]
+    assert words(reply["text"]) == words(expected)
+    assert user_images(browser) == [[150, 90, "data:image/png;base64,"]]
+
+
+def count_chat_posts(browser) -> None:
+    """Count the page's requests to /v1/chat/completions from now on (``window.chatPosts``)."""
+    js(
+        browser,
+        """window.chatPosts = 0;
+        const original = window.fetch;
+        window.fetch = (resource, ...rest) => {
+            if (String(resource).includes('chat/completions')) window.chatPosts += 1;
+            return original(resource, ...rest);
+        };""",
+    )
+
+
+def test_images_the_server_would_refuse_are_refused_on_the_page(browser, vision_server):
+    url, _ = vision_server
+    open_vision_page(browser, url)
+    error = browser.find_element("id", "image-error")
+    count_chat_posts(browser)
+    # not PNG or JPEG (a GIF header), whatever its name and declared type say
+    paste(browser, b"GIF89a" + bytes(64), "cat.png")
+    wait_for(lambda: error.is_displayed() and error.text, what="the refusal")
+    assert "not a PNG or JPEG" in error.text and "cat.png" in error.text
+    assert attachments(browser) == []
+    # a PNG the decoder takes, but too large for this server's request body limit: kept on the
+    # page with the message, nothing sent
+    noise = png(np.random.default_rng(0).integers(0, 256, (300, 300, 3), dtype=np.uint8))
+    assert 0.75 * BODY_LIMIT < len(noise) < 20 << 20
+    paste(browser, noise, "noise.png")
+    wait_for(lambda: attachments(browser) == [300], what="the thumbnail")
+    assert not error.is_displayed()
+    ask(browser, IMAGE_QUESTION)
+    wait_for(lambda: "--max-body-bytes" in error.text, what="the refusal")
+    assert "195.3 KiB" in error.text  # the server's limit, as the page says it
+    assert browser.find_element("id", "prompt").get_attribute("value") == IMAGE_QUESTION
+    assert attachments(browser) == [300]
+    assert not browser.find_elements("css selector", ".message")
+    assert js(browser, "return window.chatPosts") == 0
+    # removing the image lets the question go
+    browser.find_element("css selector", "#attachments .remove").click()
+    assert attachments(browser) == []
+    ask(browser, IMAGE_QUESTION)
+    reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="a reply")
+    assert reply["outcome"] == "done" and js(browser, "return window.chatPosts") == 1

@@ -1,6 +1,8 @@
 // The genai chat page: streams replies from this server's /v1/chat/completions (the OpenAI
-// API any client uses), renders them as Markdown, stops them on request, and sends the API key
-// the user enters when the server has one. Written for genai (MIT like the package).
+// API any client uses), renders them as Markdown, stops them on request, sends the API key
+// the user enters when the server has one, and attaches images (file picker, paste, drop) for
+// a model that takes them, refusing those the server would refuse before anything is sent.
+// Written for genai (MIT like the package).
 "use strict";
 
 (function () {
@@ -14,11 +16,16 @@
   };
 
   const state = {
-    config: { api_key_required: false, accepts_images: false },
+    // /webui/config.json; the limits are genai's defaults until it answers
+    config: {
+      api_key_required: false, accepts_images: false, max_body_bytes: 4 << 20,
+      max_image_bytes: 20 << 20, max_images: 16, max_image_side: 16384,
+      max_image_pixels: 100000000, image_types: ["image/png", "image/jpeg"],
+    },
     key: sessionStorage.getItem(KEY_STORE) || "",
     model: null,
     history: [], // {role, content} as sent to the API
-    images: [], // data URLs attached to the next message (vision models)
+    images: [], // {url (a data: URL), name, bytes} attached to the next message
     controller: null,
     onKey: null, // what to retry once a key is entered
   };
@@ -110,11 +117,17 @@
     const box = document.createElement("div");
     box.className = "message " + role;
     box.dataset.role = role;
-    for (const url of images || []) {
-      const img = document.createElement("img");
-      img.src = url;
-      img.alt = "attached image";
-      box.appendChild(img);
+    if (images && images.length) {
+      const strip = document.createElement("div");
+      strip.className = "images";
+      for (const image of images) {
+        const img = document.createElement("img");
+        img.src = image.url;
+        img.alt = image.name || "attached image";
+        img.title = image.name || "";
+        strip.appendChild(img);
+      }
+      box.appendChild(strip);
     }
     const content = document.createElement("div");
     content.className = "content";
@@ -145,27 +158,18 @@
 
   function userContent(text, images) {
     if (!images.length) return text;
-    // OpenAI's content parts: what vision-language serving reads.
-    return [{ type: "text", text }, ...images.map((url) => ({ type: "image_url", image_url: { url } }))];
+    // OpenAI's content parts, the images first (each becomes the model's image tag, in order),
+    // as data: URLs: what vision-language serving reads.
+    const parts = images.map((image) => ({ type: "image_url", image_url: { url: image.url } }));
+    if (text) parts.push({ type: "text", text });
+    return parts;
   }
 
-  // --- one reply --------------------------------------------------------------------------------
-  async function send(text) {
-    const images = state.images.splice(0);
-    renderAttachments();
-    state.history.push({ role: "user", content: userContent(text, images) });
-    const userBox = addMessage("user", text, images);
-    await reply(userBox);
-  }
-
-  async function reply(userBox) {
-    const box = addMessage("assistant", "");
-    const content = box.querySelector(".content");
-    content.classList.add("cursor");
+  function requestBody(history) {
     const messages = [];
     const system = $("system").value.trim();
     if (system) messages.push({ role: "system", content: system });
-    messages.push(...state.history);
+    messages.push(...history);
     const body = {
       messages,
       stream: true,
@@ -173,6 +177,37 @@
       ...samplingOptions(),
     };
     if (state.model) body.model = state.model;
+    return body;
+  }
+
+  // --- one reply --------------------------------------------------------------------------------
+  // Sends ``text`` with the attached images; false (nothing sent, the message kept in the
+  // composer) when the request would be larger than the server takes.
+  function send(text) {
+    const message = { role: "user", content: userContent(text, state.images) };
+    const size = new Blob([JSON.stringify(requestBody([...state.history, message]))]).size;
+    if (size > state.config.max_body_bytes) {
+      showImageError(
+        `This message and the conversation's images make a ${formatBytes(size)} request; the ` +
+          `server takes at most ${formatBytes(state.config.max_body_bytes)} ` +
+          "(genai serve --max-body-bytes). Remove an image or start a new chat."
+      );
+      return false;
+    }
+    const images = state.images.splice(0);
+    renderAttachments();
+    showImageError("");
+    state.history.push(message);
+    const userBox = addMessage("user", text, images);
+    reply(userBox);
+    return true;
+  }
+
+  async function reply(userBox) {
+    const box = addMessage("assistant", "");
+    const content = box.querySelector(".content");
+    content.classList.add("cursor");
+    const body = requestBody(state.history);
     const controller = new AbortController();
     state.controller = controller;
     setBusy(true);
@@ -256,26 +291,124 @@
     setStats(box, parts.join(" · "));
   }
 
-  // --- images (vision models) -------------------------------------------------------------------
+  // --- images (models that take them) -----------------------------------------------------------
+  function formatBytes(n) {
+    if (n >= 1 << 20) return `${(n / (1 << 20)).toFixed(1)} MiB`;
+    if (n >= 1 << 10) return `${(n / (1 << 10)).toFixed(1)} KiB`;
+    return `${n} bytes`;
+  }
+
+  function showImageError(message) {
+    $("image-error").textContent = message;
+    $("image-error").hidden = !message;
+  }
+
   function renderAttachments() {
     const holder = $("attachments");
     holder.replaceChildren();
-    for (const url of state.images) {
+    state.images.forEach((image, index) => {
+      const item = document.createElement("span");
+      item.className = "attachment";
       const img = document.createElement("img");
-      img.src = url;
-      img.alt = "image to send";
-      holder.appendChild(img);
-    }
+      img.src = image.url;
+      img.alt = image.name;
+      img.title = `${image.name} (${formatBytes(image.bytes)})`;
+      const remove = document.createElement("button");
+      remove.type = "button";
+      remove.className = "remove";
+      remove.textContent = "×";
+      remove.title = "remove " + image.name;
+      remove.setAttribute("aria-label", "remove " + image.name);
+      remove.addEventListener("click", () => {
+        state.images.splice(index, 1);
+        renderAttachments();
+      });
+      item.append(img, remove);
+      holder.appendChild(item);
+    });
     holder.hidden = state.images.length === 0;
   }
 
-  function readImage(file) {
+  function readAs(file, how) {
     return new Promise((resolve, reject) => {
       const reader = new FileReader();
       reader.onload = () => resolve(reader.result);
       reader.onerror = () => reject(reader.error);
-      reader.readAsDataURL(file);
+      if (how === "url") reader.readAsDataURL(file);
+      else reader.readAsArrayBuffer(file);
     });
+  }
+
+  // The file's type from its first bytes, as the server's decoder tells PNG from JPEG.
+  function sniffType(head) {
+    const b = new Uint8Array(head);
+    const png = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
+    if (b.length >= 8 && png.every((v, i) => b[i] === v)) return "image/png";
+    if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return "image/jpeg";
+    return null;
+  }
+
+  function imageSize(url) {
+    return new Promise((resolve) => {
+      const img = new Image();
+      img.onload = () => resolve({ width: img.naturalWidth, height: img.naturalHeight });
+      img.onerror = () => resolve(null);
+      img.src = url;
+    });
+  }
+
+  function imagesInConversation() {
+    let count = 0;
+    for (const message of state.history) {
+      if (Array.isArray(message.content)) {
+        count += message.content.filter((part) => part.type === "image_url").length;
+      }
+    }
+    return count;
+  }
+
+  // Why the server would refuse ``file`` (a message for the user), or its attachment.
+  async function checkImage(file) {
+    const c = state.config;
+    const name = file.name || "the pasted image";
+    if (imagesInConversation() + state.images.length >= c.max_images) {
+      return `"${name}" not attached: the server takes at most ${c.max_images} images per ` +
+        "request, and every image of the conversation is sent again. Start a new chat.";
+    }
+    if (file.size > c.max_image_bytes) {
+      return `"${name}" is ${formatBytes(file.size)}; the server takes images up to ` +
+        `${formatBytes(c.max_image_bytes)}.`;
+    }
+    const type = sniffType(await readAs(file.slice(0, 8), "buffer"));
+    if (!type || !c.image_types.includes(type)) {
+      return `"${name}" is not a PNG or JPEG file (the images the server reads).`;
+    }
+    const url = await readAs(file, "url");
+    const size = await imageSize(url);
+    if (!size) return `"${name}" could not be read as an image.`;
+    const { width, height } = size;
+    if (width > c.max_image_side || height > c.max_image_side || width * height > c.max_image_pixels) {
+      return `"${name}" is ${width}x${height} pixels; the server takes at most ` +
+        `${c.max_image_side} pixels a side and ${c.max_image_pixels.toLocaleString("en")} in all.`;
+    }
+    // the type the data URL says is what the file is
+    return { url: url.replace(/^data:[^;,]*/, "data:" + type), name, bytes: file.size };
+  }
+
+  async function attach(files) {
+    const errors = [];
+    for (const file of files) {
+      const checked = await checkImage(file);
+      if (typeof checked === "string") errors.push(checked);
+      else state.images.push(checked);
+    }
+    showImageError(errors.join(" "));
+    renderAttachments();
+  }
+
+  function imageFiles(transfer) {
+    if (!transfer) return [];
+    return Array.from(transfer.files || []).filter((file) => file.type.startsWith("image/"));
   }
 
   // --- wiring -----------------------------------------------------------------------------------
@@ -283,7 +416,7 @@
     loadSettings();
     try {
       const response = await fetch("webui/config.json");
-      if (response.ok) state.config = await response.json();
+      if (response.ok) state.config = { ...state.config, ...(await response.json()) };
     } catch (e) {
       /* an older server: no config, no key asked up front */
     }
@@ -297,8 +430,7 @@
     if (state.controller) return;
     const text = $("prompt").value.trim();
     if (!text && !state.images.length) return;
-    $("prompt").value = "";
-    send(text);
+    if (send(text)) $("prompt").value = "";
   });
   $("prompt").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
@@ -312,6 +444,7 @@
   $("new-chat").addEventListener("click", () => {
     if (state.controller) state.controller.abort();
     state.history = [];
+    showImageError("");
     $("messages").replaceChildren();
     $("empty").hidden = false;
   });
@@ -344,9 +477,25 @@
   });
   $("key-dialog").addEventListener("cancel", (event) => event.preventDefault());
   $("image-input").addEventListener("change", async (event) => {
-    for (const file of event.target.files) state.images.push(await readImage(file));
+    const files = Array.from(event.target.files);
     event.target.value = "";
-    renderAttachments();
+    await attach(files);
+  });
+  // Pasted or dropped images (a pasted text stays the textarea's).
+  $("prompt").addEventListener("paste", (event) => {
+    const files = imageFiles(event.clipboardData);
+    if (!state.config.accepts_images || !files.length) return;
+    event.preventDefault();
+    attach(files);
+  });
+  $("composer").addEventListener("dragover", (event) => {
+    if (state.config.accepts_images) event.preventDefault();
+  });
+  $("composer").addEventListener("drop", (event) => {
+    const files = imageFiles(event.dataTransfer);
+    if (!state.config.accepts_images || !files.length) return;
+    event.preventDefault();
+    attach(files);
   });
 
   start();
