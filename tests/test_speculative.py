@@ -138,10 +138,6 @@ def test_controlled_model_matches_the_reference_tokens_trace_and_stats(tables, c
     skip = set()
     if spec.get("min_adaptive_k"):
         skip.add("effective_k")  # adapted by measured throughput
-    if spec.get("max_draft_tokens") == 1:
-        # at K=1 the reference runs each round's last token alone before the next round;
-        # genai folds it into the next round's verify run (one run fewer per round)
-        skip.add("target_forward_passes")
     stats = {k: v for k, v in got[2].items() if k not in skip}
     reference = {k: want[2][k] for k in stats}
     assert stats == pytest.approx(reference)
@@ -450,25 +446,43 @@ def test_gqa_logits_processor_sees_the_same_rows_as_plain_decoding(gqa):
     assert found[1] == found[0]
 
 
-def test_real_model_greedy_matches_the_references_ngram_decoding(reference_built_smollm2_path):
+REAL_PROMPTS = {
+    "repeat": "Repeat this passage:\n\nThe committee approved the new budget, which allocates "
+    "funds for road repairs, public libraries, and a community garden near the river.",
+    "chat": "Tell me a short story about a lighthouse keeper who finds a message in a bottle.",
+    "code-edit": "Rename the variable `total` to `amount` and return the function:\n\n"
+    "def price(items):\n    total = 0\n    for item in items:\n        total += item\n"
+    "    return total\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("task", "spec"),
+    [
+        ("repeat", {"ngram_size": 3, "max_draft_tokens": 4}),
+        ("chat", {"ngram_size": 3, "max_draft_tokens": 1}),
+        ("code-edit", {"ngram_size": 2, "max_draft_tokens": 8}),
+    ],
+    ids=["repeat-k4", "chat-k1", "code-k8"],
+)
+def test_real_model_tokens_and_stats_equal_the_references_ngram_decoding(
+    reference_built_smollm2_path, task, spec
+):
+    """On an int4 folder (int8 activations) the verify runs' numerics differ from one-token
+    steps in the last bits; genai runs the reference's run shapes, so its n-gram tokens and
+    round stats are the reference's n-gram ones."""
     folder = reference_built_smollm2_path
     tokenizer = og.Tokenizer(og.Model(str(folder)))
-    passage = (
-        "The committee approved the new budget, which allocates funds for road repairs, "
-        "public libraries, and a community garden near the river."
-    )
-    messages = json.dumps([{"role": "user", "content": f"Repeat this passage:\n\n{passage}"}])
+    messages = json.dumps([{"role": "user", "content": REAL_PROMPTS[task]}])
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     prompt = [int(t) for t in tokenizer.encode(text)]
-    spec = {"ngram_size": 3, "max_draft_tokens": 4}
-    max_length = len(prompt) + 48
-    plain = _run(og, folder, prompt, max_length)
+    max_length = len(prompt) + 64
     want = _run(og, folder, prompt, max_length, spec)
     got = _run(genai, folder, prompt, max_length, spec)
-    assert got[0] == plain[0] == want[0]
-    assert got[2]["rounds"] == want[2]["rounds"]
-    assert got[2]["draft_tokens_accepted"] == want[2]["draft_tokens_accepted"]
-    assert got[2]["target_forward_passes"] == want[2]["target_forward_passes"]
+    assert got[0] == want[0]
+    assert got[1] == want[1]
+    for key in ("rounds", "draft_tokens_accepted", "target_forward_passes", "ngram_lookup_hits"):
+        assert got[2][key] == want[2][key], key
 
 
 # --- sampling --------------------------------------------------------------------------------

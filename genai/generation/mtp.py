@@ -99,7 +99,8 @@ class MtpGenerator:
         counters = SpeculativeCounters()
         self._proposer = MtpProposer(mtp_model, gen, self._hidden_name, counters)
         options = SpeculativeOptions(max_draft_tokens=1)
-        gen._spec = SpeculativeDecoder(gen, options, self._proposer, counters)
+        gen._spec = decoder = SpeculativeDecoder(gen, options, self._proposer, counters)
+        decoder.fold_k1 = True  # [t, d] in one run, as the reference's MTP rounds
         self._primed = False
 
     def append_tokens(self, tokens: np.ndarray | list[int]) -> None:

@@ -96,6 +96,11 @@ class SpeculativeDecoder:
         #: the last step emitted a round's last token (its token is pending: a plain step
         #: runs it, what the reference counts as a re-anchoring target run)
         self._after_round = False
+        #: the last round's K
+        self._last_k = 0
+        #: verify a one-proposal round's last token with the next round's proposal (as the
+        #: reference's MtpGenerator); False: run it alone first (as its n-gram and draft rounds)
+        self.fold_k1 = False
 
     # --- what the generator asks ----------------------------------------------------------------
     @property
@@ -164,6 +169,19 @@ class SpeculativeDecoder:
             self._plain_step(after_round)
             self.cooldown.complete_step()
             return
+        if not loop.logits_ready and (not after_round or (self._last_k == 1 and not self.fold_k1)):
+            # As the reference: after a plain step (and after a round of one proposal) the
+            # pending token runs alone (what a plain step would run), and a round then
+            # verifies the proposals only; after a wider round the pending token is verified
+            # with the next proposals. The run shapes, and so the kernels' numerics, are the
+            # reference's: on int8-activation int4 graphs a one-token run and a wider one
+            # differ in the last bits, so the same shapes give the reference's tokens.
+            first = loop.computed
+            g._driver.run()
+            if after_round:
+                self.counters.target_reanchor_forward_passes += 1
+            if self._observe is not None:
+                self._observe(first)
         budget = self.adaptive.k
         room = g._stop_length - length
         # the verify run feeds the pending token(s) and the proposals
@@ -206,6 +224,7 @@ class SpeculativeDecoder:
         else:
             counters.correction_tokens += 1
         self._rows = rows
+        self._last_k = k
         self._emitted = 0
         self.visible = length
         self._round = {
