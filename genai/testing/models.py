@@ -30,9 +30,15 @@ steps) instead of looping on one token.
 
 Folders are written into ``out_dir / name``. The tokenizer is a SentencePiece-like BPE: ids 0, 1,
 2 are the special tokens ``<pad>``, ``<s>``, ``</s>``; id 3 is ``<unk>``; then ``▁`` (space),
-``a``-``z``, ``.,!?'`` and merges up to ``vocab_size``. Text made of those characters encodes and
-decodes identically in the reference and in ``tokenizers``; any other character encodes to id 3
-in ``tokenizers`` but to -1 in the reference.
+``a``-``z``, ``.,!?'`` and merges up to ``vocab_size``. Every merge joins the two pieces BPE splits
+its result into, so each vocabulary entry encodes to itself, and the pre-tokenizer is an explicit
+no-op (a ``Split`` on a string that never occurs), so the reference (onnxruntime-extensions) runs
+plain BPE over the whole text as ``tokenizers`` does instead of its Llama regex pre-split with a
+whole-word vocabulary lookup. Text made of those characters and the special tokens then encodes
+and decodes identically in the reference and in ``tokenizers`` (`genai.Tokenizer`) at every
+``vocab_size``. Any other character is outside the vocabulary: ``tokenizers`` encodes it to
+``<unk>`` (3), the reference to one -1 per UTF-8 byte (its BPE ignores ``unk_token``), so test
+prompts stay within the alphabet.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from typing import Literal
 import numpy as np
 import onnx
 from onnx import TensorProto
-from tokenizers import AddedToken, Tokenizer, decoders, normalizers
+from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers import models as tokenizer_models
 
 from genai.runtime.onnx_graph import MS_DOMAIN, GraphBuilder
@@ -76,6 +82,7 @@ _NP_ID_TYPES = {"int64": np.int64, "int32": np.int32}
 # Tokenizer pieces: ids 0..2 special, 3 unknown, then a character alphabet, then merges.
 _SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 _SPACE = "\u2581"  # SentencePiece's word-boundary marker
+_NO_SPLIT = "<!no-split!>"
 _ALPHABET = (_SPACE, *"abcdefghijklmnopqrstuvwxyz", *".,!?'")
 _MERGE_TARGETS = (
     "▁t", "he", "in", "er", "an", "▁a", "on", "re", "▁the", "at", "en", "nd", "ou", "▁s",
@@ -410,6 +417,22 @@ def _kv_shape(dims: _Dims, heads: int, seq: str) -> list[int | str]:
     return ["batch_size", heads, seq, dims.head_size]
 
 
+def _bpe_pieces(word: str, ranks: dict[tuple[str, str], int]) -> list[str]:
+    """BPE of ``word``: repeatedly merge the adjacent pair of lowest rank, leftmost first."""
+    pieces = list(word)
+    while len(pieces) > 1:
+        best: tuple[int, int] | None = None
+        for i in range(len(pieces) - 1):
+            rank = ranks.get((pieces[i], pieces[i + 1]))
+            if rank is not None and (best is None or rank < best[0]):
+                best = (rank, i)
+        if best is None:
+            break
+        i = best[1]
+        pieces[i : i + 2] = [pieces[i] + pieces[i + 1]]
+    return pieces
+
+
 def _build_tokenizer_vocab(vocab_size: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
     vocab: dict[str, int] = {}
     for token in (*_SPECIAL_TOKENS, *_ALPHABET):
@@ -434,17 +457,22 @@ def _build_tokenizer_vocab(vocab_size: int) -> tuple[dict[str, int], list[tuple[
                     yield word + letter
             frontier = grown
 
+    ranks: dict[tuple[str, str], int] = {}
     for target in candidates():
         if len(vocab) >= vocab_size:
             break
         if target in vocab:
             continue
-        for cut in range(len(target) - 1, 0, -1):
-            left, right = target[:cut], target[cut:]
-            if left in vocab and right in vocab:
-                merges.append((left, right))
-                vocab[target] = len(vocab)
-                break
+        # A target joins the vocabulary only through the merge of the two pieces the merges so
+        # far split it into, so that BPE of its text gives it back whole. A merge of any other
+        # split (say "▁i"+"n" where "i"+"n" ranks first) would leave it unreachable by BPE,
+        # yet the reference still emits it: its BPE looks each pre-tokenized word up in the
+        # vocabulary before merging, and the two engines would split that word differently.
+        pieces = _bpe_pieces(target, ranks)
+        if len(pieces) == 2:
+            ranks[(pieces[0], pieces[1])] = len(merges)
+            merges.append((pieces[0], pieces[1]))
+            vocab[target] = len(vocab)
     return vocab, merges
 
 
@@ -463,10 +491,17 @@ def _write_tokenizer(
     # No dummy-prefix space: with ``Prepend`` + ``Strip`` the reference's tokenizer and
     # ``tokenizers`` disagree on leading spaces; without them both encode and decode alike.
     tokenizer.normalizer = normalizers.Replace(" ", _SPACE)
+    # A Split on a string that never occurs: no pre-tokenization, and the reference reads it as
+    # such (without a pre_tokenizer it splits with Llama's regex and looks each piece up whole).
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(_NO_SPLIT, "isolated")
     tokenizer.decoder = decoders.Sequence([decoders.Replace(_SPACE, " "), decoders.Fuse()])
     tokenizer.add_special_tokens([AddedToken(t, special=True) for t in _SPECIAL_TOKENS[:3]])
     if tokenizer.get_vocab_size() != vocab_size:
         raise AssertionError("tokenizer vocabulary size mismatch")
+    words = [t for t in vocab if t not in _SPECIAL_TOKENS]
+    encoded = tokenizer.encode_batch([w.replace(_SPACE, " ") for w in words])
+    if any(e.ids != [vocab[w]] for w, e in zip(words, encoded, strict=True)):
+        raise AssertionError("a tokenizer vocabulary entry does not encode to itself")
     tokenizer.save(str(folder / "tokenizer.json"))
 
     id_to_token = {i: t for t, i in vocab.items()}
