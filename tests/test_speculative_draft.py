@@ -293,3 +293,34 @@ def test_sampling_with_a_draft_keeps_the_target_distribution(tmp_path):
         keep = want > 1e-6
         result = scipy_stats.chisquare(counts[step, keep], want[keep] / want[keep].sum() * draws)
         assert result.pvalue > 1e-3, (step, counts[step], want)
+
+
+# --- a draft chosen at run time (beyond the reference) ---------------------------------------
+
+
+def test_a_draft_set_at_run_time_gives_the_targets_plain_tokens(gqa_pairs):
+    prompt = [5, 9, 12, 3, 30]
+    plain = _run(og, gqa_pairs["target"], prompt, 44)
+    target = genai.Model(str(gqa_pairs["target"]))
+    draft_folder = gqa_pairs["small-draft"].parent / "draft"
+    params = genai.GeneratorParams(target)
+    params.set_search_options(max_length=44, repetition_penalty=1.0)
+    params.set_draft_model(genai.Model(str(draft_folder)))
+    params.set_speculative_options(max_draft_tokens=3)
+    gen = genai.Generator(target, params)
+    gen.append_tokens(np.array([prompt], np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    assert [int(t) for t in gen.get_sequence(0)] == plain[0]
+    stats = gen.get_speculative_stats()
+    assert stats["rounds"] > 0 and stats["draft_forward_passes"] >= stats["draft_tokens_proposed"]
+
+
+def test_a_run_time_draft_of_another_vocabulary_is_refused(gqa_pairs, tmp_path):
+    target = genai.Model(str(gqa_pairs["target"]))
+    other = genai.Model(str(write_gqa_decoder(tmp_path, vocab_size=40, name="other-vocab")))
+    params = genai.GeneratorParams(target)
+    with pytest.raises(genai.errors.ModelError, match="Target vocab: 48, Draft vocab: 40"):
+        params.set_draft_model(other)
+    params.set_draft_model(None)
+    assert params.draft_model is None

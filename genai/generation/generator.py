@@ -94,7 +94,7 @@ class Generator:
     def __init__(self, model: Model, params: GeneratorParams) -> None:
         self.model = model
         self.search = copy.deepcopy(params.search)
-        check_speculative(params.speculative, model.config, self.search)
+        check_speculative(params.speculative, model.config, self.search, params.draft_model)
         self.search.validate(model.config.context_length)
         io = self._io = model.io
         search = self.search
@@ -171,7 +171,9 @@ class Generator:
         self._init_python_stage(model, params)
         #: Speculative decoding (`GeneratorParams.set_speculative_options`), or None: rounds
         #: that verify several proposed tokens in one run, emitted one per step.
-        self._spec: SpeculativeDecoder | None = make_speculative(self, params.speculative)
+        self._spec: SpeculativeDecoder | None = make_speculative(
+            self, params.speculative, params.draft_model
+        )
 
     def _init_python_stage(self, model: Model, params: GeneratorParams) -> None:
         """State beyond the loop: finish tracking, guidance and stop strings."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai.constraints.guidance import check_guidance
-from genai.errors import ArgumentTypeError, InvalidArgumentError
+from genai.errors import ArgumentTypeError, InvalidArgumentError, ModelError
 from genai.generation.logits import ProcessorLike, check_processor
 from genai.generation.search import SearchOptions
 from genai.generation.speculative.options import SpeculativeOptions
@@ -37,6 +37,8 @@ class GeneratorParams:
         self.logits_processors: list[ProcessorLike] = []
         #: speculative decoding (`set_speculative_options`), from the model's section
         self.speculative = SpeculativeOptions.from_config(model.config)
+        #: a draft model chosen at run time (`set_draft_model`), or None
+        self.draft_model: Model | None = None
 
     def set_search_options(self, **options: Any) -> None:
         """Set search options by name (unknown names and wrong types raise).
@@ -60,6 +62,19 @@ class GeneratorParams:
     def get_speculative_options(self) -> dict[str, float | bool]:
         """All speculative options; numbers as floats, as the reference returns them."""
         return self.speculative.as_reference_dict()
+
+    def set_draft_model(self, draft: Model | None) -> None:
+        """Draft-model speculative decoding with ``draft`` (beyond the reference, which reads
+        the draft from the folder's ``model.draft``): a `Model` with this model's vocabulary
+        (e.g. a smaller model of the same family); the speculative options (``max_draft_tokens``
+        ...) apply. ``None`` clears it. Raises `ModelError` for another vocabulary."""
+        if draft is not None and draft.io.vocab_size != self.model.io.vocab_size:
+            raise ModelError(
+                "Target and draft logit dimensions don't match. Target vocab: "
+                f"{self.model.io.vocab_size}, Draft vocab: {draft.io.vocab_size}. Target and "
+                "draft must share the same vocabulary."
+            )
+        self.draft_model = draft
 
     def set_logit_bias(self, bias: dict[int, float]) -> None:
         """Add ``bias[id]`` to token ``id``'s logit every step (OpenAI's ``logit_bias``;

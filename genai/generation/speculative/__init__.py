@@ -46,21 +46,24 @@ def plain_stats() -> dict[str, Any]:
     return SpeculativeCounters().as_reference_dict()
 
 
-def check_speculative(options: SpeculativeOptions, config: Any, search: Any) -> None:
+def check_speculative(
+    options: SpeculativeOptions, config: Any, search: Any, draft: Any = None
+) -> None:
     """What the reference refuses before anything else when a generator is made: chained
     lookup without n-gram decoding, n-gram decoding with a draft model, batch > 1, beam
     search, several return sequences (``config``: the model's `Config`; ``search``: the
-    generator's `SearchOptions`)."""
+    generator's `SearchOptions`; ``draft``: a draft model chosen at run time, if any)."""
+    has_draft = draft is not None or config.get("model.draft") is not None
     if options.ngram_chained_lookup and not options.ngram:
         raise SpeculativeOptionError(
             "speculative.ngram_chained_lookup requires speculative.ngram_size to enable n-gram "
             "decoding."
         )
     if not options.ngram:
-        if config.get("model.draft") is not None:
+        if has_draft:
             _check_draft_search(search)
         return
-    if config.get("model.draft") is not None:
+    if has_draft:
         raise UnsupportedFeatureError(
             "N-gram decoding cannot be combined with draft-model speculative decoding."
         )
@@ -92,12 +95,16 @@ def _check_draft_search(search: Any) -> None:
         )
 
 
-def make_speculative(generator: Any, options: SpeculativeOptions) -> SpeculativeDecoder | None:
+def make_speculative(
+    generator: Any, options: SpeculativeOptions, draft: Any = None
+) -> SpeculativeDecoder | None:
     """The speculative decoder ``generator`` (a `genai.Generator`, its driver made) runs with
     ``options`` (checked by `check_speculative`), or None when they ask for none: n-gram
-    decoding (``ngram_size``) or a draft model (the model's ``model.draft``). Raises what the
-    reference raises for a model it cannot run, with its messages."""
-    draft = getattr(generator.model, "draft", None)
+    decoding (``ngram_size``) or a draft model (``draft``, chosen at run time, else the
+    model's ``model.draft``). Raises what the reference raises for a model it cannot run,
+    with its messages."""
+    if draft is None:
+        draft = getattr(generator.model, "draft", None)
     if not options.ngram and draft is None:
         return None
     counters = SpeculativeCounters()
