@@ -18,9 +18,10 @@ With ``all_logits=True`` ``logits`` is ``[batch, sequence, vocab]``.
 With ``prefill_int8=True`` (int4 only) the graph is one ``If`` on the run's token count
 (``Size(input_ids) > 1``): a run of one token (a decode step) takes the int4 branch, any larger
 run (a prompt, a batch of decode steps, speculative verification) the same decoder with the
-attention and gate/up linears as ``DynamicQuantizeMatMul`` over int8 per-column weights (7-bit
-range), whose int8 GEMM is ~3x faster than ``MatMulNBits`` at 8+ rows on CPUs; down_proj, the
-embedding and the lm_head stay int4. Both engines run such a folder unchanged.
+layers' linears as ``MatMulInteger`` over int8 per-column weights (7-bit range) and uint8
+activations quantized per token, whose int8 GEMM is 2-3x faster than ``MatMulNBits`` at 8+
+rows on CPUs; the embedding and the lm_head stay int4. Both engines run such a folder
+unchanged.
 
 Weights go to ``model.onnx.data`` as they are produced (one layer in memory at a time).
 """
@@ -127,10 +128,9 @@ class _Decoder:
         weight: np.ndarray,
         name: str,
         bias: np.ndarray | None = None,
-        int8_prefill: bool = True,
     ) -> str:
-        """``x @ weight.T (+ bias)``; ``weight`` is ``[out, in]``. ``int8_prefill``: with
-        ``prefill_int8``, also an int8 twin for the multi-token branch."""
+        """``x @ weight.T (+ bias)``; ``weight`` is ``[out, in]``. With ``prefill_int8``, an
+        int8 twin for the multi-token branch too (`per_token_matmul`)."""
         g = self.g
         n, k = weight.shape
         if self.precision == "int4" and k >= BLOCK:
@@ -147,24 +147,40 @@ class _Decoder:
                 block_size=BLOCK,
                 accuracy_level=4,
             )
-            if self.prefill_int8 and int8_prefill:  # the same output, int8, for 2+ tokens
+            if self.prefill_int8:  # the same output from int8 weights, for runs of 2+ tokens
                 self.decode_only.add(id(g.nodes[-1]))
+                first = len(g.nodes)
                 q8, scales8 = quantize_int8_columns(weight)
-                g.op(
-                    "DynamicQuantizeMatMul",
+                self.per_token_matmul(
                     x,
                     g.weight(f"{name}.weight_Q8", q8),
                     g.weight(f"{name}.weight_scales_Q8", scales8),
-                    out=y,
-                    domain=_MS,
+                    y,
                 )
-                self.prefill_only.add(id(g.nodes[-1]))
+                self.prefill_only.update(id(node) for node in g.nodes[first:])
         else:
             wt = np.ascontiguousarray(weight.T.astype(g.np_float))
             y = g.op("MatMul", x, g.weight(f"{name}.weight", wt))
         if bias is not None:
             y = g.op("Add", y, g.weight(f"{name}.bias", bias.astype(g.np_float)))
         return y
+
+    def per_token_matmul(self, x: str, q8: str, scales8: str, out: str) -> None:
+        """``out = x @ (q8 * scales8)`` with ``x`` quantized to uint8 per token (row):
+        ``scale = max|x_row| / 127``, ``xq = round(x / scale) + 128``, MatMulInteger with zero
+        point 128 (MLAS's u8 x s8 kernel), then both scales. A scale per token, not per
+        tensor (DynamicQuantizeMatMul, ~30 % faster): SmolLM2's down_proj inputs have outlier
+        tokens that one scale for the whole prompt crushes (its greedy text turned to
+        garbage); per token, every linear included, the prompt's logits are closer to fp32's
+        than the int4 graph's (benchmarks/prefill.py, docs/benchmarks.md)."""
+        g = self.g
+        top = g.op("ReduceMax", g.op("Abs", x), g.const([-1]), keepdims=1)
+        scale = g.op("Div", g.op("Max", top, g.fconst(1e-12)), g.fconst(127.0))
+        shifted = g.op("Add", g.op("Round", g.op("Div", x, scale)), g.fconst(128.0))
+        xq = g.op("Cast", shifted, to=TensorProto.UINT8)
+        acc = g.op("MatMulInteger", xq, q8, g.const(128, np.uint8))
+        y = g.op("Mul", g.op("Cast", acc, to=TensorProto.FLOAT), scale)
+        g.op("Mul", y, scales8, out=out)
 
     def norm_weight(self, array: np.ndarray, name: str) -> str:
         return self.g.weight(name, array.astype(self.g.np_float))
@@ -307,14 +323,8 @@ class _Decoder:
             normed, residual = self.skip_rms(residual, attn, ln2)
             gate = self.linear(normed, w["gate"], f"{p}.mlp.gate_proj")
             up = self.linear(normed, w["up"], f"{p}.mlp.up_proj")
-            # down_proj stays int4 in both branches: its input (activation * up) has outlier
-            # channels that DynamicQuantizeMatMul's one scale per tensor crushes (SmolLM2's
-            # greedy text turned to garbage); MatMulNBits quantizes activations per block.
             mlp = self.linear(
-                g.op("Mul", self.activation(gate), up),
-                w["down"],
-                f"{p}.mlp.down_proj",
-                int8_prefill=False,
+                g.op("Mul", self.activation(gate), up), w["down"], f"{p}.mlp.down_proj"
             )
             if s.sandwich_norm:
                 mlp = self.rms(mlp, self.norm_weight(w["post_ffn_norm"], f"{p}.post_ffn_norm"))
