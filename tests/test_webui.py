@@ -410,3 +410,53 @@ def test_images_the_server_would_refuse_are_refused_on_the_page(browser, vision_
     ask(browser, IMAGE_QUESTION)
     reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="a reply")
     assert reply["outcome"] == "done" and js(browser, "return window.chatPosts") == 1
+
+
+VISION_TAGS = {
+    "phi3v": "<|image_1|>\n",
+    "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
+    "gemma3": "<start_of_image>",
+}
+
+
+def reference_takes_images(folder, tag: str | None) -> bool:
+    """Whether the reference's multimodal processor for ``folder`` makes pixel values from an
+    image (``tag``: the prompt's image tag for its kind; None: no vision kind to try)."""
+    model = og.Model(str(folder))
+    try:
+        processor = model.create_multimodal_processor()
+    except Exception:  # a text model has no processor
+        return False
+    if tag is None:
+        return False
+    inputs = processor(tag + "hi", images=og.Images.open_bytes(gradient(40, 50, 0)))
+    return "pixel_values" in set(inputs.keys())
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl", "gemma3", "text", "whisper"])
+def test_the_page_is_told_whether_the_model_takes_images(kind, tmp_path, fixture_folders):
+    """/webui/config.json's ``accepts_images`` is what the model's processor can do (the
+    reference's on the same folder), and the limits are the server's."""
+    from fastapi.testclient import TestClient  # lazy: the serve extra
+
+    import genai
+    from genai.serve.app import ServeEngine, create_app
+    from genai.testing import vision
+    from genai.testing.whisper import write_whisper_fixture
+
+    if kind == "text":
+        folder = fixture_folders["gqa"]
+    elif kind == "whisper":
+        folder = write_whisper_fixture(tmp_path)
+    else:
+        folder = getattr(vision, f"write_{kind}")(tmp_path)
+    expected = reference_takes_images(folder, VISION_TAGS.get(kind))
+    assert expected is (kind in VISION_TAGS)
+    model = genai.Model(str(folder))
+    engine = ServeEngine(model, genai.Tokenizer(model), max_slots=2)
+    assert engine.accepts_images is expected
+    app = create_app(engine, manage_engine=False, max_body_bytes=123456)
+    config = TestClient(app).get("/webui/config.json").json()
+    assert config["accepts_images"] is expected
+    assert config["max_body_bytes"] == 123456
+    assert config["max_images"] == 16 and config["max_image_bytes"] == 20 << 20
