@@ -12,8 +12,10 @@ and x30 for the model's 30 layers.
 
 Variants: ``nbits-B-sym|asym-A`` MatMulNBits 4-bit, block B, with/without zero points,
 accuracy_level A (4: int8 activations; 1: fp32); ``b8-B-A`` MatMulNBits 8-bit; ``dq8``
-DynamicQuantizeMatMul over int8 per-column weights (what ``prefill_int8`` emits); ``du8`` the
-same over uint8 weights with zero points; ``fp32`` MatMul.
+DynamicQuantizeMatMul over int8 per-column weights (one activation scale per tensor); ``tok8``
+MatMulInteger over the same weights with uint8 activations scaled per token (what the builder's
+``prefill_int8`` emits); ``du8`` DynamicQuantizeMatMul over uint8 weights with zero points;
+``fp32`` MatMul.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ VARIANTS = [
     "b8-32-4",
     "b8-64-4",
     "dq8",
+    "tok8",
     "du8",
     "fp32",
 ]
@@ -122,6 +125,38 @@ def _linear(variant: str, name: str, x: str, w: np.ndarray) -> tuple[list, list]
             "DynamicQuantizeMatMul", [x, f"{name}_q", f"{name}_s", "", ""], [name], **ms
         )
         return [node], inits
+    if variant == "tok8":
+        scales = (np.abs(w).max(1) / 64).astype(np.float32)
+        q = np.clip(np.rint(w / scales[:, None]), -64, 64).astype(np.int8)
+        consts = {
+            "axes": np.array([-1], np.int64),
+            "eps": np.array(1e-12, np.float32),
+            "c127": np.array(127, np.float32),
+            "c128": np.array(128, np.float32),
+            "z128": np.array(128, np.uint8),
+        }
+        inits = [
+            numpy_helper.from_array(np.ascontiguousarray(q.T), f"{name}_q"),
+            numpy_helper.from_array(scales, f"{name}_s"),
+        ]
+        inits += [numpy_helper.from_array(v, f"{name}_{k}") for k, v in consts.items()]
+        c = {k: f"{name}_{k}" for k in consts}
+        t = [f"{name}_t{i}" for i in range(11)]
+        nodes = [
+            helper.make_node("Abs", [x], [t[0]]),
+            helper.make_node("ReduceMax", [t[0], c["axes"]], [t[1]], keepdims=1),
+            helper.make_node("Max", [t[1], c["eps"]], [t[2]]),
+            helper.make_node("Div", [t[2], c["c127"]], [t[3]]),
+            helper.make_node("Div", [x, t[3]], [t[4]]),
+            helper.make_node("Round", [t[4]], [t[5]]),
+            helper.make_node("Add", [t[5], c["c128"]], [t[6]]),
+            helper.make_node("Cast", [t[6]], [t[7]], to=TensorProto.UINT8),
+            helper.make_node("MatMulInteger", [t[7], f"{name}_q", c["z128"]], [t[8]]),
+            helper.make_node("Cast", [t[8]], [t[9]], to=TensorProto.FLOAT),
+            helper.make_node("Mul", [t[9], t[3]], [t[10]]),
+            helper.make_node("Mul", [t[10], f"{name}_s"], [name]),
+        ]
+        return nodes, inits
     if variant == "du8":
         lo, hi = np.minimum(w.min(1), 0), np.maximum(w.max(1), 0)
         scales = ((hi - lo) / 255).astype(np.float32)
