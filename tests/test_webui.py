@@ -412,6 +412,26 @@ def test_images_the_server_would_refuse_are_refused_on_the_page(browser, vision_
     assert reply["outcome"] == "done" and js(browser, "return window.chatPosts") == 1
 
 
+def test_a_refused_message_leaves_the_conversation(browser, vision_server):
+    """Four large images make a prompt longer than the folder's context: the server's 400 is
+    shown, and the next question goes without them (the reference's reply to it alone)."""
+    url, folder = vision_server
+    expected = image_reply(folder, None)
+    open_vision_page(browser, url)
+    for k in range(4):
+        paste(browser, gradient(1000, 1000, k % 3), f"big{k}.png")
+        wait_for(lambda k=k: len(attachments(browser)) == k + 1, what="the thumbnail")
+    ask(browser, IMAGE_QUESTION)
+    reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="the 400")
+    assert reply["outcome"] == "error"
+    assert "context" in reply["stats"] and "left out of the conversation" in reply["stats"]
+    ask(browser, IMAGE_QUESTION)
+    wait_for(lambda: len(browser.find_elements("css selector", ".message.assistant")) == 2)
+    reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="a reply")
+    assert reply["outcome"] == "done", reply["stats"]
+    assert words(reply["text"]) == words(expected)
+
+
 VISION_TAGS = {
     "phi3v": "<|image_1|>\n",
     "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",

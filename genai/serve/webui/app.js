@@ -199,6 +199,7 @@
     showImageError("");
     state.history.push(message);
     const userBox = addMessage("user", text, images);
+    userBox.message = message; // what the history holds for it
     reply(userBox);
     return true;
   }
@@ -217,6 +218,7 @@
     let first = null;
     const started = performance.now();
     let outcome = "done";
+    let refused = false; // the server refused the request (4xx): nothing was generated
     try {
       const response = await fetch("v1/chat/completions", {
         method: "POST",
@@ -232,7 +234,10 @@
         outcome = "auth";
         return;
       }
-      if (!response.ok) throw new Error(await errorMessage(response));
+      if (!response.ok) {
+        refused = response.status >= 400 && response.status < 500;
+        throw new Error(await errorMessage(response));
+      }
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
       let buffer = "";
@@ -269,7 +274,17 @@
       } else {
         outcome = "error";
         box.classList.add("error");
-        setStats(box, "error: " + error.message);
+        let note = "";
+        if (refused && userBox && userBox.message) {
+          // A refused message (a bad image, too long a prompt) leaves the conversation, so
+          // that the next one, sent with the history, is not refused for it again.
+          const at = state.history.indexOf(userBox.message);
+          if (at >= 0) state.history.splice(at, 1);
+          userBox.classList.add("refused");
+          userBox.title = "not sent: the server refused it";
+          note = " (this message is left out of the conversation)";
+        }
+        setStats(box, "error: " + error.message + note);
       }
     } finally {
       content.classList.remove("cursor");
