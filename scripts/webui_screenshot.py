@@ -1,7 +1,9 @@
 """Take docs/webui.png: `genai serve` on the default model, the chat page in Debian's headless
 Chromium (Selenium + chromedriver), two greedy questions (the second answered with a list).
+With ``--image FILE`` (and a vision-language ``--model``) the first question goes with that
+image, picked through the page's image button.
 
-    python scripts/webui_screenshot.py [--out docs/webui.png] [--model DIR]
+    python scripts/webui_screenshot.py [--out docs/webui.png] [--model DIR] [--image FILE]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "webui.png"))
     parser.add_argument("--model", help="model folder (default: the default model)")
+    parser.add_argument("--image", help="a PNG or JPEG sent with the first question")
     args = parser.parse_args()
     port = free_port()
     command = [
@@ -69,6 +72,10 @@ def main() -> int:
         run("document.getElementById('max_tokens').value = '80';")
         run("document.getElementById('repetition_penalty').value = '1.1';")
         for number, question in enumerate(QUESTIONS, 1):
+            if args.image and number == 1:
+                picker = driver.find_element("id", "image-input")
+                picker.send_keys(str(Path(args.image).resolve()))
+                time.sleep(0.5)
             run("document.getElementById('prompt').value = arguments[0];", question)
             run("document.getElementById('composer').requestSubmit();")
             for _ in range(1200):
