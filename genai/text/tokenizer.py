@@ -8,15 +8,20 @@ text chunks one token at a time without ever splitting a UTF-8 character.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import Regex as _HFRegex
 from tokenizers import Tokenizer as _HFTokenizer
+from tokenizers import pre_tokenizers as _hf_pre_tokenizers
+from tokenizers.models import BPE as _HFBPE
 
 from genai.errors import ArgumentTypeError, InvalidArgumentError, ModelError
 from genai.text.chat_template import (
@@ -40,6 +45,167 @@ _REPLACEMENT = "\ufffd"
 _OPTION_NAMES = ("add_special_tokens", "skip_special_tokens")
 _TRUE_STRINGS = frozenset({"true", "1", "yes", "on"})
 _FALSE_STRINGS = frozenset({"false", "0", "no", "off"})
+
+
+_SPM_SPACE = "\u2581"
+#: The pre-tokenizer pattern the reference (onnxruntime-extensions) applies to a SentencePiece-style
+#: BPE tokenizer.json that has no pre_tokenizer (Llama 3's pattern).
+_SPM_SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+#: Whitespace an added token's ``lstrip``/``rstrip`` takes from the text beside it (reference).
+_STRIP_CHARS = " \n\r\t"
+#: Characters at which the reference's character-level SentencePiece path may end a chunk.
+_SPM_SPLIT_CHARS = frozenset(" \n\r" + _SPM_SPACE)
+
+
+def _bpe_model_tokenizer(model: Mapping[str, Any], *, ignore_merges: bool) -> _HFTokenizer:
+    """A bare ``tokenizers`` tokenizer of a BPE model: no normalizer, pre-tokenizer or added
+    tokens; each input word is merged on its own."""
+    data = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": None,
+        "post_processor": None,
+        "decoder": None,
+        "model": {**model, "ignore_merges": ignore_merges},
+    }
+    return _HFTokenizer.from_str(json.dumps(data))
+
+
+class _SpmEncoder:
+    """Encodes as the reference does a SentencePiece-style BPE ``tokenizer.json`` without a
+    ``pre_tokenizer`` (Llama 2, Mistral, Phi-3 conversions), which ``tokenizers`` reads differently.
+
+    The reference recognises such a file by its decoder (a ``Replace`` of ``▁`` by a space; a
+    ``Strip`` of one leading space means a ``▁`` is prepended to each text segment) and ignores
+    the normalizer. Between added tokens, a segment that does not start with a space is split
+    with Llama 3's regex (on the raw text, spaces becoming ``▁`` afterwards), and each piece
+    that is a vocabulary entry is taken whole, others are merged by BPE with byte fallback.
+    A segment that starts with a space (when a ``▁`` is prepended) is merged character by
+    character in chunks that end before a space once more than 10 symbols are pending (any
+    symbol past 100). ``tokenizers`` instead merges the whole normalized text as one word, which
+    differs for e.g. ``"'ming"``, runs of spaces before symbols, U+00A0 or a literal ``▁``.
+    """
+
+    def __init__(self, data: Mapping[str, Any], hf: _HFTokenizer, add_dummy_prefix: bool) -> None:
+        model = data["model"]
+        self._vocab: Mapping[str, int] = model.get("vocab") or {}
+        self._lookup = _bpe_model_tokenizer(model, ignore_merges=True)
+        self._merge = _bpe_model_tokenizer(model, ignore_merges=False)
+        self._split = _hf_pre_tokenizers.Split(_HFRegex(_SPM_SPLIT_PATTERN), "isolated")
+        self._add_dummy_prefix = add_dummy_prefix
+        added = sorted(hf.get_added_tokens_decoder().items())
+        self._added = {tok.content: (i, tok.lstrip, tok.rstrip) for i, tok in added if tok.content}
+        contents = sorted(self._added, key=len, reverse=True)
+        self._added_re = re.compile("|".join(map(re.escape, contents))) if contents else None
+
+    @classmethod
+    def for_file(
+        cls, file: Path, hf: _HFTokenizer, tokenizer_config: Mapping[str, Any]
+    ) -> _SpmEncoder | None:
+        """The encoder for a tokenizer.json the reference reads as SentencePiece-style BPE
+        without a pre-tokenizer, else ``None`` (``tokenizers`` and the reference agree)."""
+        if hf.pre_tokenizer is not None or not isinstance(hf.model, _HFBPE):
+            return None  # decided without reading the file again
+        data = json.loads(file.read_text(encoding="utf-8"))
+        model = data.get("model")
+        if not isinstance(model, Mapping) or model.get("type") != "BPE":
+            return None
+        if data.get("pre_tokenizer") is not None:
+            return None
+        tokenizer_class = str(tokenizer_config.get("tokenizer_class") or "")
+        if tokenizer_class.split("Tokenizer")[0] == "Gemma":
+            return None  # the reference merges Gemma's text character by character, as here
+        decoder = data.get("decoder")
+        steps = decoder.get("decoders") if isinstance(decoder, Mapping) else None
+        if not isinstance(steps, list):
+            return None
+        spm = prefix = False
+        for step in steps:
+            if not isinstance(step, Mapping):
+                continue
+            kind = step.get("type")
+            pattern = step.get("pattern")
+            if kind == "Replace" and isinstance(pattern, Mapping):
+                spm = spm or pattern.get("String") == _SPM_SPACE
+            elif kind == "Metaspace":
+                spm = spm or step.get("replacement") == _SPM_SPACE
+                prefix = prefix or bool(step.get("add_prefix_space", False))
+            elif kind == "Strip":
+                prefix = prefix or step.get("content") == " "
+        return cls(data, hf, prefix) if spm else None
+
+    def _segments(self, text: str) -> list[str | int]:
+        """``text`` split at added tokens: text pieces and the added tokens' ids."""
+        if self._added_re is None:
+            return [text] if text else []
+        out: list[str | int] = []
+        pos = 0
+        strip_next = False
+        for match in self._added_re.finditer(text):
+            token_id, lstrip, rstrip = self._added[match.group()]
+            piece = text[pos : match.start()]
+            if strip_next:
+                piece = piece.lstrip(_STRIP_CHARS)
+            if lstrip:
+                piece = piece.rstrip(_STRIP_CHARS)
+            if piece:
+                out.append(piece)
+            out.append(token_id)
+            pos = match.end()
+            strip_next = rstrip
+        piece = text[pos:]
+        if strip_next:
+            piece = piece.lstrip(_STRIP_CHARS)
+        if piece:
+            out.append(piece)
+        return out
+
+    def _chunks(self, text: str) -> list[str]:
+        """The reference's chunks of a segment it merges character by character."""
+        chunks: list[str] = []
+        start = symbols = 0
+        for pos, char in enumerate(text):
+            if symbols > 10 and (
+                (text[pos - 1] not in _SPM_SPLIT_CHARS and char in _SPM_SPLIT_CHARS)
+                or symbols > 100
+            ):
+                chunks.append(text[start:pos])
+                start, symbols = pos, 0
+            piece = _SPM_SPACE if char == " " else char
+            symbols += 1 if ord(char) < 128 or piece in self._vocab else len(char.encode())
+        if start < len(text):
+            chunks.append(text[start:])
+        return chunks
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no BOS/EOS)."""
+        ids: list[int] = []
+        for segment in self._segments(text):
+            if isinstance(segment, int):
+                ids.append(segment)
+                continue
+            whole = False
+            if self._add_dummy_prefix:
+                whole = segment.startswith(" ")
+                segment = _SPM_SPACE + segment
+            if whole:
+                words = self._chunks(segment)
+                encoder = self._merge
+            else:
+                words = [piece for piece, _ in self._split.pre_tokenize_str(segment)]
+                encoder = self._lookup
+            words = [w.replace(" ", _SPM_SPACE) for w in words if w]
+            if words:
+                ids.extend(
+                    encoder.encode(words, is_pretokenized=True, add_special_tokens=False).ids
+                )
+        return ids
 
 
 class _FolderConfig:
@@ -154,6 +320,7 @@ class Tokenizer:
         except Exception as exc:  # the Rust side raises a bare Exception
             raise InvalidArgumentError(f"cannot load {file}: {exc}") from exc
         self._tokenizer_config = load_tokenizer_config(folder)
+        self._spm = _SpmEncoder.for_file(file, self._hf, self._tokenizer_config)
         self._lock = threading.Lock()
         self._add_special_tokens = False
         self._skip_special_tokens = True
@@ -321,8 +488,21 @@ class Tokenizer:
         """Token ids of ``text`` as a 1-D int32 array (no BOS/EOS unless enabled by option)."""
         if not isinstance(text, str):
             raise ArgumentTypeError(f"encode expects a str, not {type(text).__name__}")
-        ids = self._hf.encode(text, add_special_tokens=self._add_special_tokens).ids
-        return np.asarray(ids, dtype=np.int32)
+        return np.asarray(self._encode_ids(text), dtype=np.int32)
+
+    def _encode_ids(self, text: str) -> list[int]:
+        add_special = self._add_special_tokens
+        if self._spm is None:
+            return self._hf.encode(text, add_special_tokens=add_special).ids
+        ids = self._spm.encode(text)
+        if add_special:
+            # The post-processor's tokens (e.g. BOS) around the text's, as tokenizers adds them.
+            bare = self._hf.encode(text, add_special_tokens=False).ids
+            full = self._hf.encode(text, add_special_tokens=True).ids
+            for start in range(len(full) - len(bare) + 1):
+                if full[start : start + len(bare)] == bare:
+                    return full[:start] + ids + full[start + len(bare) :]
+        return ids
 
     def encode_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Token ids of several texts as an int32 ``[batch, longest]`` array, right-padded
@@ -338,11 +518,17 @@ class Tokenizer:
                 raise ArgumentTypeError(
                     f"encode_batch: texts[{i}] is {type(text).__name__}, not str"
                 )
-        encodings = self._hf.encode_batch(list(texts), add_special_tokens=self._add_special_tokens)
-        longest = max(len(e.ids) for e in encodings)
-        out = np.full((len(encodings), longest), self._pad_token_id, dtype=np.int32)
-        for row, encoding in enumerate(encodings):
-            out[row, : len(encoding.ids)] = encoding.ids
+        if self._spm is None:
+            encodings = self._hf.encode_batch(
+                list(texts), add_special_tokens=self._add_special_tokens
+            )
+            rows = [encoding.ids for encoding in encodings]
+        else:
+            rows = [self._encode_ids(text) for text in texts]
+        longest = max(len(ids) for ids in rows)
+        out = np.full((len(rows), longest), self._pad_token_id, dtype=np.int32)
+        for row, ids in enumerate(rows):
+            out[row, : len(ids)] = ids
         return out
 
     def to_token_id(self, token: str) -> int:
