@@ -96,14 +96,14 @@ def test_build_app_options():
     config = deployment._deployment_config
     assert config.autoscaling_config.max_replicas == 4
     assert deployment.ray_actor_options["num_cpus"] == 2.0
-    default_limit = 4 << 20  # genai.serve.app.DEFAULT_MAX_BODY_BYTES
     assert app._bound_deployment.init_args == (
         "/m",
         {"threads": 2, "max_slots": 8},
         None,
         (),
-        default_limit,
+        None,  # create_app's default for what the model takes
         True,
+        False,
     )
     keyed = build_app(
         {
@@ -112,6 +112,7 @@ def test_build_app_options():
             "allowed_origins": "http://a, http://b",
             "max_body_bytes": "1000",
             "webui": "false",
+            "allow_remote_images": "true",
         }
     )
     assert keyed._bound_deployment.init_args == (
@@ -121,6 +122,7 @@ def test_build_app_options():
         ("http://a", "http://b"),
         1000,
         False,
+        True,
     )
     with pytest.raises(ValueError):
         build_app({})

@@ -40,3 +40,32 @@ def test_text_requests_on_a_vision_folder_give_the_reference_tokens(tmp_path, wr
         expected = [int(t) for t in run.sequences[0][len(prompt) :]]
         assert tokens[: len(expected)] == expected
         assert len(tokens) == len(expected)
+
+
+def test_a_server_taking_images_reads_bodies_up_to_32_mib(tmp_path):
+    """A text model's server refuses bodies over 4 MiB (tests/test_serve_hardening.py); one
+    that takes images reads up to 32 MiB by default, enough for a few photos as data URLs."""
+    import httpx  # lazy: the serve extra's client
+
+    from genai.serve.app import MEDIA_MAX_BODY_BYTES, ServeEngine
+    from genai.serve.server import BackgroundServer
+
+    model = genai.Model(str(write_phi3v(tmp_path / "model")))
+    engine = ServeEngine(model, genai.Tokenizer(model), max_slots=2)
+    assert engine.accepts_images
+    padding = "x" * (6 << 20)  # over the text default, under the media one
+    with BackgroundServer(engine) as server:
+        read = httpx.post(
+            server.url + "/v1/completions",
+            json={"prompt": "hi", "max_tokens": 2, "user": padding},
+            timeout=60,
+        )
+        assert read.status_code == 200, read.text
+        over = httpx.post(
+            server.url + "/v1/completions",
+            content=b"{" + b" " * MEDIA_MAX_BODY_BYTES + b"}",
+            headers={"content-type": "application/json"},
+            timeout=60,
+        )
+        assert over.status_code == 413
+        assert str(32 << 20) in over.json()["error"]["message"]

@@ -82,7 +82,8 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
         "--max-body-bytes",
         type=int,
         metavar="N",
-        help="larger request bodies get HTTP 413 (default: 4 MiB)",
+        help="larger request bodies get HTTP 413 (default: 4 MiB; 32 MiB for a model that takes "
+        "images or audio)",
     )
     serve.add_argument(
         "--allowed-origin",
@@ -147,6 +148,8 @@ def _serve_ray(args: argparse.Namespace) -> int:
         options["allowed_origins"] = list(args.allowed_origin)
     if args.no_webui:
         options["webui"] = False
+    if args.allow_remote_images:
+        options["allow_remote_images"] = True
     if args.served_model_name:
         options["model_name"] = args.served_model_name
     if args.threads is not None:

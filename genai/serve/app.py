@@ -72,6 +72,7 @@ from genai.text.tokenizer import Tokenizer
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "JSON_MODE_MAX_TOKENS",
+    "MEDIA_MAX_BODY_BYTES",
     "ServeEngine",
     "create_app",
     "default_lanes",
@@ -83,6 +84,9 @@ log = logging.getLogger("genai.serve")
 #: Largest request body `create_app` reads by default (413 beyond it): 4 MiB, far above
 #: any prompt that fits a context (SmolLM2's 8,192 tokens are about 40 KB of text).
 DEFAULT_MAX_BODY_BYTES = 4 << 20
+#: The default limit of a server that takes images or audio: 32 MiB (OpenAI's audio uploads go
+#: up to 25 MB; an image part is a base64 data URL, 4/3 of the file).
+MEDIA_MAX_BODY_BYTES = 32 << 20
 #: ``max_tokens`` of a ``response_format`` (JSON mode) or tool-call request that sets none: a
 #: model can keep writing whitespace inside JSON; this bounds how long it holds a slot doing so.
 JSON_MODE_MAX_TOKENS = 2048
@@ -398,7 +402,7 @@ def create_app(
     manage_engine: bool = True,
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_body_bytes: int | None = None,
     webui: bool = True,
 ) -> FastAPI:
     """The FastAPI app serving ``engine``; with ``manage_engine`` the app's lifespan starts
@@ -407,8 +411,12 @@ def create_app(
     interactive docs (``/docs``, ``/redoc``, ``/openapi.json``) are off; ``/health`` and
     ``/metrics`` stay open for load balancers and Prometheus. An empty ``api_key`` means no key
     (with a warning). ``allowed_origins``: web origins whose pages may call the API from a
-    browser (CORS; ``"*"`` for any). ``max_body_bytes``: larger request bodies get 413.
+    browser (CORS; ``"*"`` for any). ``max_body_bytes``: larger request bodies get 413 (None:
+    `DEFAULT_MAX_BODY_BYTES`, or `MEDIA_MAX_BODY_BYTES` when the engine takes images or audio).
     ``webui``: serve the chat page at ``/`` (`genai.serve.webui`)."""
+    if max_body_bytes is None:
+        media = engine.accepts_images or engine.speech is not None
+        max_body_bytes = MEDIA_MAX_BODY_BYTES if media else DEFAULT_MAX_BODY_BYTES
     if max_body_bytes < 1:
         raise InvalidArgumentError("max_body_bytes must be >= 1")
     if api_key is not None and not api_key.strip():

@@ -29,7 +29,7 @@ from typing import Any
 
 from ray import serve
 
-from genai.serve.app import DEFAULT_MAX_BODY_BYTES, ServeEngine, create_app
+from genai.serve.app import ServeEngine, create_app
 
 __all__ = ["GenaiReplica", "build_app", "deployment_options"]
 
@@ -56,8 +56,9 @@ class GenaiReplica:
         engine_options: dict[str, Any] | None = None,
         api_key: str | None = None,
         allowed_origins: Sequence[str] = (),
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_body_bytes: int | None = None,
         webui: bool = True,
+        allow_remote_images: bool = False,
     ) -> None:
         options = dict(engine_options or {})
         options.setdefault("model_name", Path(model).name)
@@ -65,9 +66,11 @@ class GenaiReplica:
         # know how many of the node's cores the others use)
         options.setdefault("lanes", 1)
         self.engine = ServeEngine.from_path(model, **options)
+        if self.engine.images is not None:
+            self.engine.images.allow_remote = bool(allow_remote_images)
         self.api_key = api_key
         self.allowed_origins = tuple(allowed_origins)
-        self.max_body_bytes = int(max_body_bytes)
+        self.max_body_bytes = None if max_body_bytes is None else int(max_body_bytes)
         self.webui = bool(webui)
         self.pid = os.getpid()
 
@@ -127,8 +130,9 @@ def build_app(args: dict[str, Any]) -> Any:
     `ServeEngine` options (``threads``, ``max_slots``, ``max_queue``, ``request_timeout``,
     ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``, ``lanes``: default 1 per replica),
     and the HTTP options ``api_key``, ``allowed_origins`` (a list, or a comma-separated string)
-    ``max_body_bytes`` and ``webui`` (the chat page at /; "false" or "0" turn it off; see
-    `genai.serve.app.create_app`). Values may be strings (from the command line).
+    ``max_body_bytes``, ``webui`` (the chat page at /; "false" or "0" turn it off) and
+    ``allow_remote_images`` (see `genai.serve.app.create_app`). Values may be strings (from
+    the command line).
     """
     args = dict(args)
     model = args.pop("model", None)
@@ -136,8 +140,10 @@ def build_app(args: dict[str, Any]) -> Any:
         raise ValueError("build_app needs args['model'], the model folder")
     name = str(args.pop("name", "genai"))
     api_key = args.pop("api_key", None)
-    max_body_bytes = int(_number(args.pop("max_body_bytes", DEFAULT_MAX_BODY_BYTES)))
-    webui = str(args.pop("webui", True)).strip().lower() not in ("false", "0", "no", "off")
+    limit = args.pop("max_body_bytes", None)
+    max_body_bytes = None if limit is None else int(_number(limit))
+    remote_images = _flag(args.pop("allow_remote_images", False))
+    webui = _flag(args.pop("webui", True))
     origins = args.pop("allowed_origins", ())
     if isinstance(origins, str):
         origins = [o.strip() for o in origins.split(",") if o.strip()]
@@ -154,7 +160,16 @@ def build_app(args: dict[str, Any]) -> Any:
         options["ray_actor_options"] = {"num_cpus": float(engine["threads"])}
     deployment = serve.deployment(GenaiReplica, name=name, **options)
     key = None if api_key is None else str(api_key)
-    return deployment.bind(str(model), engine, key, tuple(origins), max_body_bytes, webui)
+    return deployment.bind(
+        str(model), engine, key, tuple(origins), max_body_bytes, webui, remote_images
+    )
+
+
+def _flag(value: Any) -> bool:
+    """A boolean option, from the command line's strings too ("false", "0", "no", "off")."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "off", "")
+    return bool(value)
 
 
 def _number(value: Any) -> Any:

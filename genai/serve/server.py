@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from genai.serve.app import DEFAULT_MAX_BODY_BYTES, ServeEngine, create_app
+from genai.serve.app import ServeEngine, create_app
 
 __all__ = ["BackgroundServer", "free_port", "run_server"]
 
@@ -21,7 +21,7 @@ def run_server(
     log_level: str = "info",
     api_key: str | None = None,
     allowed_origins: Sequence[str] = (),
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_body_bytes: int | None = None,
     webui: bool = True,
 ) -> None:
     """Serve ``engine`` until interrupted (``api_key``, ``allowed_origins``,
@@ -59,7 +59,7 @@ class BackgroundServer:
         *,
         api_key: str | None = None,
         allowed_origins: Sequence[str] = (),
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_body_bytes: int | None = None,
         **config: Any,
     ) -> None:
         import uvicorn
