@@ -15,10 +15,12 @@ The config lists ``feature_extraction.sequence``, each ``{"operation": {"type": 
   ``chunk_size`` seconds and the features padded to ``chunk_size * 16000 / hop_length``
   frames with the clamp value: ``[n_mel, 3000]`` for Whisper's 30 seconds.
 
-Everything is vectorised NumPy; the log-mel features agree with the reference's within 1e-4
-on the same 16 kHz file (``tests/test_whisper.py``). Resampling is a Kaiser-windowed sinc
-(`resample`); the reference low-passes and interpolates differently and refuses to upsample
-(genai upsamples), so features of other rates agree with its only approximately.
+Everything is vectorised NumPy. A clip above the target rate is brought down as the
+reference's AudioDecoder does it (`downsample`: its 4th-order Butterworth low-pass at half the
+target rate, then its Kaiser-windowed sinc interpolation with float32 positions), so the
+log-mel features of a file at any rate agree with the reference's within 1e-4
+(``tests/test_audio_features.py``). A clip below the target rate, which the reference refuses
+("only down-sampling supported"), is upsampled by a Kaiser-windowed sinc (`resample`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,18 @@ import numpy as np
 from genai.errors import ConfigError, InvalidArgumentError, UnsupportedFeatureError
 from genai.multimodal.audios import AudioClip
 
-__all__ = ["AudioPipeline", "hann_window", "log_mel", "mel_filters", "resample", "stft_power"]
+__all__ = [
+    "AudioPipeline",
+    "butterworth_lowpass",
+    "downsample",
+    "hann_window",
+    "kaiser_interpolate",
+    "log_mel",
+    "lowpass",
+    "mel_filters",
+    "resample",
+    "stft_power",
+]
 
 #: The rate LogMelSpectrum's filters and chunk length assume (the reference fixes it).
 MEL_SAMPLE_RATE = 16000
@@ -69,9 +83,9 @@ def mel_filters(n_fft: int, n_mels: int, sample_rate: int = MEL_SAMPLE_RATE) -> 
     return filters.astype(f32)
 
 
-def stft_power(samples: np.ndarray, n_fft: int, hop_length: int, window: np.ndarray) -> np.ndarray:
-    """``|STFT|^2`` ``[n_fft // 2 + 1, frames]`` of ``samples`` zero-padded by ``n_fft // 2``
-    on both sides (``frames = 1 + len // hop_length``)."""
+def _frames_spectrum(samples: np.ndarray, n_fft: int, hop_length: int, window: np.ndarray):
+    """``|STFT|^2`` ``[frames, n_fft // 2 + 1]`` (float64) of ``samples`` zero-padded by
+    ``n_fft // 2`` on both sides: an rfft of a strided view of the frames."""
     pad = n_fft // 2
     padded = np.zeros(samples.shape[0] + 2 * pad, np.float32)
     padded[pad : pad + samples.shape[0]] = samples
@@ -79,32 +93,311 @@ def stft_power(samples: np.ndarray, n_fft: int, hop_length: int, window: np.ndar
     if frames < 1:
         raise InvalidArgumentError("the audio is too short for one STFT frame")
     strided = np.lib.stride_tricks.sliding_window_view(padded, n_fft)[::hop_length][:frames]
-    win = np.zeros(n_fft, np.float32)
+    win = np.zeros(n_fft, np.float64)
     win[: window.shape[0]] = window[:n_fft]
+    # float64: NumPy's pocketfft is faster on it than on float32, and more accurate
     spectrum = np.fft.rfft(strided * win, axis=1)
-    power = spectrum.real**2 + spectrum.imag**2
-    return power.T.astype(np.float32)
+    parts = spectrum.view(np.float64)
+    parts *= parts
+    return parts[:, 0::2] + parts[:, 1::2]
+
+
+def stft_power(samples: np.ndarray, n_fft: int, hop_length: int, window: np.ndarray) -> np.ndarray:
+    """``|STFT|^2`` ``[n_fft // 2 + 1, frames]`` of ``samples`` zero-padded by ``n_fft // 2``
+    on both sides (``frames = 1 + len // hop_length``)."""
+    power = _frames_spectrum(samples, n_fft, hop_length, window)
+    return np.ascontiguousarray(power.T, dtype=np.float32)
+
+
+def _mel_rows(filters: np.ndarray, power: np.ndarray) -> np.ndarray:
+    """``filters @ power.T`` ``[n_mel, frames]`` for ``power`` ``[frames, bins]``: each
+    filter's band of bins only (the triangles are narrow), one small product per filter
+    (no multi-threaded BLAS call, whose timing swings on a busy machine)."""
+    out = np.zeros((filters.shape[0], power.shape[0]), np.float32)
+    for m, (lo, hi) in enumerate(_bands(filters)):
+        if hi > lo:
+            np.dot(power[:, lo:hi], filters[m, lo:hi], out=out[m])
+    return out
+
+
+def _bands(filters: np.ndarray) -> list[tuple[int, int]]:
+    key = (filters.shape, filters.tobytes())
+    found = _BANDS.get(key)
+    if found is None:
+        found = []
+        for row in filters:
+            nz = np.flatnonzero(row)
+            found.append((int(nz[0]), int(nz[-1]) + 1) if nz.size else (0, 0))
+        _BANDS[key] = found
+    return found
+
+
+_BANDS: dict[tuple[tuple[int, ...], bytes], list[tuple[int, int]]] = {}
+
+
+def _log_mel_of_mel(mel: np.ndarray, frames: int | None, feature_first: bool) -> np.ndarray:
+    """Clamp, ``log10``, floor at the maximum - 8, ``(x + 4) / 4``, pad or cut to ``frames``."""
+    np.maximum(mel, np.float32(1e-10), out=mel)
+    log = np.log10(mel)
+    floor = log.max() - np.float32(8.0)
+    np.maximum(log, floor, out=log)
+    log += np.float32(4.0)
+    log /= np.float32(4.0)
+    if frames is not None:
+        out = np.full(
+            (log.shape[0], frames), (floor + np.float32(4.0)) / np.float32(4.0), np.float32
+        )
+        kept = min(frames, log.shape[1])
+        out[:, :kept] = log[:, :kept]
+        log = out
+    return log if feature_first else np.ascontiguousarray(log.T)
 
 
 def log_mel(
     power: np.ndarray, filters: np.ndarray, frames: int | None, feature_first: bool = True
 ) -> np.ndarray:
-    """Whisper's log-mel features of a power spectrum (its last frame dropped, as the
-    reference): ``[n_mel, frames]`` padded (or cut) to ``frames`` with the clamp value, or
-    every frame when ``frames`` is None; ``[frames, n_mel]`` when not ``feature_first``."""
+    """Whisper's log-mel features of a power spectrum ``[bins, frames]`` (its last frame
+    dropped, as the reference): ``[n_mel, frames]`` padded (or cut) to ``frames`` with the
+    clamp value, or every frame when ``frames`` is None; ``[frames, n_mel]`` when not
+    ``feature_first``."""
     if power.shape[1] < 2:
         raise InvalidArgumentError("the audio is too short for log-mel features")
-    mel = filters @ power[: filters.shape[1], :-1]
-    log = np.log10(np.maximum(mel, np.float32(1e-10)))
-    floor = log.max() - np.float32(8.0)
-    log = (np.maximum(log, floor) + np.float32(4.0)) / np.float32(4.0)
-    if frames is not None:
-        out = np.full((log.shape[0], frames), (floor + 4.0) / 4.0, np.float32)
-        kept = min(frames, log.shape[1])
-        out[:, :kept] = log[:, :kept]
-        log = out
-    log = log.astype(np.float32)
-    return log if feature_first else np.ascontiguousarray(log.T)
+    mel = _mel_rows(filters, power[: filters.shape[1], :-1].T.astype(np.float32))
+    return _log_mel_of_mel(mel, frames, feature_first)
+
+
+# --- the reference's downsampler (onnxruntime-extensions' AudioDecoder) ------------------------
+
+#: The Kaiser window's beta in the reference's interpolator.
+_KAISER_BETA = 6.0
+#: The Butterworth low-pass filter's order in the reference's decoder.
+_BUTTER_ORDER = 4
+#: Impulse responses longer than this run as the reference's loop (rates just above the target).
+_FIR_LIMIT = 16384
+
+
+def butterworth_lowpass(cutoff: float) -> tuple[np.ndarray, np.ndarray]:
+    """The reference's 4th-order Butterworth low-pass filter at ``cutoff`` (cycles per
+    sample, below 0.5): ``(b, a)`` float64 with ``a[0] == 1`` for
+    ``y[n] = sum b[k] x[n-k] - sum_{k>0} a[k] y[n-k]``. Poles from the bilinear transform
+    (The Scientist and Engineer's Guide to DSP, ch. 33), cascaded in pairs, unity gain at DC,
+    computed in the same order of operations as the reference."""
+    order = _BUTTER_ORDER
+    t = 2.0 * math.tan(0.5)
+    w = 2.0 * math.pi * cutoff
+    k = math.sin(0.5 - w / 2.0) / math.sin(0.5 + w / 2.0)
+    a = [0.0] * (order + 3)
+    b = [0.0] * (order + 3)
+    a[2] = b[2] = 1.0
+    for pole in range(1, order // 2 + 1):
+        angle = math.pi / (order * 2.0) + (pole - 1.0) * math.pi / order
+        rp, ip = -math.cos(angle), math.sin(angle)
+        m = rp * rp + ip * ip
+        d = 4.0 - 4.0 * rp * t + m * t * t
+        x0, x1, x2 = t * t / d, 2.0 * t * t / d, t * t / d
+        y1 = (8.0 - 2.0 * m * t * t) / d
+        y2 = (-4.0 - 4.0 * rp * t - m * t * t) / d
+        d = 1.0 + y1 * k - y2 * k * k
+        a0 = (x0 - x1 * k + x2 * k * k) / d
+        a1 = (-2.0 * x0 * k + x1 + x1 * k * k - 2.0 * x2 * k) / d
+        a2 = (x0 * k * k - x1 * k + x2) / d
+        b1 = (2.0 * k + y1 + y1 * k * k - 2.0 * y2 * k) / d
+        b2 = (-k * k - y1 * k + y2) / d
+        ta, tb = a[:], b[:]
+        for i in range(2, order + 3):
+            a[i] = a0 * ta[i] + a1 * ta[i - 1] + a2 * ta[i - 2]
+            b[i] = tb[i] - b1 * tb[i - 1] - b2 * tb[i - 2]
+    num = np.array(a[2:], np.float64)
+    den = np.array(b[2:], np.float64)
+    den[0] = 0.0
+    num /= num.sum() / (1.0 + den.sum())
+    den[0] = 1.0
+    return num, den
+
+
+def _iir_run(num: np.ndarray, den: np.ndarray, steps: int, state: tuple[float, ...]) -> np.ndarray:
+    """``steps`` outputs of the filter on an impulse (``state`` empty) or on zero input from
+    ``state`` = (x[-1..-4], y[-1..-4]), in float64, as the reference's loop."""
+    b0, b1, b2, b3, b4 = (float(v) for v in num)
+    _, a1, a2, a3, a4 = (float(v) for v in den)
+    x1, x2, x3, x4, y1, y2, y3, y4 = state or (0.0,) * 8
+    out = []
+    for n in range(steps):
+        x = 1.0 if n == 0 and not state else 0.0
+        y = b0 * x + b1 * x1 + b2 * x2 + b3 * x3 + b4 * x4 - a1 * y1 - a2 * y2 - a3 * y3 - a4 * y4
+        x4, x3, x2, x1 = x3, x2, x1, x
+        y4, y3, y2, y1 = y3, y2, y1, y
+        out.append(y)
+    return np.array(out)
+
+
+@lru_cache(maxsize=32)
+def _impulse_response(num: tuple[float, ...], den: tuple[float, ...]) -> np.ndarray | None:
+    """The filter's impulse response cut where it is below 1e-18 of its peak, or None when
+    it is still above that after `_FIR_LIMIT` samples or sums above 1e3 (poles near the unit
+    circle: a convolution would lose the precision the recursion keeps)."""
+    h = _iir_run(np.array(num), np.array(den), _FIR_LIMIT, ())
+    big = np.flatnonzero(np.abs(h) > 1e-18 * np.abs(h).max())
+    if big[-1] >= _FIR_LIMIT - 64 or np.abs(h).sum() > 1e3:
+        return None
+    return h[: big[-1] + 1]
+
+
+def _fast_length(n: int) -> int:
+    """The smallest 2^a 3^b 5^c >= ``n`` (a quick FFT length)."""
+    best = 1 << (n - 1).bit_length()
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            m = p35
+            while m < n:
+                m *= 2
+            best = min(best, m)
+            p35 *= 3
+        p5 *= 5
+    return best
+
+
+def lowpass(samples: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """The IIR filter ``(num, den)`` (`butterworth_lowpass`) on ``samples`` from rest, in
+    float64, rounded to float32 as the reference's loop.
+
+    A stable filter is its impulse response (cut below 1e-18 of its peak): an overlap-save
+    FFT convolution in blocks. One whose response outlasts `_FIR_LIMIT` samples runs as a
+    Python loop (its FIR form would cancel catastrophically)."""
+    x = np.asarray(samples, np.float32)
+    n = x.shape[0]
+    if n == 0:
+        return np.zeros(0, np.float32)
+    h = _impulse_response(tuple(num.tolist()), tuple(den.tolist()))
+    if h is None:
+        return _iir_loop(x, num, den)
+    taps = h.shape[0]
+    size = _fast_length(max(1 << 14, 4 * taps))
+    step = size - taps + 1
+    spectrum = np.fft.rfft(h, size)
+    groups = -(-n // step)
+    padded = np.zeros((groups - 1) * step + size, np.float64)
+    padded[taps - 1 : taps - 1 + n] = x
+    windows = np.lib.stride_tricks.sliding_window_view(padded, size)[::step]
+    out = np.empty(groups * step, np.float32)
+    batch = max(1, (1 << 21) // size)
+    for start in range(0, groups, batch):
+        part = np.fft.rfft(windows[start : start + batch], axis=1)
+        part *= spectrum
+        y = np.fft.irfft(part, size, axis=1)[:, taps - 1 :]
+        out[start * step : start * step + y.size] = y.reshape(-1)
+    return out[:n]
+
+
+def _iir_loop(samples: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """`lowpass` sample by sample, as the reference's loop (slow: filters whose impulse
+    response outlasts `_FIR_LIMIT` samples, a rate within about 2% above the target)."""
+    b0, b1, b2, b3, b4 = (float(v) for v in num)
+    _, a1, a2, a3, a4 = (float(v) for v in den)
+    x1 = x2 = x3 = x4 = y1 = y2 = y3 = y4 = 0.0
+    out = []
+    for x in samples.tolist():
+        y = b0 * x + b1 * x1 + b2 * x2 + b3 * x3 + b4 * x4 - a1 * y1 - a2 * y2 - a3 * y3 - a4 * y4
+        x4, x3, x2, x1 = x3, x2, x1, x
+        y4, y3, y2, y1 = y3, y2, y1, y
+        out.append(y)
+    return np.array(out, np.float32)
+
+
+@lru_cache(maxsize=16)
+def _bessel_i0(x: float) -> float:
+    """I0 by its power series to a relative 1e-8 (the reference's ``cyl_bessel_i0``)."""
+    total, term, quarter, k = 0.0, 1.0, x * x / 4.0, 0
+    while term > 1e-8 * total:
+        total += term
+        k += 1
+        term *= quarter / (k * k)
+    return total
+
+
+@lru_cache(maxsize=64)
+def _kaiser(length: int) -> np.ndarray:
+    """The reference's symmetric Kaiser window of ``length`` points (beta 6)."""
+    scale = _bessel_i0(_KAISER_BETA)
+    points = [2.0 * i / (length - 1.0) - 1.0 for i in range(length)] if length > 1 else [0.0]
+    return np.array([_bessel_i0(_KAISER_BETA * math.sqrt(1.0 - p * p)) / scale for p in points])
+
+
+def kaiser_interpolate(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """The reference's interpolator from ``rate`` to ``target`` Hz: output ``i`` sits at
+    ``index = i / (target / rate)`` (float32 arithmetic, as the reference), the sum of the
+    input around ``int(index)`` (``ceil(3 rate / target)`` samples each side, fewer at the
+    ends) weighted by ``sinc(j - index)`` times a Kaiser window over those samples;
+    ``ceil(len * target / rate)`` outputs, float32."""
+    x = np.ascontiguousarray(samples, np.float32)
+    n = x.shape[0]
+    factor = np.float32(target) / np.float32(rate)
+    count = int(np.ceil(np.float32(n) * factor))
+    reach = math.ceil(_KAISER_BETA / (2.0 * float(factor)))
+    taps = 2 * reach + 1
+    index = np.arange(count, dtype=np.float32) / factor
+    whole = index.astype(np.int64)
+    frac = index.astype(np.float64) - whole
+    out = np.empty(count, np.float32)
+    inner = (whole >= reach) & (whole + reach <= n - 1)
+    kaiser = _kaiser(taps)
+    offsets = np.arange(-reach, reach + 1)
+    # sinc(k - f) = sin(pi (k - f)) / (pi (k - f)) = -(-1)^k sin(pi f) / (pi (k - f))
+    signed = kaiser * np.where(offsets % 2, 1.0, -1.0) / np.pi
+    with np.errstate(divide="ignore", invalid="ignore"):
+        at_whole = kaiser * np.where(offsets == 0, 1.0, np.sin(np.pi * offsets) / (np.pi * offsets))
+    # an output on an input sample (f == 0): fixed weights; within 1e-6 of one: the exact sum
+    on_sample = inner & (frac == 0.0)
+    near = inner & ~on_sample & ((frac < 1e-6) | (frac > 1.0 - 1e-6))
+    between = np.flatnonzero(inner & ~on_sample & ~near)
+    block = 1 << 15
+    for start in range(0, between.size, block):
+        rows = between[start : start + block]
+        f = frac[rows]
+        base = whole[rows] - reach
+        acc = np.zeros(rows.size)
+        weight = np.empty(rows.size)
+        picked = np.empty(rows.size, np.float32)
+        for k in range(taps):
+            np.subtract(float(k - reach), f, out=weight)
+            np.divide(signed[k], weight, out=weight)
+            np.take(x, base + k, out=picked)
+            weight *= picked
+            acc += weight
+        acc *= np.sin(np.pi * f)
+        out[rows] = acc
+    rows = np.flatnonzero(on_sample)
+    if rows.size:
+        windows = np.lib.stride_tricks.sliding_window_view(x, taps)
+        for start in range(0, rows.size, block):
+            part = rows[start : start + block]
+            out[part] = windows[whole[part] - reach].astype(np.float64) @ at_whole
+    for i in np.flatnonzero(~inner | near):
+        lo, hi = max(0, int(whole[i]) - reach), min(n - 1, int(whole[i]) + reach)
+        distance = np.abs(np.arange(lo, hi + 1, dtype=np.float64) - float(index[i]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sinc = np.where(distance < 1e-6, 1.0, np.sin(np.pi * distance) / (np.pi * distance))
+        out[i] = np.dot(x[lo : hi + 1].astype(np.float64), _kaiser(hi - lo + 1) * sinc)
+    return out
+
+
+def downsample(samples: np.ndarray, rate: int, target: int, count: int | None = None) -> np.ndarray:
+    """``samples`` at ``rate`` Hz brought down to ``target`` Hz exactly as the reference's
+    AudioDecoder does: `butterworth_lowpass` at half the target rate (`lowpass`), then
+    `kaiser_interpolate`. ``count``: only the first ``count`` outputs (computed from the
+    shortest prefix of the input that gives them unchanged)."""
+    if target >= rate:
+        raise InvalidArgumentError(f"downsample: {target} Hz is not below {rate} Hz")
+    x = np.asarray(samples, np.float32)
+    if count is not None:
+        factor = np.float32(target) / np.float32(rate)
+        last = int(np.float32(max(count - 1, 0)) / factor)
+        x = x[: last + math.ceil(_KAISER_BETA / (2.0 * float(factor))) + 1]
+    num, den = butterworth_lowpass(0.5 * target / rate)
+    out = kaiser_interpolate(lowpass(x, num, den), rate, target)
+    return out if count is None else out[:count]
 
 
 def resample(samples: np.ndarray, rate: int, target: int, zeros: int = 16) -> np.ndarray:
@@ -266,21 +559,34 @@ class AudioPipeline:
         """Samples one padded chunk covers at `sample_rate` (480000 for Whisper)."""
         return self.sample_rate * self.chunk_size
 
-    def pcm(self, clip: AudioClip) -> np.ndarray:
-        """AudioDecoder: the clip's mono samples at the pipeline's rate."""
-        return resample(clip.samples, clip.sample_rate, self.sample_rate)
+    def pcm(self, clip: AudioClip, count: int | None = None) -> np.ndarray:
+        """AudioDecoder: the clip's mono samples at the pipeline's rate (only the first
+        ``count`` when given). A higher rate is brought down as the reference does
+        (`downsample`); a lower one, which the reference refuses, is upsampled (`resample`)."""
+        rate, target = clip.sample_rate, self.sample_rate
+        if rate > target:
+            return downsample(clip.samples, rate, target, count)
+        samples = clip.samples
+        if rate < target and count is not None:
+            samples = samples[: math.ceil(count * rate / target) + 64]
+        out = resample(samples, rate, target)
+        return out if count is None else out[:count]
 
     def features_of_pcm(self, samples: np.ndarray) -> np.ndarray:
         """STFTNorm + LogMelSpectrum of samples at `sample_rate`: ``[n_mel, frames]``."""
         if not self.no_padding:
             samples = samples[: self.window_samples]
-        power = stft_power(samples, self.n_fft, self.hop_length, self.window)
+        power = _frames_spectrum(samples, self.n_fft, self.hop_length, self.window)
+        if power.shape[0] < 2:
+            raise InvalidArgumentError("the audio is too short for log-mel features")
         filters = _filters(self.n_fft, self.n_mel)
-        return log_mel(power, filters, self.frames, self.feature_first)
+        mel = _mel_rows(filters, power[:-1, : filters.shape[1]].astype(np.float32))
+        return _log_mel_of_mel(mel, self.frames, self.feature_first)
 
     def features(self, clips: Sequence[AudioClip]) -> np.ndarray:
         """The features of each clip, stacked: ``[clips, n_mel, frames]`` (float32)."""
-        arrays = [self.features_of_pcm(self.pcm(clip)) for clip in clips]
+        count = None if self.no_padding else self.window_samples
+        arrays = [self.features_of_pcm(self.pcm(clip, count)) for clip in clips]
         shapes = {a.shape for a in arrays}
         if len(shapes) > 1:
             raise InvalidArgumentError(
