@@ -353,27 +353,33 @@ def kaiser_interpolate(samples: np.ndarray, rate: int, target: int) -> np.ndarra
     near = inner & ~on_sample & ((frac < 1e-6) | (frac > 1.0 - 1e-6))
     between = np.flatnonzero(inner & ~on_sample & ~near)
     block = 1 << 15
+    picked = np.empty(block, np.float32)
+    weight = np.empty(block)
     for start in range(0, between.size, block):
         rows = between[start : start + block]
+        m = rows.size
         f = frac[rows]
         base = whole[rows] - reach
-        acc = np.zeros(rows.size)
-        weight = np.empty(rows.size)
-        picked = np.empty(rows.size, np.float32)
+        acc = np.zeros(m)
         for k in range(taps):
-            np.subtract(float(k - reach), f, out=weight)
-            np.divide(signed[k], weight, out=weight)
-            np.take(x, base + k, out=picked)
-            weight *= picked
-            acc += weight
+            np.subtract(float(k - reach), f, out=weight[:m])
+            np.divide(signed[k], weight[:m], out=weight[:m])
+            np.take(x[k:], base, out=picked[:m])
+            weight[:m] *= picked[:m]
+            acc += weight[:m]
         acc *= np.sin(np.pi * f)
         out[rows] = acc
-    rows = np.flatnonzero(on_sample)
-    if rows.size:
-        windows = np.lib.stride_tricks.sliding_window_view(x, taps)
-        for start in range(0, rows.size, block):
-            part = rows[start : start + block]
-            out[part] = windows[whole[part] - reach].astype(np.float64) @ at_whole
+    on = np.flatnonzero(on_sample)
+    for start in range(0, on.size, block):
+        rows = on[start : start + block]
+        m = rows.size
+        base = whole[rows] - reach
+        acc = np.zeros(m)
+        for k in range(taps):
+            np.take(x[k:], base, out=picked[:m])
+            np.multiply(picked[:m], at_whole[k], out=weight[:m])
+            acc += weight[:m]
+        out[rows] = acc
     for i in np.flatnonzero(~inner | near):
         lo, hi = max(0, int(whole[i]) - reach), min(n - 1, int(whole[i]) + reach)
         distance = np.abs(np.arange(lo, hi + 1, dtype=np.float64) - float(index[i]))
