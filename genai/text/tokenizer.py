@@ -60,23 +60,6 @@ _STRIP_CHARS = " \n\r\t"
 _SPM_SPLIT_CHARS = frozenset(" \n\r" + _SPM_SPACE)
 
 
-def _bpe_model_tokenizer(model: Mapping[str, Any], *, ignore_merges: bool) -> _HFTokenizer:
-    """A bare ``tokenizers`` tokenizer of a BPE model: no normalizer, pre-tokenizer or added
-    tokens; each input word is merged on its own."""
-    data = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": [],
-        "normalizer": None,
-        "pre_tokenizer": None,
-        "post_processor": None,
-        "decoder": None,
-        "model": {**model, "ignore_merges": ignore_merges},
-    }
-    return _HFTokenizer.from_str(json.dumps(data))
-
-
 class _SpmEncoder:
     """Encodes as the reference does a SentencePiece-style BPE ``tokenizer.json`` without a
     ``pre_tokenizer`` (Llama 2, Mistral, Phi-3 conversions), which ``tokenizers`` reads differently.
@@ -92,11 +75,11 @@ class _SpmEncoder:
     differs for e.g. ``"'ming"``, runs of spaces before symbols, U+00A0 or a literal ``▁``.
     """
 
-    def __init__(self, data: Mapping[str, Any], hf: _HFTokenizer, add_dummy_prefix: bool) -> None:
-        model = data["model"]
-        self._vocab: Mapping[str, int] = model.get("vocab") or {}
-        self._lookup = _bpe_model_tokenizer(model, ignore_merges=True)
-        self._merge = _bpe_model_tokenizer(model, ignore_merges=False)
+    def __init__(self, hf: _HFTokenizer, add_dummy_prefix: bool) -> None:
+        self._hf = hf
+        # The same BPE model without normalizer, pre-tokenizer or added tokens: each input
+        # string is merged as one word.
+        self._bpe = _HFTokenizer(hf.model)
         self._split = _hf_pre_tokenizers.Split(_HFRegex(_SPM_SPLIT_PATTERN), "isolated")
         self._add_dummy_prefix = add_dummy_prefix
         added = sorted(hf.get_added_tokens_decoder().items())
@@ -105,23 +88,17 @@ class _SpmEncoder:
         self._added_re = re.compile("|".join(map(re.escape, contents))) if contents else None
 
     @classmethod
-    def for_file(
-        cls, file: Path, hf: _HFTokenizer, tokenizer_config: Mapping[str, Any]
+    def for_tokenizer(
+        cls, hf: _HFTokenizer, tokenizer_config: Mapping[str, Any]
     ) -> _SpmEncoder | None:
-        """The encoder for a tokenizer.json the reference reads as SentencePiece-style BPE
-        without a pre-tokenizer, else ``None`` (``tokenizers`` and the reference agree)."""
+        """The encoder for a tokenizer the reference reads as SentencePiece-style BPE without a
+        pre-tokenizer, else ``None`` (``tokenizers`` and the reference agree)."""
         if hf.pre_tokenizer is not None or not isinstance(hf.model, _HFBPE):
-            return None  # decided without reading the file again
-        data = json.loads(file.read_text(encoding="utf-8"))
-        model = data.get("model")
-        if not isinstance(model, Mapping) or model.get("type") != "BPE":
-            return None
-        if data.get("pre_tokenizer") is not None:
             return None
         tokenizer_class = str(tokenizer_config.get("tokenizer_class") or "")
         if tokenizer_class.split("Tokenizer")[0] == "Gemma":
             return None  # the reference merges Gemma's text character by character, as here
-        decoder = data.get("decoder")
+        decoder = json.loads(hf.decoder.__getstate__()) if hf.decoder is not None else None
         steps = decoder.get("decoders") if isinstance(decoder, Mapping) else None
         if not isinstance(steps, list):
             return None
@@ -138,7 +115,7 @@ class _SpmEncoder:
                 prefix = prefix or bool(step.get("add_prefix_space", False))
             elif kind == "Strip":
                 prefix = prefix or step.get("content") == " "
-        return cls(data, hf, prefix) if spm else None
+        return cls(hf, prefix) if spm else None
 
     def _segments(self, text: str) -> list[str | int]:
         """``text`` split at added tokens: text pieces and the added tokens' ids."""
@@ -177,8 +154,10 @@ class _SpmEncoder:
             ):
                 chunks.append(text[start:pos])
                 start, symbols = pos, 0
-            piece = _SPM_SPACE if char == " " else char
-            symbols += 1 if ord(char) < 128 or piece in self._vocab else len(char.encode())
+            if ord(char) < 128 or self._hf.token_to_id(char) is not None:
+                symbols += 1
+            else:
+                symbols += len(char.encode())  # one byte-fallback symbol per UTF-8 byte
         if start < len(text):
             chunks.append(text[start:])
         return chunks
@@ -195,16 +174,20 @@ class _SpmEncoder:
                 whole = segment.startswith(" ")
                 segment = _SPM_SPACE + segment
             if whole:
-                words = self._chunks(segment)
-                encoder = self._merge
+                words = [w.replace(" ", _SPM_SPACE) for w in self._chunks(segment)]
+                found: list[int | None] = [None] * len(words)
             else:
-                words = [piece for piece, _ in self._split.pre_tokenize_str(segment)]
-                encoder = self._lookup
-            words = [w.replace(" ", _SPM_SPACE) for w in words if w]
-            if words:
-                ids.extend(
-                    encoder.encode(words, is_pretokenized=True, add_special_tokens=False).ids
+                pieces = self._split.pre_tokenize_str(segment)
+                words = [w.replace(" ", _SPM_SPACE) for w, _ in pieces]
+                found = [self._hf.token_to_id(w) for w in words]  # vocabulary entries whole
+            merged = iter(
+                self._bpe.encode_batch(
+                    [w for w, f in zip(words, found, strict=True) if f is None],
+                    add_special_tokens=False,
                 )
+            )
+            for token_id in found:
+                ids.extend(next(merged).ids if token_id is None else [token_id])
         return ids
 
 
@@ -320,7 +303,7 @@ class Tokenizer:
         except Exception as exc:  # the Rust side raises a bare Exception
             raise InvalidArgumentError(f"cannot load {file}: {exc}") from exc
         self._tokenizer_config = load_tokenizer_config(folder)
-        self._spm = _SpmEncoder.for_file(file, self._hf, self._tokenizer_config)
+        self._spm = _SpmEncoder.for_tokenizer(self._hf, self._tokenizer_config)
         self._lock = threading.Lock()
         self._add_special_tokens = False
         self._skip_special_tokens = True
