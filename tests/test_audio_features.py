@@ -81,6 +81,8 @@ def _features(processors: tuple[object, object], path: Path) -> tuple[np.ndarray
         (48000, 3.0, 1, "PCM_24"),
         (48000, 2.0, 2, "FLOAT"),
         (22050, 2.0, 2, "PCM_16"),
+        (96000, 1.0, 2, "PCM_16"),
+        (192000, 1.0, 1, "FLOAT"),
         (16001, 1.5, 1, "PCM_16"),  # a filter too slow to decay for a convolution
         (16000, 2.0, 2, "PCM_16"),  # stereo, no resampling
         (22050, 35.0, 1, "PCM_16"),  # past 30 s: float32 positions, the cut at 30 s

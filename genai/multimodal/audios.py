@@ -54,10 +54,17 @@ def _soundfile() -> Any:
 
 
 def _mono(samples: np.ndarray) -> np.ndarray:
-    """[frames] or [frames, channels] -> contiguous float32 [frames] (the channels' mean)."""
-    if samples.ndim == 2:
-        samples = samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
-    return np.ascontiguousarray(samples, dtype=np.float32)
+    """[frames] or [frames, channels] -> contiguous float32 [frames]: the channels' sum, in
+    order, over their count (stereo: ``(left + right) / 2`` in float32, as the reference's
+    decoder mixes it). Column by column: NumPy's mean over a short last axis is ~15x slower."""
+    if samples.ndim == 1:
+        return np.ascontiguousarray(samples, dtype=np.float32)
+    out = np.array(samples[:, 0], dtype=np.float32)
+    for channel in range(1, samples.shape[1]):
+        out += samples[:, channel]
+    if samples.shape[1] > 1:
+        out /= np.float32(samples.shape[1])
+    return out
 
 
 def decode_audio(data: bytes | str | os.PathLike[str], source: str = "") -> AudioClip:
