@@ -2,7 +2,9 @@
 
 ``Tokenizer`` wraps a Hugging Face ``tokenizers`` tokenizer loaded from ``tokenizer.json`` in the
 model folder, takes its special token ids from the model configuration, and renders chat
-templates with :mod:`genai.text.chat_template`. ``TokenizerStream`` turns generated token ids into
+templates with :mod:`genai.text.chat_template`. A SentencePiece-style BPE file without a
+pre-tokenizer (Llama 2, Mistral, Phi-3) is encoded as the reference reads it (`_SpmEncoder`), not
+as ``tokenizers`` does. ``TokenizerStream`` turns generated token ids into
 text chunks one token at a time without ever splitting a UTF-8 character.
 """
 
