@@ -1,0 +1,210 @@
+"""Prompt-lookup (n-gram) speculative decoding: speed-up over plain greedy decoding, genai and
+onnxruntime-genai side by side, with the tokens checked identical.
+
+    python benchmarks/speculative.py [-m MODEL_DIR]... [--rounds 3] [--new-tokens 120]
+                                     [--threads 1] [--tasks repeat rewrite ...]
+
+For each model folder (default: genai's default model, as our builder writes it, and the
+reference-built SmolLM2 in ../shared when present) and each task (a chat prompt: repeat a
+passage, rewrite it, extract from it, edit code, open-ended chat), greedy, ``--new-tokens`` new
+tokens at most: plain decoding and n-gram decoding (``ngram_size`` / ``max_draft_tokens``
+configurations), for genai and the reference (the reference's n-gram decoding only runs on
+folders with a logits row per position: it refuses our builder's last-token graph). Rounds are
+interleaved; the table shows median tokens/s, the speed-up over the same engine's plain
+decoding, the acceptance rate, tokens per target run, and whether the generated tokens equal
+plain decoding's ("same") and the reference's with the same options on the same folder
+("same as ref").
+
+A folder built before ``new_token_logits`` (genai's builder, 2026-12-01) cannot verify proposals:
+rebuild it (``genai pull --force`` for the default model) or pass ``--build`` to build a current
+copy of the default model into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import genai  # noqa: E402
+from genai.builder import pull  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
+
+PASSAGE = (
+    "The town council met on Tuesday evening to discuss the new budget. After a long debate, "
+    "the members approved funds for road repairs, two public libraries, and a community garden "
+    "near the river. The mayor said the garden would open in the spring, and that volunteers "
+    "could sign up at the town hall. Residents who want to comment on the plan can write to the "
+    "council before the end of the month, or speak at the next public meeting on the first "
+    "Monday of May."
+)
+CODE = (
+    "def total_price(items, tax_rate):\n"
+    "    total = 0\n"
+    "    for item in items:\n"
+    "        total = total + item.price * item.quantity\n"
+    "    total = total + total * tax_rate\n"
+    "    return total\n"
+)
+TASKS = {
+    "repeat": f"Repeat this passage exactly:\n\n{PASSAGE}",
+    "rewrite": f"Rewrite this passage in the past tense, changing nothing else:\n\n{PASSAGE}",
+    "extract": f"Copy every sentence of this passage that mentions the council:\n\n{PASSAGE}",
+    "code-edit": (
+        "Rename the variable `total` to `amount` in this Python function and return the "
+        f"whole function:\n\n```python\n{CODE}```"
+    ),
+    "chat": "Tell me a short story about a lighthouse keeper who finds a message in a bottle.",
+}
+#: (label, speculative options); None: plain decoding.
+CONFIGS: list[tuple[str, dict[str, object] | None]] = [
+    ("plain", None),
+    ("ngram 3/2", {"ngram_size": 3, "max_draft_tokens": 2}),
+    ("ngram 3/3", {"ngram_size": 3, "max_draft_tokens": 3}),
+    ("ngram 3/4", {"ngram_size": 3, "max_draft_tokens": 4}),
+    ("ngram 3/adaptive", {"ngram_size": 3, "max_draft_tokens": 4, "min_adaptive_k": 1}),
+]
+
+
+def load(engine, folder: Path, threads: int):
+    config = engine.Config(str(folder))
+    overlay = {"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}
+    config.overlay(json.dumps(overlay))
+    return engine.Model(config)
+
+
+def prompt_ids(folder: Path, task: str) -> np.ndarray:
+    tokenizer = genai.Tokenizer(genai.Model(str(folder)))
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": TASKS[task]}], add_generation_prompt=True
+    )
+    return np.asarray(tokenizer.encode(text), np.int32)
+
+
+def run(engine, model, ids: np.ndarray, new_tokens: int, spec) -> tuple[list[int], float, dict]:
+    params = engine.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=len(ids) + new_tokens)
+    if spec:
+        params.set_speculative_options(**spec)
+    gen = engine.Generator(model, params)
+    gen.append_tokens(ids[None, :])
+    started = time.perf_counter()
+    while not gen.is_done():
+        gen.generate_next_token()
+    elapsed = time.perf_counter() - started
+    tokens = [int(t) for t in gen.get_sequence(0)][len(ids) :]
+    return tokens, elapsed, gen.get_speculative_stats()
+
+
+def can_verify(engine, model) -> bool:
+    params = engine.GeneratorParams(model)
+    params.set_speculative_options(ngram_size=3)
+    try:
+        engine.Generator(model, params)
+    except RuntimeError:
+        return False
+    return True
+
+
+def bench_folder(folder: Path, args: argparse.Namespace) -> list[dict]:
+    engines = [("genai", genai)]
+    if not args.no_reference:
+        import onnxruntime_genai as og  # lazy: the reference is a test dependency
+
+        engines.append(("onnxruntime-genai", og))
+    models = {name: load(engine, folder, args.threads) for name, engine in engines}
+    rows = []
+    for task in args.tasks:
+        ids = prompt_ids(folder, task)
+        times: dict[tuple[str, str], list[float]] = {}
+        results: dict[tuple[str, str], tuple[list[int], dict]] = {}
+        for r in range(args.rounds):
+            order = engines if r % 2 == 0 else engines[::-1]
+            for name, engine in order:
+                model = models[name]
+                for label, spec in CONFIGS:
+                    if spec and not can_verify(engine, model):
+                        continue
+                    tokens, elapsed, stats = run(engine, model, ids, args.new_tokens, spec)
+                    times.setdefault((name, label), []).append(len(tokens) / elapsed)
+                    results[(name, label)] = (tokens, stats)
+        for (name, label), speeds in times.items():
+            tokens, stats = results[(name, label)]
+            plain_tokens = results[(name, "plain")][0]
+            plain_speed = statistics.median(times[(name, "plain")])
+            speed = statistics.median(speeds)
+            runs = stats["target_forward_passes"] + stats["standard_fallback_steps"]
+            rows.append(
+                {
+                    "folder": folder.name if folder != SHARED else "shared (reference-built)",
+                    "task": task,
+                    "engine": name,
+                    "config": label,
+                    "tokens": len(tokens),
+                    "tok/s": speed,
+                    "speed-up": speed / plain_speed,
+                    "acceptance": stats["acceptance_rate"] if label != "plain" else None,
+                    "tokens/run": len(tokens) / runs if label != "plain" and runs else None,
+                    "same": tokens == plain_tokens,
+                    "same as ref": (
+                        tokens == results[("onnxruntime-genai", label)][0]
+                        if name == "genai" and ("onnxruntime-genai", label) in results
+                        else None
+                    ),
+                }
+            )
+    return rows
+
+
+def default_folder(args: argparse.Namespace) -> Path:
+    folder = pull.default_model_dir()
+    if not args.build:
+        return folder
+    work = Path(tempfile.mkdtemp(prefix="genai-speculative-"))
+    gguf = pull.default_source_path()
+    if not gguf.is_file():
+        gguf = pull.fetch_default_gguf(work, progress=True)
+    from genai.builder.build import build  # lazy: only --build needs the builder
+
+    return build(gguf, work / "model", precision="int4")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-m", "--model", type=Path, action="append", default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=120)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--build", action="store_true", help="build a current default model")
+    parser.add_argument("--no-reference", action="store_true")
+    args = parser.parse_args()
+    folders = args.model or [default_folder(args)] + ([SHARED] if SHARED.is_dir() else [])
+    rows = []
+    for folder in folders:
+        rows += bench_folder(folder, args)
+    header = ("folder", "task", "engine", "config", "tokens", "tok/s", "speed-up", "acceptance")
+    header += ("tokens/run", "same", "same as ref")
+    print(" | ".join(header))
+    for row in rows:
+        cells = []
+        for key in header:
+            value = row[key]
+            if isinstance(value, float):
+                value = f"{value:.2f}"
+            cells.append("-" if value is None else str(value))
+        print(" | ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
