@@ -11,9 +11,10 @@ tokens at most: plain decoding and n-gram decoding (``ngram_size`` / ``max_draft
 configurations), for genai and the reference (the reference's n-gram decoding only runs on
 folders with a logits row per position: it refuses our builder's last-token graph). Rounds are
 interleaved; the table shows median tokens/s, the speed-up over the same engine's plain
-decoding, the acceptance rate, tokens per target run, and whether the generated tokens equal
-plain decoding's ("same") and the reference's with the same options on the same folder
-("same as ref").
+decoding, the acceptance rate, tokens per counted target run (the stats' verify and re-anchor
+runs plus plain steps: the one-token run before a round that follows a plain step is counted by
+neither engine), and whether the generated tokens equal plain decoding's ("same") and the
+reference's with the same options on the same folder ("same as ref").
 
 A folder built before ``new_token_logits`` (genai's builder, 2026-12-01) cannot verify proposals:
 rebuild it (``genai pull --force`` for the default model) or pass ``--build`` to build a current
