@@ -29,45 +29,21 @@ from genai.text.chat_template import (
     special_token_strings,
 )
 from genai.text.tokenizer import Tokenizer, TokenizerStream
+from tests.tokenizer_folders import (
+    NAMES,
+    SHARED,
+    SMOLLM2,
+    SPECIAL_IDS,
+    TOKENIZERS,
+    tokenizer_folder,
+)
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 if not (SHARED / "tokenizers").is_dir():
     pytest.skip(
         f"shared test data not found at {SHARED} (expected ../shared beside the repo root)",
         allow_module_level=True,
     )
 
-SMOLLM2 = SHARED / "models" / "smollm2-135m-instruct-int4"
-TOKENIZERS = SHARED / "tokenizers"
-
-# Special ids for the reference's genai_config.json, from each tokenizer's own files.
-SPECIAL_IDS = {
-    "gpt2": {
-        "bos_token_id": 50256,
-        "eos_token_id": 50256,
-        "pad_token_id": 50256,
-        "vocab_size": 50257,
-    },
-    "phi3": {
-        "bos_token_id": 1,
-        "eos_token_id": [32000, 32007],
-        "pad_token_id": 32000,
-        "vocab_size": 32064,
-    },
-    "qwen3": {
-        "bos_token_id": 151643,
-        "eos_token_id": [151645, 151643],
-        "pad_token_id": 151643,
-        "vocab_size": 151936,  # padded model vocabulary, larger than the tokenizer's 151669
-    },
-    "llama3.1": {
-        "bos_token_id": 128000,
-        "eos_token_id": [128001, 128008, 128009],
-        "pad_token_id": 128001,
-        "vocab_size": 128256,
-    },
-}
-NAMES = ["smollm2", *SPECIAL_IDS]
 
 TEXTS = [
     "Hello world",
@@ -101,21 +77,7 @@ def og():
 def folders(tmp_path_factory) -> dict[str, Path]:
     """Model folders the reference can load, one per tokenizer."""
     root = tmp_path_factory.mktemp("tokenizer_models")
-    out = {"smollm2": SMOLLM2}
-    base = json.loads((SMOLLM2 / "genai_config.json").read_text())
-    for name, ids in SPECIAL_IDS.items():
-        folder = root / name
-        folder.mkdir()
-        for file in ("model.onnx", "model.onnx.data"):
-            os.symlink(SMOLLM2 / file, folder / file)
-        for file in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-            if (TOKENIZERS / name / file).is_file():
-                shutil.copy(TOKENIZERS / name / file, folder / file)
-        config = json.loads(json.dumps(base))
-        config["model"].update(ids)
-        (folder / "genai_config.json").write_text(json.dumps(config))
-        out[name] = folder
-    return out
+    return {name: tokenizer_folder(root, name) for name in NAMES}
 
 
 _OURS: dict[str, Tokenizer] = {}

@@ -15,9 +15,7 @@ accented letters, the added/special tokens' strings, and characters outside the 
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
@@ -30,12 +28,15 @@ from genai.testing.models import write_gqa_decoder
 from genai.testing.vision import write_phi3v
 from genai.text.tokenizer import Tokenizer
 from tests.conftest import missing_in_ci
+from tests.tokenizer_folders import (
+    NAMES,
+    SHARED,
+    shared_tokenizers_present,
+    tokenizer_folder,
+)
 
 og = pytest.importorskip("onnxruntime_genai", reason="reference engine not installed")
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-SMOLLM2 = SHARED / "models" / "smollm2-135m-instruct-int4"
-TOKENIZERS = SHARED / "tokenizers"
 
 SEED = 20261201
 TEXTS_PER_TOKENIZER = 300
@@ -121,36 +122,13 @@ FIXTURES: dict[str, Callable[[Path], Path]] = {
     "legacy-300": _legacy(300),
 }
 
-# Special ids for the reference's genai_config.json, from each tokenizer's own files.
-REAL_IDS = {
-    "gpt2": {"bos_token_id": 50256, "eos_token_id": 50256, "pad_token_id": 50256,
-             "vocab_size": 50257},
-    "phi3": {"bos_token_id": 1, "eos_token_id": [32000, 32007], "pad_token_id": 32000,
-             "vocab_size": 32064},
-    "qwen3": {"bos_token_id": 151643, "eos_token_id": [151645, 151643],
-              "pad_token_id": 151643, "vocab_size": 151936},
-    "llama3.1": {"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
-                 "pad_token_id": 128001, "vocab_size": 128256},
-}  # fmt: skip
-REAL = ["smollm2", *REAL_IDS]
+REAL = NAMES
 
 
 def _real_folder(root: Path, name: str) -> Path:
-    if not (TOKENIZERS / "gpt2").is_dir() or not SMOLLM2.is_dir():
+    if not shared_tokenizers_present():
         missing_in_ci(f"shared test data not found at {SHARED} (expected ../shared)")
-    if name == "smollm2":
-        return SMOLLM2
-    folder = root / name
-    folder.mkdir()
-    for file in ("model.onnx", "model.onnx.data"):
-        os.symlink(SMOLLM2 / file, folder / file)
-    for file in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (TOKENIZERS / name / file).is_file():
-            shutil.copy(TOKENIZERS / name / file, folder / file)
-    config = json.loads((SMOLLM2 / "genai_config.json").read_text())
-    config["model"].update(REAL_IDS[name])
-    (folder / "genai_config.json").write_text(json.dumps(config))
-    return folder
+    return tokenizer_folder(root, name)
 
 
 _PAIRS: dict[str, tuple[Tokenizer, object, dict, frozenset[int]]] = {}
