@@ -83,9 +83,13 @@ def mel_filters(n_fft: int, n_mels: int, sample_rate: int = MEL_SAMPLE_RATE) -> 
     return filters.astype(f32)
 
 
-def _frames_spectrum(samples: np.ndarray, n_fft: int, hop_length: int, window: np.ndarray):
-    """``|STFT|^2`` ``[frames, n_fft // 2 + 1]`` (float64) of ``samples`` zero-padded by
-    ``n_fft // 2`` on both sides: an rfft of a strided view of the frames."""
+def stft_power(samples: np.ndarray, n_fft: int, hop_length: int, window: np.ndarray) -> np.ndarray:
+    """``|STFT|^2`` ``[n_fft // 2 + 1, frames]`` float32 of ``samples`` zero-padded by
+    ``n_fft // 2`` on both sides (``frames = 1 + len // hop_length``).
+
+    An rfft of a strided view of the frames, in float64 (NumPy's pocketfft is faster on it
+    than on float32, and more accurate), a few hundred frames at a time so that every
+    temporary stays in cache; each block's power is written transposed into the result."""
     pad = n_fft // 2
     padded = np.zeros(samples.shape[0] + 2 * pad, np.float32)
     padded[pad : pad + samples.shape[0]] = samples
@@ -95,44 +99,35 @@ def _frames_spectrum(samples: np.ndarray, n_fft: int, hop_length: int, window: n
     strided = np.lib.stride_tricks.sliding_window_view(padded, n_fft)[::hop_length][:frames]
     win = np.zeros(n_fft, np.float64)
     win[: window.shape[0]] = window[:n_fft]
-    # float64: NumPy's pocketfft is faster on it than on float32, and more accurate
-    spectrum = np.fft.rfft(strided * win, axis=1)
-    parts = spectrum.view(np.float64)
-    parts *= parts
-    return parts[:, 0::2] + parts[:, 1::2]
+    power = np.empty((n_fft // 2 + 1, frames), np.float32)
+    block = 512
+    for start in range(0, frames, block):
+        spectrum = np.fft.rfft(strided[start : start + block] * win, axis=1)
+        parts = spectrum.view(np.float64)
+        parts *= parts
+        power[:, start : start + block] = (parts[:, 0::2] + parts[:, 1::2]).T
+    return power
 
 
-def stft_power(samples: np.ndarray, n_fft: int, hop_length: int, window: np.ndarray) -> np.ndarray:
-    """``|STFT|^2`` ``[n_fft // 2 + 1, frames]`` of ``samples`` zero-padded by ``n_fft // 2``
-    on both sides (``frames = 1 + len // hop_length``)."""
-    power = _frames_spectrum(samples, n_fft, hop_length, window)
-    return np.ascontiguousarray(power.T, dtype=np.float32)
-
-
-def _mel_rows(filters: np.ndarray, power: np.ndarray) -> np.ndarray:
-    """``filters @ power.T`` ``[n_mel, frames]`` for ``power`` ``[frames, bins]``: each
-    filter's band of bins only (the triangles are narrow), one small product per filter
-    (no multi-threaded BLAS call, whose timing swings on a busy machine)."""
-    out = np.zeros((filters.shape[0], power.shape[0]), np.float32)
-    for m, (lo, hi) in enumerate(_bands(filters)):
+def _mel_rows(filters: np.ndarray, power: np.ndarray, bands: list[tuple[int, int]]) -> np.ndarray:
+    """``filters @ power`` ``[n_mel, frames]`` for ``power`` ``[bins, frames]`` float32: each
+    filter over its band of bins only (the triangles are narrow; ``bands`` from `_bands`), one
+    small product per filter (no multi-threaded BLAS call, whose time swings on a busy
+    machine)."""
+    out = np.zeros((filters.shape[0], power.shape[1]), np.float32)
+    for m, (lo, hi) in enumerate(bands):
         if hi > lo:
-            np.dot(power[:, lo:hi], filters[m, lo:hi], out=out[m])
+            np.dot(filters[m, lo:hi], power[lo:hi], out=out[m])
     return out
 
 
 def _bands(filters: np.ndarray) -> list[tuple[int, int]]:
-    key = (filters.shape, filters.tobytes())
-    found = _BANDS.get(key)
-    if found is None:
-        found = []
-        for row in filters:
-            nz = np.flatnonzero(row)
-            found.append((int(nz[0]), int(nz[-1]) + 1) if nz.size else (0, 0))
-        _BANDS[key] = found
+    """Each filter's first and past-the-last non-zero bin."""
+    found = []
+    for row in filters:
+        nz = np.flatnonzero(row)
+        found.append((int(nz[0]), int(nz[-1]) + 1) if nz.size else (0, 0))
     return found
-
-
-_BANDS: dict[tuple[tuple[int, ...], bytes], list[tuple[int, int]]] = {}
 
 
 def _log_mel_of_mel(mel: np.ndarray, frames: int | None, feature_first: bool) -> np.ndarray:
@@ -162,7 +157,8 @@ def log_mel(
     ``feature_first``."""
     if power.shape[1] < 2:
         raise InvalidArgumentError("the audio is too short for log-mel features")
-    mel = _mel_rows(filters, power[: filters.shape[1], :-1].T.astype(np.float32))
+    power = np.asarray(power[: filters.shape[1], :-1], np.float32)
+    mel = _mel_rows(filters, power, _bands(filters))
     return _log_mel_of_mel(mel, frames, feature_first)
 
 
@@ -595,11 +591,11 @@ class AudioPipeline:
         """STFTNorm + LogMelSpectrum of samples at `sample_rate`: ``[n_mel, frames]``."""
         if not self.no_padding:
             samples = samples[: self.window_samples]
-        power = _frames_spectrum(samples, self.n_fft, self.hop_length, self.window)
-        if power.shape[0] < 2:
+        power = stft_power(samples, self.n_fft, self.hop_length, self.window)
+        if power.shape[1] < 2:
             raise InvalidArgumentError("the audio is too short for log-mel features")
-        filters = _filters(self.n_fft, self.n_mel)
-        mel = _mel_rows(filters, power[:-1, : filters.shape[1]].astype(np.float32))
+        filters, bands = _filters(self.n_fft, self.n_mel)
+        mel = _mel_rows(filters, power[: filters.shape[1], :-1], bands)
         return _log_mel_of_mel(mel, self.frames, self.feature_first)
 
     def features(self, clips: Sequence[AudioClip]) -> np.ndarray:
@@ -615,11 +611,13 @@ class AudioPipeline:
         return np.stack(arrays)
 
 
-_FILTERS: dict[tuple[int, int], np.ndarray] = {}
+_FILTERS: dict[tuple[int, int], tuple[np.ndarray, list[tuple[int, int]]]] = {}
 
 
-def _filters(n_fft: int, n_mel: int) -> np.ndarray:
+def _filters(n_fft: int, n_mel: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The mel filters of (n_fft, n_mel) and their bands, made once."""
     found = _FILTERS.get((n_fft, n_mel))
     if found is None:
-        found = _FILTERS[(n_fft, n_mel)] = mel_filters(n_fft, n_mel)
+        filters = mel_filters(n_fft, n_mel)
+        found = _FILTERS[(n_fft, n_mel)] = (filters, _bands(filters))
     return found
