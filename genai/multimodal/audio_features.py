@@ -270,12 +270,12 @@ def lowpass(samples: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray
     if h is None:
         return _iir_loop(x, num, den)
     taps = h.shape[0]
-    size = _fast_length(max(1 << 14, 4 * taps))
+    size = _fast_length(max(1 << 13, 4 * taps))
     step = size - taps + 1
     spectrum = np.fft.rfft(h, size)
     groups = -(-n // step)
     out = np.empty(groups * step, np.float32)
-    batch = max(1, (1 << 21) // size)
+    batch = max(1, (1 << 17) // size)  # ~1 MB of blocks at a time: they stay in cache
     for start in range(0, groups, batch):
         count = min(batch, groups - start)
         # window g holds x[g * step - taps + 1 :][:size] (zeros before the start and past the end)
