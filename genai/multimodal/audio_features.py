@@ -157,6 +157,7 @@ def log_mel(
     ``feature_first``."""
     if power.shape[1] < 2:
         raise InvalidArgumentError("the audio is too short for log-mel features")
+    filters = np.asarray(filters, np.float32)
     power = np.asarray(power[: filters.shape[1], :-1], np.float32)
     mel = _mel_rows(filters, power, _bands(filters))
     return _log_mel_of_mel(mel, frames, feature_first)
