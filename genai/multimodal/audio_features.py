@@ -237,7 +237,9 @@ def _impulse_response(num: tuple[float, ...], den: tuple[float, ...]) -> np.ndar
     big = np.flatnonzero(np.abs(h) > 1e-18 * np.abs(h).max())
     if big[-1] >= _FIR_LIMIT - 64 or np.abs(h).sum() > 1e3:
         return None
-    return h[: big[-1] + 1]
+    h = h[: big[-1] + 1]
+    h.flags.writeable = False  # shared through the cache
+    return h
 
 
 def _fast_length(n: int) -> int:
@@ -320,10 +322,13 @@ def _bessel_i0(x: float) -> float:
 
 @lru_cache(maxsize=64)
 def _kaiser(length: int) -> np.ndarray:
-    """The reference's symmetric Kaiser window of ``length`` points (beta 6)."""
+    """The reference's symmetric Kaiser window of ``length`` points (beta 6); one point is 1
+    (the reference's formula divides 0 by 0 there: a NaN output for a one-sample clip)."""
     scale = _bessel_i0(_KAISER_BETA)
     points = [2.0 * i / (length - 1.0) - 1.0 for i in range(length)] if length > 1 else [0.0]
-    return np.array([_bessel_i0(_KAISER_BETA * math.sqrt(1.0 - p * p)) / scale for p in points])
+    window = np.array([_bessel_i0(_KAISER_BETA * math.sqrt(1.0 - p * p)) / scale for p in points])
+    window.flags.writeable = False  # shared through the cache
+    return window
 
 
 def kaiser_interpolate(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
