@@ -1,7 +1,7 @@
-"""The builder's ``prefill_int8`` option: runs of 2+ tokens take an int8 branch of the graph,
-decode steps the int4 one. Prompt logits against a NumPy forward pass of the same weights,
-decode steps against the plain int4 build, int8 packing against NumPy, tokens against the
-reference engine on the same folder."""
+"""The builder's ``prefill_int8`` option: prompts (runs of more than VERIFY_TOKENS new tokens)
+take an int8 branch of the graph, decode steps and short runs the int4 one. Prompt logits
+against a NumPy forward pass of the same weights, short runs against the plain int4 build, the
+int8 arithmetic against NumPy, tokens against the reference engine on the same folder."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from onnx import TensorProto, helper
 import genai
 from genai.builder import build, cli
 from genai.builder.errors import BuildError
-from genai.builder.onnx_writer import _Decoder, _GraphWriter
+from genai.builder.onnx_writer import VERIFY_TOKENS, _Decoder, _GraphWriter
 from genai.builder.quantize import INT8_RANGE, quantize_int8_columns
 from genai.builder.testing import ARCH_CONFIGS, numpy_forward, random_weights, write_hf_checkpoint
 from tests.parity import assert_same_run, greedy
 
 pytest.importorskip("safetensors", reason="the safetensors package is a test dependency")
 
-PROMPT = [int(t) for t in np.random.default_rng(1).integers(3, 320, 20)]
+PROMPT = [int(t) for t in np.random.default_rng(1).integers(3, 320, 20)]  # > VERIFY_TOKENS
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +82,14 @@ def test_prompt_logits_within_the_int4_tolerance(folders):
     assert not np.array_equal(mine, plain)  # the prompt took the int8 branch
 
 
-def test_decode_steps_take_the_int4_branch(folders):
+def test_decode_steps_and_short_runs_take_the_int4_branch(folders):
     p8, plain = _session(folders["prefill_int8"]), _session(folders["int4"])
     _, past = _run(p8, PROMPT)
-    step_p8, _ = _run(p8, [PROMPT[3]], past)
-    step_plain, _ = _run(plain, [PROMPT[3]], past)
-    np.testing.assert_array_equal(step_p8, step_plain)
+    for count in (1, VERIFY_TOKENS):  # a decode step, the longest speculative verification
+        ids = (PROMPT * 2)[:count]
+        np.testing.assert_array_equal(_run(p8, ids, past)[0], _run(plain, ids, past)[0])
+    ids = (PROMPT * 2)[: VERIFY_TOKENS + 1]  # a turn appended on top of the past
+    assert not np.array_equal(_run(p8, ids, past)[0], _run(plain, ids, past)[0])
 
 
 def test_per_token_int8_matmul_against_numpy(tmp_path):
@@ -132,12 +134,12 @@ def test_engines_agree_on_the_folder(folders):
 
 
 def test_engines_agree_on_a_batch(folders):
-    """Batched decode steps (2 rows x 1 token) take the int8 branch too."""
+    """Two rows: the prompts through the int8 branch, batched decode steps through int4."""
     og = pytest.importorskip("onnxruntime_genai")
     folder = folders["prefill_int8"]
-    ids = np.array([PROMPT[:12], PROMPT[5:17]], np.int32)
-    mine = greedy(genai, genai.Model(str(folder)), ids, 12 + 10)
-    theirs = greedy(og, og.Model(str(folder)), ids, 12 + 10)
+    ids = np.array([PROMPT, PROMPT[::-1]], np.int32)
+    mine = greedy(genai, genai.Model(str(folder)), ids, len(PROMPT) + 10)
+    theirs = greedy(og, og.Model(str(folder)), ids, len(PROMPT) + 10)
     assert_same_run(mine, theirs)
 
 

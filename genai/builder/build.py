@@ -157,7 +157,7 @@ def build(
     GroupQueryAttention compacts them; both engines then size those caches from the config's
     ``sliding_window`` block). Off by default: such graphs need the shared-buffer layout in the
     reference and cannot start from an empty past.
-    ``prefill_int8`` (int4 decoders): runs of 2+ tokens (prompts) use int8 linears, ~2x
+    ``prefill_int8`` (int4 decoders): prompts (runs of 18+ tokens) use int8 linears, ~2x
     faster prefill on CPUs for ~2.2x the weight file (`genai.builder.onnx_writer`).
     ``stage``: optional progress reporter (see :data:`StageFactory`).
     """

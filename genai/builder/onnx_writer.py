@@ -15,12 +15,13 @@ run on top of a past (n = the run's tokens when there is a past and at most
 proposed tokens with, one run for several tokens, while a prompt still costs one lm_head row.
 With ``all_logits=True`` ``logits`` is ``[batch, sequence, vocab]``.
 
-With ``prefill_int8=True`` (int4 only) the graph is one ``If`` on the run's token count
-(``Size(input_ids) > 1``): a run of one token (a decode step) takes the int4 branch, any larger
-run (a prompt, a batch of decode steps, speculative verification) the same decoder with the
-layers' linears as ``MatMulInteger`` over int8 per-column weights (7-bit range) and uint8
-activations quantized per token, whose int8 GEMM is 2-3x faster than ``MatMulNBits`` at 8+
-rows on CPUs; the embedding and the lm_head stay int4. Both engines run such a folder
+With ``prefill_int8=True`` (int4 only) the graph is one ``If`` on the run's new tokens per row
+(``sequence_length > VERIFY_TOKENS``): a prompt (or an appended turn) of more than 17 tokens
+takes the same decoder with the layers' linears as ``MatMulInteger`` over int8 per-column
+weights (7-bit range) and uint8 activations quantized per token, whose int8 GEMM is 2-3x faster
+than ``MatMulNBits`` at 8+ rows on CPUs; every shorter run takes the int4 graph: decode steps,
+batched or not, and speculative verification, so their tokens do not depend on batching or
+speculation. The embedding and the lm_head stay int4. Both engines run such a folder
 unchanged.
 
 Weights go to ``model.onnx.data`` as they are produced (one layer in memory at a time).
@@ -147,7 +148,7 @@ class _Decoder:
                 block_size=BLOCK,
                 accuracy_level=4,
             )
-            if self.prefill_int8:  # the same output from int8 weights, for runs of 2+ tokens
+            if self.prefill_int8:  # the same output from int8 weights, for prompts
                 self.decode_only.add(id(g.nodes[-1]))
                 first = len(g.nodes)
                 q8, scales8 = quantize_int8_columns(weight)
@@ -450,7 +451,8 @@ class _Decoder:
 
 
 def _split_by_run_length(g: _GraphWriter, decoder: _Decoder) -> None:
-    """Turn ``g``'s nodes into ``If(Size(input_ids) > 1, prefill branch, decode branch)``: the
+    """Turn ``g``'s nodes into ``If(sequence_length > VERIFY_TOKENS, prefill branch, decode
+    branch)``: the
     decode branch without the int8 nodes, the prefill branch without the int4 ones they shadow.
     Each branch's values are renamed under its own prefix (ONNX names are unique across
     scopes); initializers and graph inputs stay in the outer graph, where both branches read
@@ -478,10 +480,10 @@ def _split_by_run_length(g: _GraphWriter, decoder: _Decoder) -> None:
     prefill = branch("prefill", decoder.decode_only)
     decode = branch("decode", decoder.prefill_only)
     g.nodes = []
-    rows = g.op("Size", "input_ids")
+    seq = g.op("Gather", g.op("Shape", "input_ids"), g.const(1), axis=0)
     g.ops(
         "If",
-        [g.op("Greater", rows, g.const(1))],
+        [g.op("Greater", seq, g.const(VERIFY_TOKENS))],
         [value.name for value in g.outputs],
         name="prefill_or_decode",
         then_branch=prefill,
@@ -502,7 +504,7 @@ def write_onnx(
 ) -> Path:
     """Write ``out_dir/model.onnx`` (+ ``model.onnx.data``) for ``source``; returns its path.
     ``window_cache``: sliding-window layers keep window-sized caches (``sliding_window_cache``).
-    ``prefill_int8`` (int4 only): runs of 2+ tokens use int8 linears (see the module
+    ``prefill_int8`` (int4 only): prompts use int8 linears (see the module
     docstring)."""
     if precision not in PRECISIONS:
         raise BuildError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
