@@ -269,3 +269,18 @@ def test_the_pipeline_resamples_the_first_window_only_when_padding(tmp_path: Pat
     np.testing.assert_array_equal(
         pipeline.features([clip])[0], pipeline.features_of_pcm(full[: pipeline.window_samples])
     )
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "FLAC"])
+def test_16_bit_files_decode_to_libsndfiles_floats_mixed_as_the_reference(fmt: str) -> None:
+    """16-bit files are read as integers and scaled by 1/32768: the same floats libsndfile
+    (and the reference's dr_wav / dr_flac) give, stereo mixed to (left + right) / 2."""
+    rng = np.random.default_rng(5)
+    pcm = rng.integers(-32768, 32768, (40000, 2), dtype=np.int16)
+    pcm[:2] = [[-32768, 32767], [32767, -32768]]
+    blob = io.BytesIO()
+    sf.write(blob, pcm, 22050, format=fmt, subtype="PCM_16")
+    floats, _ = sf.read(io.BytesIO(blob.getvalue()), dtype="float32", always_2d=True)
+    clip = genai.Audios.open_bytes(blob.getvalue()).clips[0]
+    assert clip.sample_rate == 22050
+    np.testing.assert_array_equal(clip.samples, (floats[:, 0] + floats[:, 1]) / np.float32(2))
