@@ -212,15 +212,15 @@ def butterworth_lowpass(cutoff: float) -> tuple[np.ndarray, np.ndarray]:
     return num, den
 
 
-def _iir_run(num: np.ndarray, den: np.ndarray, steps: int, state: tuple[float, ...]) -> np.ndarray:
-    """``steps`` outputs of the filter on an impulse (``state`` empty) or on zero input from
-    ``state`` = (x[-1..-4], y[-1..-4]), in float64, as the reference's loop."""
+def _iir_run(num: np.ndarray, den: np.ndarray, steps: int) -> np.ndarray:
+    """The first ``steps`` samples of the filter's impulse response, in float64, as the
+    reference's loop computes them."""
     b0, b1, b2, b3, b4 = (float(v) for v in num)
     _, a1, a2, a3, a4 = (float(v) for v in den)
-    x1, x2, x3, x4, y1, y2, y3, y4 = state or (0.0,) * 8
+    x1 = x2 = x3 = x4 = y1 = y2 = y3 = y4 = 0.0
     out = []
     for n in range(steps):
-        x = 1.0 if n == 0 and not state else 0.0
+        x = 1.0 if n == 0 else 0.0
         y = b0 * x + b1 * x1 + b2 * x2 + b3 * x3 + b4 * x4 - a1 * y1 - a2 * y2 - a3 * y3 - a4 * y4
         x4, x3, x2, x1 = x3, x2, x1, x
         y4, y3, y2, y1 = y3, y2, y1, y
@@ -231,9 +231,9 @@ def _iir_run(num: np.ndarray, den: np.ndarray, steps: int, state: tuple[float, .
 @lru_cache(maxsize=32)
 def _impulse_response(num: tuple[float, ...], den: tuple[float, ...]) -> np.ndarray | None:
     """The filter's impulse response cut where it is below 1e-18 of its peak, or None when
-    it is still above that after `_FIR_LIMIT` samples or sums above 1e3 (poles near the unit
-    circle: a convolution would lose the precision the recursion keeps)."""
-    h = _iir_run(np.array(num), np.array(den), _FIR_LIMIT, ())
+    it is still above that after `_FIR_LIMIT` samples (poles near the unit circle) or its
+    magnitudes sum above 1e3 (a convolution would then lose precision the recursion keeps)."""
+    h = _iir_run(np.array(num), np.array(den), _FIR_LIMIT)
     big = np.flatnonzero(np.abs(h) > 1e-18 * np.abs(h).max())
     if big[-1] >= _FIR_LIMIT - 64 or np.abs(h).sum() > 1e3:
         return None
@@ -263,8 +263,8 @@ def lowpass(samples: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray
     float64, rounded to float32 as the reference's loop.
 
     A stable filter is its impulse response (cut below 1e-18 of its peak): an overlap-save
-    FFT convolution in blocks. One whose response outlasts `_FIR_LIMIT` samples runs as a
-    Python loop (its FIR form would cancel catastrophically)."""
+    FFT convolution in blocks. One whose response outlasts `_FIR_LIMIT` samples runs as the
+    reference's loop, in Python."""
     x = np.asarray(samples, np.float32)
     n = x.shape[0]
     if n == 0:
