@@ -20,7 +20,12 @@ def quantize_int4(weight: np.ndarray, block: int = BLOCK) -> tuple[np.ndarray, n
     ``packed`` is uint8 ``[N, ceil(K / block), block / 2]`` (element ``2j`` in the low nibble),
     ``scales`` float32 ``[N, ceil(K / block)]``; value = ``scale * (q - 8)``. The element of
     largest magnitude in each block maps to ``q = 0`` (``scale = that element / -8``), so the
-    block's range is used fully. ``K`` is zero-padded to whole blocks.
+    block's range is used fully; when the block's minimum and maximum have the same magnitude
+    the minimum is taken. ``K`` is zero-padded to whole blocks.
+
+    Bit for bit what onnxruntime's blockwise quantizer (``quantize_matmul_4bits``, symmetric,
+    which the reference builder's ``MatMulNBitsQuantizer`` calls) writes for the transposed
+    weight: ``q = round_half_up(w * (1 / scale) + 8)`` in float32, clipped to ``[0, 15]``.
     """
     w = np.asarray(weight, dtype=np.float32)
     n, k = w.shape
@@ -28,12 +33,19 @@ def quantize_int4(weight: np.ndarray, block: int = BLOCK) -> tuple[np.ndarray, n
     if blocks * block != k:
         w = np.pad(w, ((0, 0), (0, blocks * block - k)))
     w = w.reshape(n, blocks, block)
-    pick = np.abs(w).argmax(axis=2)[..., None]
-    scales = np.take_along_axis(w, pick, axis=2)[..., 0] / np.float32(-8.0)
-    safe = np.where(scales == 0, np.float32(1.0), scales)
-    q = np.clip(np.rint(w / safe[..., None]) + 8, 0, 15).astype(np.uint8)
+    low, high = w.min(axis=2), w.max(axis=2)
+    scales = (np.where(-low >= high, low, high) / np.float32(-8.0)).astype(np.float32)
+    safe = np.where(scales == 0, np.float32(1.0), scales).astype(np.float32)
+    # the product and the sum are rounded to float32 separately, as onnxruntime computes them
+    v = w * (np.float32(1.0) / safe)[..., None]
+    v += np.float32(8.0)
+    # round half away from zero (C's roundf) without a float64 copy: rint rounds halves to
+    # even, so lift the halves it rounded down (r - v is exact here: |v| < 2**24)
+    q = np.rint(v)
+    q += q - v == np.float32(-0.5)
+    q = np.clip(q, 0, 15).astype(np.uint8)
     packed = q[..., 0::2] | (q[..., 1::2] << 4)
-    return np.ascontiguousarray(packed), scales.astype(np.float32)
+    return np.ascontiguousarray(packed), scales
 
 
 def dequantize_int4(packed: np.ndarray, scales: np.ndarray, k: int) -> np.ndarray:
