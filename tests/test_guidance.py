@@ -147,7 +147,7 @@ def test_regex_output_fullmatches_and_ends_with_eos(fixture_model):
     generator, tokenizer, (out,), _ = guided_run(fixture_model, "regex", REGEX)
     text = tokenizer.decode(out)
     assert re.fullmatch(REGEX, text), text
-    assert generator.finish_reason(0) == "eos"  # the grammar completed: EOS forced
+    assert generator.finish_reason(0) is genai.FinishReason.EOS  # the grammar completed: EOS forced
 
 
 def test_lark_grammar_output_parses(fixture_model):
@@ -155,7 +155,7 @@ def test_lark_grammar_output_parses(fixture_model):
     generator, tokenizer, (out,), _ = guided_run(fixture_model, "lark_grammar", grammar)
     text = tokenizer.decode(out)
     assert re.fullmatch(r"(cat|dog|sat|mat)( (cat|dog|sat|mat)){2}\.", text), text
-    assert generator.finish_reason(0) == "eos"
+    assert generator.finish_reason(0) is genai.FinishReason.EOS
 
 
 def test_one_constraint_per_row_at_batch_3(fixture_model):
@@ -165,7 +165,7 @@ def test_one_constraint_per_row_at_batch_3(fixture_model):
     for row, out in enumerate(outs):
         text = tokenizer.decode(out)
         assert re.fullmatch(REGEX, text), (row, text)
-        assert generator.finish_reason(row) == "eos"
+        assert generator.finish_reason(row) is genai.FinishReason.EOS
         tokens = list(map(int, out))
         if 2 in tokens:  # after EOS the row holds pad tokens
             end = tokens.index(2)
@@ -203,7 +203,11 @@ def test_unconstrained_generator_takes_the_native_path(fixture_model):
     generator, _, (out,), _ = guided_run(fixture_model, "regex", r"[\s\S]*")
     assert generator._python_stage
     np.testing.assert_array_equal(out, plain.get_sequence(0)[len(ids) :])
-    assert generator.finish_reason(0) == plain.finish_reason(0) == "length"
+    assert (
+        generator.finish_reason(0)
+        == plain.finish_reason(0)
+        == genai.FinishReason.MAX_SESSION_TOKENS
+    )
 
 
 def test_fast_forward_appends_forced_tokens(fixture_model):
@@ -215,7 +219,7 @@ def test_fast_forward_appends_forced_tokens(fixture_model):
     for out in (plain, fast):
         assert re.fullmatch(regex, tokenizer.decode(out)), tokenizer.decode(out)
     assert fast_steps < plain_steps / 4  # forced text costs no model step per token
-    assert generator.finish_reason(0) == "eos"
+    assert generator.finish_reason(0) is genai.FinishReason.EOS
 
 
 def test_rewind_replays_the_constraint(fixture_model):
@@ -361,7 +365,7 @@ def test_json_schema_outputs_validate_for_20_prompts(smol):
         generator.generate_next_token()
     names = set()
     for row in range(len(prompts)):
-        assert generator.finish_reason(row) == "eos", row
+        assert generator.finish_reason(row) is genai.FinishReason.EOS, row
         text = tokenizer.decode(generator.get_sequence(row)[ids.shape[1] :])
         value = json.loads(text)
         jsonschema.validate(value, PERSON)
@@ -392,7 +396,7 @@ def test_regex_outputs_fullmatch(smol, question, regex):
         generator.generate_next_token()
     text = tokenizer.decode(generator.get_sequence(0)[len(ids) :])
     assert re.fullmatch(regex, text), text
-    assert generator.finish_reason(0) == "eos"
+    assert generator.finish_reason(0) is genai.FinishReason.EOS
 
 
 @pytest.mark.slow
@@ -448,7 +452,7 @@ def test_grammar_forced_tool_call_parses(smol):
     generator.append_tokens(ids)
     while not generator.is_done():
         generator.generate_next_token()
-    assert generator.finish_reason(0) == "eos"
+    assert generator.finish_reason(0) is genai.FinishReason.EOS
     text = tokenizer.decode(generator.get_sequence(0)[len(ids) :])
     calls = parse_tool_calls(text)
     assert len(calls) == 1, text

@@ -420,7 +420,7 @@ def test_gqa_stop_strings_end_where_plain_decoding_ends(gqa):
             steps += 1
         found.append(([int(t) for t in gen.get_sequence(0)], steps, gen.finish_reason()))
     assert found[1] == found[0]
-    assert found[0][2] == "stop"
+    assert found[0][2] is genai.FinishReason.STOP_STRING
 
 
 def test_gqa_logits_processor_sees_the_same_rows_as_plain_decoding(gqa):

@@ -162,7 +162,7 @@ def generate(folder, prompt=PROMPT, batch=1, **options):
 def run_to_end(generator):
     steps = 0
     while not generator.is_done():
-        assert generator.finish_reason(0) is None or generator.batch_size > 1
+        assert generator.finish_reason(0) is genai.FinishReason.NONE or generator.batch_size > 1
         generator.generate_next_token()
         steps += 1
     return steps
@@ -172,7 +172,7 @@ def test_stop_string_across_tokens_finishes_the_row(fixture_folders):
     folder = fixture_folders["gqa"]
     _, tokenizer, plain, ids = generate(folder, max_length=48)
     run_to_end(plain)
-    assert plain.finish_reason(0) == "length"
+    assert plain.finish_reason(0) == genai.FinishReason.MAX_SESSION_TOKENS
     free = plain.get_sequence(0)[len(ids) :]
     text = tokenizer.decode(free)
     prefixes = [tokenizer.decode(free[:i]) for i in range(len(free) + 1)]
@@ -189,7 +189,7 @@ def test_stop_string_across_tokens_finishes_the_row(fixture_folders):
 
     _, _, gen, _ = generate(folder, max_length=48, stop=[stop, "qqqqqq"])
     steps = run_to_end(gen)
-    assert gen.finish_reason(0) == "stop" and gen.is_done()
+    assert gen.finish_reason(0) is genai.FinishReason.STOP_STRING and gen.is_done()
     got = gen.get_sequence(0)[len(ids) :]
     # same tokens as the free run, up to the token that completed the stop string
     assert steps == j + 1
@@ -205,7 +205,9 @@ def test_stop_strings_that_never_match_leave_tokens_unchanged(fixture_folders):
     assert stopped._python_stage and not plain._python_stage
     run_to_end(stopped)
     np.testing.assert_array_equal(stopped.get_sequence(0), plain.get_sequence(0))
-    assert stopped.finish_reason(0) == plain.finish_reason(0) == "length"
+    assert (
+        stopped.finish_reason(0) == plain.finish_reason(0) == genai.FinishReason.MAX_SESSION_TOKENS
+    )
 
 
 def test_stop_string_at_batch_2_pads_the_stopped_row(fixture_folders):
@@ -227,7 +229,10 @@ def test_stop_string_at_batch_2_pads_the_stopped_row(fixture_folders):
     gen = genai.Generator(model, params)
     gen.append_tokens(ids)
     run_to_end(gen)
-    assert gen.finish_reason(0) == "stop" and gen.finish_reason(1) == "length"
+    assert (
+        gen.finish_reason(0) is genai.FinishReason.STOP_STRING
+        and gen.finish_reason(1) is genai.FinishReason.MAX_SESSION_TOKENS
+    )
     seq0 = gen.get_sequence(0)[ids.shape[1] :]
     k = next(i for i in range(1, len(row0) + 1) if stop in tokenizer.decode(row0[:i]))
     np.testing.assert_array_equal(seq0[:k], row0[:k])
@@ -241,13 +246,13 @@ def test_max_new_tokens(fixture_folders):
     _, _, gen, ids = generate(folder, max_length=48, max_new_tokens=5)
     assert not gen._python_stage  # no per-token Python work for a length limit
     assert run_to_end(gen) == 5
-    assert gen.finish_reason(0) == "length" and gen.is_done()
+    assert gen.finish_reason(0) == genai.FinishReason.MAX_GENERATED_TOKENS and gen.is_done()
     assert gen.token_count() == len(ids) + 5
     with pytest.raises(GenerationError, match="max_new_tokens"):
         gen.generate_next_token()
     # counted from the last append: continuing gives 5 more
     gen.append_tokens([4, 5])
-    assert gen.finish_reason(0) is None
+    assert gen.finish_reason(0) is genai.FinishReason.NONE
     assert gen.generate_until_done() == 5
     assert gen.token_count() == len(ids) + 12
 
@@ -262,7 +267,7 @@ def test_max_length_reason_and_eos_reason(fixture_folders):
     folder = fixture_folders["gqa"]
     _, _, gen, _ = generate(folder, max_length=20)
     gen.generate_until_done()
-    assert gen.finish_reason(0) == "length"
+    assert gen.finish_reason(0) == genai.FinishReason.MAX_SESSION_TOKENS
     with pytest.raises(IndexError):
         gen.finish_reason(1)
     # EOS through set_logits (the fixture's lm_head never picks EOS by itself)
@@ -271,7 +276,7 @@ def test_max_length_reason_and_eos_reason(fixture_folders):
     logits[0, 2] = 10.0  # EOS id 2
     gen.set_logits(logits)
     gen.generate_next_token()
-    assert gen.is_done() and gen.finish_reason(0) == "eos"
+    assert gen.is_done() and gen.finish_reason(0) is genai.FinishReason.EOS
 
 
 def test_stop_and_max_new_tokens_options():
@@ -310,11 +315,11 @@ def test_rewind_replays_stop_matching(fixture_folders):
     k = next(i for i in range(1, 9) if stop in tokenizer.decode(free[:i]))
     _, _, gen, _ = generate(folder, max_length=40, stop=[stop])
     run_to_end(gen)
-    assert gen.finish_reason(0) == "stop"
+    assert gen.finish_reason(0) is genai.FinishReason.STOP_STRING
     gen.rewind_to(len(ids) + k - 1)  # before the token that completed the stop string
-    assert gen.finish_reason(0) is None and not gen.is_done()
+    assert gen.finish_reason(0) is genai.FinishReason.NONE and not gen.is_done()
     gen.generate_next_token()
-    assert gen.finish_reason(0) == "stop"
+    assert gen.finish_reason(0) is genai.FinishReason.STOP_STRING
     np.testing.assert_array_equal(gen.get_sequence(0)[len(ids) :], free[:k])
 
 
@@ -327,7 +332,7 @@ def test_generate_until_done_honours_stop_strings(fixture_folders):
     k = next(i for i in range(1, 11) if stop in tokenizer.decode(free[:i]))
     _, _, gen, _ = generate(folder, max_length=48, stop=stop)
     assert gen.generate_until_done() == k
-    assert gen.finish_reason(0) == "stop"
+    assert gen.finish_reason(0) is genai.FinishReason.STOP_STRING
     np.testing.assert_array_equal(gen.get_sequence(0)[len(ids) :], free[:k])
 
 
@@ -355,7 +360,7 @@ def test_stop_string_on_the_real_model(smollm2_path):
         gen.generate_next_token()
         out, _ = matcher.push(stream.decode(int(gen.get_next_tokens()[0])))
         shown += out
-    assert gen.finish_reason() == "stop"
+    assert gen.finish_reason() is genai.FinishReason.STOP_STRING
     text = tokenizer.decode(gen.get_sequence(0)[len(ids) :])
     assert text.endswith("Paris")  # the sequence ends with the token that completed it
     assert shown == full[: full.index("aris")]  # what a streaming client shows

@@ -413,7 +413,21 @@ def names_and_arguments(result):
     ("text", "reason", "content", "calls", "finish"),
     [
         (ONE, "stop", None, [("get_weather", {"city": "Paris"})], "tool_calls"),
-        (ONE, "eos", None, [("get_weather", {"city": "Paris"})], "tool_calls"),
+        (ONE, genai.FinishReason.EOS, None, [("get_weather", {"city": "Paris"})], "tool_calls"),
+        (
+            ONE,
+            genai.FinishReason.STOP_STRING,
+            None,
+            [("get_weather", {"city": "Paris"})],
+            "tool_calls",
+        ),
+        (
+            ONE,
+            genai.FinishReason.MAX_GENERATED_TOKENS,
+            None,
+            [("get_weather", {"city": "Paris"})],
+            "length",
+        ),
         # cut by max_tokens after a complete call: still "length" (OpenAI: the limit was hit)
         (ONE, "length", None, [("get_weather", {"city": "Paris"})], "length"),
         (TWO[:-30], "length", None, [("get_weather", {"city": "Paris"})], "length"),
@@ -458,7 +472,7 @@ def test_hermes_result_and_message():
     text = tool_call_result("It is sunny.", "stop")
     assert text.message() == {"role": "assistant", "content": "It is sunny."}
     assert text.finish_reason == "stop"
-    assert ToolChat("p", GENERIC, None).result(ONE, "eos").finish_reason == "stop"
+    assert ToolChat("p", GENERIC, None).result(ONE, genai.FinishReason.EOS).finish_reason == "stop"
 
 
 # --- the real model -------------------------------------------------------------------------------
@@ -470,7 +484,7 @@ def smol_model(smollm2_path):
     return model, genai.Tokenizer(model)
 
 
-def generate(smol_model, chat: ToolChat, new_tokens: int) -> tuple[str, str]:
+def generate(smol_model, chat: ToolChat, new_tokens: int) -> tuple[str, genai.FinishReason]:
     model, tokenizer = smol_model
     ids = tokenizer.encode(chat.prompt)
     params = genai.GeneratorParams(model)
@@ -491,7 +505,7 @@ def test_smollm2_calls_the_tool_on_its_own(smol_model):
     assert chat.tool_format == GENERIC
     text, reason = generate(smol_model, chat, 60)
     result = chat.result(text, reason)
-    assert reason == "eos", text  # the grammar ended the reply
+    assert reason is genai.FinishReason.EOS, text  # the grammar ended the reply
     assert names_and_arguments(result) == [("get_weather", {"city": "Paris"})], text
     assert result.finish_reason == "tool_calls" and result.content is None
 
@@ -503,11 +517,11 @@ def test_smollm2_required_single_call_stops_and_a_cut_says_length(smol_model):
         tokenizer, ASK, [WEATHER, ADD], tool_choice="required", parallel_tool_calls=False
     )
     text, reason = generate(smol_model, chat, 100)
-    assert reason == "eos", text
+    assert reason is genai.FinishReason.EOS, text
     result = chat.result(text, reason)
     assert len(result.tool_calls) == 1 and result.finish_reason == "tool_calls"
     cut_text, cut_reason = generate(smol_model, chat, 6)
-    assert cut_reason == "length"
+    assert cut_reason is genai.FinishReason.MAX_SESSION_TOKENS
     cut = chat.result(cut_text, cut_reason)
     assert cut.finish_reason == "length" and cut.tool_calls == []
 

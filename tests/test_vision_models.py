@@ -499,7 +499,7 @@ def test_guidance_and_stop_strings_after_an_image_prompt(folders, images, kind):
     generator.set_inputs(_ours(named))
     while not generator.is_done():
         generator.generate_next_token()
-    assert generator.finish_reason(0) == "stop"
+    assert generator.finish_reason(0) is genai.FinishReason.STOP_STRING
     assert "it is a" not in tokenizer.decode(generator.get_sequence(0)[n:])
 
 

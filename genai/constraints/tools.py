@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from genai.compat.engine_enums import FinishReason
 from genai.errors import ArgumentTypeError, InvalidArgumentError
 from genai.text.chat_template import (
     ChatTemplateError,
@@ -55,6 +56,7 @@ __all__ = [
     "DEFAULT_MAX_CALLS",
     "GENERIC",
     "HERMES",
+    "OPENAI_FINISH_REASONS",
     "TOOL_CALL_CLOSE",
     "TOOL_CALL_OPEN",
     "TOOL_FORMATS",
@@ -62,6 +64,7 @@ __all__ = [
     "ToolChat",
     "ToolPrompt",
     "generic_tool_prompt",
+    "openai_finish_reason",
     "parse_tool_calls",
     "prepare_tool_chat",
     "render_chat_with_tools",
@@ -612,14 +615,36 @@ class ToolCallResult:
         return out
 
 
+#: OpenAI's ``finish_reason`` for each `FinishReason` a generator reports.
+OPENAI_FINISH_REASONS: dict[FinishReason, str | None] = {
+    FinishReason.NONE: None,
+    FinishReason.EOS: "stop",
+    FinishReason.STOP_STRING: "stop",
+    FinishReason.MAX_GENERATED_TOKENS: "length",
+    FinishReason.MAX_SESSION_TOKENS: "length",
+    FinishReason.CANCELLED: "cancelled",
+    FinishReason.FAILED: "error",
+}
+
+
+def openai_finish_reason(reason: FinishReason | str | None) -> str | None:
+    """OpenAI's ``finish_reason`` for ``reason``: a `FinishReason` (what
+    `genai.Generator.finish_reason` returns) through `OPENAI_FINISH_REASONS`; a string (a
+    server's own, ``"stop"``, ``"length"``, ``"timeout"``, ...) as it is."""
+    if isinstance(reason, FinishReason):
+        return OPENAI_FINISH_REASONS[reason]
+    return reason
+
+
 def tool_call_result(
-    text: str, finish_reason: str | None, *, tool_format: str = HERMES
+    text: str, finish_reason: FinishReason | str | None, *, tool_format: str = HERMES
 ) -> ToolCallResult:
     """Read a generated reply: its content, its tool calls and the OpenAI finish reason.
 
-    ``finish_reason`` is how generation ended: ``"stop"`` or ``"eos"`` (the model, a stop
-    string or the completed grammar ended it), ``"length"`` (max_tokens / max_length), or
-    another reason (``"timeout"``, ``"cancelled"``, ``"error"``), which is passed on as is.
+    ``finish_reason`` is how generation ended: a `FinishReason` (`genai.Generator.finish_reason`)
+    or OpenAI's string: ``"stop"`` (the model, a stop string or the completed grammar ended
+    it), ``"length"`` (max_tokens / max_length), or another reason (``"timeout"``,
+    ``"cancelled"``, ``"error"``), which is passed on as is.
     The result says ``"tool_calls"`` when the reply holds calls and generation ended by
     itself, ``"stop"`` when it ended by itself without calls, and ``"length"`` whenever the
     token limit cut it, even when complete calls were read before the cut: as OpenAI documents
@@ -643,10 +668,9 @@ def tool_call_result(
         else:
             before = text.split(TOOL_CALL_OPEN, 1)[0].strip() if TOOL_CALL_OPEN in text else ""
             content = before or None
-    if finish_reason in ("stop", "eos"):
+    finish = openai_finish_reason(finish_reason)
+    if finish == "stop":
         finish = "tool_calls" if calls else "stop"
-    else:
-        finish = finish_reason
     return ToolCallResult(content, calls, finish)
 
 
@@ -664,12 +688,11 @@ class ToolChat:
     #: ``(kind, data)`` for the constraint, or None (no tools, or ``tool_choice="none"``)
     guidance: tuple[str, str] | None
 
-    def result(self, text: str, finish_reason: str | None) -> ToolCallResult:
+    def result(self, text: str, finish_reason: FinishReason | str | None) -> ToolCallResult:
         """The generated ``text`` read as `tool_call_result` does (plain content when no
         tools were offered)."""
         if self.guidance is None:
-            finish = "stop" if finish_reason == "eos" else finish_reason
-            return ToolCallResult(text, [], finish)
+            return ToolCallResult(text, [], openai_finish_reason(finish_reason))
         return tool_call_result(text, finish_reason, tool_format=self.tool_format)
 
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai._core import sampling
+from genai.compat.engine_enums import FinishReason
 from genai.constraints.guidance import TokenConstraint
 from genai.constraints.stop import StopStringMatcher
 from genai.errors import (
@@ -211,7 +212,7 @@ class Generator:
         chain_stage = self._chain is not None and self._chain.python_stage
         self._python_stage = chain_stage or self._stops is not None
         #: per row: "stop" once a stop string matched (other reasons are read from the loop)
-        self._finish: list[str | None] = [None] * batch
+        self._finish: list[FinishReason | None] = [None] * batch
         self._all_finished = False
         #: set_runtime_option("terminate_session", "1"): every call that would run the model
         #: or read its state raises until "0".
@@ -368,7 +369,7 @@ class Generator:
         matcher = self._stops[row]
         _, stopped = matcher.push(self._streams[row].decode(token))
         if stopped and not self._done[row]:
-            self._finish[row] = "stop"
+            self._finish[row] = FinishReason.STOP_STRING
             self._done[row] = 1  # padded from now on, as after EOS
 
     def _replay(self, length: int) -> None:
@@ -472,28 +473,31 @@ class Generator:
         loop = self._loop
         return loop.all_done or loop.length >= self._stop_length or self._all_finished
 
-    def finish_reason(self, row: int = 0) -> str | None:
-        """Why row ``row`` finished (beyond the reference): ``"eos"`` (an EOS token, including
-        the one guidance forces once its grammar is complete), ``"stop"`` (a stop string,
-        search option ``stop``), ``"length"`` (max_length or max_new_tokens), or None while it
-        is still generating. With beam search ``row`` is a batch entry."""
+    def finish_reason(self, row: int = 0) -> FinishReason:
+        """Why row ``row`` finished, as a `genai.FinishReason` (beyond the reference's
+        Generator; its Engine's events carry the same values): ``EOS`` (an EOS token, including
+        the one guidance forces once its grammar is complete), ``STOP_STRING`` (search option
+        ``stop``), ``MAX_GENERATED_TOKENS`` (search option ``max_new_tokens``),
+        ``MAX_SESSION_TOKENS`` (``max_length``), or ``NONE`` while it is still generating
+        (``NONE`` is falsy). With beam search ``row`` is a batch entry."""
         if not 0 <= row < self.batch_size:
             raise IndexError(f"row {row} outside [0, {self.batch_size})")
         if self._spec is not None and self._spec.pending:
-            return None
+            return FinishReason.NONE
         loop = self._loop
-        if self._beams is not None:
-            if loop.all_done:
-                return "eos"
-            return "length" if loop.length >= self._stop_length else None
-        reason = self._finish[row]
-        if reason is not None:
-            return reason
-        if self._done[row]:
-            return "eos"
+        if self._beams is None:
+            reason = self._finish[row]
+            if reason is not None:
+                return reason
+            if self._done[row]:
+                return FinishReason.EOS
+        elif loop.all_done:
+            return FinishReason.EOS
+        if loop.length >= self.max_length:
+            return FinishReason.MAX_SESSION_TOKENS
         if loop.length >= self._stop_length:
-            return "length"
-        return None
+            return FinishReason.MAX_GENERATED_TOKENS
+        return FinishReason.NONE
 
     # --- reading state --------------------------------------------------------------------------
     def get_next_tokens(self) -> np.ndarray:

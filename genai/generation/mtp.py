@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from genai.compat.engine_enums import FinishReason
 from genai.errors import GenerationError, UnsupportedFeatureError
 from genai.generation.generator import Generator
 from genai.generation.speculative import (
@@ -130,7 +131,7 @@ class MtpGenerator:
         """The prompt and the tokens emitted so far (an emitted EOS included, as the
         reference), int32."""
         sequence = self._gen.get_sequence(0)
-        if self._gen.is_done() and self._gen.finish_reason() == "eos":
+        if self._gen.is_done() and self._gen.finish_reason() is FinishReason.EOS:
             sequence = np.append(sequence, self._gen.get_next_tokens()[:1])
         return sequence.astype(np.int32)
 

@@ -58,10 +58,10 @@ class SearchOptions:
     kv_initial_capacity: int = 128
     kv_growth_factor: float = 1.5
     #: stop after this many generated tokens (counted from the last append_tokens; 0 = no
-    #: limit beyond max_length); `Generator.finish_reason` then says "length"
+    #: limit beyond max_length); `Generator.finish_reason` then says MAX_GENERATED_TOKENS
     max_new_tokens: int = 0
     #: stop strings: a row stops once its decoded text contains one (matched across token
-    #: boundaries, see `genai.constraints.stop`); `Generator.finish_reason` then says "stop"
+    #: boundaries, see `genai.constraints.stop`); `Generator.finish_reason` then says STOP_STRING
     stop: tuple[str, ...] = ()
 
     #: Options the reference does not have: left out of `as_reference_dict` while at default.

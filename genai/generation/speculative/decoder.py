@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from genai.compat.engine_enums import FinishReason
 from genai.generation.speculative.options import SpeculativeOptions
 from genai.generation.speculative.policy import AdaptiveK, Cooldown
 from genai.generation.speculative.stats import SpeculativeCounters
@@ -144,7 +145,7 @@ class SpeculativeDecoder:
         self.visible += 1
         if g._stops is not None:
             g._match_stop(0, token)
-            if g._finish[0] == "stop":
+            if g._finish[0] is FinishReason.STOP_STRING:
                 if self.queue:  # the rest was not seen: drop it, keep the stop
                     self._discard()
                     g._done[0] = 1
