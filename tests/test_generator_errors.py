@@ -142,5 +142,8 @@ def test_every_genai_error_class_shares_one_base():
     }
     for cls, builtin in expected.items():
         assert issubclass(cls, errors.GenaiError) and issubclass(cls, builtin), cls
-    error = not_implemented("Images.open", "vision")
-    assert isinstance(error, errors.UnsupportedFeatureError) and "issue 19" in str(error)
+    error = not_implemented("StreamingProcessor.process", "speech")
+    assert isinstance(error, errors.UnsupportedFeatureError) and isinstance(
+        error, NotImplementedError
+    )
+    assert "StreamingProcessor.process" in str(error) and "docs/differences.md" in str(error)

@@ -620,7 +620,7 @@ _SPECULATIVE_FEATURE = FEATURES["speculative"]
 _PAGED = Feature(
     "paged-KV engine models (block tables, per-request lengths and state groups fed by the "
     "reference's Engine)",
-    "planned with the Engine API in issue 21; `genai serve` batches over per-sequence caches",
+    "not planned yet; og.Engine and `genai serve` batch over per-sequence caches",
 )
 _CROSS_ATTENTION = Feature(
     "cross-attention QK outputs of encoder-decoder models (Whisper alignment heads)",
