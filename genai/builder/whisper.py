@@ -148,14 +148,50 @@ class _Writer:
         )
         return normed, total
 
+    def src_linear(
+        self, x: str, src: WhisperSource, prefix: str, name: str, *, bias: bool = True
+    ) -> str:
+        """`linear` with the checkpoint's ``prefix.weight`` (and ``prefix.bias``)."""
+        b = src.tensor(f"{prefix}.bias") if bias else None
+        return self.linear(x, src.tensor(f"{prefix}.weight"), b, name)
+
+    def src_skip_layer_norm(
+        self,
+        residual: str,
+        skip: str,
+        src: WhisperSource,
+        prefix: str,
+        name: str,
+        out: str | None = None,
+    ) -> tuple[str, str]:
+        """`skip_layer_norm` with the checkpoint's ``prefix.weight`` and ``prefix.bias``."""
+        weight, bias = src.tensor(f"{prefix}.weight"), src.tensor(f"{prefix}.bias")
+        return self.skip_layer_norm(residual, skip, weight, bias, name, out)
+
+    def input_norm(
+        self, residual: str, pending: str | None, src: WhisperSource, prefix: str, name: str
+    ) -> tuple[str, str]:
+        """A layer's first norm: LayerNorm of the embeddings for the first layer, else the
+        previous layer's MLP output (``pending``) added and normed; returns (normed, residual)."""
+        if pending is None:
+            weight, bias = src.tensor(f"{prefix}.weight"), src.tensor(f"{prefix}.bias")
+            return self.layer_norm(residual, weight, bias, name), residual
+        return self.src_skip_layer_norm(residual, pending, src, prefix, name)
+
+    def feed_forward(
+        self, residual: str, attn: str, src: WhisperSource, p: str, name: str
+    ) -> tuple[str, str]:
+        """The end of layer ``p``: ``attn`` added, ``final_layer_norm``, the GELU MLP; returns
+        (residual, MLP output)."""
+        normed, residual = self.src_skip_layer_norm(
+            residual, attn, src, f"{p}.final_layer_norm", f"{name}.post_attention_layernorm"
+        )
+        return residual, self.mlp(normed, src, p, name)
+
     def mlp(self, x: str, src: WhisperSource, p: str, name: str) -> str:
-        h = self.linear(
-            x, src.tensor(f"{p}.fc1.weight"), src.tensor(f"{p}.fc1.bias"), f"{name}.mlp.fc1"
-        )
+        h = self.src_linear(x, src, f"{p}.fc1", f"{name}.mlp.fc1")
         h = self.g.op("Gelu", h, approximate="none")
-        return self.linear(
-            h, src.tensor(f"{p}.fc2.weight"), src.tensor(f"{p}.fc2.bias"), f"{name}.mlp.fc2"
-        )
+        return self.src_linear(h, src, f"{p}.fc2", f"{name}.mlp.fc2")
 
 
 def _write_encoder(
@@ -201,16 +237,9 @@ def _write_encoder(
         total = s.encoder_layers + s.decoder_layers
         for i in range(s.encoder_layers):
             p, name = f"encoder.layers.{i}", f"model.layers.{i}"
-            ln1 = (
-                src.tensor(f"{p}.self_attn_layer_norm.weight"),
-                src.tensor(f"{p}.self_attn_layer_norm.bias"),
+            normed, residual = wr.input_norm(
+                residual, pending, src, f"{p}.self_attn_layer_norm", f"{name}.input_layernorm"
             )
-            if pending is None:
-                normed = wr.layer_norm(residual, *ln1, f"{name}.input_layernorm")
-            else:
-                normed, residual = wr.skip_layer_norm(
-                    residual, pending, *ln1, f"{name}.input_layernorm"
-                )
             a = f"{p}.self_attn"
             qkv = np.concatenate([src.tensor(f"{a}.{n}_proj.weight") for n in "qkv"], axis=0)
             bias = np.concatenate(
@@ -242,28 +271,16 @@ def _write_encoder(
                 mask_filter_value=-10000.0,
                 past_present_share_buffer=0,
             )[0]
-            attn = wr.linear(
-                attn,
-                src.tensor(f"{a}.out_proj.weight"),
-                src.tensor(f"{a}.out_proj.bias"),
-                f"{name}.attn.o_proj",
-            )
-            normed, residual = wr.skip_layer_norm(
-                residual,
-                attn,
-                src.tensor(f"{p}.final_layer_norm.weight"),
-                src.tensor(f"{p}.final_layer_norm.bias"),
-                f"{name}.post_attention_layernorm",
-            )
-            pending = wr.mlp(normed, src, p, name)
+            attn = wr.src_linear(attn, src, f"{a}.out_proj", f"{name}.attn.o_proj")
+            residual, pending = wr.feed_forward(residual, attn, src, p, name)
             if progress:
                 progress(i + 1, total)
         assert pending is not None
-        wr.skip_layer_norm(
+        wr.src_skip_layer_norm(
             residual,
             pending,
-            src.tensor("encoder.layer_norm.weight"),
-            src.tensor("encoder.layer_norm.bias"),
+            src,
+            "encoder.layer_norm",
             f"model.layers.{s.encoder_layers}.final_norm_layernorm",
             out="hidden_states",
         )
@@ -273,12 +290,12 @@ def _write_encoder(
         for i in range(s.decoder_layers):
             a = f"decoder.layers.{i}.encoder_attn"
             for kind, proj in (("key", "k_proj"), ("value", "v_proj")):
-                bias = src.tensor(f"{a}.{proj}.bias") if proj == "v_proj" else None
-                y = wr.linear(
+                y = wr.src_linear(
                     "hidden_states",
-                    src.tensor(f"{a}.{proj}.weight"),
-                    bias,
+                    src,
+                    f"{a}.{proj}",
                     f"model.layers.{i}.attn.cross.{proj}",
+                    bias=proj == "v_proj",
                 )
                 y = g.op("Reshape", y, shape)
                 g.op("Transpose", y, perm=[0, 2, 1, 3], out=f"present_{kind}_cross_{i}")
@@ -369,30 +386,13 @@ def _write_decoder(
         pending: str | None = None
         for i in range(n):
             p, name = f"decoder.layers.{i}", f"model.layers.{i}"
-            ln = (
-                src.tensor(f"{p}.self_attn_layer_norm.weight"),
-                src.tensor(f"{p}.self_attn_layer_norm.bias"),
+            normed, residual = wr.input_norm(
+                residual, pending, src, f"{p}.self_attn_layer_norm", f"{name}.self_attn_layernorm"
             )
-            if pending is None:
-                normed = wr.layer_norm(residual, *ln, f"{name}.self_attn_layernorm")
-            else:
-                normed, residual = wr.skip_layer_norm(
-                    residual, pending, *ln, f"{name}.self_attn_layernorm"
-                )
             a = f"{p}.self_attn"
-            q = wr.linear(
-                normed,
-                src.tensor(f"{a}.q_proj.weight"),
-                src.tensor(f"{a}.q_proj.bias"),
-                f"{name}.attn.q_proj",
-            )
-            k = wr.linear(normed, src.tensor(f"{a}.k_proj.weight"), None, f"{name}.attn.k_proj")
-            v = wr.linear(
-                normed,
-                src.tensor(f"{a}.v_proj.weight"),
-                src.tensor(f"{a}.v_proj.bias"),
-                f"{name}.attn.v_proj",
-            )
+            q = wr.src_linear(normed, src, f"{a}.q_proj", f"{name}.attn.q_proj")
+            k = wr.src_linear(normed, src, f"{a}.k_proj", f"{name}.attn.k_proj", bias=False)
+            v = wr.src_linear(normed, src, f"{a}.v_proj", f"{name}.attn.v_proj")
             attn = g.ops(
                 "MultiHeadAttention",
                 [q, k, v, "", "", "", f"past_key_self_{i}", f"past_value_self_{i}"],
@@ -402,26 +402,16 @@ def _write_decoder(
                 scale=float(hd**-0.5),
                 unidirectional=1,
             )[0]
-            attn = wr.linear(
-                attn,
-                src.tensor(f"{a}.out_proj.weight"),
-                src.tensor(f"{a}.out_proj.bias"),
-                f"{name}.attn.o_proj",
-            )
-            normed, residual = wr.skip_layer_norm(
+            attn = wr.src_linear(attn, src, f"{a}.out_proj", f"{name}.attn.o_proj")
+            normed, residual = wr.src_skip_layer_norm(
                 residual,
                 attn,
-                src.tensor(f"{p}.encoder_attn_layer_norm.weight"),
-                src.tensor(f"{p}.encoder_attn_layer_norm.bias"),
+                src,
+                f"{p}.encoder_attn_layer_norm",
                 f"{name}.cross_attn_layernorm",
             )
             c = f"{p}.encoder_attn"
-            q = wr.linear(
-                normed,
-                src.tensor(f"{c}.q_proj.weight"),
-                src.tensor(f"{c}.q_proj.bias"),
-                f"{name}.cross_attn.q_proj",
-            )
+            q = wr.src_linear(normed, src, f"{c}.q_proj", f"{name}.cross_attn.q_proj")
             cross = g.ops(
                 "MultiHeadAttention",
                 [q, f"past_key_cross_{i}", f"past_value_cross_{i}"],
@@ -431,29 +421,13 @@ def _write_decoder(
                 scale=float(hd**-0.5),
                 unidirectional=0,
             )[0]
-            cross = wr.linear(
-                cross,
-                src.tensor(f"{c}.out_proj.weight"),
-                src.tensor(f"{c}.out_proj.bias"),
-                f"{name}.cross_attn.o_proj",
-            )
-            normed, residual = wr.skip_layer_norm(
-                residual,
-                cross,
-                src.tensor(f"{p}.final_layer_norm.weight"),
-                src.tensor(f"{p}.final_layer_norm.bias"),
-                f"{name}.post_attention_layernorm",
-            )
-            pending = wr.mlp(normed, src, p, name)
+            cross = wr.src_linear(cross, src, f"{c}.out_proj", f"{name}.cross_attn.o_proj")
+            residual, pending = wr.feed_forward(residual, cross, src, p, name)
             if progress:
                 progress(i + 1, n + 1)
         assert pending is not None
-        normed, _ = wr.skip_layer_norm(
-            residual,
-            pending,
-            src.tensor("decoder.layer_norm.weight"),
-            src.tensor("decoder.layer_norm.bias"),
-            f"model.layers.{n}.final_norm_layernorm",
+        normed, _ = wr.src_skip_layer_norm(
+            residual, pending, src, "decoder.layer_norm", f"model.layers.{n}.final_norm_layernorm"
         )
         if head_q4 is not None:
             g.op(
