@@ -107,7 +107,7 @@ def test_group_shares_one_prefix_cache(gqa_model):
     expected = expected[: expected.index(EOS)] if EOS in expected else expected
     group = make_group(gqa_model)
     assert all(m.prefix_cache is group.prefix_cache for m in group.members)
-    first, second = group.members
+    _, second = group.members
 
     async def collect(handle):
         tokens = []
