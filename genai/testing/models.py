@@ -347,6 +347,86 @@ def plain_layer_tail(g: _Graph, residual: str, attn: str, w: dict, i: int) -> st
     return g.op("Add", residual, mlp_out)
 
 
+def qkv_heads(
+    g: _Graph, w: dict, dims: _Dims, i: int, hidden: str, cos: str, sin: str
+) -> tuple[str, str, str]:
+    """Layer ``i``'s plain-op q/k/v projections of ``hidden``, split into heads, q and k
+    rotated by ``cos``/``sin`` ``[b, 1, s, hd/2]``: (q ``[b, heads, s, hd]``, k, v
+    ``[b, kv_heads, s, hd]``)."""
+    p, hd = f"layers.{i}", dims.head_size
+    q = g.op("MatMul", hidden, g.weight(f"{p}.attn.q_proj.weight", w[f"{i}.q"]))
+    k = g.op("MatMul", hidden, g.weight(f"{p}.attn.k_proj.weight", w[f"{i}.k"]))
+    v = g.op("MatMul", hidden, g.weight(f"{p}.attn.v_proj.weight", w[f"{i}.v"]))
+    q = _rotary(g, _split_heads(g, q, dims.num_heads, hd), cos, sin)
+    k = _rotary(g, _split_heads(g, k, dims.num_kv_heads, hd), cos, sin)
+    return q, k, _split_heads(g, v, dims.num_kv_heads, hd)
+
+
+def plain_layer(
+    g: _Graph, w: dict, dims: _Dims, i: int, residual: str, cos: str, sin: str, allowed: str
+) -> str:
+    """Layer ``i`` in plain ops (optimum-style): input RMSNorm, `qkv_heads`, K/V appended to
+    ``past_key_values.{i}.*`` as ``present.{i}.*``, masked attention (``allowed``: see
+    `_attention_allowed`), `plain_layer_tail`; returns the new residual."""
+    ln1 = g.weight(f"layers.{i}.input_layernorm.weight", w[f"{i}.ln1"])
+    q, k, v = qkv_heads(g, w, dims, i, _rms_norm(g, residual, ln1), cos, sin)
+    k = g.op("Concat", f"past_key_values.{i}.key", k, axis=2, out=f"present.{i}.key")
+    v = g.op("Concat", f"past_key_values.{i}.value", v, axis=2, out=f"present.{i}.value")
+    return plain_layer_tail(g, residual, _attention(g, q, k, v, allowed, dims), w, i)
+
+
+def kv_names(i: int) -> tuple[str, str, str, str]:
+    """Layer ``i``'s (past key, past value, present key, present value) tensor names."""
+    return (
+        f"past_key_values.{i}.key",
+        f"past_key_values.{i}.value",
+        f"present.{i}.key",
+        f"present.{i}.value",
+    )
+
+
+def declare_kv(g: _Graph, dims: _Dims, layers: Sequence[int], *, logits: bool = False) -> None:
+    """Declare the fp32 ``past_key_values.{i}.*`` inputs ``[batch, kv_heads, past, head_size]``
+    and ``present.{i}.*`` outputs ``[batch, kv_heads, total, head_size]`` of ``layers``; with
+    ``logits``, the ``logits`` output ``[batch, seq, vocab]`` goes before the presents."""
+    kv_in = _kv_shape(dims, dims.num_kv_heads, "past_sequence_length")
+    kv_out = _kv_shape(dims, dims.num_kv_heads, "total_sequence_length")
+    for i in layers:
+        g.input(f"past_key_values.{i}.key", TensorProto.FLOAT, kv_in)
+        g.input(f"past_key_values.{i}.value", TensorProto.FLOAT, kv_in)
+    if logits:
+        g.output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", dims.vocab_size])
+    for i in layers:
+        g.output(f"present.{i}.key", TensorProto.FLOAT, kv_out)
+        g.output(f"present.{i}.value", TensorProto.FLOAT, kv_out)
+
+
+def gqa_layers(
+    g: _Graph,
+    w: dict,
+    dims: _Dims,
+    residual: str,
+    lengths: tuple[str, str, str, str],
+    attention: Sequence[dict[str, object]] | None = None,
+) -> None:
+    """All layers of the builder's GroupQueryAttention decoder from the embeddings
+    (``residual``) to the ``logits`` output: input RMSNorm, `gqa_layer` per layer
+    (``attention[i]``: its extra attributes), the fused final norm, the lm_head."""
+    hidden = _rms_norm(g, residual, g.weight("layers.0.input_layernorm.weight", w["0.ln1"]))
+    mlp_out = ""
+    for i in range(dims.num_layers):
+        if i > 0:
+            ln1 = g.weight(f"layers.{i}.input_layernorm.weight", w[f"{i}.ln1"])
+            hidden, residual = _skip_rms_norm(g, residual, mlp_out, ln1)
+        extra = attention[i] if attention else {}
+        residual, mlp_out = gqa_layer(
+            g, w, dims, i, hidden, residual, lengths, kv_names(i), **extra
+        )
+    final_norm = g.weight("final_norm.weight", w["final_norm"])
+    hidden, _ = _skip_rms_norm(g, residual, mlp_out, final_norm)
+    g.op("MatMul", hidden, g.weight("lm_head.weight", w["lm_head"]), out="logits")
+
+
 def plain_logits(g: _Graph, residual: str, w: dict) -> None:
     """Final RMSNorm and the lm_head MatMul into the ``logits`` output."""
     hidden = _rms_norm(g, residual, g.weight("final_norm.weight", w["final_norm"]))
@@ -520,6 +600,48 @@ def _write_tokenizer(
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+#: The ``session_options`` the reference's builder writes for each graph.
+SESSION_OPTIONS = {"log_id": "onnxruntime-genai", "provider_options": []}
+
+
+def decoder_section(
+    dims: _Dims, inputs: dict[str, str], outputs: dict[str, str], filename: str | None
+) -> dict[str, object]:
+    """The ``model.decoder`` section of `genai_config.json` for a graph of ``dims`` (no
+    ``filename`` when None: a pipeline's stages name theirs)."""
+    return {
+        "session_options": dict(SESSION_OPTIONS),
+        **({} if filename is None else {"filename": filename}),
+        "head_size": dims.head_size,
+        "hidden_size": dims.hidden_size,
+        "inputs": inputs,
+        "outputs": outputs,
+        "num_attention_heads": dims.num_heads,
+        "num_hidden_layers": dims.num_layers,
+        "num_key_value_heads": dims.num_kv_heads,
+    }
+
+
+def search_section(context_length: int, share_buffer: bool, top_k: int) -> dict[str, object]:
+    """The ``search`` section of `genai_config.json` (greedy, the builder's defaults)."""
+    return {
+        "diversity_penalty": 0.0,
+        "do_sample": False,
+        "early_stopping": True,
+        "length_penalty": 1.0,
+        "max_length": context_length,
+        "min_length": 0,
+        "no_repeat_ngram_size": 0,
+        "num_beams": 1,
+        "num_return_sequences": 1,
+        "past_present_share_buffer": share_buffer,
+        "repetition_penalty": 1.0,
+        "temperature": 1.0,
+        "top_k": top_k,
+        "top_p": 1.0,
+    }
+
+
 def _write_folder(
     out_dir: str | pathlib.Path,
     name: str,
@@ -545,38 +667,13 @@ def _write_folder(
         "model": {
             "bos_token_id": bos_token_id,
             "context_length": dims.context_length,
-            "decoder": {
-                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
-                "filename": "model.onnx",
-                "head_size": dims.head_size,
-                "hidden_size": dims.hidden_size,
-                "inputs": inputs,
-                "outputs": outputs,
-                "num_attention_heads": dims.num_heads,
-                "num_hidden_layers": dims.num_layers,
-                "num_key_value_heads": dims.num_kv_heads,
-            },
+            "decoder": decoder_section(dims, inputs, outputs, "model.onnx"),
             "eos_token_id": eos_token_id,
             "pad_token_id": pad_token_id,
             "type": model_type,
             "vocab_size": dims.vocab_size,
         },
-        "search": {
-            "diversity_penalty": 0.0,
-            "do_sample": False,
-            "early_stopping": True,
-            "length_penalty": 1.0,
-            "max_length": dims.context_length,
-            "min_length": 0,
-            "no_repeat_ngram_size": 0,
-            "num_beams": 1,
-            "num_return_sequences": 1,
-            "past_present_share_buffer": share_buffer,
-            "repetition_penalty": 1.0,
-            "temperature": 1.0,
-            "top_k": 50,
-            "top_p": 1.0,
-        },
+        "search": search_section(dims.context_length, share_buffer, top_k=50),
     }
     (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
     _write_tokenizer(
@@ -679,15 +776,7 @@ def write_gqa_decoder(
 
     input_ids = g.input("input_ids", ids_type, ["batch_size", "sequence_length"])
     mask = g.input("attention_mask", ids_type, ["batch_size", "total_sequence_length"])
-    kv_in = _kv_shape(dims, num_kv_heads, "past_sequence_length")
-    kv_out = _kv_shape(dims, num_kv_heads, "total_sequence_length")
-    for i in range(num_layers):
-        g.input(f"past_key_values.{i}.key", TensorProto.FLOAT, kv_in)
-        g.input(f"past_key_values.{i}.value", TensorProto.FLOAT, kv_in)
-    g.output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", vocab_size])
-    for i in range(num_layers):
-        g.output(f"present.{i}.key", TensorProto.FLOAT, kv_out)
-        g.output(f"present.{i}.value", TensorProto.FLOAT, kv_out)
+    declare_kv(g, dims, range(num_layers), logits=True)
 
     # Builder's "attn_mask_reformat" subgraph.
     if static_mask:
@@ -701,35 +790,13 @@ def write_gqa_decoder(
     sin_cache = g.weight("sin_cache", sin)
 
     residual = g.op("Gather", g.weight("embed_tokens.weight", w["embed"]), input_ids, axis=0)
-    hidden = _rms_norm(g, residual, g.weight("layers.0.input_layernorm.weight", w["0.ln1"]))
-    mlp_out = ""
+    windows: list[dict[str, object]] = []
     for i in range(num_layers):
-        p = f"layers.{i}"
-        if i > 0:
-            ln1 = g.weight(f"{p}.input_layernorm.weight", w[f"{i}.ln1"])
-            hidden, residual = _skip_rms_norm(g, residual, mlp_out, ln1)
-        window = {"local_window_size": sliding_window if i in local else -1}
+        window: dict[str, object] = {"local_window_size": sliding_window if i in local else -1}
         if i in local and window_cache:
             window["sliding_window_cache"] = 1
-        residual, mlp_out = gqa_layer(
-            g,
-            w,
-            dims,
-            i,
-            hidden,
-            residual,
-            (seqlens_k, total_len, cos_cache, sin_cache),
-            (
-                f"past_key_values.{i}.key",
-                f"past_key_values.{i}.value",
-                f"present.{i}.key",
-                f"present.{i}.value",
-            ),
-            **window,
-        )
-    final_norm = g.weight("final_norm.weight", w["final_norm"])
-    hidden, _ = _skip_rms_norm(g, residual, mlp_out, final_norm)
-    g.op("MatMul", hidden, g.weight("lm_head.weight", w["lm_head"]), out="logits")
+        windows.append(window)
+    gqa_layers(g, w, dims, residual, (seqlens_k, total_len, cos_cache, sin_cache), windows)
 
     folder = _write_folder(
         out_dir,
@@ -796,15 +863,7 @@ def write_optimum_decoder(
     input_ids = g.input("input_ids", ids_type, ["batch_size", "sequence_length"])
     mask = g.input("attention_mask", ids_type, ["batch_size", "total_sequence_length"])
     position_ids = g.input("position_ids", ids_type, ["batch_size", "sequence_length"])
-    kv_in = _kv_shape(dims, num_kv_heads, "past_sequence_length")
-    kv_out = _kv_shape(dims, num_kv_heads, "total_sequence_length")
-    for i in range(num_layers):
-        g.input(f"past_key_values.{i}.key", TensorProto.FLOAT, kv_in)
-        g.input(f"past_key_values.{i}.value", TensorProto.FLOAT, kv_in)
-    g.output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", vocab_size])
-    for i in range(num_layers):
-        g.output(f"present.{i}.key", TensorProto.FLOAT, kv_out)
-        g.output(f"present.{i}.value", TensorProto.FLOAT, kv_out)
+    declare_kv(g, dims, range(num_layers), logits=True)
 
     allowed = _attention_allowed(g, input_ids, mask)
     unsq = g.const([1])
@@ -813,18 +872,7 @@ def write_optimum_decoder(
 
     residual = g.op("Gather", g.weight("embed_tokens.weight", w["embed"]), input_ids, axis=0)
     for i in range(num_layers):
-        p = f"layers.{i}"
-        hidden = _rms_norm(g, residual, g.weight(f"{p}.input_layernorm.weight", w[f"{i}.ln1"]))
-        q = g.op("MatMul", hidden, g.weight(f"{p}.attn.q_proj.weight", w[f"{i}.q"]))
-        k = g.op("MatMul", hidden, g.weight(f"{p}.attn.k_proj.weight", w[f"{i}.k"]))
-        v = g.op("MatMul", hidden, g.weight(f"{p}.attn.v_proj.weight", w[f"{i}.v"]))
-        q = _rotary(g, _split_heads(g, q, num_heads, dims.head_size), cos_pos, sin_pos)
-        k = _rotary(g, _split_heads(g, k, num_kv_heads, dims.head_size), cos_pos, sin_pos)
-        v = _split_heads(g, v, num_kv_heads, dims.head_size)
-        k = g.op("Concat", f"past_key_values.{i}.key", k, axis=2, out=f"present.{i}.key")
-        v = g.op("Concat", f"past_key_values.{i}.value", v, axis=2, out=f"present.{i}.value")
-        attn = _attention(g, q, k, v, allowed, dims)
-        residual = plain_layer_tail(g, residual, attn, w, i)
+        residual = plain_layer(g, w, dims, i, residual, cos_pos, sin_pos, allowed)
     plain_logits(g, residual, w)
 
     return _write_folder(

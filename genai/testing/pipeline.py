@@ -36,23 +36,24 @@ import onnx
 from onnx import TensorProto
 
 from genai.testing.models import (
+    _SPLIT_KV_INPUTS,
+    _SPLIT_KV_OUTPUTS,
     IdDtype,
-    _attention,
     _attention_allowed,
     _Dims,
     _Graph,
     _id_elem_type,
-    _kv_shape,
     _llama_weights,
     _rms_norm,
-    _rotary,
     _rotary_tables,
     _skip_rms_norm,
-    _split_heads,
     _write_tokenizer,
+    declare_kv,
+    decoder_section,
     gqa_layer,
     gqa_mask_lengths,
-    plain_layer_tail,
+    kv_names,
+    plain_layer,
     plain_logits,
 )
 
@@ -92,14 +93,7 @@ def _embeddings(
 
 
 def _declare_kv(g: _Graph, dims: _Dims, layers: Sequence[int]) -> list[str]:
-    kv_in = _kv_shape(dims, dims.num_kv_heads, "past_sequence_length")
-    kv_out = _kv_shape(dims, dims.num_kv_heads, "total_sequence_length")
-    for i in layers:
-        g.input(_past(i, "key"), TensorProto.FLOAT, kv_in)
-        g.input(_past(i, "value"), TensorProto.FLOAT, kv_in)
-    for i in layers:
-        g.output(_present(i, "key"), TensorProto.FLOAT, kv_out)
-        g.output(_present(i, "value"), TensorProto.FLOAT, kv_out)
+    declare_kv(g, dims, layers)
     return [name for i in layers for name in (_past(i, "key"), _past(i, "value"))]
 
 
@@ -135,7 +129,7 @@ def _gqa_transformer(
             hidden,
             residual,
             (seqlens_k, total_len, cos_cache, sin_cache),
-            (_past(i, "key"), _past(i, "value"), _present(i, "key"), _present(i, "value")),
+            kv_names(i),
         )
     outs = _boundary("gqa", last)
     g.op("Identity", residual, out=outs[0])
@@ -164,19 +158,8 @@ def _plain_transformer(
     unsq = g.const([1])
     cos_pos = g.op("Unsqueeze", g.op("Gather", g.weight("cos_table", cos), positions), unsq)
     sin_pos = g.op("Unsqueeze", g.op("Gather", g.weight("sin_table", sin), positions), unsq)
-    hd = dims.head_size
     for i in layers:
-        p = f"layers.{i}"
-        hidden = _rms_norm(g, residual, g.weight(f"{p}.input_layernorm.weight", w[f"{i}.ln1"]))
-        q = g.op("MatMul", hidden, g.weight(f"{p}.attn.q_proj.weight", w[f"{i}.q"]))
-        k = g.op("MatMul", hidden, g.weight(f"{p}.attn.k_proj.weight", w[f"{i}.k"]))
-        v = g.op("MatMul", hidden, g.weight(f"{p}.attn.v_proj.weight", w[f"{i}.v"]))
-        q = _rotary(g, _split_heads(g, q, dims.num_heads, hd), cos_pos, sin_pos)
-        k = _rotary(g, _split_heads(g, k, dims.num_kv_heads, hd), cos_pos, sin_pos)
-        v = _split_heads(g, v, dims.num_kv_heads, hd)
-        k = g.op("Concat", _past(i, "key"), k, axis=2, out=_present(i, "key"))
-        v = g.op("Concat", _past(i, "value"), v, axis=2, out=_present(i, "value"))
-        residual = plain_layer_tail(g, residual, _attention(g, q, k, v, allowed, dims), w, i)
+        residual = plain_layer(g, w, dims, i, residual, cos_pos, sin_pos, allowed)
     (out,) = _boundary("plain", layers[-1])
     g.op("Identity", residual, out=out)
     g.output(out, TensorProto.FLOAT, hidden_shape)
@@ -290,11 +273,11 @@ def write_pipeline_decoder(
         "outputs": ["logits"],
         "session_options": {"log_id": "lm_head", "provider_options": []},
     }
-    kv_names = {
-        "past_key_names": "past_key_values.%d.key",
-        "past_value_names": "past_key_values.%d.value",
+    inputs_section = {
+        "input_ids": "input_ids",
+        "attention_mask": "attention_mask",
+        **_SPLIT_KV_INPUTS,
     }
-    inputs_section = {"input_ids": "input_ids", "attention_mask": "attention_mask", **kv_names}
     if not gqa:
         inputs_section["position_ids"] = "position_ids"
     config = {
@@ -302,18 +285,7 @@ def write_pipeline_decoder(
             "bos_token_id": bos_token_id,
             "context_length": context_length,
             "decoder": {
-                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
-                "head_size": dims.head_size,
-                "hidden_size": hidden_size,
-                "inputs": inputs_section,
-                "outputs": {
-                    "logits": "logits",
-                    "present_key_names": "present.%d.key",
-                    "present_value_names": "present.%d.value",
-                },
-                "num_attention_heads": num_heads,
-                "num_hidden_layers": num_layers,
-                "num_key_value_heads": num_kv_heads,
+                **decoder_section(dims, inputs_section, dict(_SPLIT_KV_OUTPUTS), None),
                 "pipeline": [stages],
             },
             "eos_token_id": eos_token_id,

@@ -49,22 +49,23 @@ from onnx import TensorProto
 from tokenizers import AddedToken, Tokenizer
 
 from genai.testing.models import (
-    _attention,
+    _SPLIT_KV_INPUTS,
+    _SPLIT_KV_OUTPUTS,
+    SESSION_OPTIONS,
     _attention_allowed,
     _Dims,
     _Graph,
     _llama_weights,
     _normal,
-    _rms_norm,
-    _rotary,
     _rotary_tables,
-    _skip_rms_norm,
-    _split_heads,
     _write_tokenizer,
-    gqa_layer,
+    declare_kv,
+    decoder_section,
+    gqa_layers,
     gqa_mask_lengths,
-    plain_layer_tail,
+    plain_layer,
     plain_logits,
+    search_section,
 )
 
 __all__ = [
@@ -97,15 +98,10 @@ QWEN_VL_MARKERS = (
     "\n",
 )
 
-_SESSION_OPTIONS = {"log_id": "onnxruntime-genai", "provider_options": []}
-_SPLIT_KV_INPUTS = {
-    "past_key_names": "past_key_values.%d.key",
-    "past_value_names": "past_key_values.%d.value",
-}
-_DECODER_OUTPUTS = {
-    "logits": "logits",
-    "present_key_names": "present.%d.key",
-    "present_value_names": "present.%d.value",
+_EMBEDDING_SECTION = {
+    "filename": "dummy_embedding.onnx",
+    "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
+    "outputs": {"inputs_embeds": "inputs_embeds"},
 }
 
 
@@ -188,41 +184,75 @@ def _embedding_graph(embed: np.ndarray, *, negative_ids: bool, image_token_id: i
     return g.model()
 
 
-def _search(context_length: int, share_buffer: bool) -> dict[str, Any]:
-    return {
-        "diversity_penalty": 0.0,
-        "do_sample": False,
-        "early_stopping": True,
-        "length_penalty": 1.0,
-        "max_length": context_length,
-        "min_length": 0,
-        "no_repeat_ngram_size": 0,
-        "num_beams": 1,
-        "num_return_sequences": 1,
-        "past_present_share_buffer": share_buffer,
-        "repetition_penalty": 1.0,
-        "temperature": 1.0,
-        "top_k": 1,
-        "top_p": 1.0,
-    }
+def _start_folder(
+    folder: pathlib.Path,
+    dims: _Dims,
+    seed: int,
+    base_vocab: int,
+    markers: Sequence[str],
+    *,
+    bos: str,
+    eos: str,
+    pad: str,
+    chat_template: str,
+) -> tuple[dict[str, int], dict[str, np.ndarray], np.random.Generator]:
+    """Make ``folder`` and write its tokenizer (see `_tokenizer`); returns (marker -> id, the
+    decoder's weights with the special ids' lm_head columns zero, the vision graph's random
+    generator)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = _tokenizer(
+        folder, base_vocab, markers, bos=bos, eos=eos, pad=pad,
+        context_length=dims.context_length, chat_template=chat_template,
+    )  # fmt: skip
+    w = _llama_weights(dims, seed, (0, 1, 2, *ids.values()))
+    return ids, w, np.random.default_rng(seed + 1)
+
+
+def _save_graphs(
+    folder: pathlib.Path,
+    vision: Any,
+    w: dict[str, np.ndarray],
+    image_token_id: int | None,
+    decoder: Any,
+) -> None:
+    """The three graphs; placeholders are ``image_token_id``, or negative ids when None."""
+    onnx.save_model(vision, str(folder / "dummy_vision.onnx"))
+    embedding = _embedding_graph(
+        w["embed"], negative_ids=image_token_id is None, image_token_id=image_token_id
+    )
+    onnx.save_model(embedding, str(folder / "dummy_embedding.onnx"))
+    onnx.save_model(decoder, str(folder / "dummy_text.onnx"))
 
 
 def _decoder_section(dims: _Dims, inputs: dict[str, str]) -> dict[str, Any]:
-    return {
-        "session_options": dict(_SESSION_OPTIONS),
-        "filename": "dummy_text.onnx",
-        "head_size": dims.head_size,
-        "hidden_size": dims.hidden_size,
-        "inputs": inputs,
-        "outputs": dict(_DECODER_OUTPUTS),
-        "num_attention_heads": dims.num_heads,
-        "num_hidden_layers": dims.num_layers,
-        "num_key_value_heads": dims.num_kv_heads,
-    }
+    return decoder_section(dims, inputs, dict(_SPLIT_KV_OUTPUTS), "dummy_text.onnx")
 
 
-def _save(folder: pathlib.Path, name: str, model: Any) -> None:
-    onnx.save_model(model, str(folder / name))
+def _write_configs(folder: pathlib.Path, config: dict[str, Any], processor: dict[str, Any]) -> None:
+    (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
+    (folder / "processor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
+
+
+def _operation(name: str, kind: str, attrs: dict[str, Any] | None = None, **extra: str) -> dict:
+    """One transform of ``processor_config.json`` (``extra``: e.g. its ``domain``)."""
+    operation: dict[str, Any] = {"name": name, **extra, "type": kind}
+    if attrs is not None:
+        operation["attrs"] = attrs
+    return {"operation": operation}
+
+
+def _pooled_tokens(
+    g: _Graph, rng: np.random.Generator, pixels: str, kernel: int, cells: int, hidden: int
+) -> str:
+    """``[n, 3, H, W]`` pixels average-pooled by ``kernel`` to ``cells`` 3-channel cells ->
+    ``[n, cells, hidden]`` tokens: projected, a learned position added, tanh, mixed."""
+    pooled = g.op("AveragePool", pixels, kernel_shape=[kernel, kernel], strides=[kernel, kernel])
+    patches = g.op("Transpose", g.op("Reshape", pooled, g.const([0, 3, cells])), perm=[0, 2, 1])
+    proj = g.weight("patch_proj", _normal(rng, (3, hidden), 2.0))
+    position = g.weight("patch_position", _normal(rng, (cells, hidden), 0.5))
+    tokens = g.op("Add", g.op("MatMul", patches, proj), position)
+    mix = g.weight("token_mix", _normal(rng, (hidden, hidden), 1.0 / np.sqrt(hidden)))
+    return g.op("MatMul", g.op("Tanh", tokens), mix)
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,14 +283,8 @@ def _phi3v_vision_graph(rng: np.random.Generator, hidden: int, max_crops: int) -
     sizes = g.input("image_sizes", TensorProto.INT64, ["num_images", 2])
     g.output("image_features", TensorProto.FLOAT, ["num_image_tokens", hidden])
     flat = g.op("Reshape", pixels, g.const([-1, 3, PHI3V_CROP, PHI3V_CROP]))
-    pooled = g.op("AveragePool", flat, kernel_shape=[28, 28], strides=[28, 28])
-    # [images * crops, 3, 12, 12] -> [images * crops, 144, 3]: one token per grid cell
-    patches = g.op("Transpose", g.op("Reshape", pooled, g.const([0, 3, per_crop])), perm=[0, 2, 1])
-    proj = g.weight("patch_proj", _normal(rng, (3, hidden), 2.0))
-    position = g.weight("patch_position", _normal(rng, (per_crop, hidden), 0.5))
-    tokens = g.op("Add", g.op("MatMul", patches, proj), position)
-    mix = g.weight("token_mix", _normal(rng, (hidden, hidden), 1.0 / np.sqrt(hidden)))
-    tokens = g.op("MatMul", g.op("Tanh", tokens), mix)
+    # [images * crops, 3, 12, 12] -> [images * crops, 144, hidden]: one token per grid cell
+    tokens = _pooled_tokens(g, rng, flat, 28, per_crop, hidden)
     images = g.op("Shape", pixels, start=0, end=1)
     tokens = g.op("Reshape", tokens, g.op("Concat", images, g.const([-1, hidden]), axis=0))
     # enough separators for any layout of up to max_crops crops
@@ -301,35 +325,11 @@ def _gqa_embeds_decoder(w: dict[str, np.ndarray], dims: _Dims) -> Any:
         "inputs_embeds", TensorProto.FLOAT, ["batch_size", "sequence_length", dims.hidden_size]
     )
     mask = g.input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
-    kv_in = ["batch_size", dims.num_kv_heads, "past_sequence_length", dims.head_size]
-    kv_out = ["batch_size", dims.num_kv_heads, "total_sequence_length", dims.head_size]
-    for i in range(dims.num_layers):
-        g.input(f"past_key_values.{i}.key", TensorProto.FLOAT, kv_in)
-        g.input(f"past_key_values.{i}.value", TensorProto.FLOAT, kv_in)
-    g.output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", dims.vocab_size])
-    for i in range(dims.num_layers):
-        g.output(f"present.{i}.key", TensorProto.FLOAT, kv_out)
-        g.output(f"present.{i}.value", TensorProto.FLOAT, kv_out)
+    declare_kv(g, dims, range(dims.num_layers), logits=True)
     seqlens_k, total_len = gqa_mask_lengths(g, mask, "int64")
     cos, sin = _rotary_tables(dims)
     lengths = (seqlens_k, total_len, g.weight("cos_cache", cos), g.weight("sin_cache", sin))
-    residual = embeds
-    hidden = _rms_norm(g, residual, g.weight("layers.0.input_layernorm.weight", w["0.ln1"]))
-    mlp_out = ""
-    for i in range(dims.num_layers):
-        if i > 0:
-            ln1 = g.weight(f"layers.{i}.input_layernorm.weight", w[f"{i}.ln1"])
-            hidden, residual = _skip_rms_norm(g, residual, mlp_out, ln1)
-        names = (
-            f"past_key_values.{i}.key",
-            f"past_key_values.{i}.value",
-            f"present.{i}.key",
-            f"present.{i}.value",
-        )
-        residual, mlp_out = gqa_layer(g, w, dims, i, hidden, residual, lengths, names)
-    final_norm = g.weight("final_norm.weight", w["final_norm"])
-    hidden, _ = _skip_rms_norm(g, residual, mlp_out, final_norm)
-    g.op("MatMul", hidden, g.weight("lm_head.weight", w["lm_head"]), out="logits")
+    gqa_layers(g, w, dims, embeds, lengths)
     return g.model()
 
 
@@ -341,6 +341,9 @@ _PHI3V_TEMPLATE = (
 )
 
 
+_EXT = "com.microsoft.extensions"
+
+
 def _phi3v_processor(num_crops: int) -> dict[str, Any]:
     """The ``processor_config.json`` the builder writes for Phi-3 Vision (onnxruntime-extensions'
     image pipeline: decode, RGB, Phi-3's HD transform)."""
@@ -348,29 +351,14 @@ def _phi3v_processor(num_crops: int) -> dict[str, Any]:
         "processor": {
             "name": "image_processing",
             "transforms": [
-                {
-                    "operation": {
-                        "name": "decode_image",
-                        "domain": "com.microsoft.extensions",
-                        "type": "DecodeImage",
-                        "attrs": {"color_space": "BGR"},
-                    }
-                },
-                {
-                    "operation": {
-                        "name": "convert_to_rgb",
-                        "domain": "com.microsoft.extensions",
-                        "type": "ConvertRGB",
-                    }
-                },
-                {
-                    "operation": {
-                        "name": "phi3_image_transform",
-                        "domain": "com.microsoft.extensions",
-                        "type": "Phi3ImageTransform",
-                        "attrs": {"num_crops": num_crops, "num_img_tokens": 144},
-                    }
-                },
+                _operation("decode_image", "DecodeImage", {"color_space": "BGR"}, domain=_EXT),
+                _operation("convert_to_rgb", "ConvertRGB", domain=_EXT),
+                _operation(
+                    "phi3_image_transform",
+                    "Phi3ImageTransform",
+                    {"num_crops": num_crops, "num_img_tokens": 144},
+                    domain=_EXT,
+                ),
             ],
         }
     }
@@ -404,21 +392,13 @@ def write_phi3v(
     vocab = base_vocab + len(PHI3V_MARKERS)
     dims = _Dims(vocab, hidden_size, num_layers, num_heads, num_kv_heads, context_length, gqa=True)
     folder = pathlib.Path(out_dir) / name
-    folder.mkdir(parents=True, exist_ok=True)
-    ids = _tokenizer(
-        folder, base_vocab, PHI3V_MARKERS, bos="<s>", eos="<|end|>", pad="<|endoftext|>",
-        context_length=context_length, chat_template=_PHI3V_TEMPLATE,
+    ids, w, rng = _start_folder(
+        folder, dims, seed, base_vocab, PHI3V_MARKERS, bos="<s>", eos="<|end|>",
+        pad="<|endoftext|>", chat_template=_PHI3V_TEMPLATE,
     )  # fmt: skip
     eos, pad = ids["<|end|>"], ids["<|endoftext|>"]
-    w = _llama_weights(dims, seed, (0, 1, 2, *ids.values()))
-    rng = np.random.default_rng(seed + 1)
-    _save(folder, "dummy_vision.onnx", _phi3v_vision_graph(rng, hidden_size, num_crops))
-    _save(
-        folder,
-        "dummy_embedding.onnx",
-        _embedding_graph(w["embed"], negative_ids=True, image_token_id=None),
-    )
-    _save(folder, "dummy_text.onnx", _gqa_embeds_decoder(w, dims))
+    vision = _phi3v_vision_graph(rng, hidden_size, num_crops)
+    _save_graphs(folder, vision, w, None, _gqa_embeds_decoder(w, dims))
     inputs = {
         "inputs_embeds": "inputs_embeds",
         "attention_mask": "attention_mask",
@@ -429,11 +409,7 @@ def write_phi3v(
             "bos_token_id": 1,
             "context_length": context_length,
             "decoder": _decoder_section(dims, inputs),
-            "embedding": {
-                "filename": "dummy_embedding.onnx",
-                "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
-                "outputs": {"inputs_embeds": "inputs_embeds"},
-            },
+            "embedding": dict(_EMBEDDING_SECTION),
             "vision": {
                 "filename": "dummy_vision.onnx",
                 "inputs": {"pixel_values": "pixel_values", "image_sizes": "image_sizes"},
@@ -444,12 +420,9 @@ def write_phi3v(
             "type": "phi3v",
             "vocab_size": vocab,
         },
-        "search": _search(context_length, share_buffer=True),
+        "search": search_section(context_length, share_buffer=True, top_k=1),
     }
-    (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
-    (folder / "processor_config.json").write_text(
-        json.dumps(_phi3v_processor(num_crops), indent=2) + "\n"
-    )
+    _write_configs(folder, config, _phi3v_processor(num_crops))
     return folder
 
 
@@ -501,15 +474,7 @@ def _mrope_decoder(w: dict[str, np.ndarray], dims: _Dims) -> Any:
     )
     mask = g.input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
     positions = g.input("position_ids", TensorProto.INT64, [3, "batch_size", "sequence_length"])
-    kv_in = ["batch_size", dims.num_kv_heads, "past_sequence_length", hd]
-    kv_out = ["batch_size", dims.num_kv_heads, "total_sequence_length", hd]
-    for i in range(dims.num_layers):
-        g.input(f"past_key_values.{i}.key", TensorProto.FLOAT, kv_in)
-        g.input(f"past_key_values.{i}.value", TensorProto.FLOAT, kv_in)
-    g.output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", dims.vocab_size])
-    for i in range(dims.num_layers):
-        g.output(f"present.{i}.key", TensorProto.FLOAT, kv_out)
-        g.output(f"present.{i}.value", TensorProto.FLOAT, kv_out)
+    declare_kv(g, dims, range(dims.num_layers), logits=True)
 
     inv_freq = (10000.0 ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)).astype(np.float32)
     select = np.zeros((3, 1, 1, hd // 2), np.float32)
@@ -532,17 +497,7 @@ def _mrope_decoder(w: dict[str, np.ndarray], dims: _Dims) -> Any:
     allowed = _attention_allowed(g, embeds, mask)
     residual = embeds
     for i in range(dims.num_layers):
-        p = f"layers.{i}"
-        hidden = _rms_norm(g, residual, g.weight(f"{p}.input_layernorm.weight", w[f"{i}.ln1"]))
-        q = g.op("MatMul", hidden, g.weight(f"{p}.attn.q_proj.weight", w[f"{i}.q"]))
-        k = g.op("MatMul", hidden, g.weight(f"{p}.attn.k_proj.weight", w[f"{i}.k"]))
-        v = g.op("MatMul", hidden, g.weight(f"{p}.attn.v_proj.weight", w[f"{i}.v"]))
-        q = _rotary(g, _split_heads(g, q, dims.num_heads, hd), cos, sin)
-        k = _rotary(g, _split_heads(g, k, dims.num_kv_heads, hd), cos, sin)
-        v = _split_heads(g, v, dims.num_kv_heads, hd)
-        k = g.op("Concat", f"past_key_values.{i}.key", k, axis=2, out=f"present.{i}.key")
-        v = g.op("Concat", f"past_key_values.{i}.value", v, axis=2, out=f"present.{i}.value")
-        residual = plain_layer_tail(g, residual, _attention(g, q, k, v, allowed, dims), w, i)
+        residual = plain_layer(g, w, dims, i, residual, cos, sin, allowed)
     plain_logits(g, residual, w)
     return g.model()
 
@@ -562,14 +517,8 @@ def _qwen_processor(patch_size: int, merge: int) -> dict[str, Any]:
         "processor": {
             "name": "qwen2_5_image_processor",
             "transforms": [
-                {
-                    "operation": {
-                        "name": "decode_image",
-                        "type": "DecodeImage",
-                        "attrs": {"color_space": "RGB"},
-                    }
-                },
-                {"operation": {"name": "convert_to_rgb", "type": "ConvertRGB"}},
+                _operation("decode_image", "DecodeImage", {"color_space": "RGB"}),
+                _operation("convert_to_rgb", "ConvertRGB"),
                 {
                     "operation": {
                         "name": "resize",
@@ -585,13 +534,7 @@ def _qwen_processor(patch_size: int, merge: int) -> dict[str, Any]:
                         },
                     }
                 },
-                {
-                    "operation": {
-                        "name": "rescale",
-                        "type": "Rescale",
-                        "attrs": {"rescale_factor": 0.00392156862745098},
-                    }
-                },
+                _operation("rescale", "Rescale", {"rescale_factor": 0.00392156862745098}),
                 {
                     "operation": {
                         "name": "normalize",
@@ -651,22 +594,14 @@ def write_qwen2_5_vl(
     vocab = base_vocab + len(QWEN_VL_MARKERS)
     dims = _Dims(vocab, hidden_size, num_layers, num_heads, num_kv_heads, context_length)
     folder = pathlib.Path(out_dir) / (name or model_type)
-    folder.mkdir(parents=True, exist_ok=True)
-    ids = _tokenizer(
-        folder, base_vocab, QWEN_VL_MARKERS, bos="<|endoftext|>", eos="<|im_end|>",
-        pad="<|endoftext|>", context_length=context_length, chat_template=_QWEN_TEMPLATE,
+    ids, w, rng = _start_folder(
+        folder, dims, seed, base_vocab, QWEN_VL_MARKERS, bos="<|endoftext|>", eos="<|im_end|>",
+        pad="<|endoftext|>", chat_template=_QWEN_TEMPLATE,
     )  # fmt: skip
     image_token = ids["<|image_pad|>"]
-    w = _llama_weights(dims, seed, (0, 1, 2, *ids.values()))
-    rng = np.random.default_rng(seed + 1)
     patch_dim = 3 * 2 * patch_size * patch_size
-    _save(folder, "dummy_vision.onnx", _qwen_vision_graph(rng, patch_dim, merge, hidden_size))
-    _save(
-        folder,
-        "dummy_embedding.onnx",
-        _embedding_graph(w["embed"], negative_ids=False, image_token_id=image_token),
-    )
-    _save(folder, "dummy_text.onnx", _mrope_decoder(w, dims))
+    vision = _qwen_vision_graph(rng, patch_dim, merge, hidden_size)
+    _save_graphs(folder, vision, w, image_token, _mrope_decoder(w, dims))
     inputs = {
         "inputs_embeds": "inputs_embeds",
         "attention_mask": "attention_mask",
@@ -685,12 +620,7 @@ def write_qwen2_5_vl(
             "vision_start_token_id": ids["<|vision_start|>"],
             "type": model_type,
             "vocab_size": vocab,
-            "embedding": {
-                "filename": "dummy_embedding.onnx",
-                "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
-                "outputs": {"inputs_embeds": "inputs_embeds"},
-                "session_options": dict(_SESSION_OPTIONS),
-            },
+            "embedding": {**_EMBEDDING_SECTION, "session_options": dict(SESSION_OPTIONS)},
             "vision": {
                 "filename": "dummy_vision.onnx",
                 "config_filename": "processor_config.json",
@@ -700,15 +630,12 @@ def write_qwen2_5_vl(
                 "window_size": window_size,
                 "inputs": {"pixel_values": "pixel_values", "image_grid_thw": "image_grid_thw"},
                 "outputs": {"image_features": "image_features"},
-                "session_options": dict(_SESSION_OPTIONS),
+                "session_options": dict(SESSION_OPTIONS),
             },
         },
-        "search": _search(context_length, share_buffer=False),
+        "search": search_section(context_length, share_buffer=False, top_k=1),
     }
-    (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
-    (folder / "processor_config.json").write_text(
-        json.dumps(_qwen_processor(patch_size, merge), indent=2) + "\n"
-    )
+    _write_configs(folder, config, _qwen_processor(patch_size, merge))
     return folder
 
 
@@ -738,16 +665,7 @@ def _gemma3_vision_graph(rng: np.random.Generator, hidden: int) -> Any:
         "pixel_values", TensorProto.FLOAT, ["num_images", 3, GEMMA3_IMAGE, GEMMA3_IMAGE]
     )
     g.output("image_features", TensorProto.FLOAT, ["num_image_tokens", hidden])
-    kernel = GEMMA3_IMAGE // 16
-    pooled = g.op("AveragePool", pixels, kernel_shape=[kernel, kernel], strides=[kernel, kernel])
-    cells = g.op(
-        "Transpose", g.op("Reshape", pooled, g.const([0, 3, GEMMA3_IMAGE_TOKENS])), perm=[0, 2, 1]
-    )
-    proj = g.weight("patch_proj", _normal(rng, (3, hidden), 2.0))
-    position = g.weight("patch_position", _normal(rng, (GEMMA3_IMAGE_TOKENS, hidden), 0.5))
-    tokens = g.op("Tanh", g.op("Add", g.op("MatMul", cells, proj), position))
-    mix = g.weight("token_mix", _normal(rng, (hidden, hidden), 1.0 / np.sqrt(hidden)))
-    tokens = g.op("MatMul", tokens, mix)
+    tokens = _pooled_tokens(g, rng, pixels, GEMMA3_IMAGE // 16, GEMMA3_IMAGE_TOKENS, hidden)
     g.op("Reshape", tokens, g.const([-1, hidden]), out="image_features")
     return g.model()
 
@@ -767,14 +685,8 @@ def _gemma3_processor() -> dict[str, Any]:
         "processor": {
             "name": "gemma_3_image_processing",
             "transforms": [
-                {
-                    "operation": {
-                        "name": "decode_image",
-                        "type": "DecodeImage",
-                        "attrs": {"color_space": "RGB"},
-                    }
-                },
-                {"operation": {"name": "convert_to_rgb", "type": "ConvertRGB"}},
+                _operation("decode_image", "DecodeImage", {"color_space": "RGB"}),
+                _operation("convert_to_rgb", "ConvertRGB"),
                 {
                     "operation": {
                         "name": "resize",
@@ -787,13 +699,7 @@ def _gemma3_processor() -> dict[str, Any]:
                         },
                     }
                 },
-                {
-                    "operation": {
-                        "name": "rescale",
-                        "type": "Rescale",
-                        "attrs": {"rescale_factor": 0.00392156862745098},
-                    }
-                },
+                _operation("rescale", "Rescale", {"rescale_factor": 0.00392156862745098}),
                 {
                     "operation": {
                         "name": "normalize",
@@ -838,21 +744,13 @@ def write_gemma3(
     vocab = base_vocab + len(GEMMA3_MARKERS)
     dims = _Dims(vocab, hidden_size, num_layers, num_heads, num_kv_heads, context_length, gqa=True)
     folder = pathlib.Path(out_dir) / name
-    folder.mkdir(parents=True, exist_ok=True)
-    ids = _tokenizer(
-        folder, base_vocab, GEMMA3_MARKERS, bos="<s>", eos="<end_of_turn>", pad="<pad>",
-        context_length=context_length, chat_template=_GEMMA3_TEMPLATE,
+    ids, w, rng = _start_folder(
+        folder, dims, seed, base_vocab, GEMMA3_MARKERS, bos="<s>", eos="<end_of_turn>",
+        pad="<pad>", chat_template=_GEMMA3_TEMPLATE,
     )  # fmt: skip
     image_token = ids["<image_soft_token>"]
-    w = _llama_weights(dims, seed, (0, 1, 2, *ids.values()))
-    rng = np.random.default_rng(seed + 1)
-    _save(folder, "dummy_vision.onnx", _gemma3_vision_graph(rng, hidden_size))
-    _save(
-        folder,
-        "dummy_embedding.onnx",
-        _embedding_graph(w["embed"], negative_ids=False, image_token_id=image_token),
-    )
-    _save(folder, "dummy_text.onnx", _gqa_embeds_decoder(w, dims))
+    vision = _gemma3_vision_graph(rng, hidden_size)
+    _save_graphs(folder, vision, w, image_token, _gqa_embeds_decoder(w, dims))
     inputs = {
         "inputs_embeds": "inputs_embeds",
         "attention_mask": "attention_mask",
@@ -863,11 +761,7 @@ def write_gemma3(
             "bos_token_id": 1,
             "context_length": context_length,
             "decoder": _decoder_section(dims, inputs),
-            "embedding": {
-                "filename": "dummy_embedding.onnx",
-                "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
-                "outputs": {"inputs_embeds": "inputs_embeds"},
-            },
+            "embedding": dict(_EMBEDDING_SECTION),
             "vision": {
                 "filename": "dummy_vision.onnx",
                 "inputs": {"pixel_values": "pixel_values"},
@@ -879,8 +773,7 @@ def write_gemma3(
             "type": "gemma3",
             "vocab_size": vocab,
         },
-        "search": _search(context_length, share_buffer=True),
+        "search": search_section(context_length, share_buffer=True, top_k=1),
     }
-    (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
-    (folder / "processor_config.json").write_text(json.dumps(_gemma3_processor(), indent=2) + "\n")
+    _write_configs(folder, config, _gemma3_processor())
     return folder

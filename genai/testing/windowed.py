@@ -43,12 +43,11 @@ from genai.testing.models import (
     _id_elem_type,
     _llama_weights,
     _rms_norm,
-    _rotary,
     _rotary_tables,
-    _split_heads,
     _write_folder,
     plain_layer_tail,
     plain_logits,
+    qkv_heads,
 )
 
 __all__ = ["KV_SCALE", "KV_ZERO_POINT", "write_windowed_decoder"]
@@ -77,7 +76,7 @@ def _allowed(g: _Graph, input_ids: str, attention_mask: str) -> str:
 def _graph(
     dims: _Dims, w: dict[str, np.ndarray], batch: int | str, quantized: bool, ids_type: int
 ) -> _Graph:
-    n, heads, kv, hd = dims.context_length, dims.num_heads, dims.num_kv_heads, dims.head_size
+    n, kv, hd = dims.context_length, dims.num_kv_heads, dims.head_size
     seq, past = "sequence_length", "past_sequence_length"
     kv_type = TensorProto.UINT8 if quantized else TensorProto.FLOAT
     cos, sin = _rotary_tables(dims)
@@ -113,14 +112,11 @@ def _graph(
     sin_pos = g.op("Unsqueeze", g.op("Gather", g.weight("sin_table", sin), position_ids), unsq)
     residual = g.op("Gather", g.weight("embed_tokens.weight", w["embed"]), input_ids, axis=0)
     for i in range(dims.num_layers):
-        p = f"layers.{i}"
-        hidden = _rms_norm(g, residual, g.weight(f"{p}.input_layernorm.weight", w[f"{i}.ln1"]))
-        q = g.op("MatMul", hidden, g.weight(f"{p}.attn.q_proj.weight", w[f"{i}.q"]))
-        k = g.op("MatMul", hidden, g.weight(f"{p}.attn.k_proj.weight", w[f"{i}.k"]))
-        v = g.op("MatMul", hidden, g.weight(f"{p}.attn.v_proj.weight", w[f"{i}.v"]))
-        q = _rotary(g, _split_heads(g, q, heads, hd), cos_pos, sin_pos)
-        k = store(_rotary(g, _split_heads(g, k, kv, hd), cos_pos, sin_pos))  # [b, kv, S, hd]
-        v = store(_split_heads(g, v, kv, hd))
+        hidden = _rms_norm(
+            g, residual, g.weight(f"layers.{i}.input_layernorm.weight", w[f"{i}.ln1"])
+        )
+        q, k, v = qkv_heads(g, w, dims, i, hidden, cos_pos, sin_pos)
+        k, v = store(k), store(v)  # [b, kv, S, hd]
         # presents: keys [kv, b, hd, S], values [kv, b, S, hd]
         g.op("Transpose", k, perm=[1, 0, 3, 2], out=f"present.{i}.key")
         g.op("Transpose", v, perm=[1, 0, 2, 3], out=f"present.{i}.value")
