@@ -32,16 +32,18 @@ from genai.builder.errors import BuildError
 from genai.builder.gguf import GGUFFile
 from genai.builder.spec import ModelSpec, spec_from_hf_config, unsupported_architecture
 
-__all__ = ["GGUFSource", "HFSource", "SafetensorsFile", "Source", "open_source"]
+__all__ = ["GGUFSource", "HFSource", "SafetensorsFile", "Source", "TensorSource", "open_source"]
 
 _NORMS = ("ln1", "ln2", "post_attn_norm", "post_ffn_norm", "q_norm", "k_norm")
 
 
-class Source:
-    """Base: ``spec``, ``tensor(canonical_name)``, ``has(canonical_name)``."""
+class TensorSource:
+    """A checkpoint's tensors by name: ``has(name)``, ``tensor(name)`` (float32) and
+    ``check_complete()`` over the ``needed()`` names; subclasses say how to load one."""
 
-    spec: ModelSpec
     path: Path
+    #: Said before "tensors" when some are missing (e.g. "Whisper ").
+    _kind = ""
 
     def has(self, name: str) -> bool:
         raise NotImplementedError
@@ -49,19 +51,46 @@ class Source:
     def _load(self, name: str) -> np.ndarray:
         raise NotImplementedError
 
+    def _missing(self, name: str) -> str:
+        return f"missing {self._kind}tensor {name!r}"
+
+    def _describe(self, name: str) -> str:
+        return name
+
+    def needed(self) -> list[str]:
+        """Every tensor name the writer reads."""
+        raise NotImplementedError
+
     def tensor(self, name: str) -> np.ndarray:
         if not self.has(name):
-            raise BuildError(f"{self.path}: missing tensor for {name!r} ({self._describe(name)})")
-        array = np.asarray(self._load(name), dtype=np.float32)
+            raise BuildError(f"{self.path}: {self._missing(name)}")
+        return np.asarray(self._load(name), dtype=np.float32)
+
+    def check_complete(self) -> None:
+        """Raise a :class:`BuildError` listing every needed tensor the checkpoint lacks."""
+        missing = [n for n in self.needed() if not self.has(n)]
+        if missing:
+            shown = ", ".join(self._describe(n) for n in missing[:8])
+            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+            raise BuildError(f"{self.path}: missing {self._kind}tensors: {shown}{more}")
+
+
+class Source(TensorSource):
+    """Base: ``spec``, ``tensor(canonical_name)``, ``has(canonical_name)``."""
+
+    spec: ModelSpec
+
+    def _missing(self, name: str) -> str:
+        return f"missing tensor for {name!r} ({self._describe(name)})"
+
+    def tensor(self, name: str) -> np.ndarray:
+        array = super().tensor(name)
         base = name.split(".")[-1]
         if self._adds_norm_offset and (base in _NORMS or name == "final_norm"):
             array = array + np.float32(self.spec.norm_offset)
         return array
 
     _adds_norm_offset = False
-
-    def _describe(self, name: str) -> str:
-        return name
 
     def layer_names(self, i: int) -> list[str]:
         """The canonical names layer ``i`` needs under ``spec``."""
@@ -75,18 +104,14 @@ class Source:
             names += [f"{i}.post_attn_norm", f"{i}.post_ffn_norm"]
         return names
 
-    def check_complete(self) -> None:
-        """Raise a :class:`BuildError` listing every tensor the spec needs but the file lacks."""
+    def needed(self) -> list[str]:
+        """The canonical names the spec needs."""
         needed = ["embed", "final_norm"]
         if not self.spec.tie_embeddings:
             needed.append("lm_head")
         for i in range(self.spec.num_layers):
             needed += self.layer_names(i)
-        missing = [n for n in needed if not self.has(n)]
-        if missing:
-            shown = ", ".join(self._describe(n) for n in missing[:8])
-            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
-            raise BuildError(f"{self.path}: missing tensors: {shown}{more}")
+        return needed
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from genai.builder.errors import BuildError
-from genai.builder.sources import SafetensorsFile
+from genai.builder.sources import SafetensorsFile, TensorSource
 
 __all__ = [
     "CT2WhisperSource",
@@ -113,22 +113,11 @@ def spec_from_hf_whisper_config(config: dict[str, Any], where: str) -> WhisperSp
     )
 
 
-class WhisperSource:
+class WhisperSource(TensorSource):
     """Base: ``spec``, ``path``, ``tensor(name)``, ``has(name)`` (HF names, no ``model.``)."""
 
     spec: WhisperSpec
-    path: Path
-
-    def has(self, name: str) -> bool:
-        raise NotImplementedError
-
-    def _load(self, name: str) -> np.ndarray:
-        raise NotImplementedError
-
-    def tensor(self, name: str) -> np.ndarray:
-        if not self.has(name):
-            raise BuildError(f"{self.path}: missing Whisper tensor {name!r}")
-        return np.asarray(self._load(name), dtype=np.float32)
+    _kind = "Whisper "
 
     def lm_head(self) -> np.ndarray:
         """``proj_out.weight`` (``[vocab, d_model]``): the token embedding when tied."""
@@ -180,15 +169,6 @@ class WhisperSource:
             names += [f"{p}.encoder_attn.{a}" for a in attn]
             names += [f"{p}.encoder_attn_layer_norm.weight", f"{p}.encoder_attn_layer_norm.bias"]
         return names
-
-    def check_complete(self) -> None:
-        """Raise a :class:`BuildError` naming the tensors the checkpoint lacks."""
-        missing = [n for n in self.needed() if not self.has(n)]
-        if missing:
-            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
-            raise BuildError(
-                f"{self.path}: missing Whisper tensors: {', '.join(missing[:8])}{more}"
-            )
 
 
 class DictWhisperSource(WhisperSource):
