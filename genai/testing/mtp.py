@@ -24,6 +24,7 @@ from onnx import TensorProto
 
 from genai.runtime.onnx_graph import GraphBuilder
 from genai.testing.models import expose_hidden_states, write_gqa_decoder
+from genai.testing.speculative import write_kv_free_folder
 
 __all__ = ["write_markov_mtp_pair", "write_mtp_head", "write_mtp_pair"]
 
@@ -58,43 +59,16 @@ def write_mtp_head(
     mixed = g.op("MatMul", "hidden_states", g.weight("proj", proj))
     g.op("Add", rows, mixed, out="logits")
     g.output("logits", TensorProto.FLOAT, ["batch", "sequence", vocab_size])
-    folder = pathlib.Path(out_dir) / name
-    folder.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(g.model(), str(folder / "model.onnx"))
-    config = {
-        "model": {
-            "type": "llama",
-            "vocab_size": vocab_size,
-            "context_length": context_length,
-            "bos_token_id": 1,
-            "eos_token_id": eos_token_id,
-            "pad_token_id": 0,
-            "decoder": {
-                "session_options": {"provider_options": []},
-                "filename": "model.onnx",
-                "head_size": 1,
-                "hidden_size": hidden_size,
-                "num_attention_heads": 1,
-                "num_key_value_heads": 1,
-                "num_hidden_layers": 0,
-                "inputs": {
-                    "input_ids": "input_ids",
-                    "attention_mask": "attention_mask",
-                    "hidden_states": "hidden_states",
-                    "past_key_names": "past_key_values.%d.key",
-                    "past_value_names": "past_key_values.%d.value",
-                },
-                "outputs": {
-                    "logits": "logits",
-                    "present_key_names": "present.%d.key",
-                    "present_value_names": "present.%d.value",
-                },
-            },
-        },
-        "search": {"max_length": context_length},
-    }
-    (folder / "genai_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return folder
+    return write_kv_free_folder(
+        pathlib.Path(out_dir) / name,
+        g.model(),
+        vocab_size=vocab_size,
+        context_length=context_length,
+        bos_token_id=1,
+        eos_token_id=eos_token_id,
+        hidden_size=hidden_size,
+        extra_inputs=("hidden_states",),
+    )
 
 
 def write_mtp_pair(

@@ -17,7 +17,7 @@ import copy
 import json
 import pathlib
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -25,7 +25,13 @@ from onnx import TensorProto
 
 from genai.runtime.onnx_graph import GraphBuilder
 
-__all__ = ["markov_distribution", "transition_table", "with_draft", "write_table_decoder"]
+__all__ = [
+    "markov_distribution",
+    "transition_table",
+    "with_draft",
+    "write_kv_free_folder",
+    "write_table_decoder",
+]
 
 
 def transition_table(
@@ -70,28 +76,52 @@ def write_table_decoder(
     else:
         g.op("Identity", rows, out="logits")
         g.output("logits", TensorProto.FLOAT, ["batch", "sequence", vocab])
-    folder = pathlib.Path(out_dir) / name
+    return write_kv_free_folder(
+        pathlib.Path(out_dir) / name,
+        g.model(),
+        vocab_size=vocab,
+        context_length=context_length,
+        bos_token_id=0,
+        eos_token_id=[vocab - 1],
+    )
+
+
+def write_kv_free_folder(
+    folder: pathlib.Path,
+    model: onnx.ModelProto,
+    *,
+    vocab_size: int,
+    context_length: int,
+    bos_token_id: int,
+    eos_token_id: int | list[int],
+    hidden_size: int = 1,
+    extra_inputs: Sequence[str] = (),
+) -> pathlib.Path:
+    """Write ``model`` as ``folder / "model.onnx"`` with the `genai_config.json` of a decoder
+    without KV cache (``num_hidden_layers`` 0, pad 0): inputs ``input_ids``,
+    ``attention_mask`` and ``extra_inputs`` (named as themselves), output ``logits``."""
     folder.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(g.model(), str(folder / "model.onnx"))
+    onnx.save_model(model, str(folder / "model.onnx"))
     config = {
         "model": {
             "type": "llama",
-            "vocab_size": vocab,
+            "vocab_size": vocab_size,
             "context_length": context_length,
-            "bos_token_id": 0,
-            "eos_token_id": [vocab - 1],
+            "bos_token_id": bos_token_id,
+            "eos_token_id": eos_token_id,
             "pad_token_id": 0,
             "decoder": {
                 "session_options": {"provider_options": []},
                 "filename": "model.onnx",
                 "head_size": 1,
-                "hidden_size": 1,
+                "hidden_size": hidden_size,
                 "num_attention_heads": 1,
                 "num_key_value_heads": 1,
                 "num_hidden_layers": 0,
                 "inputs": {
                     "input_ids": "input_ids",
                     "attention_mask": "attention_mask",
+                    **{name: name for name in extra_inputs},
                     "past_key_names": "past_key_values.%d.key",
                     "past_value_names": "past_key_values.%d.value",
                 },
