@@ -18,6 +18,7 @@ import pytest
 import genai
 from genai.testing.models import write_gqa_decoder
 from genai.testing.speculative import markov_distribution, transition_table, write_table_decoder
+from tests.speculation import error_text, start
 
 og = pytest.importorskip("onnxruntime_genai")
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -59,13 +60,7 @@ STATS = [
 def _run(mod, folder, prompt, max_length, spec=None, steps=None, **search):
     """Greedy (unless ``search`` says otherwise) generation; returns (sequence, per-step trace
     of (next token, token_count, is_done), stats)."""
-    model = mod.Model(str(folder))
-    params = mod.GeneratorParams(model)
-    params.set_search_options(**{"do_sample": False, "max_length": max_length, **search})
-    if spec:
-        params.set_speculative_options(**spec)
-    gen = mod.Generator(model, params)
-    gen.append_tokens(np.array([prompt], np.int32))
+    _model, gen = start(mod, folder, prompt, max_length, spec, **search)
     trace = []
     while not gen.is_done() and (steps is None or len(trace) < steps):
         gen.generate_next_token()
@@ -156,12 +151,7 @@ def test_stats_after_each_step_match_the_reference(tables):
     _, prompt, max_length, spec = CASES["full-accept-max-length-bonus"]
     found = {}
     for mod in (og, genai):
-        model = mod.Model(str(tables["full-accept-max-length-bonus"]))
-        params = mod.GeneratorParams(model)
-        params.set_search_options(do_sample=False, max_length=max_length)
-        params.set_speculative_options(**spec)
-        gen = mod.Generator(model, params)
-        gen.append_tokens(np.array([prompt], np.int32))
+        _model, gen = start(mod, tables["full-accept-max-length-bonus"], prompt, max_length, spec)
         steps = []
         for _ in range(8):
             gen.generate_next_token()
@@ -181,12 +171,7 @@ def test_rewind_mid_round_discards_the_rest_as_the_reference(tables):
     _, prompt, max_length, spec = CASES["partial-accept"]
     found = {}
     for mod in (og, genai):
-        model = mod.Model(str(tables["partial-accept"]))
-        params = mod.GeneratorParams(model)
-        params.set_search_options(do_sample=False, max_length=max_length)
-        params.set_speculative_options(**spec)
-        gen = mod.Generator(model, params)
-        gen.append_tokens(np.array([prompt], np.int32))
+        _model, gen = start(mod, tables["partial-accept"], prompt, max_length, spec)
         for _ in range(3):
             gen.generate_next_token()
         mid = gen.get_logits()  # the verified row of the next token, no side effect
@@ -206,12 +191,7 @@ def test_append_mid_round_continues_from_what_was_emitted(tables):
     _, prompt, max_length, spec = CASES["partial-accept"]
     found = {}
     for mod in (og, genai):
-        model = mod.Model(str(tables["partial-accept"]))
-        params = mod.GeneratorParams(model)
-        params.set_search_options(do_sample=False, max_length=max_length)
-        params.set_speculative_options(**spec)
-        gen = mod.Generator(model, params)
-        gen.append_tokens(np.array([prompt], np.int32))
+        _model, gen = start(mod, tables["partial-accept"], prompt, max_length, spec)
         for _ in range(2):
             gen.generate_next_token()
         gen.append_tokens(np.array([[3, 4]], np.int32))
@@ -222,14 +202,6 @@ def test_append_mid_round_continues_from_what_was_emitted(tables):
 
 
 # --- options and guards ----------------------------------------------------------------------
-
-
-def _error(call):
-    try:
-        call()
-    except Exception as exc:  # compared with the reference's message
-        return str(exc).strip()
-    return None
 
 
 BAD_OPTIONS = [
@@ -251,7 +223,9 @@ BAD_OPTIONS = [
 @pytest.mark.parametrize("options", BAD_OPTIONS, ids=str)
 def test_bad_options_raise_the_references_message(tables, options):
     folder = str(tables["k1"])
-    want = _error(lambda: og.GeneratorParams(og.Model(folder)).set_speculative_options(**options))
+    want = error_text(
+        lambda: og.GeneratorParams(og.Model(folder)).set_speculative_options(**options)
+    )
     params = genai.GeneratorParams(genai.Model(folder))
     with pytest.raises(RuntimeError) as raised:
         params.set_speculative_options(**options)
@@ -295,7 +269,7 @@ def test_generator_guards_raise_the_references_message(tables, search):
         params = mod.GeneratorParams(model)
         params.set_search_options(max_length=20, **search)
         params.set_speculative_options(ngram_size=3)
-        messages.append(_error(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+        messages.append(error_text(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
     assert messages[0] is not None
     assert messages[1] == messages[0]
 
@@ -307,7 +281,7 @@ def test_chained_lookup_without_ngram_is_refused_as_the_reference(tables):
         model = mod.Model(folder)
         params = mod.GeneratorParams(model)
         params.set_speculative_options(ngram_chained_lookup=True)
-        messages.append(_error(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+        messages.append(error_text(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
     assert messages[0] is not None
     assert messages[1] == messages[0]
 
@@ -319,7 +293,7 @@ def test_last_token_logits_are_refused_as_the_reference(tmp_path):
         model = mod.Model(folder)
         params = mod.GeneratorParams(model)
         params.set_speculative_options(ngram_size=3)
-        messages.append(_error(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+        messages.append(error_text(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
     assert messages[0] is not None
     assert messages[1].startswith(messages[0])
 
@@ -335,7 +309,7 @@ def test_config_section_is_checked_and_read_as_the_reference(tables, tmp_path, s
     config = json.loads((folder / "genai_config.json").read_text())
     config["speculative"] = section
     (folder / "genai_config.json").write_text(json.dumps(config))
-    want = _error(lambda: og.Model(str(folder)))
+    want = error_text(lambda: og.Model(str(folder)))
     if want is None:
         ours = genai.GeneratorParams(genai.Model(str(folder))).get_speculative_options()
         assert ours == og.GeneratorParams(og.Model(str(folder))).get_speculative_options()

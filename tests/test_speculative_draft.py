@@ -23,6 +23,7 @@ from genai.testing.speculative import (
     with_draft,
     write_table_decoder,
 )
+from tests.speculation import error_text, start
 
 og = pytest.importorskip("onnxruntime_genai")
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -51,22 +52,8 @@ STATS = [
 ]
 
 
-def _error(call):
-    try:
-        call()
-    except Exception as exc:  # compared with the reference's message
-        return str(exc).strip()
-    return None
-
-
 def _run(mod, folder, prompt, max_length, spec=None, **search):
-    model = mod.Model(str(folder))
-    params = mod.GeneratorParams(model)
-    params.set_search_options(**{"do_sample": False, "max_length": max_length, **search})
-    if spec:
-        params.set_speculative_options(**spec)
-    gen = mod.Generator(model, params)
-    gen.append_tokens(np.array([prompt], np.int32))
+    _model, gen = start(mod, folder, prompt, max_length, spec, **search)
     trace = []
     while not gen.is_done():
         gen.generate_next_token()
@@ -113,7 +100,7 @@ def _variant(source: Path, tmp_path: Path, edit) -> str:
 )
 def test_draft_config_guards_fire_as_the_references(pair, tmp_path, edit):
     folder = _variant(pair, tmp_path, edit)
-    want = _error(lambda: og.Model(folder))
+    want = error_text(lambda: og.Model(folder))
     assert want is not None
     with pytest.raises(genai.errors.GenaiError) as raised:
         genai.Model(folder)
@@ -125,7 +112,7 @@ def test_draft_vocabulary_mismatch_is_refused_as_the_reference(tmp_path):
     target = write_table_decoder(tmp_path, transition_table(10), name="t")
     draft = write_table_decoder(tmp_path, np.zeros((10, 11), np.float32), name="d")
     folder = str(with_draft(target, draft, tmp_path))
-    want = _error(lambda: og.Model(folder))
+    want = error_text(lambda: og.Model(folder))
     assert want is not None and "Draft vocab: 11" in want
     with pytest.raises(genai.errors.ModelError) as raised:
         genai.Model(folder)
@@ -143,7 +130,7 @@ def test_generator_guards_raise_the_references_message(pair, search):
         model = mod.Model(str(pair))
         params = mod.GeneratorParams(model)
         params.set_search_options(max_length=20, **search)
-        messages.append(_error(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+        messages.append(error_text(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
     assert messages[0] is not None
     assert messages[1] == messages[0]
 
@@ -154,7 +141,7 @@ def test_ngram_with_a_draft_is_refused_as_the_reference(pair):
         model = mod.Model(str(pair))
         params = mod.GeneratorParams(model)
         params.set_speculative_options(ngram_size=3)
-        messages.append(_error(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+        messages.append(error_text(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
     assert messages[0] is not None
     assert messages[1] == messages[0]
 

@@ -10,6 +10,7 @@ import pytest
 import genai
 from genai.testing.mtp import write_markov_mtp_pair, write_mtp_pair
 from genai.testing.speculative import transition_table
+from tests.speculation import error_text
 
 og = pytest.importorskip("onnxruntime_genai")
 
@@ -75,14 +76,6 @@ def test_output_is_the_main_models_plain_greedy_output(pairs, kind):
     assert got[-1][: len(plain.get_sequence(0))] == [int(t) for t in plain.get_sequence(0)]
 
 
-def _error(call):
-    try:
-        call()
-    except Exception as exc:  # compared with the reference's message
-        return str(exc).strip()
-    return None
-
-
 @pytest.mark.parametrize(
     ("search", "drafts"),
     [({"batch_size": 2}, 1), ({"num_beams": 2}, 1), ({}, 4)],
@@ -97,7 +90,9 @@ def test_construction_checks_raise_the_references_message(pairs, search, drafts)
         params.set_search_options(max_length=30, **search)
         params.set_speculative_options(max_draft_tokens=drafts)
         messages.append(
-            _error(lambda mod=mod, m=main_model, h=head_model, p=params: mod.MtpGenerator(m, h, p))
+            error_text(
+                lambda mod=mod, m=main_model, h=head_model, p=params: mod.MtpGenerator(m, h, p)
+            )
         )
     assert messages[0] is not None
     assert messages[1] == messages[0]
@@ -112,9 +107,9 @@ def test_call_order_errors_and_reset_as_the_reference(pairs):
         params.set_search_options(max_length=30)
         params.set_speculative_options(max_draft_tokens=1)
         gen = mod.MtpGenerator(main_model, head_model, params)
-        before = _error(gen.generate_next_token)
+        before = error_text(gen.generate_next_token)
         gen.append_tokens(np.array([1, 2], np.int32))
-        twice = _error(lambda gen=gen: gen.append_tokens(np.array([3], np.int32)))
+        twice = error_text(lambda gen=gen: gen.append_tokens(np.array([3], np.int32)))
         gen.reset()
         gen.append_tokens(np.array([4, 5], np.int32))
         gen.generate_next_token()
