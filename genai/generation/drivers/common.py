@@ -1,6 +1,7 @@
 """Parts the drivers share: a session binding's inputs and run options, graph capture and
-extra outputs (native and windowed drivers), and runs fed by a runner outside the native loop
-(windowed and pipeline drivers)."""
+extra outputs (native and windowed drivers), runs fed by a runner outside the native loop
+(windowed, pipeline and vision drivers), and a runner that owns several sessions and the KV
+(pipeline and vision drivers)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
     from genai.runtime.model import Model
 
-__all__ = ["RunnerRuns", "SessionInputs", "bind_outputs"]
+__all__ = ["RunnerRuns", "RunnerSessions", "SessionInputs", "bind_outputs"]
 
 
 def bind_outputs(
@@ -141,3 +142,36 @@ class RunnerRuns:
     def read_input(self, name: str) -> np.ndarray:
         """A host copy of what the last run fed as ``name``, from the runner."""
         return self._last_value(name, "input")
+
+
+class RunnerSessions(RunnerRuns):
+    """A runner that owns several sessions and the KV cache (`genai.generation.pipeline`'s
+    stages, `genai.generation.vision_runner`'s graphs): it rewinds with the loop and feeds
+    every session's inputs itself, so a caller's inputs and run options are refused
+    (``unsupported["model_inputs"]``, ``["run_options"]``) and hidden states ignored."""
+
+    def rewind(self, length: int) -> None:
+        """Keep the first ``length`` tokens (the runner the KV of all but the last)."""
+        self.loop.rewind(length)
+        self.runner.rewind(length)
+
+    def set_model_input(self, name: str, value: np.ndarray) -> None:
+        """Refused: the runner feeds every session's inputs."""
+        require(self, "model_inputs")  # type: ignore[arg-type]
+
+    def set_hidden_states(self, hidden_states: np.ndarray) -> None:
+        """Ignored, as a model without that input (no single session to bind it to)."""
+
+    def set_run_option(self, key: str, value: str) -> None:
+        """Refused: one session per graph."""
+        require(self, "run_options")  # type: ignore[arg-type]
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of the runner's KV cache."""
+        return self.runner.nbytes
+
+    @property
+    def kv_used_bytes(self) -> int:
+        """Bytes the computed tokens occupy."""
+        return self.runner.used_bytes()

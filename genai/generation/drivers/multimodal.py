@@ -18,7 +18,7 @@ import numpy as np
 
 from genai.errors import UnsupportedFeatureError
 from genai.generation.drivers.base import LoopSettings, new_loop, require
-from genai.generation.drivers.common import RunnerRuns
+from genai.generation.drivers.common import RunnerSessions
 from genai.generation.vision_runner import VisionRunner
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["VisionDriver"]
 
 
-class VisionDriver(RunnerRuns):
+class VisionDriver(RunnerSessions):
     """A vision-language model fed by a `VisionRunner` (see the module docstring and
     `genai.generation.drivers.base.Driver`)."""
 
@@ -88,11 +88,6 @@ class VisionDriver(RunnerRuns):
                 self.run()
         loop.step()
 
-    def rewind(self, length: int) -> None:
-        """Keep the first ``length`` tokens (the runner the KV of all but the last)."""
-        self.loop.rewind(length)
-        self.runner.rewind(length)
-
     def reorder(self, order: np.ndarray) -> None:
         """Refused (see `unsupported`)."""
         require(self, "reorder")
@@ -110,24 +105,3 @@ class VisionDriver(RunnerRuns):
         """Load ``kv`` and continue after ``tokens`` (the last one runs next)."""
         self.runner.restore(kv, tokens.shape[1])
         self.loop.restore(tokens)
-
-    def set_model_input(self, name: str, value: np.ndarray) -> None:
-        """Refused: the runner feeds every graph's inputs."""
-        require(self, "model_inputs")
-
-    def set_hidden_states(self, hidden_states: np.ndarray) -> None:
-        """Ignored, as a model without that input."""
-
-    def set_run_option(self, key: str, value: str) -> None:
-        """Refused (three sessions)."""
-        require(self, "run_options")
-
-    @property
-    def kv_bytes(self) -> int:
-        """Bytes of the KV cache."""
-        return self.runner.nbytes
-
-    @property
-    def kv_used_bytes(self) -> int:
-        """Bytes the computed tokens occupy."""
-        return self.runner.used_bytes()

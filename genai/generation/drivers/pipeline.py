@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from genai.generation.drivers.base import LoopSettings, new_loop, require
-from genai.generation.drivers.common import RunnerRuns
+from genai.generation.drivers.common import RunnerSessions
 from genai.generation.pipeline import PipelineRunner
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["PipelineDriver"]
 
 
-class PipelineDriver(RunnerRuns):
+class PipelineDriver(RunnerSessions):
     """A pipeline model fed by a `PipelineRunner` (see the module docstring and
     `genai.generation.drivers.base.Driver`)."""
 
@@ -62,11 +62,6 @@ class PipelineDriver(RunnerRuns):
         runner = self.runner
         runner.feed(self.loop.array("sequences")[:, runner.computed : self.loop.length], prompt)
 
-    def rewind(self, length: int) -> None:
-        """Keep the first ``length`` tokens (the runner the KV of all but the last)."""
-        self.loop.rewind(length)
-        self.runner.rewind(length)
-
     def reorder(self, order: np.ndarray) -> None:
         """Beam search: KV, mask, positions and kept stage outputs follow ``order``."""
         self.runner.reorder(order)
@@ -84,24 +79,3 @@ class PipelineDriver(RunnerRuns):
     def restore(self, tokens: np.ndarray, kv: list[np.ndarray]) -> None:
         """Refused (see the module docstring)."""
         require(self, "snapshot")
-
-    def set_model_input(self, name: str, value: np.ndarray) -> None:
-        """Refused: the runner feeds every stage's inputs."""
-        require(self, "model_inputs")
-
-    def set_hidden_states(self, hidden_states: np.ndarray) -> None:
-        """Ignored, as a model without that input (no single session to bind it to)."""
-
-    def set_run_option(self, key: str, value: str) -> None:
-        """Refused: one session per stage."""
-        require(self, "run_options")
-
-    @property
-    def kv_bytes(self) -> int:
-        """Bytes of the runner's KV arrays."""
-        return self.runner.nbytes
-
-    @property
-    def kv_used_bytes(self) -> int:
-        """Bytes the computed tokens occupy."""
-        return self.runner.used_bytes()
