@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +208,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _byte_symbols() -> list[str]:
+def byte_symbols() -> list[str]:
     """GPT-2's printable stand-ins for the 256 byte values, in byte order."""
     keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
     table, extra = {}, 0
@@ -220,28 +221,44 @@ def _byte_symbols() -> list[str]:
     return [table[b] for b in range(256)]
 
 
-def tokenizer_vocab(vocab_size: int) -> tuple[list[str], list[tuple[str, str]]]:
-    """(tokens by id, merges) of the fixture byte-level BPE."""
-    tokens = [*SPECIALS, *_byte_symbols()]
+def add_merges(tokens: list[str], size: int) -> list[tuple[str, str]]:
+    """Append the fixture BPE's merged tokens (``Ġ`` + a common letter, then pairs of common
+    letters) to ``tokens`` until it holds ``size`` (or the merges run out); returns the
+    merges."""
     merges: list[tuple[str, str]] = []
     letters = "etaoinshrdlu"
     pairs = [("Ġ", c) for c in letters] + [(a, b) for a in letters for b in letters]
     for a, b in pairs:
-        if len(tokens) >= vocab_size:
+        if len(tokens) >= size:
             break
         tokens.append(a + b)
         merges.append((a, b))
+    return merges
+
+
+def byte_level_tokenizer(
+    tokens: list[str], merges: list[tuple[str, str]], specials: Sequence[str]
+) -> Tokenizer:
+    """A byte-level BPE over ``tokens`` (ids in order) and ``merges``, with ``specials`` as
+    special added tokens (their ids in ``tokens``, or after it)."""
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    return tok
+
+
+def tokenizer_vocab(vocab_size: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """(tokens by id, merges) of the fixture byte-level BPE."""
+    tokens = [*SPECIALS, *byte_symbols()]
+    merges = add_merges(tokens, vocab_size)
     if len(tokens) != vocab_size:
         raise ValueError(f"fixture vocab_size must be in [{len(SPECIALS) + 256}, {len(tokens)}]")
     return tokens, merges
 
 
 def _write_tokenizer(folder: Path, vocab_size: int, context: int) -> None:
-    tokens, merges = tokenizer_vocab(vocab_size)
-    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    tok = byte_level_tokenizer(*tokenizer_vocab(vocab_size), SPECIALS)
     tok.save(str(folder / "tokenizer.json"))
     config = {
         "bos_token": SPECIALS[1],

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from genai.builder.testing import add_merges, byte_level_tokenizer, byte_symbols
 from genai.builder.whisper import whisper_tokenizer_config, write_whisper_folder
 from genai.builder.whisper_sources import (
     DictWhisperSource,
@@ -168,39 +168,15 @@ def random_whisper_weights(
     return w
 
 
-def _byte_symbols() -> list[str]:
-    """GPT-2's printable stand-ins for the 256 byte values, in byte order."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return [table[b] for b in range(256)]
-
-
 def write_whisper_tokenizer(folder: str | Path, config: dict[str, Any] | None = None) -> None:
     """``tokenizer.json`` (byte-level BPE + Whisper's specials) and ``tokenizer_config.json``."""
     cfg = config or WHISPER_FIXTURE_CONFIG
     first_special = cfg["vocab_size"] - len(WHISPER_SPECIALS)
-    tokens = _byte_symbols()
-    merges: list[tuple[str, str]] = []
-    letters = "etaoinshrdlu"
-    for a, b in [("Ġ", c) for c in letters] + [(a, b) for a in letters for b in letters]:
-        if len(tokens) >= first_special:
-            break
-        tokens.append(a + b)
-        merges.append((a, b))
+    tokens = byte_symbols()
+    merges = add_merges(tokens, first_special)
     if len(tokens) != first_special:
         raise ValueError(f"vocab_size must leave room for 256 bytes + {len(WHISPER_SPECIALS)}")
-    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in WHISPER_SPECIALS]
-    )
+    tok = byte_level_tokenizer(tokens, merges, WHISPER_SPECIALS)
     folder = Path(folder)
     tok.save(str(folder / "tokenizer.json"))
     spec = whisper_fixture_spec(cfg)
