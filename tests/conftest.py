@@ -17,6 +17,7 @@ from typing import NoReturn
 import pytest
 
 from genai.builder import pull
+from genai.builder.build import build
 from genai.testing.models import write_gpt2_decoder, write_gqa_decoder, write_optimum_decoder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +70,25 @@ def smollm2_path(request: pytest.FixtureRequest) -> Path:
     if (SMOLLM2 / "genai_config.json").is_file():
         return SMOLLM2
     return request.getfixturevalue("default_model_path")
+
+
+@pytest.fixture(scope="session")
+def full_logits_smollm2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real SmolLM2-135M int4 folder with logits for every position (what the reference's
+    Engine needs): ../shared's reference-built one when it is beside the checkout, else our
+    builder's ``all_logits`` build of the default model's GGUF as `genai pull --keep-source`
+    keeps it (the default model's weights; built once per session). Without either: a failure
+    under CI, a skip elsewhere."""
+    if (SMOLLM2 / "genai_config.json").is_file():
+        return SMOLLM2
+    source = pull.default_source_path()
+    if not source.is_file():
+        missing_in_ci(
+            f"needs the default model's GGUF at {source} for an all-position-logits build; "
+            "run `genai pull --keep-source` once (or put ../shared beside the checkout)"
+        )
+    out = tmp_path_factory.mktemp("smollm2-all-logits") / pull.DEFAULT_MODEL_NAME
+    return build(source, out, precision="int4", all_logits=True)
 
 
 def missing_in_ci(message: str) -> NoReturn:
