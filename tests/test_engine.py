@@ -182,7 +182,20 @@ def default_model(default_model_path: Path) -> tuple:
 
 @pytest.fixture(scope="module")
 def smollm2(smollm2_path: Path) -> tuple:
-    return ref.Model(str(smollm2_path)), genai.Model(str(smollm2_path)), str(smollm2_path)
+    """A real folder (../shared's reference-built one, else the default model): for checks
+    that need no tokens from the reference's Engine (errors, threads, genai alone)."""
+    folder = str(smollm2_path)
+    return ref.Model(folder), genai.Model(folder), folder
+
+
+@pytest.fixture(scope="module")
+def smollm2_all_logits(full_logits_smollm2_path: Path) -> tuple:
+    """A real folder the reference's Engine generates on (logits for every position):
+    ../shared's reference-built one, else an all-logits build of the default model's weights.
+    The default model's own graph is checked against the reference's Generator
+    (`default_model`)."""
+    folder = str(full_logits_smollm2_path)
+    return ref.Model(folder), genai.Model(folder), folder
 
 
 def chat(tokenizer: Any, question: str, *, first: bool = True) -> list[int]:
@@ -212,9 +225,9 @@ def test_concurrent_greedy_requests_match_the_reference_on_fixture_models(fixtur
         assert b[0].finish[1] == int(ref.FinishReason.MAX_GENERATED_TOKENS)
 
 
-def test_batched_requests_match_the_references_batch(smollm2) -> None:
+def test_batched_requests_match_the_references_batch(smollm2_all_logits) -> None:
     """On a shared-buffer folder the reference batches too: same tokens, request by request."""
-    ref_model, our_model, _ = smollm2
+    ref_model, our_model, _ = smollm2_all_logits
     tokenizer = ref.Tokenizer(ref_model)
     questions = ["What is the capital of France?", "Name three colors.", "Hi!", "2+2?"]
     conversations = [[Turn(chat(tokenizer, q), 12)] for q in questions]
@@ -224,8 +237,8 @@ def test_batched_requests_match_the_references_batch(smollm2) -> None:
         assert without_cached(b) == without_cached(a)
 
 
-def test_multi_turn_requests_keep_their_kv_and_match_the_reference(smollm2) -> None:
-    ref_model, our_model, _ = smollm2
+def test_multi_turn_requests_keep_their_kv_and_match_the_reference(smollm2_all_logits) -> None:
+    ref_model, our_model, _ = smollm2_all_logits
     tokenizer = ref.Tokenizer(ref_model)
     conversations = [
         [
@@ -277,10 +290,10 @@ def test_a_next_turn_runs_only_its_own_tokens(smollm2) -> None:
     assert prefilled() - before == len(second) + 1
 
 
-def test_more_conversations_than_slots_match_the_reference(smollm2) -> None:
+def test_more_conversations_than_slots_match_the_reference(smollm2_all_logits) -> None:
     """Two slots, four conversations: idle requests give their slot up to waiting ones and
     run their whole conversation again at their next turn, with the same tokens."""
-    ref_model, _, folder = smollm2
+    ref_model, _, folder = smollm2_all_logits
     config = genai.Config(folder)
     config.overlay('{"engine": {"static_batching": {"max_batch_size": 2}}}')
     model = genai.Model(config)
@@ -332,8 +345,8 @@ def test_default_model_conversations_match_the_reference_generator(default_model
 
 
 # --- cancellation, rewinds, session limits, stop strings -------------------------------------
-def test_cancel_turn_matches_the_reference(smollm2) -> None:
-    ref_model, our_model, _ = smollm2
+def test_cancel_turn_matches_the_reference(smollm2_all_logits) -> None:
+    ref_model, our_model, _ = smollm2_all_logits
     tokenizer = ref.Tokenizer(ref_model)
     conversation = [
         [
@@ -350,8 +363,8 @@ def test_cancel_turn_matches_the_reference(smollm2) -> None:
     assert usage[2] == len(ours[0][0].generated) == 3
 
 
-def test_rewind_to_start_of_turn_matches_the_reference(smollm2) -> None:
-    ref_model, our_model, _ = smollm2
+def test_rewind_to_start_of_turn_matches_the_reference(smollm2_all_logits) -> None:
+    ref_model, our_model, _ = smollm2_all_logits
     tokenizer = ref.Tokenizer(ref_model)
     conversation = [
         [
@@ -366,8 +379,8 @@ def test_rewind_to_start_of_turn_matches_the_reference(smollm2) -> None:
     assert without_cached(ours[0]) == without_cached(theirs[0])
 
 
-def test_max_session_tokens_matches_the_reference(smollm2) -> None:
-    ref_model, our_model, _ = smollm2
+def test_max_session_tokens_matches_the_reference(smollm2_all_logits) -> None:
+    ref_model, our_model, _ = smollm2_all_logits
     tokenizer = ref.Tokenizer(ref_model)
     prompt = chat(tokenizer, "What is the capital of France?")
     conversation = [[Turn(prompt, 0)]]
@@ -394,10 +407,10 @@ def test_max_session_tokens_matches_the_reference(smollm2) -> None:
     assert messages[1] == messages[0]
 
 
-def test_stop_strings_end_the_turn_where_the_text_first_contains_one(smollm2) -> None:
+def test_stop_strings_end_the_turn_where_the_text_first_contains_one(smollm2_all_logits) -> None:
     """The reference runs stop strings only on paged-attention folders: the independent check
     is its tokens without stop strings, decoded until the text first holds one."""
-    ref_model, our_model, _ = smollm2
+    ref_model, our_model, _ = smollm2_all_logits
     tokenizer = ref.Tokenizer(ref_model)
     prompt = chat(tokenizer, "What is the capital of France?")
     plain = on_reference_alone(ref_model, [[Turn(prompt, 30)]])[0][0].generated
@@ -417,8 +430,8 @@ def test_stop_strings_end_the_turn_where_the_text_first_contains_one(smollm2) ->
 
 # --- events, buffers, threads --------------------------------------------------------------
 @pytest.mark.parametrize("capacity", [1, 2, 5])
-def test_events_beyond_the_buffer_wait_for_the_next_run(smollm2, capacity: int) -> None:
-    ref_model, our_model, _ = smollm2
+def test_events_beyond_the_buffer_wait_for_the_next_run(smollm2_all_logits, capacity: int) -> None:
+    ref_model, our_model, _ = smollm2_all_logits
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
     tokens = {}
     for name, og, model in (("reference", ref, ref_model), ("genai", genai, our_model)):
@@ -630,10 +643,10 @@ def test_streaming_processor_needs_a_streaming_speech_model(smollm2) -> None:
     assert messages[1] == messages[0]
 
 
-def test_idle_conversations_do_not_widen_the_decode_steps(smollm2) -> None:
+def test_idle_conversations_do_not_widen_the_decode_steps(smollm2_all_logits) -> None:
     """Requests waiting between turns keep their KV but move behind the running ones: a step
     runs only the running rows (and the tokens still match the reference)."""
-    ref_model, our_model, _ = smollm2
+    ref_model, our_model, _ = smollm2_all_logits
     tokenizer = genai.Tokenizer(our_model)
     engine = genai.Engine(our_model)
     buffer = engine.create_event_buffer(64)
@@ -695,8 +708,8 @@ def _one_turn(og: ModuleType, model: Any, prompt: list[int], setup: Any) -> tupl
     ],
     ids=["regex-guidance", "min-generated", "top-k-1-sampling", "penalties"],
 )
-def test_turn_options_match_the_reference(smollm2, setup: Any) -> None:
-    ref_model, our_model, _ = smollm2
+def test_turn_options_match_the_reference(smollm2_all_logits, setup: Any) -> None:
+    ref_model, our_model, _ = smollm2_all_logits
     prompt = chat(ref.Tokenizer(ref_model), "Give me a number.")
     assert _one_turn(genai, our_model, prompt, setup) == _one_turn(ref, ref_model, prompt, setup)
 
