@@ -10,7 +10,8 @@ from pathlib import Path
 from genai import hub
 from genai.cli.common import add_model_option, default_model, load_model
 from genai.cli.registry import command
-from genai.errors import MissingDependencyError
+from genai.errors import InvalidArgumentError, MissingDependencyError
+from genai.serve.speculative import SpeculativeServing
 
 __all__: list[str] = []
 
@@ -104,6 +105,14 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
         help="fetch http(s) image URLs of chat messages (vision-language models; default: "
         "only data: URLs, a remote URL is a 400)",
     )
+    serve.add_argument(
+        "--speculative",
+        metavar="ngram[:N[:K]]",
+        help="prompt-lookup speculative decoding: each step verifies up to K (default 4) "
+        "tokens that followed the last N-1 (default N 3) tokens earlier in the sequence, in "
+        "one run per sequence; same tokens as without it on exact graphs; a request's "
+        '"speculative": false opts out; a folder that cannot verify serves plainly',
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
     ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
@@ -170,7 +179,10 @@ def _serve_ray(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    speculative = SpeculativeServing.parse(args.speculative) if args.speculative else None
     if args.ray:
+        if speculative is not None:
+            raise InvalidArgumentError("--speculative is not served with --ray yet")
         return _serve_ray(args)
     try:  # lazy: fastapi and uvicorn are the optional 'serve' extra
         from genai.serve.app import ServeEngine
@@ -192,7 +204,10 @@ def _serve(args: argparse.Namespace) -> int:
         switch_interval=args.switch_interval or None,
         overlap_prefill=not args.no_overlap,
         lanes=args.lanes,
+        speculative=speculative,
     )
+    # a runner that cannot verify serves plainly (the scheduler logs why)
+    speculates = speculative is not None and engine.runner.verify_tokens >= 2
     if engine.images is not None:
         engine.images.allow_remote = args.allow_remote_images
     if args.whisper or model.encoder is not None:
@@ -205,7 +220,9 @@ def _serve(args: argparse.Namespace) -> int:
         )
     print(
         f"genai serve: {engine.model_name} on http://{args.host}:{args.port}/v1 "
-        f"({type(engine.runner).__name__}, {args.max_slots} slots)"
+        f"({type(engine.runner).__name__}, {args.max_slots} slots"
+        + (f", speculative {args.speculative}" if speculates else "")
+        + ")"
         + ("" if args.no_webui else f"; chat page at http://{args.host}:{args.port}/"),
         file=sys.stderr,
     )

@@ -60,6 +60,7 @@ from genai.serve.protocol import (
 )
 from genai.serve.scheduler import GenerationRequest, QueueFullError, Scheduler
 from genai.serve.scheduler_group import SchedulerGroup, default_lanes
+from genai.serve.speculative import SpeculativeServing
 from genai.serve.transcriptions import (
     SpeechService,
     add_transcription_route,
@@ -134,7 +135,9 @@ class ServeEngine:
     `SchedulerGroup` of that many schedulers, each with ``max_slots / lanes`` slots of its own
     runner; else one `Scheduler` over all slots (with ``overlap_prefill``, its prefills run on
     a second thread beside its decode steps). ``edge_workers``: threads that render chat
-    templates, tokenize prompts and compile grammars for the event loop (`off_loop`)."""
+    templates, tokenize prompts and compile grammars for the event loop (`off_loop`).
+    ``speculative``: prompt-lookup speculation in the schedulers (`genai.serve.speculative`;
+    a request's ``"speculative": false`` opts out)."""
 
     def __init__(
         self,
@@ -152,6 +155,7 @@ class ServeEngine:
         overlap_prefill: bool = True,
         lanes: int | None = None,
         edge_workers: int = 2,
+        speculative: SpeculativeServing | None = None,
     ) -> None:
         if max_slots < 2:
             raise InvalidArgumentError("max_slots must be >= 2")
@@ -183,6 +187,7 @@ class ServeEngine:
             "prefill_chunk": prefill_chunk,
             "prefix_cache_bytes": prefix_cache_mb << 20,
             "metrics": self.metrics,
+            "speculative": speculative,
         }
         # Lanes: one scheduler per lane, each with its own slots (genai.serve.scheduler_group)
         lanes = max(1, min(lanes, max_slots // 2))
@@ -741,6 +746,7 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
                 index=i,
                 ignore_eos=body.ignore_eos,
                 inputs=inputs,
+                speculative=body.speculative,
             )
         )
     offered = tool_chat if tool_chat is not None and tool_chat.guidance is not None else None
@@ -784,6 +790,7 @@ async def _prepare_completion(engine: ServeEngine, body: CompletionRequest) -> _
                     stop=body.stops,
                     index=index,
                     ignore_eos=body.ignore_eos,
+                    speculative=body.speculative,
                 )
             )
     return _Prepared("completion", body, sequences, prompt_tokens)

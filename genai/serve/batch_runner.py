@@ -45,6 +45,7 @@ import numpy as np
 
 from genai.errors import ConfigError, UnsupportedFeatureError
 from genai.generation.drivers import require
+from genai.generation.drivers.native import NEW_TOKEN_LOGITS, verify_output
 from genai.generation.generator import Generator
 from genai.generation.generator_params import GeneratorParams
 
@@ -92,6 +93,9 @@ class BatchRunner(abc.ABC):
     max_length: int
     #: True when `decode` runs every slot in one batched model run.
     batched: bool = False
+    #: The most tokens `verify` runs at once (0: the runner cannot verify, e.g. the graph
+    #: returns the last position's logits only; speculative decoding then steps plainly).
+    verify_tokens: int = 0
 
     @abc.abstractmethod
     def prefill(self, slot: int, tokens: np.ndarray) -> np.ndarray:
@@ -104,6 +108,13 @@ class BatchRunner(abc.ABC):
         raise UnsupportedFeatureError(
             f"{type(self).__name__} takes token prompts only, not images or audio"
         )
+
+    def verify(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+        """Feed ``tokens`` (at most `verify_tokens`) to ``slot`` after its cached ones, as
+        `prefill`, and return the logits after EVERY one of them, float32 [count, vocab]
+        (speculative decoding: row i judges the token proposed after ``tokens[i]``); the
+        caller `truncate` s the slot to what it accepts."""
+        raise UnsupportedFeatureError(f"{type(self).__name__} cannot verify proposed tokens")
 
     @abc.abstractmethod
     def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
@@ -207,6 +218,18 @@ class SlotBatchRunner(BatchRunner):
         self._prefill_logits = np.zeros((rows, self.vocab_size), io.logits_dtype)
         # (rows, buffer version) the decode binding's KV is bound for
         self._decode_bound = (-1, -1)
+        # Speculative verification: an output with a row per new token (the logits of a graph
+        # that keeps every position, or the builder's new_token_logits for short runs), run
+        # through a binding of its own (prefills never bind new_token_logits)
+        found = verify_output(model.session, io.logits)
+        self._verify_output = found[0] if found else None
+        self.verify_tokens = min(found[1], max_chunk) if found else 0
+        self._verify: Any = None
+        self._verify_bound = (-1, -1)
+        self._verify_logits: np.ndarray | None = None
+        if found is not None and found[0] == NEW_TOKEN_LOGITS:
+            dtype = model.session.output_dtypes.get(NEW_TOKEN_LOGITS) or io.logits_dtype
+            self._verify_logits = np.zeros((self.verify_tokens, self.vocab_size), dtype)
         # (slot, buffer version) the prefill binding's KV is bound for
         self._prefill_bound = (-1, -1)
 
@@ -276,6 +299,47 @@ class SlotBatchRunner(BatchRunner):
         session.run()
         self.lengths[slot] = total
         return logits[rows - 1].astype(np.float32, copy=False)
+
+    def verify(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+        """See `BatchRunner.verify`. A graph whose ``logits`` keep every position runs it as
+        a prefill; the builder's graphs bind ``new_token_logits`` (and ``logits``, one row)
+        on a binding of their own."""
+        count = len(tokens)
+        if not 0 < count <= self.verify_tokens:
+            raise ValueError(f"a verify run holds 1..{self.verify_tokens} tokens, got {count}")
+        if self._verify_logits is None:
+            return self.prefill_rows(slot, tokens)
+        past = int(self.lengths[slot])
+        total = past + count
+        self.ensure(total + 1)
+        session = self._verify
+        if session is None:
+            session = self._verify = self.model.session.new_binding()
+            self.model.bind_extra_inputs(session)
+        if self._verify_bound != (slot, self._version):
+            self._bind_kv(session, slice(slot, slot + 1))
+            self._verify_bound = (slot, self._version)
+        io = self.io
+        ids = np.zeros(count, io.id_dtype)
+        ids[:] = tokens
+        session.bind_input(io.input_ids, ids, (1, count))
+        session.bind_input(io.attention_mask, self._prefill_mask, (1, total))
+        last = 1 if self._last_only else count
+        session.bind_output(io.logits, self._prefill_logits, (1, last, self.vocab_size))
+        rows = self._verify_logits
+        session.bind_output(NEW_TOKEN_LOGITS, rows, (1, count, self.vocab_size))
+        session.run()
+        self.lengths[slot] = total
+        return rows[:count].astype(np.float32)
+
+    def prefill_rows(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+        """`prefill` on a graph whose logits keep every position: every token's row,
+        float32 [count, vocab] (copies)."""
+        if self._last_only:
+            raise UnsupportedFeatureError("the graph returns the last position's logits only")
+        count = len(tokens)
+        self.prefill(slot, tokens)
+        return self._prefill_logits[:count].astype(np.float32)
 
     def decode(
         self,
@@ -374,6 +438,21 @@ class GeneratorBatchRunner(BatchRunner):
         self._spare: list[Generator] = []
         #: Generators made so far.
         self.generators_made = 0
+        self._verify_tokens: int | None = None
+
+    @property
+    def verify_tokens(self) -> int:  # type: ignore[override]
+        """See `BatchRunner.verify_tokens`: what a slot generator's driver verifies
+        (`NativeDriver.verify`; asked of a spare generator once, when first read)."""
+        if self._verify_tokens is None:
+            gen = self._spare[-1] if self._spare else Generator(self.model, self._params)
+            if gen not in self._spare:
+                self.generators_made += 1
+                self._spare.append(gen)
+            driver = gen._driver
+            most = int(getattr(driver, "verify_tokens", 0) or 0)
+            self._verify_tokens = min(most, self.max_chunk) if hasattr(driver, "verify") else 0
+        return self._verify_tokens
 
     def _generator(self, slot: int) -> Generator:
         gen = self._gens[slot]
@@ -408,6 +487,17 @@ class GeneratorBatchRunner(BatchRunner):
         gen.set_inputs(inputs)  # the model's driver runs the images with the prompt
         self.lengths[slot] = gen.token_count()
         return gen.get_logits()[0, 0]
+
+    def verify(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+        """See `BatchRunner.verify`: the slot generator's driver runs its pending token (after
+        a `truncate`) and ``tokens`` in one run; `truncate` rewinds the generator."""
+        count = len(tokens)
+        if not 0 < count <= self.verify_tokens:
+            raise ValueError(f"a verify run holds 1..{self.verify_tokens} tokens, got {count}")
+        gen = self._generator(slot)
+        rows = gen._driver.verify(np.asarray(tokens, np.int32)[None, :])[0]
+        self.lengths[slot] += count
+        return rows[rows.shape[0] - count :]
 
     def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
         out = np.zeros((len(tokens), self.vocab_size), np.float32)

@@ -14,6 +14,17 @@ from prometheus_client.core import CounterMetricFamily
 
 __all__ = ["ServerMetrics"]
 
+#: The speculative counters of `Scheduler.stats` (``speculative_<name>``) and their help.
+_SPECULATIVE = (
+    (
+        "proposed_tokens",
+        "Tokens proposed by prompt lookup and verified (genai serve --speculative)",
+    ),
+    ("accepted_tokens", "Proposed tokens the model agreed with"),
+    ("emitted_tokens", "Tokens emitted by verify runs (accepted + one of the model's own each)"),
+    ("target_runs", "Verify runs of the model (each checks a sequence's proposals)"),
+)
+
 
 class ServerMetrics:
     """Queue depth, running requests, generated tokens (and tokens/s over the last
@@ -105,7 +116,10 @@ class ServerMetrics:
         """Export the scheduler's `Scheduler.stats` (read at each scrape):
         ``genai_engine_seconds_total{phase="idle|model|host"}``, ``genai_decode_steps_total``,
         ``genai_decode_rows_total{kind="advancing|filler"}``,
-        ``genai_prefill_tokens_total`` and ``genai_prefill_runs_total``."""
+        ``genai_prefill_tokens_total``, ``genai_prefill_runs_total`` and the speculative
+        counters (``genai_speculative_proposed_tokens_total``, ``..._accepted_tokens_total``,
+        ``..._emitted_tokens_total``, ``..._target_runs_total``: acceptance rate = accepted /
+        proposed, tokens per target run = emitted / target runs)."""
 
         class _Engine:
             def collect(self):
@@ -136,6 +150,10 @@ class ServerMetrics:
                 yield CounterMetricFamily(
                     "genai_prefill_runs", "Prefill runs", value=s.get("prefill_runs", 0)
                 )
+                for name, text in _SPECULATIVE:
+                    yield CounterMetricFamily(
+                        f"genai_speculative_{name}", text, value=s.get(f"speculative_{name}", 0)
+                    )
 
         self.registry.register(_Engine())
 

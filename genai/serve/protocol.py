@@ -243,6 +243,9 @@ class _Common(BaseModel):
     min_p: float = Field(0.0, ge=0.0, le=1.0)
     repetition_penalty: float = Field(1.0, gt=0.0)
     ignore_eos: bool = False
+    # genai's own: false opts this request out of `genai serve --speculative` (its tokens are
+    # the same either way on exact graphs; vLLM and OpenAI have no per-request switch)
+    speculative: bool = True
 
     @field_validator(*_SAMPLING_FIELDS)
     @classmethod

@@ -60,6 +60,7 @@ from genai.errors import GenaiError
 from genai.generation.logits import LogitsChain, ProcessorLike
 from genai.generation.search import SearchOptions
 from genai.serve.batch_runner import BatchRunner
+from genai.serve.speculative import SlotProposer, SpeculativeServing
 
 __all__ = [
     "Event",
@@ -106,6 +107,8 @@ class GenerationRequest:
     #: ``prompt`` holds the same ids). It goes in whole, in one prefill chunk, through the
     #: runner's ``prefill_inputs``, and is never taken from or put in the prefix cache.
     inputs: Any = None
+    #: False: never speculate for this sequence (a server started with ``--speculative``).
+    speculative: bool = True
 
 
 @dataclass
@@ -201,6 +204,8 @@ class _Sequence:
     evicted: bool = False
     #: A later turn of a held sequence: its prompt does not start at position 0.
     resumed: bool = False
+    #: Prompt-lookup index of a speculating sequence (made at its first proposal).
+    proposer: SlotProposer | None = None
 
 
 class PrefixCache:
@@ -291,6 +296,7 @@ class Scheduler:
         overlap_prefill: bool = True,
         metrics: Any = None,
         prefix_cache: PrefixCache | None = None,
+        speculative: SpeculativeServing | None = None,
     ) -> None:
         self.runner = runner
         self.tokenizer = tokenizer
@@ -309,6 +315,17 @@ class Scheduler:
         if owns and runner.export_prefix(0, 0) is not None:
             self.prefix_cache = PrefixCache(prefix_cache_bytes)
         self.metrics = metrics
+        #: Prompt-lookup speculation for decoding sequences (None: plain steps); a runner
+        #: that cannot verify serves plainly.
+        self.speculative = speculative
+        if speculative is not None and runner.verify_tokens < 2:
+            log.warning(
+                "serving without speculative decoding: %s cannot verify proposed tokens "
+                "(the graph returns the last position's logits only, or its runner has no "
+                "verify runs); requests take plain decode steps",
+                type(runner).__name__,
+            )
+            self.speculative = None
         #: Run prefill chunks on a second thread while the decode step runs.
         self.overlap_prefill = overlap_prefill and runner.batched
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -343,6 +360,10 @@ class Scheduler:
                 "decode_advancing_rows",
                 "prefill_tokens",
                 "prefill_runs",
+                "speculative_proposed_tokens",
+                "speculative_accepted_tokens",
+                "speculative_emitted_tokens",
+                "speculative_target_runs",
             ),
             0,
         )
@@ -559,6 +580,16 @@ class Scheduler:
         # 4. one decode step for every generating slot; with a pool, the prefills run beside
         # the decode step (their slots are filler rows of the step)
         decoding = [s for s in self._active if not s.prefilling and s.finished is None]
+        speculating: list[tuple[_Sequence, list[int]]] = []
+        if self.speculative is not None:
+            plain = []
+            for seq in decoding:
+                proposal = self._propose(seq)
+                if proposal:
+                    speculating.append((seq, proposal))
+                else:
+                    plain.append(seq)
+            decoding = plain
         plan = self._plan_prefill(len(decoding) if self._pool is not None else 0)
         inputs = self._decode_inputs(decoding) if decoding else None
         needed = 0
@@ -597,8 +628,77 @@ class Scheduler:
         if logits is not None:
             for seq in decoding:
                 self._choose_safely(seq, logits[seq.slot : seq.slot + 1])
+        for seq, proposal in speculating:
+            try:
+                self._speculate(seq, proposal)
+            except Exception as exc:
+                log.warning("sequence failed: %s", exc)
+                self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
         self._release_finished()
         self.steps += 1
+
+    # --- speculative decoding (genai.serve.speculative) -------------------------------------------
+    def _propose(self, seq: _Sequence) -> list[int]:
+        """Prompt-lookup proposals to verify after ``seq``'s pending token ([]: a plain
+        step). Requests with a grammar, log-probabilities or images step plainly."""
+        request, spec = seq.request, self.speculative
+        assert spec is not None
+        if (
+            not request.speculative
+            or request.constraint_factory is not None
+            or request.inputs is not None
+            or request.sampling.logprobs
+            or request.sampling.top_logprobs
+        ):
+            return []
+        # the verify run feeds the pending token and the proposals; the last emitted token
+        # stays pending: no proposal beyond max_new_tokens or the context
+        count = min(
+            spec.max_draft_tokens,
+            self.runner.verify_tokens - 1,
+            request.max_new_tokens - seq.generated - 1,
+            self.runner.max_length - seq.length - 1,
+        )
+        if count < 1:
+            return []
+        if seq.proposer is None:
+            seq.proposer = SlotProposer(spec.ngram_size)
+        return seq.proposer.propose(seq.history[0, : seq.length], count)
+
+    def _speculate(self, seq: _Sequence, proposal: list[int]) -> None:
+        """Verify ``proposal`` after ``seq``'s pending token in one run of its slot, emit the
+        tokens the request's chain agrees with plus its own next one, keep their KV."""
+        runner, stats = self.runner, self.stats
+        base = int(runner.lengths[seq.slot])
+        tokens = np.asarray([seq.next_token, *proposal], np.int32)
+        started = time.perf_counter()
+        rows = runner.verify(seq.slot, tokens)
+        stats["model_seconds"] += time.perf_counter() - started
+        chain = seq.chain
+        assert chain is not None
+        length = seq.length
+        start = length - seq.generated
+        emitted: list[int] = []
+        accepted = 0
+        for i in range(len(proposal) + 1):
+            if i:  # the accepted proposal precedes row i's choice
+                seq.history[0, length + i - 1] = proposal[i - 1]
+            out = chain.process(
+                rows[i : i + 1].copy(), seq.history, length + i, prompt_lengths=start
+            )
+            token = int(out[0])
+            emitted.append(token)
+            if i == len(proposal) or token != proposal[i] or token in self._eos_set:
+                break
+            accepted += 1
+        stats["speculative_target_runs"] += 1
+        stats["speculative_proposed_tokens"] += len(proposal)
+        stats["speculative_accepted_tokens"] += accepted
+        stats["speculative_emitted_tokens"] += len(emitted)
+        self._emit(seq, emitted, None, verified=True)
+        # the KV keeps the pending token and the accepted proposals (those in the history:
+        # a stop string or max_tokens may have cut them)
+        runner.truncate(seq.slot, min(base + 1 + accepted, seq.length))
 
     def _admit(self, seq: _Sequence) -> None:
         request = seq.request
@@ -636,6 +736,7 @@ class Scheduler:
         )
         seq.stream = self.tokenizer.create_stream()
         seq.stopper = StopStringMatcher(list(request.stop)) if request.stop else None
+        seq.proposer = None
 
     def resume(self, seq: _Sequence, request: GenerationRequest, handle: Any) -> None:
         """Start a next turn of the held, finished ``seq`` (not evicted): ``request.prompt``
@@ -852,7 +953,11 @@ class Scheduler:
             logprob_info = [(float(chain.logprobs[0]), alts)] + [(0.0, []) for _ in forced]
         self._emit(seq, [token, *forced], logprob_info)
 
-    def _emit(self, seq: _Sequence, tokens: list[int], logprob_info: Any) -> None:
+    def _emit(
+        self, seq: _Sequence, tokens: list[int], logprob_info: Any, *, verified: bool = False
+    ) -> None:
+        """Record and post ``tokens``; the next run feeds them (``verified``: the model has
+        run all but the last, a speculative round's: only the last is fed)."""
         request = seq.request
         text_parts = []
         finish = None
@@ -922,7 +1027,7 @@ class Scheduler:
             seq.finished = finish
         else:
             # the next run feeds the chosen token (and forced ones) to the model
-            fed = emitted
+            fed = emitted[-1:] if verified else emitted
             if len(fed) == 1:
                 seq.next_token = fed[0]
             else:

@@ -1,0 +1,78 @@
+"""Speculative decoding in the continuous-batching scheduler (``genai serve --speculative``).
+
+`SpeculativeServing` says what the scheduler proposes; `SlotProposer` keeps one sequence's
+prompt-lookup index (`genai.generation.speculative.NGramLookup`, the generator's own) in step
+with its history. Each iteration the scheduler asks every decoding sequence for proposals:
+those with some run ``[pending token] + proposals`` in one verify run of their slot
+(`BatchRunner.verify`: a logits row per token), choose each row's token through the request's
+own `LogitsChain` (penalties, bias, processors, then greedy argmax or a draw from its random
+stream) while it equals the proposal, emit the accepted tokens plus the first choice that
+differs (or the one after the last proposal), and truncate the slot's KV to what was emitted;
+the others take the batched decode step. The choice at every row is the plain choice, one
+random draw per emitted token from the same stream, so greedy and seeded requests give plain
+serving's tokens (on graphs whose verify rows equal the decode step's: fp32 ones exactly) and
+sampling keeps the target distribution (rejection sampling with a one-token proposal, as
+`genai.generation.speculative.decoder`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from genai.errors import InvalidArgumentError
+from genai.generation.speculative import NGramLookup
+
+__all__ = ["SlotProposer", "SpeculativeServing"]
+
+
+@dataclass(frozen=True)
+class SpeculativeServing:
+    """Prompt lookup for served requests: the last ``ngram_size - 1`` tokens are looked up in
+    the sequence's earlier tokens (prompt and output) and up to ``max_draft_tokens`` of what
+    followed them are verified in one run."""
+
+    ngram_size: int = 3
+    max_draft_tokens: int = 4
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.ngram_size <= 16:
+            raise InvalidArgumentError(f"ngram_size must be 2..16, got {self.ngram_size}")
+        if not 1 <= self.max_draft_tokens <= 16:
+            raise InvalidArgumentError(
+                f"max_draft_tokens must be 1..16, got {self.max_draft_tokens}"
+            )
+
+    @classmethod
+    def parse(cls, spec: str) -> SpeculativeServing:
+        """``ngram``, ``ngram:N`` (n-gram size) or ``ngram:N:K`` (size, proposals per step),
+        what ``genai serve --speculative`` takes; `InvalidArgumentError` otherwise."""
+        kind, _, rest = spec.partition(":")
+        if kind != "ngram":
+            raise InvalidArgumentError(
+                f"--speculative takes ngram[:N[:K]], not {spec!r} (draft:DIR is not served yet)"
+            )
+        numbers = rest.split(":") if rest else []
+        if len(numbers) > 2 or not all(n.isdigit() for n in numbers):
+            raise InvalidArgumentError(f"--speculative takes ngram[:N[:K]], not {spec!r}")
+        values = [int(n) for n in numbers]
+        return cls(*values)
+
+
+class SlotProposer:
+    """One sequence's prompt-lookup index, synced with its history before each proposal."""
+
+    def __init__(self, ngram_size: int) -> None:
+        self.lookup = NGramLookup(ngram_size)
+
+    def propose(self, history: np.ndarray, count: int) -> list[int]:
+        """Up to ``count`` tokens to follow ``history`` (int32 [length]); the index follows
+        appended tokens incrementally and is rebuilt after anything else."""
+        lookup = self.lookup
+        indexed = len(lookup)
+        if indexed > len(history) or (indexed and lookup.history[-1] != int(history[indexed - 1])):
+            lookup.reset(history.tolist())
+        elif indexed < len(history):
+            lookup.append(history[indexed:].tolist())
+        return lookup.propose(count)

@@ -1,0 +1,330 @@
+"""genai serve --speculative: prompt-lookup proposals verified in one run per sequence inside the
+continuous-batching scheduler. On fp32 fixture folders the served tokens equal a batch-1
+Generator's (greedy) and plain serving's (greedy and seeded sampling); sampled tokens follow
+the Markov chain's exact marginals (chi-square); a folder that cannot verify serves plainly."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+
+import numpy as np
+import pytest
+
+import genai
+
+pytest.importorskip("fastapi")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+scipy_stats = pytest.importorskip("scipy.stats")
+
+from genai.builder.build import build  # noqa: E402
+from genai.builder.testing import (  # noqa: E402
+    ARCH_CONFIGS,
+    numpy_forward,
+    random_weights,
+    write_hf_checkpoint,
+)
+from genai.errors import InvalidArgumentError  # noqa: E402
+from genai.generation.search import SearchOptions  # noqa: E402
+from genai.serve.app import ServeEngine  # noqa: E402
+from genai.serve.batch_runner import (  # noqa: E402
+    GeneratorBatchRunner,
+    SlotBatchRunner,
+    make_batch_runner,
+)
+from genai.serve.scheduler import GenerationRequest, Scheduler  # noqa: E402
+from genai.serve.server import BackgroundServer  # noqa: E402
+from genai.serve.speculative import SpeculativeServing  # noqa: E402
+from genai.testing.speculative import (  # noqa: E402
+    markov_distribution,
+    transition_table,
+    write_table_decoder,
+)
+from tests.serve_helpers import alone_greedy, run_with, serve_command  # noqa: E402
+
+NGRAM = SpeculativeServing(ngram_size=2, max_draft_tokens=4)
+
+
+class _Stream:
+    def decode(self, token: int) -> str:
+        return f"<{token}>"
+
+    def flush(self) -> str:
+        return ""
+
+
+class _Tokens:
+    """A tokenizer stand-in for scheduler-level tests (text is not looked at)."""
+
+    def create_stream(self) -> _Stream:
+        return _Stream()
+
+
+@pytest.fixture(scope="module")
+def gqa_model(fixture_folders):
+    return genai.Model(fixture_folders["gqa"])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """An fp32 folder of genai's builder: last-position ``logits`` plus ``new_token_logits``."""
+    root = tmp_path_factory.mktemp("built")
+    cfg = ARCH_CONFIGS["llama"]
+    weights = random_weights(cfg)
+    folder = build(write_hf_checkpoint(root / "hf", cfg, weights), root / "out", precision="fp32")
+    return folder, cfg, weights
+
+
+def _looping_prompts(vocab: int, count: int, seed: int) -> list[np.ndarray]:
+    """Prompts that repeat a short phrase (prompt lookup proposes from them at once)."""
+    rng = np.random.default_rng(seed)
+    prompts = []
+    for _ in range(count):
+        phrase = rng.integers(3, vocab, size=int(rng.integers(3, 7))).astype(np.int32)
+        prompts.append(np.concatenate([phrase, phrase, phrase[:2]]))
+    return prompts
+
+
+def _serve(scheduler, requests_list):
+    """Submit each list of `GenerationRequest` s at once; each list's tokens per choice."""
+
+    async def one(requests):
+        got: dict[int, list[int]] = {r.index: [] for r in requests}
+        async for event in scheduler.submit(requests):
+            got[event.index].extend(event.tokens)
+        return [got[r.index] for r in requests]
+
+    async def main():
+        return await asyncio.gather(*(one(r) for r in requests_list))
+
+    return run_with(scheduler, main)
+
+
+# --- the runner's verify run ----------------------------------------------------------------------
+def test_verify_rows_equal_the_numpy_forward_pass(built):
+    """A builder folder's verify run returns every new token's logits (new_token_logits),
+    those of a NumPy forward pass of the same weights."""
+    folder, cfg, weights = built
+    runner = make_batch_runner(genai.Model(str(folder)), 2)
+    assert isinstance(runner, SlotBatchRunner) and runner.verify_tokens == 17
+    tokens = list(range(3, 23))
+    runner.prefill(1, np.asarray(tokens[:9], np.int32))
+    rows = runner.verify(1, np.asarray(tokens[9:14], np.int32))
+    want = numpy_forward(cfg, weights, tokens[:14])
+    np.testing.assert_allclose(rows, want[9:14], atol=1e-4, rtol=0)
+    assert runner.lengths[1] == 14
+    runner.truncate(1, 11)  # keep two of them; the next run continues from there
+    rows = runner.verify(1, np.asarray(tokens[11:13], np.int32))
+    np.testing.assert_allclose(rows, want[11:13], atol=1e-4, rtol=0)
+
+
+def test_generator_runner_verifies_through_its_generator(tmp_path):
+    """The fallback runner verifies with its slot generator's driver: the table model's rows
+    are the table's rows of the fed tokens, also after a truncate."""
+    table = transition_table(10)
+    model = genai.Model(str(write_table_decoder(tmp_path, table)))
+    runner = make_batch_runner(model, 2)
+    assert isinstance(runner, GeneratorBatchRunner) and runner.verify_tokens > 4
+    runner.prefill(0, np.asarray([1, 2, 3], np.int32))
+    np.testing.assert_array_equal(
+        runner.verify(0, np.asarray([5, 7, 4], np.int32)), table[[5, 7, 4]]
+    )
+    runner.truncate(0, 4)
+    np.testing.assert_array_equal(runner.verify(0, np.asarray([8, 1], np.int32)), table[[8, 1]])
+
+
+# --- greedy exactness through the scheduler -------------------------------------------------------
+@pytest.mark.parametrize("kind", ["gqa", "built"])
+def test_greedy_tokens_equal_a_batch1_generator(kind, gqa_model, built):
+    """Several concurrent greedy requests (3 slots for 6: some wait, join running steps) get
+    a batch-1 Generator's tokens, with proposals accepted (and on gqa rejected too)."""
+    model = gqa_model if kind == "gqa" else genai.Model(str(built[0]))
+    eos = [int(e) for e in model.config.eos_token_ids]
+    prompts = _looping_prompts(model.io.vocab_size, 6, seed=3)
+    new = 30
+    expected = [[t for t in alone_greedy(model, p, new) if t not in eos] for p in prompts]
+    runner = make_batch_runner(model, 3, initial_capacity=16)
+    scheduler = Scheduler(runner, _Tokens(), eos, speculative=NGRAM)
+    got = _serve(scheduler, [[GenerationRequest(p, new, SearchOptions())] for p in prompts])
+    assert [g[0] for g in got] == expected
+    stats = scheduler.stats
+    assert stats["speculative_target_runs"] > 0
+    assert 0 < stats["speculative_accepted_tokens"] <= stats["speculative_proposed_tokens"]
+    if kind == "gqa":  # the random builder model repeats one token: every proposal holds
+        assert stats["speculative_accepted_tokens"] < stats["speculative_proposed_tokens"]
+
+
+def test_seeded_sampling_draws_what_plain_serving_draws(gqa_model):
+    """One draw per emitted token from the request's own stream: a seeded request (top-k,
+    penalties, n=2) gets plain serving's tokens."""
+    prompts = _looping_prompts(gqa_model.io.vocab_size, 3, seed=5)
+    found = []
+    for spec in (None, NGRAM):
+        runner = make_batch_runner(gqa_model, 4, initial_capacity=16)
+        scheduler = Scheduler(runner, _Tokens(), [2], speculative=spec)
+        requests = [
+            [
+                GenerationRequest(
+                    p,
+                    24,
+                    SearchOptions(
+                        do_sample=True,
+                        temperature=0.7,
+                        top_k=4,
+                        repetition_penalty=1.1,
+                        random_seed=11 + i,
+                    ),
+                    index=c,
+                )
+                for c in range(2)
+            ]
+            for i, p in enumerate(prompts)
+        ]
+        found.append(_serve(scheduler, requests))
+        if spec is not None:
+            assert scheduler.stats["speculative_accepted_tokens"] > 0
+    assert found[1] == found[0]
+
+
+def test_sampling_keeps_the_target_distribution(tmp_path):
+    """Chi-square through the scheduler: the first three sampled tokens after a prompt the
+    lookup keeps proposing from follow the Markov chain's exact marginals."""
+    rng = np.random.default_rng(0)
+    table = rng.normal(0.0, 1.2, (8, 8)).astype(np.float32)
+    table[:, 7] = -30.0  # EOS (id 7) practically never
+    model = genai.Model(str(write_table_decoder(tmp_path, table)))
+    prompt = np.asarray([1, 2, 3, 1, 2, 3, 1, 2], np.int32)
+    draws = 1200
+    runner = make_batch_runner(model, 8)
+    scheduler = Scheduler(runner, _Tokens(), [7], speculative=NGRAM, max_queue=draws)
+    requests = [
+        [GenerationRequest(prompt, 3, SearchOptions(do_sample=True, random_seed=seed))]
+        for seed in range(draws)
+    ]
+    got = _serve(scheduler, requests)
+    counts = np.zeros((3, 8), np.int64)
+    for (tokens,) in got:
+        assert len(tokens) == 3
+        for step, token in enumerate(tokens):
+            counts[step, token] += 1
+    stats = scheduler.stats
+    assert 0 < stats["speculative_accepted_tokens"] < stats["speculative_proposed_tokens"]
+    for step in range(3):
+        want = markov_distribution(table, int(prompt[-1]), step + 1)
+        keep = want > 1e-6
+        result = scipy_stats.chisquare(counts[step, keep], want[keep] / want[keep].sum() * draws)
+        assert result.pvalue > 1e-3, (step, counts[step], want)
+
+
+def test_a_folder_that_cannot_verify_serves_plainly(tmp_path, caplog):
+    """Last-position logits only: the scheduler logs why and serves plain steps."""
+    table = transition_table(10)
+    model = genai.Model(str(write_table_decoder(tmp_path, table, last_token_only=True)))
+    runner = make_batch_runner(model, 2)
+    with caplog.at_level(logging.WARNING, logger="genai.serve"):
+        scheduler = Scheduler(runner, _Tokens(), [9], speculative=NGRAM)
+    assert scheduler.speculative is None
+    assert "serving without speculative decoding" in caplog.text
+    prompt = np.asarray([1, 2, 3, 4, 1, 2], np.int32)
+    got = _serve(scheduler, [[GenerationRequest(prompt, 6, SearchOptions())]])
+    assert got == [[[3, 4, 5, 6, 7, 8]]]  # the table's chain
+    assert scheduler.stats["speculative_target_runs"] == 0
+
+
+def test_spec_parsing():
+    assert SpeculativeServing.parse("ngram") == SpeculativeServing(3, 4)
+    assert SpeculativeServing.parse("ngram:2:8") == SpeculativeServing(2, 8)
+    for bad in ("draft:/x", "ngram:1", "ngram:3:0", "ngram:a", "ngram:2:3:4"):
+        with pytest.raises(InvalidArgumentError):
+            SpeculativeServing.parse(bad)
+
+
+# --- the HTTP API ---------------------------------------------------------------------------------
+def _ask(url: str, body: dict) -> dict:
+    return httpx.post(url + "/v1/completions", json=body, timeout=60).json()
+
+
+def _stream_text(client, body: dict) -> tuple[str, str | None]:
+    text, finish = "", None
+    for chunk in client.completions.create(stream=True, **body):
+        text += chunk.choices[0].text
+        finish = chunk.choices[0].finish_reason or finish
+    return text, finish
+
+
+def test_http_answers_equal_plain_serving(gqa_model):
+    """Through the API, with stop strings, max_tokens, n=2 and streaming, concurrent: the
+    speculative server answers what the plain one does; /metrics counts its runs."""
+    prompts = _looping_prompts(gqa_model.io.vocab_size, 4, seed=8)
+    bodies = []
+    for i, p in enumerate(prompts):
+        body = {"prompt": [int(t) for t in p], "max_tokens": 12 + 3 * i, "temperature": 0}
+        bodies.append(body)
+    bodies.append({**bodies[0], "n": 2, "temperature": 0.9, "seed": 4, "max_tokens": 20})
+    answers = []
+    for spec in (None, NGRAM):
+        engine = ServeEngine(
+            gqa_model, genai.Tokenizer(gqa_model), max_slots=4, lanes=1, speculative=spec
+        )
+        with BackgroundServer(engine) as srv:
+            plain = [_ask(srv.url, b) for b in bodies[:1]]
+            # a stop string from the middle of the first answer's text
+            text = plain[0]["choices"][0]["text"]
+            stop = text[len(text) // 2 : len(text) // 2 + 3]
+            asked = [*bodies, {**bodies[0], "stop": [stop], "max_tokens": 30}]
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                replies = list(pool.map(lambda b: _ask(srv.url, b), asked))
+            client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x")
+            streamed = [_stream_text(client, {"model": engine.model_name, **b}) for b in asked[:2]]
+            metrics = httpx.get(srv.url + "/metrics").text
+        got = [
+            [(c["text"], c["finish_reason"]) for c in r["choices"]] + [r["usage"]] for r in replies
+        ]
+        answers.append((stop, got, streamed))
+        runs = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith("genai_speculative_target_runs_total")
+        ]
+        assert len(runs) == 1
+        assert (float(runs[0].split()[-1]) > 0) == (spec is not None)
+    assert answers[1] == answers[0]
+    stop_reply = answers[0][1][-1]
+    assert stop_reply[0][1] == "stop" and stop not in stop_reply[0][0]
+
+
+def test_a_request_opts_out(gqa_model):
+    """``"speculative": false`` takes plain steps (no verify run counted); a non-boolean is a
+    400 naming the field."""
+    engine = ServeEngine(
+        gqa_model, genai.Tokenizer(gqa_model), max_slots=2, lanes=1, speculative=NGRAM
+    )
+    prompt = [int(t) for t in _looping_prompts(gqa_model.io.vocab_size, 1, seed=9)[0]]
+    body = {"prompt": prompt, "max_tokens": 16, "temperature": 0}
+    with BackgroundServer(engine) as srv:
+        off = _ask(srv.url, {**body, "speculative": False})
+        assert engine.scheduler.stats["speculative_target_runs"] == 0
+        on = _ask(srv.url, body)
+        assert engine.scheduler.stats["speculative_target_runs"] > 0
+        bad = httpx.post(
+            srv.url + "/v1/completions", json={**body, "speculative": "no"}, timeout=60
+        )
+    assert on["choices"][0]["text"] == off["choices"][0]["text"]
+    assert bad.status_code == 400 and "speculative" in bad.text
+
+
+def test_cli_serves_with_speculation(fixture_folders):
+    """``genai serve --speculative ngram:2`` answers as ``genai serve`` does and counts its
+    verify runs in /metrics."""
+    model = genai.Model(fixture_folders["gqa"])
+    prompt = [int(t) for t in _looping_prompts(model.io.vocab_size, 1, seed=10)[0]]
+    body = {"prompt": prompt, "max_tokens": 16, "temperature": 0}
+    expected = [t for t in alone_greedy(model, np.asarray(prompt, np.int32), 16) if t != 2]
+    with serve_command(fixture_folders["gqa"], "--speculative", "ngram:2") as (url, _):
+        reply = _ask(url, body)
+        metrics = httpx.get(url + "/metrics").text
+    assert reply["choices"][0]["text"] == genai.Tokenizer(model).decode(expected)
+    runs = [m for m in metrics.splitlines() if m.startswith("genai_speculative_target_runs_total")]
+    assert float(runs[0].split()[-1]) > 0
