@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -97,16 +98,23 @@ def _reference_features(folder: Path, *paths: Path) -> tuple[np.ndarray, np.ndar
     return named["audio_features"].as_numpy(), named["input_ids"].as_numpy()
 
 
-def _generate(engine, folder: Path, features, ids, **search) -> tuple[np.ndarray, list]:
-    """First-step logits and every sequence, with ``engine`` on the given inputs."""
+def _start(engine, folder: Path, features, ids, **search) -> tuple[Any, Any, Any]:
+    """``engine``'s (model, generator, named tensors) with ``features`` and ``ids`` set as the
+    generator's inputs (``max_length`` MAX_LENGTH unless ``search`` says otherwise)."""
     model = engine.Model(str(folder))
     params = engine.GeneratorParams(model)
-    params.set_search_options(max_length=MAX_LENGTH, **search)
+    params.set_search_options(**{"max_length": MAX_LENGTH, **search})
     generator = engine.Generator(model, params)
     named = engine.NamedTensors()
     named["audio_features"] = np.ascontiguousarray(features)
     named["input_ids"] = np.ascontiguousarray(ids, dtype=np.int32)
     generator.set_inputs(named)
+    return model, generator, named
+
+
+def _generate(engine, folder: Path, features, ids, **search) -> tuple[np.ndarray, list]:
+    """First-step logits and every sequence, with ``engine`` on the given inputs."""
+    _model, generator, _ = _start(engine, folder, features, ids, **search)
     logits = generator.get_logits()
     while not generator.is_done():
         generator.generate_next_token()
@@ -262,14 +270,7 @@ def test_beam_search_matches_the_reference(
 def test_rewind_then_continue_gives_the_same_tokens(folder: Path, audio: dict[str, Path]) -> None:
     features, ids = _reference_features(folder, audio["wav"])
     _, (full,) = _generate(genai, folder, features, ids)
-    model = genai.Model(folder)
-    params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=MAX_LENGTH)
-    generator = genai.Generator(model, params)
-    named = genai.NamedTensors()
-    named["audio_features"] = features
-    named["input_ids"] = ids
-    generator.set_inputs(named)
+    _model, generator, named = _start(genai, folder, features, ids)
     for _ in range(8):
         generator.generate_next_token()
     keep = ids.shape[1] + 3
@@ -288,22 +289,8 @@ def test_rewind_then_continue_gives_the_same_tokens(folder: Path, audio: dict[st
 
 def test_encoder_outputs_and_inputs_are_readable(folder: Path, audio: dict[str, Path]) -> None:
     features, ids = _reference_features(folder, audio["wav"])
-    ref_model = og.Model(str(folder))
-    params = og.GeneratorParams(ref_model)
-    params.set_search_options(max_length=MAX_LENGTH)
-    ref = og.Generator(ref_model, params)
-    named = og.NamedTensors()
-    named["audio_features"] = features
-    named["input_ids"] = ids
-    ref.set_inputs(named)
-    model = genai.Model(folder)
-    params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=MAX_LENGTH)
-    ours = genai.Generator(model, params)
-    mine = genai.NamedTensors()
-    mine["audio_features"] = features
-    mine["input_ids"] = ids
-    ours.set_inputs(mine)
+    _ref_model, ref, _ = _start(og, folder, features, ids)
+    _model, ours, _ = _start(genai, folder, features, ids)
     for name in ("present_key_cross_0", "present_value_cross_1", "logits", "present_key_self_0"):
         np.testing.assert_allclose(ours.get_output(name), ref.get_output(name), atol=1e-4)
     np.testing.assert_array_equal(ours.get_input("audio_features"), features)
