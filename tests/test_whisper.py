@@ -34,7 +34,7 @@ from genai.multimodal.transcribe import (
     segments_of,
     transcribe,
 )
-from genai.testing.whisper import write_whisper_fixture
+from genai.testing.whisper import synthetic_speech, write_whisper_fixture
 
 og = pytest.importorskip("onnxruntime_genai")
 sf = pytest.importorskip("soundfile")
@@ -45,15 +45,7 @@ MAX_LENGTH = 32
 
 def _signal(rate: int, seconds: float, seed: int, channels: int = 1) -> np.ndarray:
     """Two chirping tones and noise: a spectrum that changes over time."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(rate * seconds)) / rate
-    f0, f1 = 300 + 100 * seed, 1100 + 150 * seed
-    x = (
-        0.3 * np.sin(2 * np.pi * f0 * t * (1 + 0.05 * t))
-        + 0.2 * np.sin(2 * np.pi * f1 * t)
-        + 0.05 * rng.standard_normal(t.size)
-    ).astype(np.float32)
-    return np.stack([x, 0.5 * x[::-1]], axis=1) if channels == 2 else x
+    return synthetic_speech(seconds, seed, rate, noise=0.05, channels=channels)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ NumPy forward pass of Whisper to check them against.
   (``config.json`` + ``model.safetensors``; needs the ``safetensors`` package).
 * :func:`whisper_numpy_encode` / :func:`whisper_numpy_logits` -- the forward pass written from
   HF's ``modeling_whisper`` definitions (not from the writer), so it checks the graphs.
+* :func:`synthetic_speech` -- a chirp, a tone and noise: a signal whose spectrum changes over
+  time, for front-end and decoding checks without real speech.
 * :func:`espeak_pcm`, :func:`speech_clip`, :func:`write_wav`, :func:`content_words` -- speech
   of known text for real-model checks: ``espeak-ng`` (a Debian package) speaks it, and it is
   resampled to 16 kHz here so that every engine's front end reads the same samples.
@@ -53,6 +55,7 @@ __all__ = [
     "espeak_pcm",
     "random_whisper_weights",
     "speech_clip",
+    "synthetic_speech",
     "whisper_fixture_spec",
     "whisper_numpy_encode",
     "whisper_numpy_logits",
@@ -166,6 +169,23 @@ def random_whisper_weights(
             w[f"{p}.fc2.weight"] = normal(d, ffn)
             w[f"{p}.fc2.bias"] = normal(d, std=0.1)
     return w
+
+
+def synthetic_speech(
+    seconds: float, seed: int, rate: int = 16000, *, noise: float = 0.02, channels: int = 1
+) -> np.ndarray:
+    """A float32 waveform: a chirp, a steady tone and ``noise`` times Gaussian noise (its
+    spectrum changes over time; ``seed`` moves the tones). ``channels`` 2: ``[samples, 2]``,
+    the second channel half the first reversed."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(rate * seconds)) / rate
+    f0, f1 = 300 + 100 * seed, 1100 + 150 * seed
+    x = (
+        0.3 * np.sin(2 * np.pi * f0 * t * (1 + 0.05 * t))
+        + 0.2 * np.sin(2 * np.pi * f1 * t)
+        + noise * rng.standard_normal(t.size)
+    ).astype(np.float32)
+    return np.stack([x, 0.5 * x[::-1]], axis=1) if channels == 2 else x
 
 
 def write_whisper_tokenizer(folder: str | Path, config: dict[str, Any] | None = None) -> None:

@@ -38,7 +38,7 @@ from genai.providers import REQUIREMENTS, ExecutionProvider, get_provider_class
 from genai.runtime.config import normalize_provider_name
 from genai.testing.models import write_gqa_decoder
 from genai.testing.vision import write_phi3v, write_qwen2_5_vl
-from genai.testing.whisper import write_whisper_fixture
+from genai.testing.whisper import synthetic_speech, write_whisper_fixture
 
 __all__ = [
     "BatchTests",
@@ -85,20 +85,6 @@ def _cached_model(
     if key not in _MODELS or not (_MODELS[key] / "genai_config.json").is_file():
         _MODELS[key] = write(tmp_path_factory.mktemp("genai-conformance"))
     return _MODELS[key]
-
-
-def synthetic_speech(seconds: float, seed: int, rate: int = 16000) -> np.ndarray:
-    """A mono float32 waveform: a chirp, a steady tone and a little noise (its spectrum
-    changes over time; ``seed`` moves the tones)."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(rate * seconds)) / rate
-    f0, f1 = 300 + 100 * seed, 1100 + 150 * seed
-    x = (
-        0.3 * np.sin(2 * np.pi * f0 * t * (1 + 0.05 * t))
-        + 0.2 * np.sin(2 * np.pi * f1 * t)
-        + 0.02 * rng.standard_normal(t.size)
-    )
-    return x.astype(np.float32)
 
 
 def synthetic_png(height: int = 48, width: int = 64) -> bytes:
