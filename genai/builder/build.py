@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from genai.builder.errors import BuildError
+from genai.builder.genai_config import search_section
 from genai.builder.onnx_writer import write_onnx
 from genai.builder.sources import GGUFSource, HFSource, Source, open_source
 from genai.builder.spec import ModelSpec
@@ -93,22 +94,7 @@ def genai_config(
             "type": spec.genai_type,
             "vocab_size": spec.vocab_size,
         },
-        "search": {
-            "diversity_penalty": 0.0,
-            "do_sample": False,
-            "early_stopping": True,
-            "length_penalty": 1.0,
-            "max_length": spec.context_length,
-            "min_length": 0,
-            "no_repeat_ngram_size": 0,
-            "num_beams": 1,
-            "num_return_sequences": 1,
-            "past_present_share_buffer": True,
-            "repetition_penalty": 1.0,
-            "temperature": 1.0,
-            "top_k": 50,
-            "top_p": 1.0,
-        },
+        "search": search_section(spec.context_length, share_buffer=True, top_k=50),
     }
 
 

@@ -41,6 +41,7 @@ import onnx
 from onnx import TensorProto
 
 from genai.builder.errors import BuildError
+from genai.builder.genai_config import search_section
 from genai.builder.onnx_writer import _GraphWriter
 from genai.builder.quantize import BLOCK, quantize_int4, quantize_int8
 from genai.builder.whisper_sources import (
@@ -542,22 +543,7 @@ def whisper_genai_config(spec: WhisperSpec) -> dict[str, Any]:
             "type": "whisper",
             "vocab_size": spec.vocab_size,
         },
-        "search": {
-            "diversity_penalty": 0.0,
-            "do_sample": False,
-            "early_stopping": True,
-            "length_penalty": 1.0,
-            "max_length": spec.max_target_positions,
-            "min_length": 0,
-            "no_repeat_ngram_size": 0,
-            "num_beams": 1,
-            "num_return_sequences": 1,
-            "past_present_share_buffer": False,
-            "repetition_penalty": 1.0,
-            "temperature": 1.0,
-            "top_k": 1,
-            "top_p": 1.0,
-        },
+        "search": search_section(spec.max_target_positions, share_buffer=False, top_k=1),
     }
 
 
