@@ -73,6 +73,42 @@ class _GraphWriter(GraphBuilder):
     def finish(self) -> None:
         self._data.close()
 
+    def matmul_nbits(
+        self, x: str, q: str, scales: str, k: int, n: int, bits: int = 4, out: str | None = None
+    ) -> str:
+        """``x @ W.T`` for ``W`` ``[n, k]`` block-quantized to ``bits`` (``q`` and ``scales``:
+        its initializers, as `quantize_int4` / `quantize_int8` make them)."""
+        return self.op(
+            "MatMulNBits",
+            x,
+            q,
+            scales,
+            out=out,
+            domain=_MS,
+            K=k,
+            N=n,
+            bits=bits,
+            block_size=BLOCK,
+            accuracy_level=4,
+        )
+
+    def gather_int4(self, q4: str, scales: str, ids: str, rows: int, cols: int) -> str:
+        """Rows ``ids`` of a ``[rows, cols]`` table block-quantized to int4 (``q4`` and
+        ``scales``: its `quantize_int4` initializers, shared with a tied lm_head)."""
+        data = self.op("Reshape", q4, self.const([rows, cols // 2]))
+        block_scales = self.op("Reshape", scales, self.const([rows, cols // BLOCK]))
+        return self.op(
+            "GatherBlockQuantized",
+            data,
+            ids,
+            block_scales,
+            domain=_MS,
+            bits=4,
+            block_size=BLOCK,
+            gather_axis=0,
+            quantize_axis=1,
+        )
+
     def weight(self, name: str, array: np.ndarray) -> str:
         array = np.ascontiguousarray(array)
         if array.nbytes <= _INLINE_MAX:
@@ -136,17 +172,12 @@ class _Decoder:
         n, k = weight.shape
         if self.precision == "int4" and k >= BLOCK:
             packed, scales = quantize_int4(weight)
-            y = g.op(
-                "MatMulNBits",
+            y = g.matmul_nbits(
                 x,
                 g.weight(f"{name}.weight_Q4", packed),
                 g.weight(f"{name}.weight_scales", scales.reshape(-1)),
-                domain=_MS,
-                K=k,
-                N=n,
-                bits=4,
-                block_size=BLOCK,
-                accuracy_level=4,
+                k,
+                n,
             )
             if self.prefill_int8:  # the same output from int8 weights, for prompts
                 self.decode_only.add(id(g.nodes[-1]))
@@ -284,19 +315,7 @@ class _Decoder:
             sc = g.weight("embed_tokens.weight_scales", scales.reshape(-1))
             if s.tie_embeddings:
                 head_q4 = (q4, sc)
-            data2d = g.op("Reshape", q4, g.const([s.vocab_size, s.hidden_size // 2]))
-            scales2d = g.op("Reshape", sc, g.const([s.vocab_size, s.hidden_size // BLOCK]))
-            hidden = g.op(
-                "GatherBlockQuantized",
-                data2d,
-                "input_ids",
-                scales2d,
-                domain=_MS,
-                bits=4,
-                block_size=BLOCK,
-                gather_axis=0,
-                quantize_axis=1,
-            )
+            hidden = g.gather_int4(q4, sc, "input_ids", s.vocab_size, s.hidden_size)
         else:
             table = g.weight("embed_tokens.weight", embed.astype(g.np_float))
             hidden = g.op("Gather", table, "input_ids", axis=0)
@@ -359,17 +378,7 @@ class _Decoder:
             x = g.op("GatherElements", x, index, axis=1)
             normed = self.rms(x, final_norm)
         if head_q4 is not None:
-            logits = g.op(
-                "MatMulNBits",
-                normed,
-                *head_q4,
-                domain=_MS,
-                K=s.hidden_size,
-                N=s.vocab_size,
-                bits=4,
-                block_size=BLOCK,
-                accuracy_level=4,
-            )
+            logits = g.matmul_nbits(normed, *head_q4, s.hidden_size, s.vocab_size)
         else:
             head = lm_head_source if lm_head_source is not None else source.tensor("lm_head")
             logits = self.linear(normed, head, "lm_head")

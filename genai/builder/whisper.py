@@ -98,18 +98,13 @@ class _Writer:
         if self.precision in ("int4", "int8") and k >= BLOCK:
             bits = 4 if self.precision == "int4" else 8
             q, scales = (quantize_int4 if bits == 4 else quantize_int8)(weight)
-            suffix = f"Q{bits}"
-            return g.op(
-                "MatMulNBits",
+            return g.matmul_nbits(
                 x,
-                g.weight(f"{name}.MatMul.weight_{suffix}", q),
+                g.weight(f"{name}.MatMul.weight_Q{bits}", q),
                 g.weight(f"{name}.MatMul.weight_scales", scales.reshape(-1)),
-                domain=MS_DOMAIN,
-                K=k,
-                N=n,
-                bits=bits,
-                block_size=BLOCK,
-                accuracy_level=4,
+                k,
+                n,
+                bits,
             )
         return g.op("MatMul", x, self.w(f"{name}.MatMul.weight", weight.T))
 
@@ -368,17 +363,7 @@ def _write_decoder(
             q4 = g.weight("lm_head.MatMul.weight_Q4", packed)
             sc = g.weight("lm_head.MatMul.weight_scales", scales.reshape(-1))
             head_q4 = (q4, sc)
-            tokens = g.op(
-                "GatherBlockQuantized",
-                g.op("Reshape", q4, g.const([s.vocab_size, d // 2])),
-                "input_ids",
-                g.op("Reshape", sc, g.const([s.vocab_size, d // BLOCK])),
-                domain=MS_DOMAIN,
-                bits=4,
-                block_size=BLOCK,
-                gather_axis=0,
-                quantize_axis=1,
-            )
+            tokens = g.gather_int4(q4, sc, "input_ids", s.vocab_size, d)
         else:
             tokens = g.op("Gather", wr.w("decoder.embed_tokens.weight", embed), "input_ids", axis=0)
         del embed
@@ -431,18 +416,7 @@ def _write_decoder(
             residual, pending, src, "decoder.layer_norm", f"model.layers.{n}.final_norm_layernorm"
         )
         if head_q4 is not None:
-            g.op(
-                "MatMulNBits",
-                normed,
-                *head_q4,
-                domain=MS_DOMAIN,
-                K=d,
-                N=s.vocab_size,
-                bits=4,
-                block_size=BLOCK,
-                accuracy_level=4,
-                out="logits",
-            )
+            g.matmul_nbits(normed, *head_q4, d, s.vocab_size, out="logits")
         else:
             logits = wr.matmul(normed, head, "lm_head")
             g.op("Identity", logits, out="logits")
