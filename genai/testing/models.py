@@ -55,6 +55,7 @@ from onnx import TensorProto
 from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers import models as tokenizer_models
 
+from genai.builder.genai_config import search_section
 from genai.runtime.onnx_graph import MS_DOMAIN, GraphBuilder
 
 __all__ = [
@@ -622,26 +623,6 @@ def decoder_section(
     }
 
 
-def search_section(context_length: int, share_buffer: bool, top_k: int) -> dict[str, object]:
-    """The ``search`` section of `genai_config.json` (greedy, the builder's defaults)."""
-    return {
-        "diversity_penalty": 0.0,
-        "do_sample": False,
-        "early_stopping": True,
-        "length_penalty": 1.0,
-        "max_length": context_length,
-        "min_length": 0,
-        "no_repeat_ngram_size": 0,
-        "num_beams": 1,
-        "num_return_sequences": 1,
-        "past_present_share_buffer": share_buffer,
-        "repetition_penalty": 1.0,
-        "temperature": 1.0,
-        "top_k": top_k,
-        "top_p": 1.0,
-    }
-
-
 def _write_folder(
     out_dir: str | pathlib.Path,
     name: str,
@@ -673,7 +654,7 @@ def _write_folder(
             "type": model_type,
             "vocab_size": dims.vocab_size,
         },
-        "search": search_section(dims.context_length, share_buffer, top_k=50),
+        "search": search_section(dims.context_length, share_buffer=share_buffer, top_k=50),
     }
     (folder / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
     _write_tokenizer(

@@ -48,6 +48,7 @@ import onnx
 from onnx import TensorProto
 from tokenizers import AddedToken, Tokenizer
 
+from genai.builder.genai_config import search_section
 from genai.testing.models import (
     _SPLIT_KV_INPUTS,
     _SPLIT_KV_OUTPUTS,
@@ -65,7 +66,6 @@ from genai.testing.models import (
     gqa_mask_lengths,
     plain_layer,
     plain_logits,
-    search_section,
 )
 
 __all__ = [
