@@ -98,6 +98,12 @@ QWEN_VL_MARKERS = (
     "\n",
 )
 
+#: `genai_config.json` inputs of `_gqa_embeds_decoder` (Phi-3 V, Gemma 3).
+_GQA_EMBEDS_INPUTS = {
+    "inputs_embeds": "inputs_embeds",
+    "attention_mask": "attention_mask",
+    **_SPLIT_KV_INPUTS,
+}
 _EMBEDDING_SECTION = {
     "filename": "dummy_embedding.onnx",
     "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
@@ -222,6 +228,15 @@ def _save_graphs(
     )
     onnx.save_model(embedding, str(folder / "dummy_embedding.onnx"))
     onnx.save_model(decoder, str(folder / "dummy_text.onnx"))
+
+
+def _vision_section(*inputs: str) -> dict[str, Any]:
+    """``model.vision`` of a vision graph taking ``inputs`` (named as themselves)."""
+    return {
+        "filename": "dummy_vision.onnx",
+        "inputs": {name: name for name in inputs},
+        "outputs": {"image_features": "image_features"},
+    }
 
 
 def _decoder_section(dims: _Dims, inputs: dict[str, str]) -> dict[str, Any]:
@@ -399,22 +414,13 @@ def write_phi3v(
     eos, pad = ids["<|end|>"], ids["<|endoftext|>"]
     vision = _phi3v_vision_graph(rng, hidden_size, num_crops)
     _save_graphs(folder, vision, w, None, _gqa_embeds_decoder(w, dims))
-    inputs = {
-        "inputs_embeds": "inputs_embeds",
-        "attention_mask": "attention_mask",
-        **_SPLIT_KV_INPUTS,
-    }
     config = {
         "model": {
             "bos_token_id": 1,
             "context_length": context_length,
-            "decoder": _decoder_section(dims, inputs),
+            "decoder": _decoder_section(dims, dict(_GQA_EMBEDS_INPUTS)),
             "embedding": dict(_EMBEDDING_SECTION),
-            "vision": {
-                "filename": "dummy_vision.onnx",
-                "inputs": {"pixel_values": "pixel_values", "image_sizes": "image_sizes"},
-                "outputs": {"image_features": "image_features"},
-            },
+            "vision": _vision_section("pixel_values", "image_sizes"),
             "eos_token_id": eos,
             "pad_token_id": pad,
             "type": "phi3v",
@@ -751,22 +757,13 @@ def write_gemma3(
     image_token = ids["<image_soft_token>"]
     vision = _gemma3_vision_graph(rng, hidden_size)
     _save_graphs(folder, vision, w, image_token, _gqa_embeds_decoder(w, dims))
-    inputs = {
-        "inputs_embeds": "inputs_embeds",
-        "attention_mask": "attention_mask",
-        **_SPLIT_KV_INPUTS,
-    }
     config = {
         "model": {
             "bos_token_id": 1,
             "context_length": context_length,
-            "decoder": _decoder_section(dims, inputs),
+            "decoder": _decoder_section(dims, dict(_GQA_EMBEDS_INPUTS)),
             "embedding": dict(_EMBEDDING_SECTION),
-            "vision": {
-                "filename": "dummy_vision.onnx",
-                "inputs": {"pixel_values": "pixel_values"},
-                "outputs": {"image_features": "image_features"},
-            },
+            "vision": _vision_section("pixel_values"),
             "eos_token_id": [ids["<end_of_turn>"], 2],
             "pad_token_id": 0,
             "image_token_id": image_token,
