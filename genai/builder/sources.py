@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -157,6 +158,17 @@ class SafetensorsFile:
     def __contains__(self, name: object) -> bool:
         return name in self.entries
 
+    @classmethod
+    def index(cls, files: Sequence[Path]) -> dict[str, SafetensorsFile]:
+        """Tensor name -> the file holding it, over the shards ``files`` (a later shard's
+        tensor wins a name two hold)."""
+        where: dict[str, SafetensorsFile] = {}
+        for file in files:
+            st = cls(file)
+            for name in st.entries:
+                where[name] = st
+        return where
+
     def tensor(self, name: str) -> np.ndarray:
         entry = self.entries[name]
         dtype = entry["dtype"]
@@ -189,11 +201,7 @@ class HFSource(Source):
                     f"{self.path}: only PyTorch .bin weights found; convert them to safetensors"
                 )
             raise BuildError(f"{self.path}: no *.safetensors weights")
-        self._where: dict[str, SafetensorsFile] = {}
-        for file in files:
-            st = SafetensorsFile(file)
-            for name in st.entries:
-                self._where[name] = st
+        self._where = SafetensorsFile.index(files)
         self._prefix = self._find_prefix()
         phi3 = self.spec.arch == "phi3"
         self._fused_qkv = phi3 and self._hf_name("0.qkv") in self._where

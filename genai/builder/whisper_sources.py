@@ -202,11 +202,7 @@ class HFWhisperSource(WhisperSource):
         files = sorted(self.path.glob("*.safetensors"))
         if not files:
             raise BuildError(f"{self.path}: no *.safetensors weights")
-        self._where: dict[str, SafetensorsFile] = {}
-        for file in files:
-            st = SafetensorsFile(file)
-            for name in st.entries:
-                self._where[name] = st
+        self._where = SafetensorsFile.index(files)
 
     def _hf(self, name: str) -> str:
         return name if name == "proj_out.weight" else f"model.{name}"
