@@ -9,6 +9,31 @@ from typing import Any
 
 import numpy as np
 
+#: Keys of ``get_speculative_stats`` both engines count the same way whatever drafts the tokens
+#: (timings, the history sync counts and draft_forward_passes differ).
+STATS = [
+    "rounds",
+    "completed_rounds",
+    "interrupted_rounds",
+    "active_rounds",
+    "draft_tokens_proposed",
+    "draft_tokens_evaluated",
+    "draft_tokens_accepted",
+    "correction_tokens",
+    "bonus_tokens",
+    "tokens_queued",
+    "tokens_emitted",
+    "tokens_discarded",
+    "tokens_buffered",
+    "target_forward_passes",
+    "standard_fallback_steps",
+    "full_accept_rounds",
+    "partial_accept_rounds",
+    "zero_accept_rounds",
+    "effective_k",
+    "acceptance_rate",
+]
+
 
 def start(
     mod: Any,

@@ -23,33 +23,10 @@ from genai.testing.speculative import (
     with_draft,
     write_table_decoder,
 )
-from tests.speculation import error_text, start
+from tests.speculation import STATS, error_text, start
 
 og = pytest.importorskip("onnxruntime_genai")
 scipy_stats = pytest.importorskip("scipy.stats")
-
-STATS = [
-    "rounds",
-    "completed_rounds",
-    "interrupted_rounds",
-    "active_rounds",
-    "draft_tokens_proposed",
-    "draft_tokens_evaluated",
-    "draft_tokens_accepted",
-    "correction_tokens",
-    "bonus_tokens",
-    "tokens_queued",
-    "tokens_emitted",
-    "tokens_discarded",
-    "tokens_buffered",
-    "target_forward_passes",
-    "standard_fallback_steps",
-    "full_accept_rounds",
-    "partial_accept_rounds",
-    "zero_accept_rounds",
-    "effective_k",
-    "acceptance_rate",
-]
 
 
 def _run(mod, folder, prompt, max_length, spec=None, **search):
