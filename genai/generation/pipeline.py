@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from genai._core.bookkeeping import prefill_inputs
-from genai.errors import GenerationError, ModelError, UnsupportedFeatureError
+from genai.errors import GenerationError, UnsupportedFeatureError
+from genai.generation.run_logits import copy_last_rows
 from genai.runtime.pipeline_stages import PipelineStage
 
 if TYPE_CHECKING:
@@ -214,13 +215,7 @@ class PipelineRunner:
         self._run_stages(fed, count > 1)
         logits = self.logits
         assert logits is not None
-        if logits.ndim != 3 or logits.shape[0] != b or logits.shape[1] not in (count, 1):
-            raise ModelError(
-                f"logits output {io.logits!r} has shape {logits.shape}; expected "
-                f"[{b}, {count} or 1, vocab]"
-            )
-        rows = last if logits.shape[1] == count else np.zeros(b, np.int64)
-        self.logits_rows[:] = logits[np.arange(b), rows, :]
+        copy_last_rows(logits, self.logits_rows, last, count, io.logits)
         self.computed += count
         self.last_run_count = count
 

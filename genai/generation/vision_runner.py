@@ -31,6 +31,7 @@ from genai.errors import (
     ModelError,
     UnsupportedFeatureError,
 )
+from genai.generation.run_logits import copy_last_rows
 from genai.kv.kv_cache import GrowingKVCache, make_kv_cache
 from genai.runtime.vision import MROPE_TYPES, NEGATIVE_ID_TYPES
 
@@ -487,7 +488,7 @@ class VisionRunner:
         last: np.ndarray,
         count: int,
     ) -> None:
-        io, b, decoder = self.io, self.batch, self.decoder
+        io, decoder = self.io, self.decoder
         if self.computed + count > self.max_length:
             raise GenerationError(f"the sequence would exceed max_length {self.max_length}")
         self.kv.ensure(self.computed + count, self.computed)
@@ -515,13 +516,7 @@ class VisionRunner:
         if growing:
             decoder.rebind_outputs_as_inputs_py(*self._handover)
         logits = self._step_logits if to_buffer else self._output_view(io.logits)
-        if logits.ndim != 3 or logits.shape[0] != b or logits.shape[1] not in (count, 1):
-            raise ModelError(
-                f"logits output {io.logits!r} has shape {list(logits.shape)}; expected "
-                f"[{b}, {count} or 1, vocab]"
-            )
-        rows = last if logits.shape[1] == count else np.zeros(b, np.int64)
-        self.logits_rows[:] = logits[np.arange(b), rows, :]
+        copy_last_rows(logits, self.logits_rows, last, count, io.logits)
         # a prompt's logits stay in the binding's output (read on demand, never copied whole)
         self.last_outputs[io.logits] = logits if to_buffer else _IN_BINDING
         self.last_inputs.update(fed)
