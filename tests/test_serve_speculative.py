@@ -44,7 +44,9 @@ from genai.testing.speculative import (  # noqa: E402
 )
 from tests.serve_helpers import alone_greedy, run_with, serve_command  # noqa: E402
 
-NGRAM = SpeculativeServing(ngram_size=2, max_draft_tokens=4)
+#: Speculating however many sequences decode (the default, 1, is a speed policy; exactness must
+#: hold with any number speculating at once).
+NGRAM = SpeculativeServing(ngram_size=2, max_draft_tokens=4, max_streams=16)
 
 
 class _Stream:
@@ -156,6 +158,40 @@ def test_greedy_tokens_equal_a_batch1_generator(kind, gqa_model, built):
         assert stats["speculative_accepted_tokens"] < stats["speculative_proposed_tokens"]
 
 
+def test_speculation_waits_for_a_lone_stream(gqa_model):
+    """The default policy (max_streams 1): no verify run while two sequences decode (the plain
+    step serves both in one run); once one is left it speculates; tokens stay a Generator's."""
+    runner = make_batch_runner(gqa_model, 4, initial_capacity=16)
+    scheduler = Scheduler(
+        runner, _Tokens(), [2], speculative=SpeculativeServing(2, 4), overlap_prefill=False
+    )
+
+    class Handle:
+        cancelled = False
+
+    prompts = _looping_prompts(gqa_model.io.vocab_size, 2, seed=12)
+    news = [6, 30]
+    requests = [
+        GenerationRequest(p, n, SearchOptions(), index=i)
+        for i, (p, n) in enumerate(zip(prompts, news, strict=True))
+    ]
+    scheduler.enqueue(Handle(), requests)
+    got: list[list[int]] = [[], []]
+    while scheduler.has_work():
+        decoding = [s for s in scheduler._active if not s.prefilling and s.finished is None]
+        before = scheduler.stats["speculative_target_runs"]
+        for _, event in scheduler.step():
+            got[event.index].extend(event.tokens)
+        if len(decoding) >= 2:
+            assert scheduler.stats["speculative_target_runs"] == before
+    assert scheduler.stats["speculative_target_runs"] > 0
+    expected = [
+        [t for t in alone_greedy(gqa_model, p, n) if t != 2]
+        for p, n in zip(prompts, news, strict=True)
+    ]
+    assert got == expected
+
+
 def test_seeded_sampling_draws_what_plain_serving_draws(gqa_model):
     """One draw per emitted token from the request's own stream: a seeded request (top-k,
     penalties, n=2) gets plain serving's tokens."""
@@ -234,8 +270,8 @@ def test_a_folder_that_cannot_verify_serves_plainly(tmp_path, caplog):
 
 
 def test_spec_parsing():
-    assert SpeculativeServing.parse("ngram") == SpeculativeServing(3, 4)
-    assert SpeculativeServing.parse("ngram:2:8") == SpeculativeServing(2, 8)
+    assert SpeculativeServing.parse("ngram") == SpeculativeServing(3, 4, 1)
+    assert SpeculativeServing.parse("ngram:2:8", 3) == SpeculativeServing(2, 8, 3)
     for bad in ("draft:/x", "ngram:1", "ngram:3:0", "ngram:a", "ngram:2:3:4"):
         with pytest.raises(InvalidArgumentError):
             SpeculativeServing.parse(bad)

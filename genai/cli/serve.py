@@ -113,6 +113,14 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
         "one run per sequence; same tokens as without it on exact graphs; a request's "
         '"speculative": false opts out; a folder that cannot verify serves plainly',
     )
+    serve.add_argument(
+        "--speculative-max-streams",
+        type=int,
+        default=1,
+        metavar="N",
+        help="speculate only while at most N sequences of a lane are decoding (default 1: "
+        "each speculating sequence takes a model run of its own, the plain step one for all)",
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
     ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
@@ -179,7 +187,9 @@ def _serve_ray(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    speculative = SpeculativeServing.parse(args.speculative) if args.speculative else None
+    speculative = None
+    if args.speculative:
+        speculative = SpeculativeServing.parse(args.speculative, args.speculative_max_streams)
     if args.ray:
         if speculative is not None:
             raise InvalidArgumentError("--speculative is not served with --ray yet")

@@ -116,6 +116,11 @@ class BatchRunner(abc.ABC):
         caller `truncate` s the slot to what it accepts."""
         raise UnsupportedFeatureError(f"{type(self).__name__} cannot verify proposed tokens")
 
+    def verify_many(self, batch: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
+        """`verify` for several ``(slot, tokens)``, one run each (ONNX Runtime's
+        GroupQueryAttention refuses several rows of several new tokens on a past)."""
+        return [self.verify(slot, tokens) for slot, tokens in batch]
+
     @abc.abstractmethod
     def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
         """Feed ``tokens[b]`` to slot b for b < len(tokens) in one step; logits [n, vocab].

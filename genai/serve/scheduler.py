@@ -581,7 +581,8 @@ class Scheduler:
         # the decode step (their slots are filler rows of the step)
         decoding = [s for s in self._active if not s.prefilling and s.finished is None]
         speculating: list[tuple[_Sequence, list[int]]] = []
-        if self.speculative is not None:
+        spec = self.speculative
+        if spec is not None and len(decoding) <= spec.max_streams:
             plain = []
             for seq in decoding:
                 proposal = self._propose(seq)
@@ -628,12 +629,8 @@ class Scheduler:
         if logits is not None:
             for seq in decoding:
                 self._choose_safely(seq, logits[seq.slot : seq.slot + 1])
-        for seq, proposal in speculating:
-            try:
-                self._speculate(seq, proposal)
-            except Exception as exc:
-                log.warning("sequence failed: %s", exc)
-                self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
+        if speculating:
+            self._verify(speculating)
         self._release_finished()
         self.steps += 1
 
@@ -665,15 +662,31 @@ class Scheduler:
             seq.proposer = SlotProposer(spec.ngram_size)
         return seq.proposer.propose(seq.history[0, : seq.length], count)
 
-    def _speculate(self, seq: _Sequence, proposal: list[int]) -> None:
-        """Verify ``proposal`` after ``seq``'s pending token in one run of its slot, emit the
-        tokens the request's chain agrees with plus its own next one, keep their KV."""
+    def _verify(self, speculating: list[tuple[_Sequence, list[int]]]) -> None:
+        """Run every speculating sequence's pending token and proposals (one run each:
+        `BatchRunner.verify_many`), then accept per sequence (`_speculate`)."""
         runner, stats = self.runner, self.stats
-        base = int(runner.lengths[seq.slot])
-        tokens = np.asarray([seq.next_token, *proposal], np.int32)
+        bases = [int(runner.lengths[seq.slot]) for seq, _ in speculating]
+        batch = [
+            (seq.slot, np.asarray([seq.next_token, *proposal], np.int32))
+            for seq, proposal in speculating
+        ]
         started = time.perf_counter()
-        rows = runner.verify(seq.slot, tokens)
+        found = runner.verify_many(batch)
         stats["model_seconds"] += time.perf_counter() - started
+        stats["speculative_target_runs"] += len(found)
+        for (seq, proposal), base, rows in zip(speculating, bases, found, strict=True):
+            try:
+                self._speculate(seq, proposal, base, rows)
+            except Exception as exc:
+                log.warning("sequence failed: %s", exc)
+                self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
+
+    def _speculate(self, seq: _Sequence, proposal: list[int], base: int, rows: np.ndarray) -> None:
+        """Emit the tokens of ``seq``'s verified ``proposal`` the request's chain agrees with,
+        plus its own next one, and keep their KV (``base``: the slot's length before the
+        verify run; ``rows``: its logits after the pending token and each proposal)."""
+        runner, stats = self.runner, self.stats
         chain = seq.chain
         assert chain is not None
         length = seq.length
@@ -691,7 +704,6 @@ class Scheduler:
             if i == len(proposal) or token != proposal[i] or token in self._eos_set:
                 break
             accepted += 1
-        stats["speculative_target_runs"] += 1
         stats["speculative_proposed_tokens"] += len(proposal)
         stats["speculative_accepted_tokens"] += accepted
         stats["speculative_emitted_tokens"] += len(emitted)
