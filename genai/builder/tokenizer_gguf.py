@@ -20,7 +20,7 @@ from typing import Any
 from genai.builder.errors import BuildError
 from genai.builder.gguf import GGUFFile
 
-__all__ = ["tokenizer_json_from_gguf", "write_tokenizer_files"]
+__all__ = ["added_token_entry", "tokenizer_json_from_gguf", "write_tokenizer_files"]
 
 # Split patterns of well-known pre-tokenizers (as published in the models' tokenizer.json files).
 _LLAMA3_PATTERN = (
@@ -44,22 +44,26 @@ _CONTROL, _USER_DEFINED, _BYTE, _UNKNOWN = 3, 4, 6, 2
 _SPACE = "\u2581"
 
 
+def added_token_entry(token_id: int, content: str, *, special: bool) -> dict[str, Any]:
+    """One ``added_tokens`` entry of a ``tokenizer.json`` (matched as written: not
+    normalized, no stripping, not whole-word only)."""
+    return {
+        "id": token_id,
+        "content": content,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": special,
+    }
+
+
 def _added_tokens(tokens: list[str], types: list[int]) -> list[dict[str, Any]]:
-    added = []
-    for i, (token, kind) in enumerate(zip(tokens, types, strict=False)):
-        if kind in (_CONTROL, _USER_DEFINED):
-            added.append(
-                {
-                    "id": i,
-                    "content": token,
-                    "single_word": False,
-                    "lstrip": False,
-                    "rstrip": False,
-                    "normalized": kind == _USER_DEFINED and False,
-                    "special": kind == _CONTROL,
-                }
-            )
-    return added
+    return [
+        added_token_entry(i, token, special=kind == _CONTROL)
+        for i, (token, kind) in enumerate(zip(tokens, types, strict=False))
+        if kind in (_CONTROL, _USER_DEFINED)
+    ]
 
 
 def _byte_level(f: GGUFFile, tokens: list[str]) -> dict[str, Any]:

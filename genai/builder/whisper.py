@@ -44,6 +44,7 @@ from genai.builder.errors import BuildError
 from genai.builder.genai_config import search_section
 from genai.builder.onnx_writer import _GraphWriter
 from genai.builder.quantize import BLOCK, quantize_int4, quantize_int8
+from genai.builder.tokenizer_gguf import added_token_entry
 from genai.builder.whisper_sources import (
     CT2WhisperSource,
     HFWhisperSource,
@@ -589,18 +590,7 @@ def _add_timestamp_tokens(tokenizer_json: Path, vocabulary_txt: Path) -> int:
         for i, token in enumerate(tokens)
         if i not in known and _TIMESTAMP.fullmatch(token)
     ]
-    for i, token in new:
-        added.append(
-            {
-                "id": i,
-                "content": token,
-                "single_word": False,
-                "lstrip": False,
-                "rstrip": False,
-                "normalized": False,
-                "special": False,
-            }
-        )
+    added.extend(added_token_entry(i, token, special=False) for i, token in new)
     if new:
         tokenizer_json.write_text(
             json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
