@@ -254,15 +254,31 @@ cdef class AheadWorker:
         if rc != 0:
             PyThread_release_lock(self.mutex)
             return rc
-        self.consumed += 1
-        self._wake_worker_locked()
         PyThread_release_lock(self.mutex)
-        for b in range(batch):
+        for b in range(batch):  # the slot is the caller's until `consumed` moves past it
             self.v_tokens[b] = self.s_tokens[slot * batch + b]
             self.v_done[b] = self.s_done[slot * batch + b]
         self.length = self.s_length[slot]
         self.all_done = self.s_all_done[slot]
+        PyThread_acquire_lock(self.mutex, 1)
+        self.consumed += 1
+        self._wake_worker_locked()
+        PyThread_release_lock(self.mutex)
         return 0
+
+    def fill(self):
+        """Wait without the GIL until the worker is ``ring`` steps ahead or has ended (for
+        tests and benchmarks: the most a caller can find run ahead)."""
+        if not self.running:
+            return
+        PyThread_acquire_lock(self.mutex, 1)
+        while self.produced - self.consumed < self.ring and not self.finished:
+            self.caller_waiting = True
+            PyThread_release_lock(self.mutex)
+            with nogil:
+                PyThread_acquire_lock(self.wake_caller, 1)
+            PyThread_acquire_lock(self.mutex, 1)
+        PyThread_release_lock(self.mutex)
 
     def settle(self):
         """Stop the worker (after the step in flight) and make the visible state the loop's:
