@@ -51,6 +51,8 @@ def make_ahead(generator: Generator) -> AheadWorker | None:
         return None
     if loop.capture or loop.kv_rewind is not None:
         return None
+    if getattr(driver.session, "graph_id", None) is not None:
+        return None  # a session with graph capture: its runs stay in the caller's order
     worker = AheadWorker(loop, driver.rewind, RING)
     _LIVE.add(worker)
     return worker
