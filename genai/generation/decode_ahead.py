@@ -13,7 +13,6 @@ of the plain loop. At most `RING` runs are made that a caller which stops early 
 
 from __future__ import annotations
 
-import atexit
 import os
 import weakref
 from typing import TYPE_CHECKING
@@ -28,8 +27,6 @@ __all__ = ["RING", "make_ahead"]
 
 #: The most steps the worker runs ahead of the caller.
 RING = DEFAULT_RING
-
-_LIVE: weakref.WeakSet[AheadWorker] = weakref.WeakSet()
 
 
 def enabled() -> bool:
@@ -54,12 +51,7 @@ def make_ahead(generator: Generator) -> AheadWorker | None:
     if getattr(driver.session, "graph_id", None) is not None:
         return None  # a session with graph capture: its runs stay in the caller's order
     worker = AheadWorker(loop, driver.rewind, RING)
-    _LIVE.add(worker)
+    # No run may be in flight once the generator's buffers go (garbage collection clears a
+    # cycle's objects after their weak-reference callbacks) or the interpreter shuts down.
+    weakref.finalize(generator, worker.settle)
     return worker
-
-
-@atexit.register
-def _settle_all() -> None:
-    """No model run may be in flight while the interpreter shuts down."""
-    for worker in list(_LIVE):
-        worker.settle()
