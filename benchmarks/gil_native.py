@@ -367,12 +367,16 @@ def main() -> None:
     beside = {k: [] for k in loops}
     spin = {k: [] for k in loops}  # spinner rate during the loop / idle rate just before
     idle = []
-    for _ in range(args.rounds):
-        for name, run in loops.items():
+    kept = {k: [] for k in loops}  # per round: beside / alone (paired, same machine state)
+    names = list(loops)
+    for r in range(args.rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotated order
+            run = loops[name]
             alone[name].append(timed(run, args.steps))
             idle.append(idle_spinner_rate(0.5))
             rate, spin_rate = timed_beside_spinner(run, args.steps)
             beside[name].append(rate)
+            kept[name].append(rate / alone[name][-1])
             spin[name].append(spin_rate / idle[-1])
 
     print(
@@ -381,13 +385,17 @@ def main() -> None:
     )
     print(
         f"{'loop':<11} {'alone st/s':>10} {'beside st/s':>11} {'beside/alone':>12} "
-        f"{'spinner/idle':>12}"
+        f"{'spinner/idle':>12}  (ratios: medians of the rounds' ratios, [min, max])"
     )
     for name in loops:
         a = statistics.median(alone[name])
         b = statistics.median(beside[name])
-        sp = statistics.median(spin[name])
-        print(f"{name:<11} {a:>10.1f} {b:>11.1f} {b / a:>12.2f} {sp:>12.2f}")
+        k, sp = kept[name], spin[name]
+        print(
+            f"{name:<11} {a:>10.1f} {b:>11.1f} {statistics.median(k):>12.2f} "
+            f"{statistics.median(sp):>12.2f}  [{min(k):.2f}, {max(k):.2f}] "
+            f"[{min(sp):.2f}, {max(sp):.2f}]"
+        )
     if "ort-py" not in loops:
         return
     a0 = statistics.median(alone["ort-py"])

@@ -243,3 +243,23 @@ def test_not_used_where_steps_need_python(fixture_folders, monkeypatch):
         params = genai.GeneratorParams(model)
         params.set_search_options(max_length=30, **options)
         assert genai.Generator(model, params)._ahead is None
+
+
+@pytest.mark.parametrize("options", [{}, SAMPLING], ids=["greedy", "sampling"])
+def test_kv_growth_while_running_ahead(fixture_folders, monkeypatch, options):
+    """A shared KV cache that starts small grows when the worker's next run does not fit (the
+    step is redone in the caller's thread, which grows it): same tokens and logits."""
+    model = genai.Model(fixture_folders["gqa"])
+    runs = []
+    for ahead in (False, True):
+        generator = make(model, monkeypatch, ahead, max_length=64, kv_initial_capacity=8, **options)
+        generator.append_tokens(PROMPT)
+        seen = []
+        while not generator.is_done():
+            generator.generate_next_token()
+            seen.append(int(generator.get_next_tokens()[0]))
+            if len(seen) % 9 == 0:
+                seen.append(_observe(generator.get_logits()))
+        runs.append((seen, generator.kv_cache_bytes))
+    assert runs[0] == runs[1]
+    assert runs[0][1] > 0
