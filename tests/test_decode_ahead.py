@@ -6,6 +6,8 @@ once more for greedy tokens."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
 
 import numpy as np
@@ -263,3 +265,42 @@ def test_kv_growth_while_running_ahead(fixture_folders, monkeypatch, options):
         runs.append((seen, generator.kv_cache_bytes))
     assert runs[0] == runs[1]
     assert runs[0][1] > 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:.*multi-threaded.*fork:DeprecationWarning")
+def test_fork_while_running_ahead(fixture_folders, monkeypatch):
+    """A fork settles the worker first; parent and child both go on with the plain tokens."""
+    model = genai.Model(fixture_folders["gqa"])
+    expected = plain_loop(make(model, monkeypatch, False, max_length=40), PROMPT)[0]
+    generator = make(model, monkeypatch, True, max_length=40)
+    generator.append_tokens(PROMPT)
+    head = []
+    for _ in range(6):
+        generator.generate_next_token()
+        head.append(generator.get_next_tokens().tolist())
+    generator._ahead.fill()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: finish the loop, report its tokens
+        code = 1
+        try:
+            tail = []
+            while not generator.is_done():
+                generator.generate_next_token()
+                tail.append(generator.get_next_tokens().tolist())
+            os.write(write, json.dumps(tail).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    tail = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tail.append(generator.get_next_tokens().tolist())
+    with os.fdopen(read) as pipe:
+        child = json.loads(pipe.read() or "null")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert head + tail == expected
+    assert child == tail

@@ -110,17 +110,7 @@ cdef class AheadWorker:
         if (self.s_tokens == NULL or self.s_done == NULL or self.s_all_done == NULL
                 or self.s_length == NULL or self.s_rc == NULL or self.s_rng == NULL):
             raise MemoryError()
-        self.mutex = PyThread_allocate_lock()
-        self.wake_worker = PyThread_allocate_lock()
-        self.wake_caller = PyThread_allocate_lock()
-        self.exited = PyThread_allocate_lock()
-        if (self.mutex == NULL or self.wake_worker == NULL or self.wake_caller == NULL
-                or self.exited == NULL):
-            raise MemoryError()
-        # the three signals start taken: releasing one wakes its (single) waiter
-        PyThread_acquire_lock(self.wake_worker, 1)
-        PyThread_acquire_lock(self.wake_caller, 1)
-        PyThread_acquire_lock(self.exited, 1)
+        self._new_locks()
         self.next_tokens = np.zeros(self.batch, np.int32)
         self.done = np.zeros(self.batch, np.uint8)
         self.v_tokens = self.next_tokens
@@ -148,6 +138,27 @@ cdef class AheadWorker:
         free(self.s_length)
         free(self.s_rc)
         free(self.s_rng)
+
+    cdef _new_locks(self):
+        self.mutex = PyThread_allocate_lock()
+        self.wake_worker = PyThread_allocate_lock()
+        self.wake_caller = PyThread_allocate_lock()
+        self.exited = PyThread_allocate_lock()
+        if (self.mutex == NULL or self.wake_worker == NULL or self.wake_caller == NULL
+                or self.exited == NULL):
+            raise MemoryError()
+        # the three signals start taken: releasing one wakes its (single) waiter
+        PyThread_acquire_lock(self.wake_worker, 1)
+        PyThread_acquire_lock(self.wake_caller, 1)
+        PyThread_acquire_lock(self.exited, 1)
+
+    def after_fork_in_child(self):
+        """In a child process (the worker was settled before the fork): its thread does not
+        exist here; the next `start` starts one."""
+        self.running = self.started = self.busy = False
+        self.worker_waiting = self.caller_waiting = False
+        self.cmd = CMD_PAUSE
+        self._new_locks()  # the parent's may be held by its thread (not freed: not ours)
 
     # ------------------------------------------------------------------ the worker thread
     cdef inline void _wake_worker_locked(self) noexcept nogil:

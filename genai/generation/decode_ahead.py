@@ -54,4 +54,24 @@ def make_ahead(generator: Generator) -> AheadWorker | None:
     # No run may be in flight once the generator's buffers go (garbage collection clears a
     # cycle's objects after their weak-reference callbacks) or the interpreter shuts down.
     weakref.finalize(generator, worker.settle)
+    _LIVE.add(worker)
     return worker
+
+
+#: Every worker alive: settled before a fork (no run in flight in the copied state), told
+#: after it in the child that its thread is not there.
+_LIVE: weakref.WeakSet[AheadWorker] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for worker in list(_LIVE):
+        worker.settle()
+
+
+def _after_fork_in_child() -> None:
+    for worker in list(_LIVE):
+        worker.after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
