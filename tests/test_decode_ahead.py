@@ -304,3 +304,27 @@ def test_fork_while_running_ahead(fixture_folders, monkeypatch):
     assert os.waitstatus_to_exitcode(status) == 0
     assert head + tail == expected
     assert child == tail
+
+
+@pytest.mark.parametrize("options", [{}, SAMPLING], ids=["greedy", "sampling"])
+def test_real_model_same_run_as_the_plain_loop(smollm2_path, monkeypatch, options):
+    """SmolLM2: tokens, a logits read and a rewind mid-run, with the worker a full ring ahead."""
+    model = genai.Model(smollm2_path)
+    prompt = np.array([[1, 504, 3458, 282, 4194, 314, 253]], np.int32)
+    runs = []
+    for ahead in (False, True):
+        generator = make(model, monkeypatch, ahead, max_length=40, **options)
+        generator.append_tokens(prompt)
+        seen = []
+        while not generator.is_done():
+            generator.generate_next_token()
+            seen.append(int(generator.get_next_tokens()[0]))
+            if generator._ahead is not None:
+                generator._ahead.fill()
+            if len(seen) == 8:
+                seen.append(_observe(generator.get_output("logits")))
+            if len(seen) == 15:
+                generator.rewind_to(generator.token_count() - 3)
+        seen.append(generator.get_sequence(0).tolist())
+        runs.append(seen)
+    assert runs[0] == runs[1]
