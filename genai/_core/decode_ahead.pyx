@@ -215,11 +215,14 @@ cdef class AheadWorker:
     # ------------------------------------------------------------------ the caller's side
     def start(self, Py_ssize_t limit):
         """Run steps ahead from the loop's current state (taken as the visible one), up to the
-        sequence length ``limit``; the loop is the worker's until `settle`."""
+        sequence length ``limit``; the loop is the worker's until `settle`. A loop switched to
+        graph capture since (`DecoderLoop.use_graph_capture`) is not run ahead: nothing starts."""
         cdef Py_ssize_t b
         if self.running:
             raise RuntimeError("the decode-ahead worker is running already")
         loop = self.loop
+        if loop.capture:
+            return
         self.length = loop.length
         self.all_done = loop.all_done
         for b in range(self.batch):
