@@ -42,6 +42,7 @@ MOD_NAMES = [
     "genai._core.native_session",
     "genai._core.sampling",
     "genai._core.decoder_loop",
+    "genai._core.decode_ahead",
     "genai._core.bookkeeping",
     "genai._core.ort_api",
 ]

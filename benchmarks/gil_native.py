@@ -9,12 +9,17 @@ runs. The loops compared:
   native-py  NativeSession's Python methods: bind_input(mask, shape=...) + run()
   native     one Cython call per step, the whole step (mask write, bind, run) inside `nogil`
   native-all all N steps in one nogil Cython call (the GIL is taken back once per loop)
+  gen-plain  genai.Generator's per-token loop (generate_next_token + get_next_tokens), every
+             step in the caller's thread (GENAI_DECODE_AHEAD=0)
+  gen-ahead  the same loop with decode ahead (the steps run on a native thread into a ring)
+  gen-all    generate_until_done(): all steps in one GIL-free call (the ceiling of the two above)
 
 Each loop runs alone and beside a pure-Python thread spinning a counter. Printed: steps/s
 alone, steps/s beside the spinner (and its ratio to alone), and the spinner's rate during the
 loop relative to its idle rate. Rounds are interleaved; medians are reported.
 
 Usage: PYTHONPATH=. python benchmarks/gil_native.py [--model PATH] [--steps 200] [--rounds 3]
+       [--loops gen-plain,gen-ahead]
 Needs genai._core.native_session built, Cython and a C compiler (the per-step helper that
 cimports NativeSession is compiled at start into a temporary folder).
 """
@@ -246,6 +251,41 @@ def make_native_all_loop(s, m: Model, helper):
     return run
 
 
+def make_generator_loop(folder: str, threads: int, ahead: bool, fused: bool = False):
+    """genai's per-token loop on ``folder`` (one prompt token, then ``n`` steps; EOS moved to
+    an id this prompt does not reach, so every run makes ``n`` steps)."""
+    import genai
+
+    config = genai.Config(folder)
+    config.overlay(
+        '{"model": {"eos_token_id": [49151], "decoder": {"session_options": '
+        f'{{"intra_op_num_threads": {threads}, "inter_op_num_threads": 1}}}}}}}}'
+    )
+    model = genai.Model(config)
+
+    def run(n: int) -> None:
+        os.environ["GENAI_DECODE_AHEAD"] = "1" if ahead else "0"
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=n + 2)
+        generator = genai.Generator(model, params)
+        assert (generator._ahead is not None) == ahead
+        generator.append_tokens(np.array([[1]], np.int32))
+        if fused:
+            made = generator.generate_until_done(n)
+            if made != n:
+                raise RuntimeError(f"generate_until_done made {made} of {n} steps")
+            return
+        made = 0
+        while made < n and not generator.is_done():
+            generator.generate_next_token()
+            generator.get_next_tokens()
+            made += 1
+        if made != n:
+            raise RuntimeError(f"the loop ended after {made} of {n} steps")
+
+    return run
+
+
 def timed(run, n: int) -> float:
     t0 = time.perf_counter()
     run(n)
@@ -272,6 +312,11 @@ def main() -> None:
     ap.add_argument("--head-size", type=int, default=64)
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument(
+        "--loops",
+        default="ort-py,native-py,native,native-all,gen-plain,gen-ahead,gen-all",
+        help="comma-separated loops to run (see the module docstring)",
+    )
+    ap.add_argument(
         "--switch-interval", type=float, default=None, help="sys.setswitchinterval (seconds)"
     )
     args = ap.parse_args()
@@ -280,7 +325,6 @@ def main() -> None:
     if not Path(args.model).is_file():
         sys.exit(f"model not found: {args.model}")
 
-    helper = build_helper()
     from genai._core import ort_api
 
     print(f"model {args.model}")
@@ -292,32 +336,47 @@ def main() -> None:
 
     m = Model(args.model, args.steps + 8, args.kv_heads, args.head_size, args.layers, args.vocab)
     native = make_native(m, args.threads)
-    loops = {
-        "ort-py": make_ort_loop(m, args.threads),
-        "native-py": make_native_py_loop(native, m),
-        "native": make_native_loop(native, m, helper),
-        "native-all": make_native_all_loop(native, m, helper),
+    makers = {
+        "ort-py": lambda: make_ort_loop(m, args.threads),
+        "native-py": lambda: make_native_py_loop(native, m),
+        "native": lambda: make_native_loop(native, m, helper),
+        "native-all": lambda: make_native_all_loop(native, m, helper),
+        "gen-plain": lambda: make_generator_loop(folder, args.threads, False),
+        "gen-ahead": lambda: make_generator_loop(folder, args.threads, True),
+        "gen-all": lambda: make_generator_loop(folder, args.threads, True, fused=True),
     }
+    wanted = [name.strip() for name in args.loops.split(",") if name.strip()]
+    unknown = sorted(set(wanted) - set(makers))
+    if unknown:
+        sys.exit(f"unknown loops {unknown}; choose from {sorted(makers)}")
+    folder = str(Path(args.model).parent)
+    helper = build_helper() if {"native", "native-all"} & set(wanted) else None
+    loops = {name: makers[name]() for name in wanted}
     for run in loops.values():  # warm up
         run(8)
 
-    # Same logits from both engines on the same buffers (sanity).
-    loops["ort-py"](4)
-    want = m.logits.copy()
-    loops["native"](4)
-    diff = float(np.abs(m.logits - want).max())
-    print(f"max |logits(ort-py) - logits(native)| after 4 steps: {diff:.3g}")
+    if "ort-py" in loops and "native" in loops:
+        # Same logits from both engines on the same buffers (sanity).
+        loops["ort-py"](4)
+        want = m.logits.copy()
+        loops["native"](4)
+        diff = float(np.abs(m.logits - want).max())
+        print(f"max |logits(ort-py) - logits(native)| after 4 steps: {diff:.3g}")
 
     alone = {k: [] for k in loops}
     beside = {k: [] for k in loops}
     spin = {k: [] for k in loops}  # spinner rate during the loop / idle rate just before
     idle = []
-    for _ in range(args.rounds):
-        for name, run in loops.items():
+    kept = {k: [] for k in loops}  # per round: beside / alone (paired, same machine state)
+    names = list(loops)
+    for r in range(args.rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotated order
+            run = loops[name]
             alone[name].append(timed(run, args.steps))
             idle.append(idle_spinner_rate(0.5))
             rate, spin_rate = timed_beside_spinner(run, args.steps)
             beside[name].append(rate)
+            kept[name].append(rate / alone[name][-1])
             spin[name].append(spin_rate / idle[-1])
 
     print(
@@ -326,16 +385,22 @@ def main() -> None:
     )
     print(
         f"{'loop':<11} {'alone st/s':>10} {'beside st/s':>11} {'beside/alone':>12} "
-        f"{'spinner/idle':>12}"
+        f"{'spinner/idle':>12}  (ratios: medians of the rounds' ratios, [min, max])"
     )
     for name in loops:
         a = statistics.median(alone[name])
         b = statistics.median(beside[name])
-        sp = statistics.median(spin[name])
-        print(f"{name:<11} {a:>10.1f} {b:>11.1f} {b / a:>12.2f} {sp:>12.2f}")
+        k, sp = kept[name], spin[name]
+        print(
+            f"{name:<11} {a:>10.1f} {b:>11.1f} {statistics.median(k):>12.2f} "
+            f"{statistics.median(sp):>12.2f}  [{min(k):.2f}, {max(k):.2f}] "
+            f"[{min(sp):.2f}, {max(sp):.2f}]"
+        )
+    if "ort-py" not in loops:
+        return
     a0 = statistics.median(alone["ort-py"])
     b0 = statistics.median(beside["ort-py"])
-    for name in ("native-py", "native", "native-all"):
+    for name in [k for k in ("native-py", "native", "native-all") if k in loops]:
         print(
             f"{name} vs ort-py: alone x{statistics.median(alone[name]) / a0:.2f}, "
             f"beside spinner x{statistics.median(beside[name]) / b0:.2f}"

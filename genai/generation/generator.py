@@ -44,6 +44,7 @@ from genai.errors import (
     UnsupportedFeatureError,
 )
 from genai.generation.beam_search import BeamScorer
+from genai.generation.decode_ahead import make_ahead
 from genai.generation.drivers import Driver, LoopSettings, make_driver, require
 from genai.generation.logits import LogitsChain
 from genai.generation.speculative import (
@@ -175,6 +176,22 @@ class Generator:
         self._spec: SpeculativeDecoder | None = make_speculative(
             self, params.speculative, params.draft_model
         )
+        #: Decode ahead (`genai.generation.decode_ahead`): a native thread runs the per-token
+        #: loop's steps while Python runs; None where the steps need Python.
+        self._ahead = make_ahead(self)
+
+    def _settle(self, replay: bool = False, runs: bool = False) -> None:
+        """Stop decoding ahead and bring the loop back to the visible state (the tokens
+        taken so far). ``replay``: the caller reads or replaces the last run's outputs or
+        bindings, which must be the visible state's; ``runs``: the caller runs the model next."""
+        ahead = self._ahead
+        if ahead is None:
+            return
+        ahead.settle()
+        if runs:
+            ahead.forget_run()
+        elif replay:
+            ahead.replay_last_run()
 
     def _init_python_stage(self, model: Model, params: GeneratorParams) -> None:
         """State beyond the loop: finish tracking, guidance and stop strings."""
@@ -230,6 +247,7 @@ class Generator:
         """Append prompt tokens (1-D for batch 1, or [batch, length]) and run the model on them
         now. Later calls continue the sequence (batch 1)."""
         self._check_terminated()
+        self._settle(runs=True)
         if self._spec is not None:
             self._spec.settle()  # tokens of a round not emitted yet are dropped
             if not self._loop.length:
@@ -282,6 +300,7 @@ class Generator:
     def set_active_adapter(self, adapters: Adapters, name: str) -> None:
         """Activate the LoRA adapter ``name`` loaded in ``adapters`` for this generator's
         runs; several adapters may be active at once (onnxruntime-genai's API)."""
+        self._settle(replay=True)
         adapters._activate(self, name)
 
     # --- steps ----------------------------------------------------------------------------------
@@ -289,6 +308,17 @@ class Generator:
         """Run the model on pending tokens if needed, choose the next token per row and append
         it."""
         self._check_terminated()
+        ahead = self._ahead
+        if ahead is not None and ahead.running:
+            if not ahead.all_done and ahead.length < self._stop_length:
+                rc = ahead.take()
+                if rc == 0:
+                    return  # the worker's next step: the visible state moves on
+                ahead.settle()
+                if rc != 1 and ahead.raise_error(rc):
+                    return
+            else:
+                ahead.settle()  # the plain path below raises as the plain loop does
         spec = self._spec
         if spec is not None and spec.drain():  # a speculative round's next token
             return
@@ -308,7 +338,12 @@ class Generator:
             self._guided_step()
             return
         if self._beams is None:
+            ran = not loop.logits_ready
             self._driver.step()
+            if ahead is not None:
+                ahead.forget_run()
+                if ran and not loop.all_done and loop.length < self._stop_length:
+                    ahead.start(self._stop_length)  # the next steps run meanwhile
             return
         if not loop.logits_ready:
             self._driver.run()
@@ -410,6 +445,7 @@ class Generator:
         """Run greedy steps until every row is done, max_length, or ``max_new_tokens`` steps,
         in one GIL-free block; returns the number of steps made. Same tokens as calling
         `generate_next_token` in a loop, without returning to Python between tokens."""
+        self._settle(runs=True)
         loop = self._loop
         if not loop.logits_ready and loop.length == 0:
             raise GenerationError("call append_tokens before generate_until_done")
@@ -433,6 +469,7 @@ class Generator:
         ids [batch, n] with theirs. Log-softmax of the processed logits at temperature 1."""
         if not (self.search.logprobs or self.search.top_logprobs):
             raise GenerationError("set the search option logprobs=True (or top_logprobs=N)")
+        self._settle()
         if not self._loop.generated:
             raise GenerationError("no tokens generated yet")
         n = self.search.top_logprobs
@@ -450,6 +487,7 @@ class Generator:
         stream)."""
         if not 0 <= row < self.rows:
             raise IndexError(f"row {row} outside [0, {self.rows})")
+        self._settle()
         if self._sampler is None:
             raise GenerationError(
                 "per-row options need the sampling chain: create the generator with a "
@@ -468,6 +506,9 @@ class Generator:
         """True when every row finished (EOS, a stop string; beam search: every batch entry has
         its hypotheses) or the sequence reached max_length or max_new_tokens."""
         self._check_terminated()
+        ahead = self._ahead
+        if ahead is not None and ahead.running:
+            return ahead.all_done or ahead.length >= self._stop_length
         if self._spec is not None and self._spec.pending:
             return False
         loop = self._loop
@@ -482,6 +523,11 @@ class Generator:
         (``NONE`` is falsy). With beam search ``row`` is a batch entry."""
         if not 0 <= row < self.batch_size:
             raise IndexError(f"row {row} outside [0, {self.batch_size})")
+        ahead = self._ahead
+        if ahead is not None and ahead.running:  # the visible state (no Python stage here)
+            if ahead.done[row]:
+                return "eos"
+            return "length" if ahead.length >= self._stop_length else None
         if self._spec is not None and self._spec.pending:
             return FinishReason.NONE
         loop = self._loop
@@ -502,6 +548,9 @@ class Generator:
     # --- reading state --------------------------------------------------------------------------
     def get_next_tokens(self) -> np.ndarray:
         """The tokens chosen by the last step, int32 [batch]."""
+        ahead = self._ahead
+        if ahead is not None and ahead.running:
+            return ahead.next_tokens.copy()
         if not self._loop.generated:
             raise GenerationError("no tokens generated yet")
         return self._loop.array("next_tokens").copy()
@@ -524,6 +573,9 @@ class Generator:
 
     def token_count(self) -> int:
         """Tokens in each sequence so far (prompt included)."""
+        ahead = self._ahead
+        if ahead is not None and ahead.running:
+            return int(ahead.length)  # the tokens taken so far
         if self._spec is not None and self._spec.pending:
             return self._spec.visible  # the round's tokens emitted so far
         return int(self._loop.length)
@@ -531,6 +583,7 @@ class Generator:
     def get_logits(self) -> np.ndarray:
         """A copy of the logits the next token is chosen from, float32 [batch, 1, vocab]
         (runs the model on a pending token first, as the reference)."""
+        self._settle(runs=True)
         if self._spec is not None and self._spec.pending:
             return self._spec.next_logits()  # the verified row the next token comes from
         loop = self._loop
@@ -544,6 +597,7 @@ class Generator:
     def set_logits(self, logits: np.ndarray) -> None:
         """Replace the logits the next token is chosen from ([batch, vocab] or
         [batch, 1, vocab], float32)."""
+        self._settle(replay=True)
         if self._spec is not None:
             self._spec.settle()  # the next token comes from these logits, not a round's
         if self._sampler is not None:
@@ -557,12 +611,14 @@ class Generator:
         """A host copy of the last run's output ``name``: ``"logits"``, ``"present.0.key"``,
         or any other output the graph declares (e.g. ``"hidden_states"``)."""
         self._check_terminated()
+        self._settle(replay=True)
         return self._driver.read_output(name)
 
     def get_input(self, name: str) -> np.ndarray:
         """A host copy of the last run's input ``name`` (also the inputs bound with
         `set_model_input` and preset inputs such as ``num_logits_to_keep``)."""
         self._check_terminated()
+        self._settle(replay=True)
         return self._driver.read_input(name)
 
     # --- model inputs and run options -----------------------------------------------------------
@@ -571,6 +627,7 @@ class Generator:
         from the next one on: an input the model takes beyond ids, mask, positions and KV
         (e.g. an extra input of an exported graph). As the reference, a name the graph does not
         take is ignored (with a warning here); the dtype must be the graph's."""
+        self._settle(replay=True)
         self._driver.set_model_input(name, value)
 
     def set_inputs(self, named_tensors: Any) -> None:
@@ -579,6 +636,7 @@ class Generator:
         now, as `append_tokens`. A decoder-only model takes its tokens through
         `append_tokens` (the reference raises the same)."""
         self._check_terminated()
+        self._settle(runs=True)
         take = getattr(self._driver, "set_inputs", None)
         if take is None:
             raise GenerationError(
@@ -604,6 +662,7 @@ class Generator:
         raise until ``"0"``; any other key is an onnxruntime run config entry (e.g.
         ``memory.enable_memory_arena_shrinkage``) for this generator's runs."""
         key, value = str(key), str(value)
+        self._settle()
         if key == "terminate_session":
             if value not in ("0", "1"):
                 raise GenerationError(f"terminate_session key value unexpected: {value}")
@@ -623,6 +682,7 @@ class Generator:
         ``model.decoder.inputs.hidden_states``, e.g. a multi-token-prediction head); a copy is
         bound. Without that input it does nothing, as the reference."""
         self._check_terminated()
+        self._settle(replay=True)
         self._driver.set_hidden_states(hidden_states)
 
     def get_speculative_stats(self) -> dict[str, Any]:
@@ -633,6 +693,7 @@ class Generator:
 
     def rewind_to(self, length: int) -> None:
         """Drop tokens after the first ``length``; the next step continues from there."""
+        self._settle(replay=True)
         if self._spec is not None:
             self._spec.settle()  # tokens of a round not emitted yet are dropped
             if length == 0:
@@ -659,6 +720,7 @@ class Generator:
         """The state after the tokens so far (tokens and their KV cache), to start other
         generators from (`restore`) without recomputing them: e.g. after a system prompt.
         Batch 1, beam 1."""
+        self._settle()
         if self._spec is not None:
             self._spec.settle()
         if self.rows != 1:
@@ -697,10 +759,12 @@ class Generator:
     @property
     def kv_cache_bytes(self) -> int:
         """Bytes allocated for the KV cache."""
+        self._settle()
         return self._driver.kv_bytes
 
     @property
     def kv_cache_used_bytes(self) -> int:
         """Bytes of the KV cache the tokens so far occupy (every layer, K and V; a
         sliding-window layer only its resident positions)."""
+        self._settle()
         return self._driver.kv_used_bytes

@@ -1,0 +1,77 @@
+"""Decode ahead for `genai.Generator`'s per-token loop (`genai._core.decode_ahead`).
+
+An unconstrained generator on the native driver (no guidance, stop strings, custom logits
+processors, beams, speculative decoding, logprobs, graph capture or sliding-window KV) runs its
+model steps on a native thread while the caller's Python holds the GIL: `generate_next_token`
+then usually only takes a ready token, and beside a busy Python thread the loop no longer waits
+for the GIL at every token. Everything that observes or changes more than the visible tokens
+first stops the worker and drops what it ran ahead (`Generator._settle`), so results are those
+of the plain loop. At most `RING` runs are made that a caller which stops early never takes.
+
+``GENAI_DECODE_AHEAD=0`` in the environment turns it off for generators created afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import TYPE_CHECKING
+
+from genai._core.decode_ahead import DEFAULT_RING, AheadWorker
+from genai.generation.drivers.native import NativeDriver
+
+if TYPE_CHECKING:
+    from genai.generation.generator import Generator
+
+__all__ = ["RING", "make_ahead"]
+
+#: The most steps the worker runs ahead of the caller.
+RING = DEFAULT_RING
+
+
+def enabled() -> bool:
+    """False when ``GENAI_DECODE_AHEAD`` is ``0`` (read at each generator's creation)."""
+    return os.environ.get("GENAI_DECODE_AHEAD", "1").strip() != "0"
+
+
+def make_ahead(generator: Generator) -> AheadWorker | None:
+    """The worker for ``generator``, or None when its steps need Python or state the worker
+    cannot roll back."""
+    driver = generator._driver
+    loop = generator._loop
+    if not enabled() or type(driver) is not NativeDriver or generator._spec is not None:
+        return None
+    if generator._beams is not None or generator._python_stage:
+        return None
+    search = generator.search
+    if search.logprobs or search.top_logprobs:
+        return None
+    if loop.capture or loop.kv_rewind is not None:
+        return None
+    if getattr(driver.session, "graph_id", None) is not None:
+        return None  # a session with graph capture: its runs stay in the caller's order
+    worker = AheadWorker(loop, driver.rewind, RING)
+    # No run may be in flight once the generator's buffers go (garbage collection clears a
+    # cycle's objects after their weak-reference callbacks) or the interpreter shuts down.
+    weakref.finalize(generator, worker.settle)
+    _LIVE.add(worker)
+    return worker
+
+
+#: Every worker alive: settled before a fork (no run in flight in the copied state), told
+#: after it in the child that its thread is not there.
+_LIVE: weakref.WeakSet[AheadWorker] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for worker in list(_LIVE):
+        worker.settle()
+
+
+def _after_fork_in_child() -> None:
+    for worker in list(_LIVE):
+        worker.after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
