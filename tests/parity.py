@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,17 @@ def greedy(
     run.sequences = [np.array(generator.get_sequence(i)) for i in range(batch)]
     run.token_count = generator.token_count()
     return run
+
+
+def chat_reply(engine: Any, folder: str | Path, question: str, new_tokens: int) -> str:
+    """``engine``'s greedy reply (``new_tokens`` at most) to one user message ``question``
+    through the folder's chat template."""
+    model = engine.Model(str(folder))
+    tokenizer = engine.Tokenizer(model)
+    messages = json.dumps([{"role": "user", "content": question}])
+    prompt = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    run = greedy(engine, model, prompt, len(prompt) + new_tokens)
+    return tokenizer.decode(run.sequences[0][len(prompt) :])
 
 
 def generator_logits(generator: Any, run: Run) -> None:

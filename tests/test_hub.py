@@ -29,7 +29,7 @@ from genai.builder.testing import (
 from genai.hub import HubRef, looks_like_repo_id
 from genai.testing.hub_cache import write_hub_snapshot
 from tests.hub_standin import COMMIT, hub_standin
-from tests.parity import assert_same_run, greedy
+from tests.parity import assert_same_run, chat_reply, greedy
 
 og = pytest.importorskip("onnxruntime_genai", reason="the reference engine is a test dependency")
 
@@ -252,19 +252,10 @@ def test_pull_downloads_a_model_folder_into_the_hub_cache(smollm2_path, tmp_path
     text = _genai(
         ["generate", "-m", "org/m", "--chat", QUESTION, "--max-new-tokens", "12"], offline
     )
-    assert text.stdout.strip() == _reference_reply(folder, 12).strip()
+    assert text.stdout.strip() == chat_reply(og, folder, QUESTION, 12).strip()
 
 
 QUESTION = "What is the capital of France?"
-
-
-def _reference_reply(folder, new_tokens):
-    model = og.Model(str(folder))
-    tokenizer = og.Tokenizer(model)
-    messages = json.dumps([{"role": "user", "content": QUESTION}])
-    prompt = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
-    run = greedy(og, model, prompt, len(prompt) + new_tokens)
-    return tokenizer.decode(run.sequences[0][len(prompt) :])
 
 
 @pytest.mark.slow

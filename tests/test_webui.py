@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, missing_in_ci
-from tests.parity import greedy
+from tests.parity import chat_reply
 from tests.serve_helpers import serve_command
 
 og = pytest.importorskip("onnxruntime_genai", reason="the reference engine is a test dependency")
@@ -103,23 +103,13 @@ def last_reply(browser):
     )
 
 
-def reference_reply(folder):
-    """The reference engine's greedy reply to QUESTION on the same folder (chat template)."""
-    model = og.Model(str(folder))
-    tokenizer = og.Tokenizer(model)
-    messages = json.dumps([{"role": "user", "content": QUESTION}])
-    prompt = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
-    run = greedy(og, model, prompt, len(prompt) + NEW_TOKENS)
-    return tokenizer.decode(run.sequences[0][len(prompt) :])
-
-
 def greedy_settings(browser, max_tokens=NEW_TOKENS):
     set_field(browser, "temperature", 0)
     set_field(browser, "max_tokens", max_tokens)
 
 
 def test_a_question_gets_a_streamed_answer(browser, default_model_path):
-    expected = reference_reply(default_model_path)
+    expected = chat_reply(og, default_model_path, QUESTION, NEW_TOKENS)
     with serve_command(default_model_path) as (url, _):
         open_page(browser, url)
         wait_for(lambda: browser.find_element("id", "model").text, what="the model's id")
