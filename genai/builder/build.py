@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from genai.builder.errors import BuildError
-from genai.builder.genai_config import search_section
+from genai.builder.genai_config import SPLIT_KV_INPUTS, SPLIT_KV_OUTPUTS, search_section
 from genai.builder.onnx_writer import write_onnx
 from genai.builder.sources import GGUFSource, HFSource, Source, open_source
 from genai.builder.spec import ModelSpec
@@ -76,14 +76,9 @@ def genai_config(
                 "inputs": {
                     "input_ids": "input_ids",
                     "attention_mask": "attention_mask",
-                    "past_key_names": "past_key_values.%d.key",
-                    "past_value_names": "past_key_values.%d.value",
+                    **SPLIT_KV_INPUTS,
                 },
-                "outputs": {
-                    "logits": "logits",
-                    "present_key_names": "present.%d.key",
-                    "present_value_names": "present.%d.value",
-                },
+                "outputs": dict(SPLIT_KV_OUTPUTS),
                 "num_attention_heads": spec.num_heads,
                 "num_hidden_layers": spec.num_layers,
                 "num_key_value_heads": spec.num_kv_heads,

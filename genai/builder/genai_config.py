@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["search_section"]
+__all__ = ["SPLIT_KV_INPUTS", "SPLIT_KV_OUTPUTS", "search_section"]
+
+#: ``model.decoder.inputs`` entries of a decoder with one past key and value input per layer.
+SPLIT_KV_INPUTS = {
+    "past_key_names": "past_key_values.%d.key",
+    "past_value_names": "past_key_values.%d.value",
+}
+#: ``model.decoder.outputs`` of such a decoder: logits, one present key and value per layer.
+SPLIT_KV_OUTPUTS = {
+    "logits": "logits",
+    "present_key_names": "present.%d.key",
+    "present_value_names": "present.%d.value",
+}
 
 
 def search_section(max_length: int, *, share_buffer: bool, top_k: int) -> dict[str, Any]:

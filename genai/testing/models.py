@@ -55,7 +55,7 @@ from onnx import TensorProto
 from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers import models as tokenizer_models
 
-from genai.builder.genai_config import search_section
+from genai.builder.genai_config import SPLIT_KV_INPUTS, SPLIT_KV_OUTPUTS, search_section
 from genai.runtime.onnx_graph import MS_DOMAIN, GraphBuilder
 
 __all__ = [
@@ -668,21 +668,12 @@ def _write_folder(
     return folder
 
 
-_SPLIT_KV_INPUTS = {
-    "past_key_names": "past_key_values.%d.key",
-    "past_value_names": "past_key_values.%d.value",
-}
-_SPLIT_KV_OUTPUTS = {
-    "logits": "logits",
-    "present_key_names": "present.%d.key",
-    "present_value_names": "present.%d.value",
-}
 #: `genai_config.json` inputs of a graph fed ids, mask, position ids and split K/V pasts.
 _POSITION_SPLIT_KV_INPUTS = {
     "input_ids": "input_ids",
     "attention_mask": "attention_mask",
     "position_ids": "position_ids",
-    **_SPLIT_KV_INPUTS,
+    **SPLIT_KV_INPUTS,
 }
 
 
@@ -785,8 +776,8 @@ def write_gqa_decoder(
         g.model(),
         model_type="llama",
         dims=dims,
-        inputs={"input_ids": "input_ids", "attention_mask": "attention_mask", **_SPLIT_KV_INPUTS},
-        outputs=_SPLIT_KV_OUTPUTS,
+        inputs={"input_ids": "input_ids", "attention_mask": "attention_mask", **SPLIT_KV_INPUTS},
+        outputs=SPLIT_KV_OUTPUTS,
         share_buffer=share_buffer,
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
@@ -863,7 +854,7 @@ def write_optimum_decoder(
         model_type="llama",
         dims=dims,
         inputs=_POSITION_SPLIT_KV_INPUTS,
-        outputs=_SPLIT_KV_OUTPUTS,
+        outputs=SPLIT_KV_OUTPUTS,
         share_buffer=False,
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,

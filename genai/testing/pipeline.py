@@ -35,9 +35,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from genai.builder.genai_config import SPLIT_KV_INPUTS, SPLIT_KV_OUTPUTS
 from genai.testing.models import (
-    _SPLIT_KV_INPUTS,
-    _SPLIT_KV_OUTPUTS,
     IdDtype,
     _attention_allowed,
     _Dims,
@@ -276,7 +275,7 @@ def write_pipeline_decoder(
     inputs_section = {
         "input_ids": "input_ids",
         "attention_mask": "attention_mask",
-        **_SPLIT_KV_INPUTS,
+        **SPLIT_KV_INPUTS,
     }
     if not gqa:
         inputs_section["position_ids"] = "position_ids"
@@ -285,7 +284,7 @@ def write_pipeline_decoder(
             "bos_token_id": bos_token_id,
             "context_length": context_length,
             "decoder": {
-                **decoder_section(dims, inputs_section, dict(_SPLIT_KV_OUTPUTS), None),
+                **decoder_section(dims, inputs_section, dict(SPLIT_KV_OUTPUTS), None),
                 "pipeline": [stages],
             },
             "eos_token_id": eos_token_id,

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from genai.builder.genai_config import SPLIT_KV_INPUTS, SPLIT_KV_OUTPUTS
 from genai.runtime.onnx_graph import GraphBuilder
 
 __all__ = [
@@ -122,14 +123,9 @@ def write_kv_free_folder(
                     "input_ids": "input_ids",
                     "attention_mask": "attention_mask",
                     **{name: name for name in extra_inputs},
-                    "past_key_names": "past_key_values.%d.key",
-                    "past_value_names": "past_key_values.%d.value",
+                    **SPLIT_KV_INPUTS,
                 },
-                "outputs": {
-                    "logits": "logits",
-                    "present_key_names": "present.%d.key",
-                    "present_value_names": "present.%d.value",
-                },
+                "outputs": dict(SPLIT_KV_OUTPUTS),
             },
         },
         "search": {"max_length": context_length},

@@ -48,10 +48,8 @@ import onnx
 from onnx import TensorProto
 from tokenizers import AddedToken, Tokenizer
 
-from genai.builder.genai_config import search_section
+from genai.builder.genai_config import SPLIT_KV_INPUTS, SPLIT_KV_OUTPUTS, search_section
 from genai.testing.models import (
-    _SPLIT_KV_INPUTS,
-    _SPLIT_KV_OUTPUTS,
     SESSION_OPTIONS,
     _attention_allowed,
     _Dims,
@@ -102,7 +100,7 @@ QWEN_VL_MARKERS = (
 _GQA_EMBEDS_INPUTS = {
     "inputs_embeds": "inputs_embeds",
     "attention_mask": "attention_mask",
-    **_SPLIT_KV_INPUTS,
+    **SPLIT_KV_INPUTS,
 }
 _EMBEDDING_SECTION = {
     "filename": "dummy_embedding.onnx",
@@ -240,7 +238,7 @@ def _vision_section(*inputs: str) -> dict[str, Any]:
 
 
 def _decoder_section(dims: _Dims, inputs: dict[str, str]) -> dict[str, Any]:
-    return decoder_section(dims, inputs, dict(_SPLIT_KV_OUTPUTS), "dummy_text.onnx")
+    return decoder_section(dims, inputs, dict(SPLIT_KV_OUTPUTS), "dummy_text.onnx")
 
 
 def _write_configs(folder: pathlib.Path, config: dict[str, Any], processor: dict[str, Any]) -> None:
@@ -612,7 +610,7 @@ def write_qwen2_5_vl(
         "inputs_embeds": "inputs_embeds",
         "attention_mask": "attention_mask",
         "position_ids": "position_ids",
-        **_SPLIT_KV_INPUTS,
+        **SPLIT_KV_INPUTS,
     }
     config = {
         "model": {

@@ -32,9 +32,9 @@ from typing import Literal
 import numpy as np
 from onnx import TensorProto
 
+from genai.builder.genai_config import SPLIT_KV_OUTPUTS
 from genai.testing.models import (
     _POSITION_SPLIT_KV_INPUTS,
-    _SPLIT_KV_OUTPUTS,
     IdDtype,
     _attention,
     _dim,
@@ -166,7 +166,7 @@ def write_windowed_decoder(
         model_type="llama",
         dims=dims,
         inputs=_POSITION_SPLIT_KV_INPUTS,
-        outputs=_SPLIT_KV_OUTPUTS,
+        outputs=SPLIT_KV_OUTPUTS,
         share_buffer=False,
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
