@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from genai.builder.errors import BuildError
-from genai.builder.genai_config import SPLIT_KV_INPUTS, SPLIT_KV_OUTPUTS, search_section
+from genai.builder.genai_config import (
+    SPLIT_KV_INPUTS,
+    SPLIT_KV_OUTPUTS,
+    graph_section,
+    search_section,
+)
 from genai.builder.onnx_writer import write_onnx
 from genai.builder.sources import GGUFSource, HFSource, Source, open_source
 from genai.builder.spec import ModelSpec
@@ -69,19 +74,20 @@ def genai_config(
             "bos_token_id": int(bos),
             "context_length": spec.context_length,
             "decoder": {
-                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
-                "filename": "model.onnx",
-                "head_size": spec.head_dim,
-                "hidden_size": spec.hidden_size,
-                "inputs": {
-                    "input_ids": "input_ids",
-                    "attention_mask": "attention_mask",
-                    **SPLIT_KV_INPUTS,
-                },
-                "outputs": dict(SPLIT_KV_OUTPUTS),
-                "num_attention_heads": spec.num_heads,
-                "num_hidden_layers": spec.num_layers,
-                "num_key_value_heads": spec.num_kv_heads,
+                **graph_section(
+                    "model.onnx",
+                    head_size=spec.head_dim,
+                    hidden_size=spec.hidden_size,
+                    num_heads=spec.num_heads,
+                    num_kv_heads=spec.num_kv_heads,
+                    num_layers=spec.num_layers,
+                    inputs={
+                        "input_ids": "input_ids",
+                        "attention_mask": "attention_mask",
+                        **SPLIT_KV_INPUTS,
+                    },
+                    outputs=dict(SPLIT_KV_OUTPUTS),
+                ),
                 **decoder_extra,
             },
             "eos_token_id": eos_ids[0] if len(eos_ids) == 1 else eos_ids,

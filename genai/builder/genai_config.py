@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SPLIT_KV_INPUTS", "SPLIT_KV_OUTPUTS", "search_section"]
+__all__ = [
+    "SESSION_OPTIONS",
+    "SPLIT_KV_INPUTS",
+    "SPLIT_KV_OUTPUTS",
+    "graph_section",
+    "search_section",
+]
+
+#: The ``session_options`` the reference's builder writes for each graph.
+SESSION_OPTIONS = {"log_id": "onnxruntime-genai", "provider_options": []}
 
 #: ``model.decoder.inputs`` entries of a decoder with one past key and value input per layer.
 SPLIT_KV_INPUTS = {
@@ -17,6 +26,32 @@ SPLIT_KV_OUTPUTS = {
     "present_key_names": "present.%d.key",
     "present_value_names": "present.%d.value",
 }
+
+
+def graph_section(
+    filename: str | None,
+    *,
+    head_size: int,
+    hidden_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    num_layers: int,
+    inputs: dict[str, str],
+    outputs: dict[str, str],
+) -> dict[str, Any]:
+    """A graph's section (``model.decoder``, ``model.encoder``) in the reference builder's key
+    order; no ``filename`` when None (a pipeline's stages name theirs)."""
+    return {
+        "session_options": dict(SESSION_OPTIONS),
+        **({} if filename is None else {"filename": filename}),
+        "head_size": head_size,
+        "hidden_size": hidden_size,
+        "inputs": inputs,
+        "outputs": outputs,
+        "num_attention_heads": num_heads,
+        "num_hidden_layers": num_layers,
+        "num_key_value_heads": num_kv_heads,
+    }
 
 
 def search_section(max_length: int, *, share_buffer: bool, top_k: int) -> dict[str, Any]:

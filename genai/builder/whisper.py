@@ -41,7 +41,7 @@ import onnx
 from onnx import TensorProto
 
 from genai.builder.errors import BuildError
-from genai.builder.genai_config import search_section
+from genai.builder.genai_config import graph_section, search_section
 from genai.builder.onnx_writer import _GraphWriter
 from genai.builder.quantize import BLOCK, quantize_int4, quantize_int8
 from genai.builder.tokenizer_gguf import added_token_entry
@@ -471,22 +471,19 @@ def audio_processor_config(num_mel_bins: int) -> dict[str, Any]:
 
 def whisper_genai_config(spec: WhisperSpec) -> dict[str, Any]:
     """The ``genai_config.json`` document of a Whisper folder (the reference's keys)."""
-    session = {"log_id": "onnxruntime-genai", "provider_options": []}
 
     def section(part: str) -> dict[str, Any]:
         heads = spec.encoder_heads if part == "encoder" else spec.decoder_heads
-        layers = spec.encoder_layers if part == "encoder" else spec.decoder_layers
-        return {
-            "session_options": dict(session),
-            "filename": f"{part}.onnx",
-            "head_size": spec.head_size(part),
-            "hidden_size": spec.d_model,
-            "inputs": {},
-            "outputs": {},
-            "num_attention_heads": heads,
-            "num_hidden_layers": layers,
-            "num_key_value_heads": heads,
-        }
+        return graph_section(
+            f"{part}.onnx",
+            head_size=spec.head_size(part),
+            hidden_size=spec.d_model,
+            num_heads=heads,
+            num_kv_heads=heads,
+            num_layers=spec.encoder_layers if part == "encoder" else spec.decoder_layers,
+            inputs={},
+            outputs={},
+        )
 
     decoder, encoder = section("decoder"), section("encoder")
     decoder["inputs"] = {

@@ -55,7 +55,12 @@ from onnx import TensorProto
 from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers import models as tokenizer_models
 
-from genai.builder.genai_config import SPLIT_KV_INPUTS, SPLIT_KV_OUTPUTS, search_section
+from genai.builder.genai_config import (
+    SPLIT_KV_INPUTS,
+    SPLIT_KV_OUTPUTS,
+    graph_section,
+    search_section,
+)
 from genai.runtime.onnx_graph import MS_DOMAIN, GraphBuilder
 
 __all__ = [
@@ -601,26 +606,21 @@ def _write_tokenizer(
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
-#: The ``session_options`` the reference's builder writes for each graph.
-SESSION_OPTIONS = {"log_id": "onnxruntime-genai", "provider_options": []}
-
-
 def decoder_section(
     dims: _Dims, inputs: dict[str, str], outputs: dict[str, str], filename: str | None
 ) -> dict[str, object]:
     """The ``model.decoder`` section of `genai_config.json` for a graph of ``dims`` (no
     ``filename`` when None: a pipeline's stages name theirs)."""
-    return {
-        "session_options": dict(SESSION_OPTIONS),
-        **({} if filename is None else {"filename": filename}),
-        "head_size": dims.head_size,
-        "hidden_size": dims.hidden_size,
-        "inputs": inputs,
-        "outputs": outputs,
-        "num_attention_heads": dims.num_heads,
-        "num_hidden_layers": dims.num_layers,
-        "num_key_value_heads": dims.num_kv_heads,
-    }
+    return graph_section(
+        filename,
+        head_size=dims.head_size,
+        hidden_size=dims.hidden_size,
+        num_heads=dims.num_heads,
+        num_kv_heads=dims.num_kv_heads,
+        num_layers=dims.num_layers,
+        inputs=inputs,
+        outputs=outputs,
+    )
 
 
 def _write_folder(

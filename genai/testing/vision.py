@@ -48,9 +48,13 @@ import onnx
 from onnx import TensorProto
 from tokenizers import AddedToken, Tokenizer
 
-from genai.builder.genai_config import SPLIT_KV_INPUTS, SPLIT_KV_OUTPUTS, search_section
-from genai.testing.models import (
+from genai.builder.genai_config import (
     SESSION_OPTIONS,
+    SPLIT_KV_INPUTS,
+    SPLIT_KV_OUTPUTS,
+    search_section,
+)
+from genai.testing.models import (
     _attention_allowed,
     _Dims,
     _Graph,
