@@ -95,7 +95,7 @@ def test_eos_ends_rows_as_the_plain_loop(fixture_folders, monkeypatch):
         reasons = [generator.finish_reason(r) for r in range(2)]
         runs.append((result, reasons))
     assert runs[0] == runs[1]
-    assert runs[0][1][0] == "eos"
+    assert runs[0][1][0] is genai.FinishReason.EOS
 
 
 def test_max_new_tokens_and_max_length_end_as_the_plain_loop(fixture_folders, monkeypatch):

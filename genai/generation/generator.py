@@ -228,7 +228,7 @@ class Generator:
             self._chain.set_constraints(self._constraints)
         chain_stage = self._chain is not None and self._chain.python_stage
         self._python_stage = chain_stage or self._stops is not None
-        #: per row: "stop" once a stop string matched (other reasons are read from the loop)
+        #: per row: STOP_STRING once a stop string matched (other reasons are read from the loop)
         self._finish: list[FinishReason | None] = [None] * batch
         self._all_finished = False
         #: set_runtime_option("terminate_session", "1"): every call that would run the model
@@ -526,8 +526,8 @@ class Generator:
         ahead = self._ahead
         if ahead is not None and ahead.running:  # the visible state (no Python stage here)
             if ahead.done[row]:
-                return "eos"
-            return "length" if ahead.length >= self._stop_length else None
+                return FinishReason.EOS
+            return self._length_reason(ahead.length)
         if self._spec is not None and self._spec.pending:
             return FinishReason.NONE
         loop = self._loop
@@ -539,9 +539,13 @@ class Generator:
                 return FinishReason.EOS
         elif loop.all_done:
             return FinishReason.EOS
-        if loop.length >= self.max_length:
+        return self._length_reason(loop.length)
+
+    def _length_reason(self, length: int) -> FinishReason:
+        """The reason a row that is not done has at sequence length ``length``."""
+        if length >= self.max_length:
             return FinishReason.MAX_SESSION_TOKENS
-        if loop.length >= self._stop_length:
+        if length >= self._stop_length:
             return FinishReason.MAX_GENERATED_TOKENS
         return FinishReason.NONE
 
