@@ -9,6 +9,9 @@ from typing import Any
 
 import numpy as np
 
+import genai
+from genai.testing.speculative import markov_distribution
+
 #: Keys of ``get_speculative_stats`` both engines count the same way whatever drafts the tokens
 #: (timings, the history sync counts and draft_forward_passes differ).
 STATS = [
@@ -63,3 +66,35 @@ def error_text(call: Callable[[], object]) -> str | None:
     except Exception as exc:  # compared with the reference's message
         return str(exc).strip()
     return None
+
+
+def assert_first_tokens_follow_the_chain(
+    model: Any, table: np.ndarray, prompt: Sequence[int], spec: dict[str, Any], draws: int = 1500
+) -> None:
+    """Sample the three tokens after ``prompt`` with genai ``model`` (a
+    `genai.testing.speculative.write_table_decoder` chain of ``table``, ids [0, 8), with
+    speculative options ``spec``) once per seed in ``range(draws)``: drafts were both accepted
+    and rejected, and each step's counts pass a chi-square test against the chain's exact
+    marginal (`markov_distribution`)."""
+    from scipy import stats  # lazy: scipy is a test-only dependency
+
+    counts = np.zeros((3, 8), np.int64)
+    accepted = 0
+    for seed in range(draws):
+        params = genai.GeneratorParams(model)
+        params.set_search_options(
+            do_sample=True, top_k=8, max_length=len(prompt) + 3, random_seed=seed
+        )
+        params.set_speculative_options(**spec)
+        gen = genai.Generator(model, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        for step in range(3):
+            gen.generate_next_token()
+            counts[step, int(gen.get_next_tokens()[0])] += 1
+        accepted += gen.get_speculative_stats()["draft_tokens_accepted"]
+    assert 0 < accepted < draws * 3  # proposals were both accepted and rejected
+    for step in range(3):
+        want = markov_distribution(table, prompt[-1], step + 1)
+        keep = want > 1e-6
+        result = stats.chisquare(counts[step, keep], want[keep] / want[keep].sum() * draws)
+        assert result.pvalue > 1e-3, (step, counts[step], want)

@@ -17,9 +17,9 @@ import pytest
 
 import genai
 from genai.testing.models import write_gqa_decoder
-from genai.testing.speculative import markov_distribution, transition_table, write_table_decoder
+from genai.testing.speculative import transition_table, write_table_decoder
 from tests.speculation import STATS as SHARED_STATS
-from tests.speculation import error_text, start
+from tests.speculation import assert_first_tokens_follow_the_chain, error_text, start
 
 og = pytest.importorskip("onnxruntime_genai")
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -452,28 +452,8 @@ def test_sampling_keeps_the_target_distribution(tmp_path):
     table[:, 7] = -30.0  # EOS (id 7) practically never
     folder = write_table_decoder(tmp_path, table)
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
-    model = genai.Model(str(folder))
-    draws = 1500
-    counts = np.zeros((3, 8), np.int64)
-    accepted = 0
-    for seed in range(draws):
-        params = genai.GeneratorParams(model)
-        params.set_search_options(
-            do_sample=True, top_k=8, max_length=len(prompt) + 3, random_seed=seed
-        )
-        params.set_speculative_options(ngram_size=2, max_draft_tokens=3)
-        gen = genai.Generator(model, params)
-        gen.append_tokens(np.array([prompt], np.int32))
-        for step in range(3):
-            gen.generate_next_token()
-            counts[step, int(gen.get_next_tokens()[0])] += 1
-        accepted += gen.get_speculative_stats()["draft_tokens_accepted"]
-    assert 0 < accepted < draws * 3  # proposals were both accepted and rejected
-    for step in range(3):
-        want = markov_distribution(table, prompt[-1], step + 1)
-        keep = want > 1e-6
-        result = scipy_stats.chisquare(counts[step, keep], want[keep] / want[keep].sum() * draws)
-        assert result.pvalue > 1e-3, (step, counts[step], want)
+    spec = {"ngram_size": 2, "max_draft_tokens": 3}
+    assert_first_tokens_follow_the_chain(genai.Model(str(folder)), table, prompt, spec)
 
 
 def test_sampling_with_a_seed_draws_what_plain_sampling_draws(gqa):

@@ -18,12 +18,11 @@ import pytest
 import genai
 from genai.testing.models import write_gqa_decoder
 from genai.testing.speculative import (
-    markov_distribution,
     transition_table,
     with_draft,
     write_table_decoder,
 )
-from tests.speculation import STATS, error_text, start
+from tests.speculation import STATS, assert_first_tokens_follow_the_chain, error_text, start
 
 og = pytest.importorskip("onnxruntime_genai")
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -237,26 +236,7 @@ def test_sampling_with_a_draft_keeps_the_target_distribution(tmp_path):
     draft = write_table_decoder(tmp_path, draft_table, name="d")
     folder = with_draft(target, draft, tmp_path)
     model = genai.Model(str(folder))
-    prompt = [1, 2]
-    draws = 1500
-    counts = np.zeros((3, 8), np.int64)
-    accepted = 0
-    for seed in range(draws):
-        params = genai.GeneratorParams(model)
-        params.set_search_options(do_sample=True, top_k=8, max_length=5, random_seed=seed)
-        params.set_speculative_options(max_draft_tokens=2)
-        gen = genai.Generator(model, params)
-        gen.append_tokens(np.array([prompt], np.int32))
-        for step in range(3):
-            gen.generate_next_token()
-            counts[step, int(gen.get_next_tokens()[0])] += 1
-        accepted += gen.get_speculative_stats()["draft_tokens_accepted"]
-    assert 0 < accepted < draws * 3
-    for step in range(3):
-        want = markov_distribution(table, prompt[-1], step + 1)
-        keep = want > 1e-6
-        result = scipy_stats.chisquare(counts[step, keep], want[keep] / want[keep].sum() * draws)
-        assert result.pvalue > 1e-3, (step, counts[step], want)
+    assert_first_tokens_follow_the_chain(model, table, [1, 2], {"max_draft_tokens": 2})
 
 
 # --- a draft chosen at run time (beyond the reference) ---------------------------------------
