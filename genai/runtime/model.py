@@ -302,21 +302,9 @@ class Model:
             else:
                 self.session = self._create_session()
             if vision:
-                self.vision = load_vision_graphs(
-                    self.config,
-                    lambda options, filename, what: self._create_session(
-                        session_cfg=options, filename=filename, what=what
-                    ),
-                    self.session,
-                )
+                self.vision = load_vision_graphs(self.config, self._graph_session, self.session)
             if encoder_decoder:
-                self.encoder = load_encoder(
-                    self.config,
-                    lambda options, filename, what: self._create_session(
-                        session_cfg=options, filename=filename, what=what
-                    ),
-                    self.session,
-                )
+                self.encoder = load_encoder(self.config, self._graph_session, self.session)
         #: What the huge-page backing of the session's host memory did (`HugePageReport`).
         self.huge_pages: hugepages.HugePageReport = report
         for session in self.shape_sessions.values() or [self.session]:
@@ -463,6 +451,13 @@ class Model:
             "StreamingProcessor supports 'streaming_enc_dec_asr' (Moonshine) and "
             "'nemotron_speech' (Nemotron); genai does not run speech models yet."
         )
+
+    def _graph_session(
+        self, options: dict[str, Any] | None, filename: str, what: str
+    ) -> NativeSession:
+        """The session of another graph of the folder (vision, embedding, encoder): its own
+        session options and file, ``what`` naming its config key in errors."""
+        return self._create_session(session_cfg=options, filename=filename, what=what)
 
     def _create_session(
         self,
