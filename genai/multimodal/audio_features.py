@@ -212,20 +212,27 @@ def butterworth_lowpass(cutoff: float) -> tuple[np.ndarray, np.ndarray]:
     return num, den
 
 
-def _iir_run(num: np.ndarray, den: np.ndarray, steps: int) -> np.ndarray:
-    """The first ``steps`` samples of the filter's impulse response, in float64, as the
-    reference's loop computes them."""
+def _iir(samples: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """The 4th-order filter run over ``samples`` one by one in float64, as the reference's
+    loop computes it."""
     b0, b1, b2, b3, b4 = (float(v) for v in num)
     _, a1, a2, a3, a4 = (float(v) for v in den)
     x1 = x2 = x3 = x4 = y1 = y2 = y3 = y4 = 0.0
     out = []
-    for n in range(steps):
-        x = 1.0 if n == 0 else 0.0
+    for x in samples.tolist():
         y = b0 * x + b1 * x1 + b2 * x2 + b3 * x3 + b4 * x4 - a1 * y1 - a2 * y2 - a3 * y3 - a4 * y4
         x4, x3, x2, x1 = x3, x2, x1, x
         y4, y3, y2, y1 = y3, y2, y1, y
         out.append(y)
     return np.array(out)
+
+
+def _iir_run(num: np.ndarray, den: np.ndarray, steps: int) -> np.ndarray:
+    """The first ``steps`` samples of the filter's impulse response, in float64, as the
+    reference's loop computes them."""
+    impulse = np.zeros(steps)
+    impulse[:1] = 1.0
+    return _iir(impulse, num, den)
 
 
 @lru_cache(maxsize=32)
@@ -297,16 +304,7 @@ def lowpass(samples: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray
 def _iir_loop(samples: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray:
     """`lowpass` sample by sample, as the reference's loop (slow: filters whose impulse
     response outlasts `_FIR_LIMIT` samples: a rate less than about 0.25% above the target)."""
-    b0, b1, b2, b3, b4 = (float(v) for v in num)
-    _, a1, a2, a3, a4 = (float(v) for v in den)
-    x1 = x2 = x3 = x4 = y1 = y2 = y3 = y4 = 0.0
-    out = []
-    for x in samples.tolist():
-        y = b0 * x + b1 * x1 + b2 * x2 + b3 * x3 + b4 * x4 - a1 * y1 - a2 * y2 - a3 * y3 - a4 * y4
-        x4, x3, x2, x1 = x3, x2, x1, x
-        y4, y3, y2, y1 = y3, y2, y1, y
-        out.append(y)
-    return np.array(out, np.float32)
+    return _iir(samples, num, den).astype(np.float32)
 
 
 @lru_cache(maxsize=16)
