@@ -103,11 +103,16 @@ def _as_reference(arrays: dict[str, np.ndarray]) -> object:
     return named
 
 
+def _generator(module, model, **search):
+    """``module``'s generator on ``model`` with the search options ``search``."""
+    params = module.GeneratorParams(model)
+    params.set_search_options(**search)
+    return module.Generator(model, params)
+
+
 def _generate(module, model, named, max_length: int, batch: int = 1, steps=None):
     """First-step logits and the sequences after greedy steps to ``max_length``."""
-    params = module.GeneratorParams(model)
-    params.set_search_options(max_length=max_length, batch_size=batch)
-    generator = module.Generator(model, params)
+    generator = _generator(module, model, max_length=max_length, batch_size=batch)
     generator.set_inputs(named)
     logits = generator.get_logits()
     while not generator.is_done():
@@ -135,14 +140,10 @@ def test_embeddings_and_image_features_stage_by_stage(folders, images, kind, cou
     folder = folders[kind]
     ref_model, named = _reference_inputs(folder, _prompt(kind, count), images[:count])
     max_length = named["input_ids"].as_numpy().shape[1] + 4
-    params = og.GeneratorParams(ref_model)
-    params.set_search_options(max_length=max_length)
-    reference = og.Generator(ref_model, params)
+    reference = _generator(og, ref_model, max_length=max_length)
     reference.set_inputs(named)
     model = genai.Model(folder)
-    ours_params = genai.GeneratorParams(model)
-    ours_params.set_search_options(max_length=max_length)
-    ours = genai.Generator(model, ours_params)
+    ours = _generator(genai, model, max_length=max_length)
     ours.set_inputs(_ours(named))
     ref_embeds = reference.get_output("inputs_embeds")
     np.testing.assert_allclose(ours.get_output("inputs_embeds"), ref_embeds, atol=1e-5, rtol=0)
@@ -160,13 +161,9 @@ def test_mrope_positions_follow_the_reference_step_by_step(folders, images):
     folder = folders["qwen2_5_vl"]
     ref_model, named = _reference_inputs(folder, _prompt("qwen2_5_vl", 2), images[1:3])
     n = named["input_ids"].as_numpy().shape[1]
-    params = og.GeneratorParams(ref_model)
-    params.set_search_options(max_length=n + 5)
-    reference = og.Generator(ref_model, params)
+    reference = _generator(og, ref_model, max_length=n + 5)
     model = genai.Model(folder)
-    ours_params = genai.GeneratorParams(model)
-    ours_params.set_search_options(max_length=n + 5)
-    ours = genai.Generator(model, ours_params)
+    ours = _generator(genai, model, max_length=n + 5)
     reference.set_inputs(named)
     ours.set_inputs(_ours(named))
     for _ in range(4):
@@ -316,9 +313,7 @@ def test_rewind_then_continue_as_the_reference(folders, images, kind, back):
         (og, ref_model, named, False),
         (genai, genai.Model(folder), _ours(named), True),
     ):
-        params = module.GeneratorParams(model)
-        params.set_search_options(max_length=n + 10)
-        generator = module.Generator(model, params)
+        generator = _generator(module, model, max_length=n + 10)
         generator.set_inputs(inputs)
         for _ in range(5):
             generator.generate_next_token()
@@ -360,9 +355,7 @@ def test_text_only_append_tokens_matches_the_reference(folders):
     tokens = np.array([9, 14, 22, 31, 40, 7], np.int32)
     sequences = []
     for module, model in ((og, og.Model(str(folder))), (genai, genai.Model(folder))):
-        params = module.GeneratorParams(model)
-        params.set_search_options(max_length=16)
-        generator = module.Generator(model, params)
+        generator = _generator(module, model, max_length=16)
         generator.append_tokens(tokens)
         while not generator.is_done():
             generator.generate_next_token()
@@ -392,18 +385,16 @@ def test_gemma3_several_images(folders, images):
     folder = folders["gemma3"]
     _, named = _reference_inputs(folder, _prompt("gemma3", 3), images)
     model = genai.Model(folder)
-    params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=named["input_ids"].as_numpy().shape[1] + 4)
-    ours = genai.Generator(model, params)
+    ours = _generator(genai, model, max_length=named["input_ids"].as_numpy().shape[1] + 4)
     ours.set_inputs(_ours(named))
     features = ours.get_output("image_features")
     assert features.shape[0] == 3 * GEMMA3_IMAGE_TOKENS
     image_token = model.config.get("model.image_token_id")
     for k, path in enumerate(images):
         ref_model, single = _reference_inputs(folder, _prompt("gemma3", 1), [path])
-        ref_params = og.GeneratorParams(ref_model)
-        ref_params.set_search_options(max_length=single["input_ids"].as_numpy().shape[1] + 2)
-        reference = og.Generator(ref_model, ref_params)
+        reference = _generator(
+            og, ref_model, max_length=single["input_ids"].as_numpy().shape[1] + 2
+        )
         reference.set_inputs(single)
         ids = single["input_ids"].as_numpy()[0]
         expected = reference.get_output("inputs_embeds")[0][ids == image_token]
@@ -423,9 +414,7 @@ def test_end_to_end_with_genai_processor(folders, images, kind, count):
         processor = model.create_multimodal_processor()
         named = processor(_prompt(kind, count), images=module.Images.open(*images[:count]))
         length = np.asarray(named["input_ids"].as_numpy()).shape[1]
-        params = module.GeneratorParams(model)
-        params.set_search_options(max_length=length + NEW_TOKENS)
-        generator = module.Generator(model, params)
+        generator = _generator(module, model, max_length=length + NEW_TOKENS)
         generator.set_inputs(named)
         while not generator.is_done():
             generator.generate_next_token()
@@ -440,9 +429,7 @@ def test_append_after_generating_equals_one_prompt(folders, images, kind):
     folder = folders[kind]
     _, named = _reference_inputs(folder, _prompt(kind, 1), images[1:2])
     model = genai.Model(folder)
-    params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=named["input_ids"].as_numpy().shape[1] + 8)
-    ours = genai.Generator(model, params)
+    ours = _generator(genai, model, max_length=named["input_ids"].as_numpy().shape[1] + 8)
     ours.set_inputs(_ours(named))
     ours.generate_next_token()
     ours.generate_next_token()
@@ -450,9 +437,7 @@ def test_append_after_generating_equals_one_prompt(folders, images, kind):
     arrays = {name: named[name].as_numpy() for name in named.keys()}  # noqa: SIM118
     arrays["input_ids"] = ours.get_sequence(0)[None, :]
     ref_model = og.Model(str(folder))
-    ref_params = og.GeneratorParams(ref_model)
-    ref_params.set_search_options(max_length=arrays["input_ids"].shape[1] + 4)
-    reference = og.Generator(ref_model, ref_params)
+    reference = _generator(og, ref_model, max_length=arrays["input_ids"].shape[1] + 4)
     reference.set_inputs(_as_reference(arrays))
     np.testing.assert_allclose(ours.get_logits(), reference.get_logits(), atol=1e-4, rtol=0)
 
@@ -513,9 +498,7 @@ def test_rewind_to_zero_then_new_images(folders, images, kind):
     length = second["input_ids"].as_numpy().shape[1] + NEW_TOKENS
     _, ref_seqs, _ = _generate(og, ref_model, second, length)
     model = genai.Model(folder)
-    params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=length)
-    generator = genai.Generator(model, params)
+    generator = _generator(genai, model, max_length=length)
     generator.set_inputs(_ours(first))
     for _ in range(3):
         generator.generate_next_token()
@@ -530,9 +513,7 @@ def test_images_after_the_first_prompt_are_refused(folders, images):
     folder = folders["qwen2_5_vl"]
     _, named = _reference_inputs(folder, _prompt("qwen2_5_vl", 1), images[:1])
     model = genai.Model(folder)
-    params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=2 * named["input_ids"].as_numpy().shape[1] + 4)
-    generator = genai.Generator(model, params)
+    generator = _generator(genai, model, max_length=2 * named["input_ids"].as_numpy().shape[1] + 4)
     generator.set_inputs(_ours(named))
     generator.generate_next_token()
     with pytest.raises(NotImplementedError, match="first prompt"):
