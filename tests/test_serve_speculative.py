@@ -26,7 +26,7 @@ from genai.builder.testing import (  # noqa: E402
     random_weights,
     write_hf_checkpoint,
 )
-from genai.errors import InvalidArgumentError  # noqa: E402
+from genai.errors import InvalidArgumentError, ModelError  # noqa: E402
 from genai.generation.search import SearchOptions  # noqa: E402
 from genai.serve.app import ServeEngine  # noqa: E402
 from genai.serve.batch_runner import (  # noqa: E402
@@ -37,6 +37,7 @@ from genai.serve.batch_runner import (  # noqa: E402
 from genai.serve.scheduler import GenerationRequest, Scheduler  # noqa: E402
 from genai.serve.server import BackgroundServer  # noqa: E402
 from genai.serve.speculative import SpeculativeServing  # noqa: E402
+from genai.testing.models import write_gqa_decoder  # noqa: E402
 from genai.testing.speculative import (  # noqa: E402
     markov_distribution,
     transition_table,
@@ -158,6 +159,39 @@ def test_greedy_tokens_equal_a_batch1_generator(kind, gqa_model, built):
         assert stats["speculative_accepted_tokens"] < stats["speculative_proposed_tokens"]
 
 
+def test_draft_model_proposals(gqa_model, tmp_path):
+    """``draft:DIR``: the target itself as its draft proposes what it chooses (every proposal
+    accepted); another model of the vocabulary proposes worse, and the tokens stay a batch-1
+    Generator's either way."""
+    other = genai.Model(str(write_gqa_decoder(tmp_path, name="draft", seed=7, num_layers=1)))
+    rng = np.random.default_rng(4)
+    prompts = [rng.integers(3, 64, size=9).astype(np.int32) for _ in range(3)]
+    expected = [[t for t in alone_greedy(gqa_model, p, 24) if t != 2] for p in prompts]
+    for draft in (gqa_model, other):
+        spec = SpeculativeServing(draft=draft, max_streams=16)
+        runner = make_batch_runner(gqa_model, 3, initial_capacity=16)
+        scheduler = Scheduler(runner, _Tokens(), [2], speculative=spec)
+        got = _serve(scheduler, [[GenerationRequest(p, 24, SearchOptions())] for p in prompts])
+        assert [g[0] for g in got] == expected
+        stats = scheduler.stats
+        assert stats["speculative_target_runs"] > 0
+        if draft is gqa_model:
+            assert stats["speculative_accepted_tokens"] == stats["speculative_proposed_tokens"]
+        else:
+            assert stats["speculative_accepted_tokens"] < stats["speculative_proposed_tokens"]
+
+
+def test_a_draft_of_another_vocabulary_is_refused(gqa_model, fixture_folders):
+    draft = genai.Model(fixture_folders["gqa-wide"])  # 96 tokens, the target 64
+    with pytest.raises(ModelError, match="must share the same vocabulary"):
+        Scheduler(
+            make_batch_runner(gqa_model, 2),
+            _Tokens(),
+            [2],
+            speculative=SpeculativeServing(draft=draft),
+        )
+
+
 def test_speculation_waits_for_a_lone_stream(gqa_model):
     """The default policy (max_streams 1): no verify run while two sequences decode (the plain
     step serves both in one run); once one is left it speculates; tokens stay a Generator's."""
@@ -272,7 +306,8 @@ def test_a_folder_that_cannot_verify_serves_plainly(tmp_path, caplog):
 def test_spec_parsing():
     assert SpeculativeServing.parse("ngram") == SpeculativeServing(3, 4, 1)
     assert SpeculativeServing.parse("ngram:2:8", 3) == SpeculativeServing(2, 8, 3)
-    for bad in ("draft:/x", "ngram:1", "ngram:3:0", "ngram:a", "ngram:2:3:4"):
+    assert SpeculativeServing.parse("draft:/a:b").draft_dir == "/a:b"
+    for bad in ("draft", "ngram:1", "ngram:3:0", "ngram:a", "ngram:2:3:4"):
         with pytest.raises(InvalidArgumentError):
             SpeculativeServing.parse(bad)
 
@@ -351,14 +386,16 @@ def test_a_request_opts_out(gqa_model):
     assert bad.status_code == 400 and "speculative" in bad.text
 
 
-def test_cli_serves_with_speculation(fixture_folders):
-    """``genai serve --speculative ngram:2`` answers as ``genai serve`` does and counts its
-    verify runs in /metrics."""
+@pytest.mark.parametrize("kind", ["ngram:2", "draft"])
+def test_cli_serves_with_speculation(fixture_folders, kind):
+    """``genai serve --speculative ngram:2`` (or ``draft:DIR``, the target's own folder)
+    answers a batch-1 Generator's tokens and counts its verify runs in /metrics."""
     model = genai.Model(fixture_folders["gqa"])
     prompt = [int(t) for t in _looping_prompts(model.io.vocab_size, 1, seed=10)[0]]
     body = {"prompt": prompt, "max_tokens": 16, "temperature": 0}
     expected = [t for t in alone_greedy(model, np.asarray(prompt, np.int32), 16) if t != 2]
-    with serve_command(fixture_folders["gqa"], "--speculative", "ngram:2") as (url, _):
+    spec = kind if kind != "draft" else f"draft:{fixture_folders['gqa']}"
+    with serve_command(fixture_folders["gqa"], "--speculative", spec) as (url, _):
         reply = _ask(url, body)
         metrics = httpx.get(url + "/metrics").text
     assert reply["choices"][0]["text"] == genai.Tokenizer(model).decode(expected)

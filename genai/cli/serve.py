@@ -11,6 +11,7 @@ from genai import hub
 from genai.cli.common import add_model_option, default_model, load_model
 from genai.cli.registry import command
 from genai.errors import InvalidArgumentError, MissingDependencyError
+from genai.runtime.model import Model
 from genai.serve.speculative import SpeculativeServing
 
 __all__: list[str] = []
@@ -107,10 +108,11 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--speculative",
-        metavar="ngram[:N[:K]]",
-        help="prompt-lookup speculative decoding: each step verifies up to K (default 4) "
-        "tokens that followed the last N-1 (default N 3) tokens earlier in the sequence, in "
-        "one run per sequence; same tokens as without it on exact graphs; a request's "
+        metavar="ngram[:N[:K]]|draft:DIR",
+        help="speculative decoding: each step verifies up to K (default 4) proposed tokens in "
+        "one run per sequence, from prompt lookup (the tokens that followed the last N-1, "
+        "default N 3, tokens earlier in the sequence) or a draft model folder DIR of the "
+        "same vocabulary; same tokens as without it on exact graphs; a request's "
         '"speculative": false opts out; a folder that cannot verify serves plainly',
     )
     serve.add_argument(
@@ -190,6 +192,7 @@ def _serve(args: argparse.Namespace) -> int:
     speculative = None
     if args.speculative:
         speculative = SpeculativeServing.parse(args.speculative, args.speculative_max_streams)
+        speculative = speculative.loaded(lambda folder: Model(str(Path(folder).resolve())))
     if args.ray:
         if speculative is not None:
             raise InvalidArgumentError("--speculative is not served with --ray yet")

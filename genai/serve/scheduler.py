@@ -60,7 +60,7 @@ from genai.errors import GenaiError
 from genai.generation.logits import LogitsChain, ProcessorLike
 from genai.generation.search import SearchOptions
 from genai.serve.batch_runner import BatchRunner
-from genai.serve.speculative import SlotProposer, SpeculativeServing
+from genai.serve.speculative import DraftSlotProposer, SlotProposer, SpeculativeServing
 
 __all__ = [
     "Event",
@@ -204,8 +204,10 @@ class _Sequence:
     evicted: bool = False
     #: A later turn of a held sequence: its prompt does not start at position 0.
     resumed: bool = False
-    #: Prompt-lookup index of a speculating sequence (made at its first proposal).
-    proposer: SlotProposer | None = None
+    #: Proposer of a speculating sequence (made at its first proposal).
+    proposer: SlotProposer | DraftSlotProposer | None = None
+    #: False once its proposer failed (the turn goes on with plain steps).
+    speculate: bool = True
 
 
 class PrefixCache:
@@ -318,6 +320,8 @@ class Scheduler:
         #: Prompt-lookup speculation for decoding sequences (None: plain steps); a runner
         #: that cannot verify serves plainly.
         self.speculative = speculative
+        if speculative is not None:
+            speculative.check_target(runner.vocab_size)
         if speculative is not None and runner.verify_tokens < 2:
             log.warning(
                 "serving without speculative decoding: %s cannot verify proposed tokens "
@@ -642,6 +646,7 @@ class Scheduler:
         assert spec is not None
         if (
             not request.speculative
+            or not seq.speculate
             or request.constraint_factory is not None
             or request.inputs is not None
             or request.sampling.logprobs
@@ -658,9 +663,14 @@ class Scheduler:
         )
         if count < 1:
             return []
-        if seq.proposer is None:
-            seq.proposer = SlotProposer(spec.ngram_size)
-        return seq.proposer.propose(seq.history[0, : seq.length], count)
+        try:
+            if seq.proposer is None:
+                seq.proposer = spec.proposer(request.sampling, self.eos, self.runner.max_length)
+            return seq.proposer.propose(seq.history[0, : seq.length], count)
+        except Exception as exc:  # a failing draft: this turn goes on with plain steps
+            log.warning("speculative proposals failed, plain steps follow: %s", exc)
+            seq.speculate = False
+            return []
 
     def _verify(self, speculating: list[tuple[_Sequence, list[int]]]) -> None:
         """Run every speculating sequence's pending token and proposals (one run each:
@@ -748,7 +758,7 @@ class Scheduler:
         )
         seq.stream = self.tokenizer.create_stream()
         seq.stopper = StopStringMatcher(list(request.stop)) if request.stop else None
-        seq.proposer = None
+        seq.proposer, seq.speculate = None, True
 
     def resume(self, seq: _Sequence, request: GenerationRequest, handle: Any) -> None:
         """Start a next turn of the held, finished ``seq`` (not evicted): ``request.prompt``

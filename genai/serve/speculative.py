@@ -17,14 +17,19 @@ sampling keeps the target distribution (rejection sampling with a one-token prop
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from genai.errors import InvalidArgumentError
-from genai.generation.speculative import NGramLookup
+from genai.errors import InvalidArgumentError, ModelError
+from genai.generation.search import SearchOptions
+from genai.generation.speculative import DraftProposer, NGramLookup, SpeculativeCounters
 
-__all__ = ["SlotProposer", "SpeculativeServing"]
+__all__ = ["DraftSlotProposer", "SlotProposer", "SpeculativeServing"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,11 @@ class SpeculativeServing:
     ngram_size: int = 3
     max_draft_tokens: int = 4
     max_streams: int = 1
+    #: A draft `genai.Model` with the target's vocabulary: its greedy tokens are the
+    #: proposals instead of prompt lookup's (``draft:DIR``; `loaded` loads ``draft_dir``).
+    draft: Any = None
+    #: The folder of ``draft:DIR`` (`parse`), loaded by `loaded`.
+    draft_dir: str | None = None
 
     def __post_init__(self) -> None:
         if not 2 <= self.ngram_size <= 16:
@@ -53,18 +63,68 @@ class SpeculativeServing:
 
     @classmethod
     def parse(cls, spec: str, max_streams: int = 1) -> SpeculativeServing:
-        """``ngram``, ``ngram:N`` (n-gram size) or ``ngram:N:K`` (size, proposals per step),
-        what ``genai serve --speculative`` takes; `InvalidArgumentError` otherwise."""
+        """``ngram``, ``ngram:N`` (n-gram size), ``ngram:N:K`` (size, proposals per step) or
+        ``draft:DIR`` (a draft model folder, K 4; `loaded` loads it), what ``genai serve
+        --speculative`` takes; `InvalidArgumentError` otherwise."""
         kind, _, rest = spec.partition(":")
+        if kind == "draft" and rest:
+            return cls(max_streams=max_streams, draft_dir=rest)
         if kind != "ngram":
             raise InvalidArgumentError(
-                f"--speculative takes ngram[:N[:K]], not {spec!r} (draft:DIR is not served yet)"
+                f"--speculative takes ngram[:N[:K]] or draft:DIR, not {spec!r}"
             )
         numbers = rest.split(":") if rest else []
         if len(numbers) > 2 or not all(n.isdigit() for n in numbers):
             raise InvalidArgumentError(f"--speculative takes ngram[:N[:K]], not {spec!r}")
         values = [int(n) for n in numbers]
         return cls(*values, max_streams=max_streams)
+
+    def loaded(self, load: Callable[[str], Any]) -> SpeculativeServing:
+        """This with ``draft`` = ``load(draft_dir)`` (unchanged without ``draft_dir``)."""
+        if self.draft_dir is None or self.draft is not None:
+            return self
+        return dataclasses.replace(self, draft=load(self.draft_dir))
+
+    def check_target(self, vocab_size: int) -> None:
+        """`ModelError` (the generator's message) when the draft's vocabulary differs."""
+        if self.draft is not None and self.draft.io.vocab_size != vocab_size:
+            raise ModelError(
+                "Target and draft logit dimensions don't match. Target vocab: "
+                f"{vocab_size}, Draft vocab: {self.draft.io.vocab_size}. Target and "
+                "draft must share the same vocabulary."
+            )
+
+    def proposer(
+        self, sampling: SearchOptions, eos: Sequence[int], max_length: int
+    ) -> SlotProposer | DraftSlotProposer:
+        """A new sequence's proposer (``sampling``: its options; the draft applies their
+        penalties, greedily)."""
+        if self.draft is None:
+            return SlotProposer(self.ngram_size)
+        return DraftSlotProposer(self.draft, sampling, eos, max_length)
+
+
+class DraftSlotProposer:
+    """One sequence's draft model (`genai.generation.speculative.DraftProposer`: a driver of
+    its own, batch 1, its KV rewound to the common prefix with the history before each
+    proposal)."""
+
+    def __init__(
+        self, draft: Any, sampling: SearchOptions, eos: Sequence[int], max_length: int
+    ) -> None:
+        options = copy.deepcopy(sampling)
+        self.max_length = min(max_length, int(draft.config.context_length))
+        options.max_length = self.max_length
+        self.draft = DraftProposer(
+            draft, options, np.asarray(list(eos), np.int32), SpeculativeCounters()
+        )
+
+    def propose(self, history: np.ndarray, count: int) -> list[int]:
+        """Up to ``count`` greedy draft tokens after ``history`` ([] near the draft's
+        context length)."""
+        if len(history) + count >= self.max_length:
+            return []
+        return self.draft.propose(np.ascontiguousarray(history, np.int32), count)
 
 
 class SlotProposer:
