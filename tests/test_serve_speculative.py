@@ -367,8 +367,8 @@ def test_http_answers_equal_plain_serving(gqa_model):
 
 
 def test_a_request_opts_out(gqa_model):
-    """``"speculative": false`` takes plain steps (no verify run counted); a non-boolean is a
-    400 naming the field."""
+    """``"speculative": false`` takes plain steps (no verify run counted), so does a request
+    for log-probabilities; a non-boolean is a 400 naming the field."""
     engine = ServeEngine(
         gqa_model, genai.Tokenizer(gqa_model), max_slots=2, lanes=1, speculative=NGRAM
     )
@@ -377,12 +377,15 @@ def test_a_request_opts_out(gqa_model):
     with BackgroundServer(engine) as srv:
         off = _ask(srv.url, {**body, "speculative": False})
         assert engine.scheduler.stats["speculative_target_runs"] == 0
+        with_logprobs = _ask(srv.url, {**body, "logprobs": 2})  # log-probs: plain steps
+        assert engine.scheduler.stats["speculative_target_runs"] == 0
         on = _ask(srv.url, body)
         assert engine.scheduler.stats["speculative_target_runs"] > 0
         bad = httpx.post(
             srv.url + "/v1/completions", json={**body, "speculative": "no"}, timeout=60
         )
     assert on["choices"][0]["text"] == off["choices"][0]["text"]
+    assert with_logprobs["choices"][0]["text"] == off["choices"][0]["text"]
     assert bad.status_code == 400 and "speculative" in bad.text
 
 
