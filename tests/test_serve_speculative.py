@@ -404,3 +404,23 @@ def test_cli_serves_with_speculation(fixture_folders, kind):
     assert reply["choices"][0]["text"] == genai.Tokenizer(model).decode(expected)
     runs = [m for m in metrics.splitlines() if m.startswith("genai_speculative_target_runs_total")]
     assert float(runs[0].split()[-1]) > 0
+
+
+def test_ray_replicas_take_the_speculative_options(fixture_folders):
+    """``genai serve --ray --speculative ...``: the options reach each replica's engine
+    (`replica_engine_options`, what a replica passes to its ServeEngine; no cluster); a draft
+    folder is loaded there."""
+    pytest.importorskip("ray.serve")
+    from genai.serve.ray_serve import build_app, replica_engine_options
+
+    app = build_app({"model": "/m", "speculative": "ngram:2:3", "speculative_max_streams": "2"})
+    engine_options = app._bound_deployment.init_args[1]
+    assert engine_options == {"speculative": "ngram:2:3", "speculative_max_streams": 2}
+    folder = str(fixture_folders["gqa"])
+    options = replica_engine_options(folder, engine_options)
+    assert options["speculative"] == SpeculativeServing(2, 3, 2)
+    engine = ServeEngine.from_path(folder, **options)
+    assert engine.scheduler.speculative == SpeculativeServing(2, 3, 2)
+    engine.shutdown()
+    spec = replica_engine_options(folder, {"speculative": f"draft:{folder}"})["speculative"]
+    assert spec.draft is not None and spec.draft.io.vocab_size == 64

@@ -10,7 +10,7 @@ from pathlib import Path
 from genai import hub
 from genai.cli.common import add_model_option, default_model, load_model
 from genai.cli.registry import command
-from genai.errors import InvalidArgumentError, MissingDependencyError
+from genai.errors import MissingDependencyError
 from genai.runtime.model import Model
 from genai.serve.speculative import SpeculativeServing
 
@@ -159,6 +159,9 @@ def _serve_ray(args: argparse.Namespace) -> int:
         "prefill_chunk": args.prefill_chunk,
         "prefix_cache_mb": args.prefix_cache_mb,
     }
+    if args.speculative:  # each replica loads a draft folder itself
+        options["speculative"] = args.speculative
+        options["speculative_max_streams"] = args.speculative_max_streams
     if args.api_key:
         options["api_key"] = args.api_key
     if args.max_body_bytes is not None:
@@ -192,11 +195,10 @@ def _serve(args: argparse.Namespace) -> int:
     speculative = None
     if args.speculative:
         speculative = SpeculativeServing.parse(args.speculative, args.speculative_max_streams)
-        speculative = speculative.loaded(lambda folder: Model(str(Path(folder).resolve())))
     if args.ray:
-        if speculative is not None:
-            raise InvalidArgumentError("--speculative is not served with --ray yet")
         return _serve_ray(args)
+    if speculative is not None:  # a draft folder
+        speculative = speculative.loaded(lambda folder: Model(str(Path(folder).resolve())))
     try:  # lazy: fastapi and uvicorn are the optional 'serve' extra
         from genai.serve.app import ServeEngine
         from genai.serve.server import run_server

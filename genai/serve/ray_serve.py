@@ -29,7 +29,9 @@ from typing import Any
 
 from ray import serve
 
+from genai.runtime.model import Model
 from genai.serve.app import ServeEngine, create_app
+from genai.serve.speculative import SpeculativeServing
 
 __all__ = ["GenaiReplica", "build_app", "deployment_options"]
 
@@ -43,7 +45,28 @@ ENGINE_OPTIONS = (
     "prefill_chunk",
     "prefix_cache_mb",
     "lanes",
+    "speculative",
+    "speculative_max_streams",
 )
+#: Engine options that stay strings.
+_TEXT_OPTIONS = ("model_name", "speculative")
+
+
+def replica_engine_options(model: str, engine_options: dict[str, Any]) -> dict[str, Any]:
+    """`ServeEngine.from_path` keywords of a replica of ``model`` from its deployment's
+    ``engine_options``: the defaults, and ``speculative`` parsed (a draft folder loaded)."""
+    options = dict(engine_options)
+    options.setdefault("model_name", Path(model).name)
+    # replicas are the parallelism here: one lane each unless asked (a replica does not
+    # know how many of the node's cores the others use)
+    options.setdefault("lanes", 1)
+    # genai serve --speculative ngram[:N[:K]] | draft:DIR
+    spec = options.pop("speculative", None)
+    streams = int(options.pop("speculative_max_streams", 1))
+    if spec:
+        parsed = SpeculativeServing.parse(str(spec), streams)
+        options["speculative"] = parsed.loaded(lambda d: Model(str(Path(d).resolve())))
+    return options
 
 
 class GenaiReplica:
@@ -60,11 +83,7 @@ class GenaiReplica:
         webui: bool = True,
         allow_remote_images: bool = False,
     ) -> None:
-        options = dict(engine_options or {})
-        options.setdefault("model_name", Path(model).name)
-        # replicas are the parallelism here: one lane each unless asked (a replica does not
-        # know how many of the node's cores the others use)
-        options.setdefault("lanes", 1)
+        options = replica_engine_options(model, engine_options or {})
         self.engine = ServeEngine.from_path(model, **options)
         if self.engine.images is not None:
             self.engine.images.allow_remote = bool(allow_remote_images)
@@ -151,7 +170,7 @@ def build_app(args: dict[str, Any]) -> Any:
     for key in ENGINE_OPTIONS:
         if key in args:
             value = args.pop(key)
-            engine[key] = value if key == "model_name" else _number(value)
+            engine[key] = value if key in _TEXT_OPTIONS else _number(value)
     ray_options = {
         k: _number(v) if k != "num_replicas" or v != "auto" else v for k, v in args.items()
     }
