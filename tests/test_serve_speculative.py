@@ -361,6 +361,21 @@ def test_http_answers_equal_plain_serving(gqa_model):
         ]
         assert len(runs) == 1
         assert (float(runs[0].split()[-1]) > 0) == (spec is not None)
+        values = {
+            line.split()[0]: float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("genai_speculative_")
+        }
+        stats = engine.scheduler.stats
+        if spec is not None:
+            rate = stats["speculative_accepted_tokens"] / stats["speculative_proposed_tokens"]
+            per_run = stats["speculative_emitted_tokens"] / stats["speculative_target_runs"]
+            assert values["genai_speculative_acceptance_rate"] == pytest.approx(rate)
+            assert values["genai_speculative_tokens_per_target_run"] == pytest.approx(per_run)
+            assert (
+                values["genai_speculative_accepted_tokens_total"]
+                == (stats["speculative_accepted_tokens"])
+            )
     assert answers[1] == answers[0]
     stop_reply = answers[0][1][-1]
     assert stop_reply[0][1] == "stop" and stop not in stop_reply[0][0]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 __all__ = ["ServerMetrics"]
 
@@ -119,7 +119,8 @@ class ServerMetrics:
         ``genai_prefill_tokens_total``, ``genai_prefill_runs_total`` and the speculative
         counters (``genai_speculative_proposed_tokens_total``, ``..._accepted_tokens_total``,
         ``..._emitted_tokens_total``, ``..._target_runs_total``: acceptance rate = accepted /
-        proposed, tokens per target run = emitted / target runs)."""
+        proposed, tokens per target run = emitted / target runs; both also as gauges since start:
+        ``genai_speculative_acceptance_rate``, ``genai_speculative_tokens_per_target_run``)."""
 
         class _Engine:
             def collect(self):
@@ -154,6 +155,18 @@ class ServerMetrics:
                     yield CounterMetricFamily(
                         f"genai_speculative_{name}", text, value=s.get(f"speculative_{name}", 0)
                     )
+                proposed = s.get("speculative_proposed_tokens", 0)
+                runs = s.get("speculative_target_runs", 0)
+                yield GaugeMetricFamily(
+                    "genai_speculative_acceptance_rate",
+                    "Accepted / proposed tokens since start (0 before any proposal)",
+                    value=s.get("speculative_accepted_tokens", 0) / proposed if proposed else 0.0,
+                )
+                yield GaugeMetricFamily(
+                    "genai_speculative_tokens_per_target_run",
+                    "Tokens emitted per verify run since start (0 before any)",
+                    value=s.get("speculative_emitted_tokens", 0) / runs if runs else 0.0,
+                )
 
         self.registry.register(_Engine())
 
