@@ -40,6 +40,7 @@ from genai.errors import (
     UnsupportedFeatureError,
 )
 from genai.generation.search import SearchOptions
+from genai.generation.speculative.stats import SpeculativeCounters
 from genai.runtime.model import Model
 from genai.serve.batch_runner import make_batch_runner
 from genai.serve.scheduler import Event, GenerationRequest, PrefixCache, Scheduler
@@ -64,70 +65,6 @@ PREFIX_CACHE_BYTES = 256 << 20
 #: Stop strings a turn may have, and their total UTF-8 bytes (the reference's limits).
 MAX_STOP_STRINGS = 16
 MAX_STOP_STRING_BYTES = 16 * 1024
-#: Keys of `Engine.get_speculative_stats` (the reference's; all zero without speculation).
-_SPECULATIVE_COUNTERS = (
-    "rounds",
-    "completed_rounds",
-    "interrupted_rounds",
-    "active_rounds",
-    "draft_tokens_proposed",
-    "draft_tokens_evaluated",
-    "draft_tokens_accepted",
-    "correction_tokens",
-    "bonus_tokens",
-    "tokens_queued",
-    "tokens_emitted",
-    "tokens_discarded",
-    "tokens_buffered",
-    "draft_forward_passes",
-    "target_forward_passes",
-    "effective_k",
-    "adaptive_k_increases",
-    "adaptive_k_decreases",
-    "adaptive_k_observations",
-    "adaptive_k_probes",
-    "cooldown_entries",
-    "cooldown_steps",
-    "cooldown_remaining",
-    "standard_fallback_steps",
-    "mtp_failures",
-    "dflash2_failures",
-    "dflash2_disables",
-    "dflash2_admission_misses",
-    "full_accept_rounds",
-    "partial_accept_rounds",
-    "zero_accept_rounds",
-    "target_verify_forward_passes",
-    "target_reanchor_forward_passes",
-    "target_reconciliation_forward_passes",
-    "ngram_lookup_hits",
-    "ngram_lookup_misses",
-    "ngram_lookup_tokens_proposed",
-    "ngram_chained_tokens_proposed",
-    "ngram_grammar_candidate_rejections",
-    "ngram_history_syncs",
-    "ngram_history_tokens_synced",
-)
-_SPECULATIVE_TIMES = (
-    "total_draft_ms",
-    "total_target_ms",
-    "total_reconciliation_ms",
-    "total_target_verify_ms",
-    "total_target_reanchor_ms",
-    "total_ngram_history_sync_ms",
-    "total_ngram_lookup_ms",
-    "avg_draft_ms_per_token",
-    "acceptance_rate",
-    "avg_draft_tokens_per_round",
-    "mean_emitted_tokens_per_round",
-    "expected_tokens_per_round",
-    "avg_target_ms_per_round",
-    "target_baseline_ms_per_token",
-    "target_overhead_ratio",
-    "estimated_speedup",
-    "observed_speedup",
-    "adaptive_k_throughput",
-)
 
 
 def _count(value: Any, what: str) -> int:
@@ -757,11 +694,7 @@ class Engine:
     def get_speculative_stats(self) -> dict[str, Any]:
         """Cumulative speculative-decoding telemetry (all zero: no speculative decoding)."""
         self._owner.check()
-        stats: dict[str, Any] = dict.fromkeys(_SPECULATIVE_COUNTERS, 0)
-        stats["formula_supported"] = False
-        stats.update(dict.fromkeys(_SPECULATIVE_TIMES, 0.0))
-        stats["acceptance_length_histogram"] = [0] * 8
-        return stats
+        return SpeculativeCounters().as_reference_dict()  # the reference's keys, all zero
 
     # --- stepping ------------------------------------------------------------------------------
     def _step(self, busy: list[Scheduler]) -> None:
