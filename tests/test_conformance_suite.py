@@ -125,6 +125,20 @@ class RaisingProbe(CPUBased):
         raise RuntimeError("probe crashed")
 
 
+class SessionProbe(CPUBased):
+    """Probes by creating a session: no model loads belong in a probe."""
+    name = "fake-session-probe"
+
+    def unavailable_reason(self):
+        import onnxruntime as ort
+
+        try:
+            ort.InferenceSession(b"", providers=["CPUExecutionProvider"])
+        except Exception:
+            pass
+        return None
+
+
 class CaptureHostKV(CPUBased):
     """Declares graph capture but keeps its KV cache in host memory."""
     name = "fake-capture-host-kv"
@@ -166,7 +180,8 @@ class NoSpeechVision(CPUBased):
 @hookimpl
 def register_providers(register):
     for cls in (
-        SharedKVBuffer, LyingPlacement, NoSession, Unavailable, RaisingProbe, LaxOptions,
+        SharedKVBuffer, LyingPlacement, NoSession, Unavailable, RaisingProbe, SessionProbe,
+        LaxOptions,
         CaptureHostKV, StaticBatch, StaticBatchUndeclared, NoSpeechVision,
     ):
         register(cls)
@@ -181,7 +196,9 @@ plugins.register_plugin(broken_providers, "broken-providers")
 
 BROKEN_TESTS = """
 from genai.testing.conformance import ProviderConformanceTests
-from genai.testing.conformance.suite import BatchTests, GraphCaptureTests, SpeechTests, VisionTests
+from genai.testing.conformance.suite import (
+    BatchTests, GraphCaptureTests, SessionCreationTests, SpeechTests, VisionTests,
+)
 
 class TestSharedKV(ProviderConformanceTests):
     provider_name = "fake-shared-kv"
@@ -197,6 +214,9 @@ class TestUnavailable(ProviderConformanceTests):
 
 class TestRaisingProbe(ProviderConformanceTests):
     provider_name = "fake-raising-probe"
+
+class TestSessionProbe(SessionCreationTests):
+    provider_name = "fake-session-probe"
 
 class TestLaxOptions(ProviderConformanceTests):
     provider_name = "fake-lax-options"
@@ -253,6 +273,9 @@ def test_suite_catches_broken_providers(pytester: pytest.Pytester, monkeypatch) 
     skipped = [t for (c, t), (o, _) in outcomes.items() if c == "TestUnavailable" and o == "skip"]
     assert "test_session_creation" in skipped and "test_batch_with_padding" in skipped
     assert outcome("TestRaisingProbe", "test_probe_is_cheap_and_does_not_raise") == "fail"
+    status, reason = outcomes[("TestSessionProbe", "test_probe_is_cheap_and_does_not_raise")]
+    assert status == "fail" and "created an ORT session" in reason
+    assert outcome("TestSessionProbe", "test_session_creation") == "pass"
     assert outcome("TestLaxOptions", "test_unknown_option_is_rejected") == "fail"
     assert outcome("TestLaxOptions", "test_greedy_parity_with_cpu") == "pass"
     # Graph capture declared, KV on the host: a captured graph would not read it: skipped.

@@ -17,7 +17,6 @@ Tests that need a capability the provider declares unsupported are skipped (`req
 from __future__ import annotations
 
 import io
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -59,9 +58,6 @@ __all__ = [
 
 #: New tokens each comparison generates.
 NEW_TOKENS = 16
-#: Longest a cheap availability probe may take (seconds).
-PROBE_SECONDS = 2.0
-
 #: The tiny Whisper fixture's weight seed: its greedy tokens vary from step to step and
 #: differ between the two synthetic clips (with other seeds they collapse onto one token).
 SPEECH_SEED = 5
@@ -419,13 +415,27 @@ class SessionCreationTests(ConformanceFixtures):
             )
 
     def test_probe_is_cheap_and_does_not_raise(
-        self, genai_provider_class: type[ExecutionProvider]
+        self, genai_provider_class: type[ExecutionProvider], monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        started = time.perf_counter()
-        reason = genai_provider_class().unavailable_reason()
-        elapsed = time.perf_counter() - started
-        assert reason is None or (isinstance(reason, str) and reason.strip())
-        assert elapsed < PROBE_SECONDS, f"the availability probe took {elapsed:.2f} s"
+        """The probe loads no model: it creates no ORT session, and says the same twice.
+
+        "Cheap" is checked by what the probe does, not by a clock, which a loaded machine
+        (or a first import of a large EP library) would fail.
+        """
+        import onnxruntime as ort
+
+        sessions: list[tuple[Any, ...]] = []
+
+        def no_session(*args: Any, **kwargs: Any) -> Any:
+            sessions.append(args)
+            raise AssertionError("the availability probe created an ORT session")
+
+        monkeypatch.setattr(ort, "InferenceSession", no_session)
+        first = genai_provider_class().unavailable_reason()
+        second = genai_provider_class().unavailable_reason()
+        assert not sessions, "the availability probe created an ORT session"
+        assert first is None or (isinstance(first, str) and first.strip())
+        assert first == second, "the availability probe answered differently twice"
 
     def test_provider_is_available(self, genai_provider_class: type[ExecutionProvider]) -> None:
         reason = genai_provider_class().unavailable_reason()
