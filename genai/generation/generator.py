@@ -48,6 +48,7 @@ from genai.generation.decode_ahead import make_ahead
 from genai.generation.drivers import Driver, LoopSettings, make_driver, require
 from genai.generation.logits import LogitsChain
 from genai.generation.speculative import (
+    RowSpeculation,
     SpeculativeDecoder,
     check_speculative,
     make_speculative,
@@ -173,8 +174,8 @@ class Generator:
         self._init_python_stage(model, params)
         #: Speculative decoding (`GeneratorParams.set_speculative_options`), or None: rounds
         #: that verify several proposed tokens in one run, emitted one per step.
-        self._spec: SpeculativeDecoder | None = make_speculative(
-            self, params.speculative, params.draft_model
+        self._spec: SpeculativeDecoder | RowSpeculation | None = make_speculative(
+            self, params.speculative, params.draft_model, params
         )
         #: Decode ahead (`genai.generation.decode_ahead`): a native thread runs the per-token
         #: loop's steps while Python runs; None where the steps need Python.
@@ -295,6 +296,8 @@ class Generator:
             )
         self._loop.append(array)
         self._new_generation()
+        if self._spec is not None and self._spec.take_tokens(array, length):
+            return  # batch > 1: each row's generator runs its tokens
         self._driver.run(prompt=length == 0)
 
     def set_active_adapter(self, adapters: Adapters, name: str) -> None:
@@ -302,6 +305,8 @@ class Generator:
         runs; several adapters may be active at once (onnxruntime-genai's API)."""
         self._settle(replay=True)
         adapters._activate(self, name)
+        if self._spec is not None:
+            self._spec.forward("set_active_adapter", adapters, name)
 
     # --- steps ----------------------------------------------------------------------------------
     def generate_next_token(self) -> None:
@@ -493,6 +498,8 @@ class Generator:
                 "per-row options need the sampling chain: create the generator with a "
                 "processing search option (e.g. do_sample=True)"
             )
+        if self._spec is not None:
+            self._spec.forward("set_row_search_options", row, dict(options))
         seed = options.pop("random_seed", None)
         assert self._chain is not None
         try:
@@ -588,8 +595,9 @@ class Generator:
         """A copy of the logits the next token is chosen from, float32 [batch, 1, vocab]
         (runs the model on a pending token first, as the reference)."""
         self._settle(runs=True)
-        if self._spec is not None and self._spec.pending:
-            return self._spec.next_logits()  # the verified row the next token comes from
+        found = self._spec.logits() if self._spec is not None else None
+        if found is not None:
+            return found  # the verified row the next token comes from (or the rows')
         loop = self._loop
         if not loop.logits_ready:
             self._check_terminated()
@@ -610,6 +618,8 @@ class Generator:
         else:
             self._logits_rows[:] = sampling.check_logits(logits, self.rows, self.vocab_size)
         self._loop.set_logits_ready()
+        if self._spec is not None:
+            self._spec.forward("set_logits", logits)
 
     def get_output(self, name: str) -> np.ndarray:
         """A host copy of the last run's output ``name``: ``"logits"``, ``"present.0.key"``,
@@ -633,6 +643,8 @@ class Generator:
         take is ignored (with a warning here); the dtype must be the graph's."""
         self._settle(replay=True)
         self._driver.set_model_input(name, value)
+        if self._spec is not None:
+            self._spec.forward("set_model_input", name, value)
 
     def set_inputs(self, named_tensors: Any) -> None:
         """The reference's input path for multimodal models: a processor's output
@@ -673,6 +685,8 @@ class Generator:
             self._terminated = value == "1"
             return
         self._driver.set_run_option(key, value)
+        if self._spec is not None:
+            self._spec.forward("set_runtime_option", key, value)
 
     def snapshot_state(self) -> None:
         """The reference's snapshot of recurrent state (conv / linear-attention layers) for a
@@ -712,6 +726,8 @@ class Generator:
         if length and self.num_beams > 1:
             raise UnsupportedFeatureError("rewind_to(n > 0) needs num_beams 1")
         self._driver.rewind(length)
+        if self._spec is not None:
+            self._spec.forward("rewind_to", length)
         if self._python_stage:
             self._replay(length)
         else:

@@ -8,10 +8,12 @@ the longest prefix the model agrees with (plus one token of its own).
 * `policy`: adaptive K and cooldown;
 * `decoder`: the rounds inside a `genai.Generator` (verify, accept, commit, emit one token
   per call);
+* `rows`: batch > 1, each row running its own rounds (one batch-1 generator per row);
 * `stats`: the counters behind `Generator.get_speculative_stats`.
 
 `make_speculative` is what a generator calls: it checks what the reference refuses and
-returns the `SpeculativeDecoder` for the generator's options, or None when they ask for none.
+returns the `SpeculativeDecoder` for the generator's options (a `RowSpeculation` at batch > 1),
+or None when they ask for none.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from genai.generation.speculative.decoder import Proposer, SpeculativeDecoder
 from genai.generation.speculative.draft import DraftProposer
 from genai.generation.speculative.ngram import NGramLookup, NGramProposer
 from genai.generation.speculative.options import SpeculativeOptionError, SpeculativeOptions
+from genai.generation.speculative.rows import RowSpeculation
 from genai.generation.speculative.stats import SpeculativeCounters
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "NGramLookup",
     "NGramProposer",
     "Proposer",
+    "RowSpeculation",
     "SpeculativeCounters",
     "SpeculativeDecoder",
     "SpeculativeOptionError",
@@ -50,9 +54,10 @@ def check_speculative(
     options: SpeculativeOptions, config: Any, search: Any, draft: Any = None
 ) -> None:
     """What the reference refuses before anything else when a generator is made: chained
-    lookup without n-gram decoding, n-gram decoding with a draft model, batch > 1, beam
-    search, several return sequences (``config``: the model's `Config`; ``search``: the
-    generator's `SearchOptions`; ``draft``: a draft model chosen at run time, if any)."""
+    lookup without n-gram decoding, n-gram decoding with a draft model, beam search, several
+    return sequences (``config``: the model's `Config`; ``search``: the generator's
+    `SearchOptions`; ``draft``: a draft model chosen at run time, if any). Beyond the
+    reference, batch > 1 runs (`RowSpeculation`)."""
     has_draft = draft is not None or config.get("model.draft") is not None
     if options.ngram_chained_lookup and not options.ngram:
         raise SpeculativeOptionError(
@@ -68,8 +73,6 @@ def check_speculative(
             "N-gram decoding cannot be combined with draft-model speculative decoding."
         )
     what = "N-gram decoding"
-    if search.batch_size != 1:
-        raise UnsupportedFeatureError(f"{what} requires batch_size=1 in this release.")
     if search.num_beams != 1:
         raise UnsupportedFeatureError(f"{what} does not support beam search in this release.")
     if search.num_return_sequences != 1:
@@ -77,12 +80,7 @@ def check_speculative(
 
 
 def _check_draft_search(search: Any) -> None:
-    """What the reference refuses with a draft model."""
-    if search.batch_size != 1:
-        raise UnsupportedFeatureError(
-            "Speculative decoding does not support batch_size > 1 in this release. Got "
-            f"batch_size={search.batch_size}"
-        )
+    """What the reference refuses with a draft model (batch_size > 1 runs here)."""
     if search.num_beams != 1:
         raise UnsupportedFeatureError(
             "Speculative decoding does not support num_beams > 1 (beam search). Got "
@@ -96,17 +94,24 @@ def _check_draft_search(search: Any) -> None:
 
 
 def make_speculative(
-    generator: Any, options: SpeculativeOptions, draft: Any = None
-) -> SpeculativeDecoder | None:
+    generator: Any, options: SpeculativeOptions, draft: Any = None, params: Any = None
+) -> SpeculativeDecoder | RowSpeculation | None:
     """The speculative decoder ``generator`` (a `genai.Generator`, its driver made) runs with
     ``options`` (checked by `check_speculative`), or None when they ask for none: n-gram
     decoding (``ngram_size``) or a draft model (``draft``, chosen at run time, else the
     model's ``model.draft``). Raises what the reference raises for a model it cannot run,
-    with its messages."""
+    with its messages. At batch > 1 (``params``: the generator's `GeneratorParams`) a
+    `RowSpeculation`: a batch-1 generator per row, each checked as one."""
     if draft is None:
         draft = getattr(generator.model, "draft", None)
     if not options.ngram and draft is None:
         return None
+    if generator.rows > 1:
+        if params is None:
+            raise UnsupportedFeatureError(
+                "speculative decoding at batch_size > 1 needs the generator's parameters"
+            )
+        return RowSpeculation(generator, params)
     counters = SpeculativeCounters()
     proposer: Proposer
     if options.ngram:

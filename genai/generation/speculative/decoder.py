@@ -114,6 +114,18 @@ class SpeculativeDecoder:
         assert self._rows is not None
         return self._rows[self._emitted][None, None, :].copy()
 
+    def logits(self) -> np.ndarray | None:
+        """`Generator.get_logits` while a round has tokens to emit (`next_logits`), else None
+        (the generator's own rows)."""
+        return self.next_logits() if self.queue else None
+
+    def take_tokens(self, tokens: np.ndarray, length: int) -> bool:
+        """Appended tokens: the generator runs them itself (False)."""
+        return False
+
+    def forward(self, name: str, *args: Any) -> None:
+        """Nothing to pass on: the generator's own binding runs the rounds."""
+
     def stats(self) -> dict[str, Any]:
         """`Generator.get_speculative_stats`."""
         return self.counters.as_reference_dict(

@@ -1,0 +1,206 @@
+"""Speculative decoding at batch > 1: every row runs its own rounds.
+
+A verify run feeds several new tokens on top of a past. onnxruntime's GroupQueryAttention (the
+attention of every folder both builders write) takes that only at batch 1 ("batch_size must be
+1 when sequence_length > 1 and past context is given"), so a batch cannot verify its rows'
+proposals in one run: each row needs a run of its own. Keeping the rows in lockstep (every row
+commits the fewest tokens any row accepted) would then cost accepted tokens and save nothing,
+so the rows run apart instead:
+
+* `RowSpeculation` gives each row a batch-1 `genai.Generator` of its own (the same model,
+  search options, logits processors, bias, stop strings, guidance, adapters and speculative
+  options; the row's sampling stream), fed the row's prompt without its padding. Each row
+  proposes from its own tokens (prompt lookup over its own history, or its own draft model),
+  verifies, accepts and queues exactly as at batch 1 (`SpeculativeDecoder`);
+* each `generate_next_token` takes one token from every unfinished row's generator (a round's
+  next queued token, or a new round) and appends the column to the batch's sequences, as a
+  plain batched step does: finished rows get the pad token, a row's EOS is in its sequence
+  unless it finishes the last row, a stop string flags its row done.
+
+Every row's tokens are its own generator's, which are batch-1 plain decoding's (greedy: the
+argmax at every position; sampling: draws from the row's own stream, row b's stream of the
+seed as in a plain batched run). The batch's own model binding is not run: its prompt run and
+KV cache are left to the row generators (`append` takes the prompt).
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from genai.compat.engine_enums import FinishReason
+from genai.errors import GenerationError
+from genai.generation.speculative.stats import SpeculativeCounters
+
+__all__ = ["RowSpeculation"]
+
+
+class _NoProposer:
+    """What `genai.Generator` asks of a decoder's proposer (the rows keep their own)."""
+
+    def invalidate(self) -> None:
+        """Nothing to do: each row's generator rewinds its own."""
+
+
+class RowSpeculation:
+    """Speculative decoding for a batch of ``generator.rows`` rows, one batch-1 generator per
+    row (see the module docstring); ``params``: the batch's `genai.GeneratorParams`."""
+
+    #: A generator's rounds never leave tokens queued here: every step emits a whole column.
+    pending = False
+    visible = 0
+
+    def __init__(self, generator: Any, params: Any) -> None:
+        self.g = generator
+        row_params = copy.copy(params)
+        row_params.search = copy.deepcopy(params.search)
+        row_params.search.batch_size = 1
+        self.pad_id = int(generator.model.config.get("model.pad_token_id", 0))
+        self._eos = frozenset(int(t) for t in generator._eos)
+        self.proposer = _NoProposer()
+        seed = int(params.search.random_seed)
+        #: One batch-1 generator per row (its class: no import of the generator module here).
+        self.rows: list[Any] = []
+        for row in range(generator.rows):
+            sub = type(generator)(generator.model, row_params)
+            chain = sub._chain
+            if seed != -1 and chain.sampler is not None:
+                chain.seed(seed, row=0, stream=row)  # row b's stream, as in a batched run
+            self.rows.append(sub)
+        #: per row: the trailing pad tokens of its first prompt (its generator has none)
+        self.pads = np.zeros(generator.rows, np.int64)
+
+    # --- what the generator asks ----------------------------------------------------------------
+    def take_tokens(self, tokens: np.ndarray, length: int) -> bool:
+        """The batch appended ``tokens`` [rows, n] after ``length`` tokens: each row's generator
+        appends its row (the first prompt without its trailing pad tokens, as the batched prompt
+        run masks them) and runs it. True: the batch's own binding has nothing to run."""
+        g = self.g
+        if length == 0:
+            for row, sub in enumerate(self.rows):
+                values = tokens[row]
+                kept = values.shape[0]
+                while kept > 1 and values[kept - 1] == self.pad_id:
+                    kept -= 1
+                self.pads[row] = values.shape[0] - kept
+                if sub.token_count():
+                    sub.rewind_to(0)
+                # the row reaches the batch's max_length when the batch does
+                sub.max_length = g.max_length - int(self.pads[row])
+                sub.append_tokens(np.ascontiguousarray(values[None, :kept]))
+            return True
+        for row, sub in enumerate(self.rows):
+            sub.append_tokens(np.ascontiguousarray(tokens[row : row + 1]))
+        return True
+
+    def drain(self) -> bool:
+        """Nothing is queued at the batch's level: every step is a `step`."""
+        return False
+
+    def step(self) -> None:
+        """One token of every unfinished row (see the module docstring)."""
+        g = self.g
+        loop = g._loop
+        if g._all_finished or loop.all_done:
+            raise GenerationError("every row has finished")
+        done = g._done
+        column = np.full(g.rows, self.pad_id, np.int32)
+        finished_eos = np.array(done, bool)
+        stopped: list[int] = []
+        for row, sub in enumerate(self.rows):
+            if done[row]:
+                continue
+            sub.generate_next_token()
+            token = int(sub.get_next_tokens()[0])
+            column[row] = token
+            if not sub.is_done():
+                continue
+            reason = sub.finish_reason(0)
+            if reason is FinishReason.EOS:
+                finished_eos[row] = True
+            elif reason is FinishReason.STOP_STRING:
+                stopped.append(row)
+        length = loop.length
+        if finished_eos.all():
+            # as a plain step that finishes the last row: the tokens are reported, not added
+            loop.push_tokens(column, True)
+            loop.rewind(length)  # the sequences keep `length` tokens (the KV is not the loop's)
+            done[:] = 1
+            g._all_finished = True
+            return
+        loop.push_tokens(column, False)
+        done[finished_eos] = 1
+        for row in stopped:
+            g._finish[row] = FinishReason.STOP_STRING
+            done[row] = 1
+        g._all_finished = bool(done.all())
+
+    def settle(self) -> None:
+        """Nothing queued at the batch's level (each row's generator settles its own when it
+        is rewound or appended to)."""
+
+    def reset(self) -> None:
+        """A new sequence: the rows' generators start over at their next prompt."""
+
+    def logits(self) -> np.ndarray | None:
+        """`Generator.get_logits`: each unfinished row's, float32 [rows, 1, vocab] (a finished
+        row's are zeros: its generator ran no pad token)."""
+        out = np.zeros((self.g.rows, 1, self.g.vocab_size), np.float32)
+        for row, sub in enumerate(self.rows):
+            if not self.g._done[row]:
+                out[row] = sub.get_logits()[0]
+        return out
+
+    def forward(self, name: str, *args: Any) -> None:
+        """Do what the batch's generator was asked (``name``: its method) on the rows'
+        generators: adapters, model inputs, run options for every row; a row's search options,
+        logits and rewinds for that row."""
+        if name == "set_logits":
+            logits = np.asarray(args[0], np.float32).reshape(self.g.rows, -1)
+            for row, sub in enumerate(self.rows):
+                sub.set_logits(logits[row : row + 1])
+        elif name == "set_row_search_options":
+            row, options = args
+            self.rows[row].set_row_search_options(0, **options)
+        elif name == "rewind_to":
+            (length,) = args
+            prompt = self.g._loop.prompt_length
+            for row, sub in enumerate(self.rows):
+                pads = int(self.pads[row])
+                kept = length - pads if length >= prompt else min(length, prompt - pads)
+                if kept < sub.token_count():
+                    sub.rewind_to(max(kept, 0))
+        else:
+            for sub in self.rows:
+                getattr(sub, name)(*args)
+
+    def stats(self) -> dict[str, Any]:
+        """`Generator.get_speculative_stats`: the rows' counters added up (a round is one
+        row's round); ``effective_k`` the largest row's."""
+        total = SpeculativeCounters()
+        names = [n for n in vars(total) if n != "k_counts"]
+        adaptive = SimpleNamespace(increases=0, decreases=0, observations=0, probes=0)
+        cooldown = SimpleNamespace(entries=0, steps=0, remaining=0)
+        buffered = effective_k = 0
+        throughput: list[float] = []
+        for sub in self.rows:
+            spec = sub._spec
+            counters = spec.counters
+            for name in names:
+                setattr(total, name, getattr(total, name) + getattr(counters, name))
+            for k, count in counters.k_counts.items():
+                total.k_counts[k] = total.k_counts.get(k, 0) + count
+            for name in vars(adaptive):
+                setattr(adaptive, name, getattr(adaptive, name) + getattr(spec.adaptive, name))
+            for name in vars(cooldown):
+                setattr(cooldown, name, getattr(cooldown, name) + getattr(spec.cooldown, name))
+            throughput.append(spec.adaptive.throughput)
+            buffered += len(spec.queue)
+            effective_k = max(effective_k, spec.adaptive.k)
+        adaptive.throughput = float(np.mean(throughput)) if throughput else 0.0
+        return total.as_reference_dict(
+            buffered=buffered, effective_k=effective_k, adaptive=adaptive, cooldown=cooldown
+        )
