@@ -45,6 +45,24 @@ class _NoProposer:
         """Nothing to do: each row's generator rewinds its own."""
 
 
+class _PaddedIds:
+    """A custom logits processor of row ``row`` called with the row's tokens as the batch holds
+    them (its prompt padding included), as plain batched decoding calls it."""
+
+    def __init__(self, owner: RowSpeculation, row: int, processor: Any) -> None:
+        self.owner, self.row, self.processor = owner, row, processor
+
+    def __call__(self, tokens: np.ndarray, logits: np.ndarray) -> Any:
+        owner, row = self.owner, self.row
+        pads = int(owner.pads[row])
+        if pads:
+            prompt = int(owner.prompts[row])
+            filler = np.full(pads, owner.pad_id, tokens.dtype)
+            tokens = np.concatenate([tokens[:prompt], filler, tokens[prompt:]])
+            tokens.flags.writeable = False
+        return self.processor(tokens, logits)
+
+
 class RowSpeculation:
     """Speculative decoding for a batch of ``generator.rows`` rows, one batch-1 generator per
     row (see the module docstring); ``params``: the batch's `genai.GeneratorParams`."""
@@ -55,23 +73,28 @@ class RowSpeculation:
 
     def __init__(self, generator: Any, params: Any) -> None:
         self.g = generator
-        row_params = copy.copy(params)
-        row_params.search = copy.deepcopy(params.search)
-        row_params.search.batch_size = 1
         self.pad_id = int(generator.model.config.get("model.pad_token_id", 0))
         self._eos = frozenset(int(t) for t in generator._eos)
         self.proposer = _NoProposer()
         seed = int(params.search.random_seed)
         #: One batch-1 generator per row (its class: no import of the generator module here).
         self.rows: list[Any] = []
+        #: per row: the trailing pad tokens of its first prompt (its generator has none), and
+        #: that prompt's length without them
+        self.pads = np.zeros(generator.rows, np.int64)
+        self.prompts = np.zeros(generator.rows, np.int64)
         for row in range(generator.rows):
+            row_params = copy.copy(params)
+            row_params.search = copy.deepcopy(params.search)
+            row_params.search.batch_size = 1
+            row_params.logits_processors = [
+                _PaddedIds(self, row, p) for p in params.logits_processors
+            ]
             sub = type(generator)(generator.model, row_params)
             chain = sub._chain
             if seed != -1 and chain.sampler is not None:
                 chain.seed(seed, row=0, stream=row)  # row b's stream, as in a batched run
             self.rows.append(sub)
-        #: per row: the trailing pad tokens of its first prompt (its generator has none)
-        self.pads = np.zeros(generator.rows, np.int64)
 
     # --- what the generator asks ----------------------------------------------------------------
     def take_tokens(self, tokens: np.ndarray, length: int) -> bool:
@@ -79,17 +102,22 @@ class RowSpeculation:
         appends its row (the first prompt without its trailing pad tokens, as the batched prompt
         run masks them) and runs it. True: the batch's own binding has nothing to run."""
         g = self.g
+        min_length = g.search.min_length
         if length == 0:
             for row, sub in enumerate(self.rows):
                 values = tokens[row]
                 kept = values.shape[0]
                 while kept > 1 and values[kept - 1] == self.pad_id:
                     kept -= 1
-                self.pads[row] = values.shape[0] - kept
+                pads = values.shape[0] - kept
+                self.pads[row], self.prompts[row] = pads, kept
                 if sub.token_count():
                     sub.rewind_to(0)
-                # the row reaches the batch's max_length when the batch does
-                sub.max_length = g.max_length - int(self.pads[row])
+                # the row's lengths count its padding in the batch: it reaches max_length and
+                # min_length when the batch does
+                sub.max_length = g.max_length - pads
+                if min_length:
+                    sub._chain.configure(0, min_length=max(min_length - pads, 0))
                 sub.append_tokens(np.ascontiguousarray(values[None, :kept]))
             return True
         for row, sub in enumerate(self.rows):
