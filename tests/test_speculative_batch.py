@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import genai
+from genai.generation.speculative import rows as row_speculation
 from genai.testing.lora import write_lora_adapter, write_lora_decoder
 from genai.testing.models import write_gqa_decoder
 from genai.testing.speculative import markov_distribution, write_table_decoder
@@ -78,6 +79,8 @@ def _run_batch(
         trace.append(([int(t) for t in gen.get_next_tokens()], gen.token_count(), gen.is_done()))
     sequences = [[int(t) for t in gen.get_sequence(row)] for row in range(len(prompts))]
     stats = gen.get_speculative_stats() if mod is genai else {}
+    if mod is genai and spec:
+        stats["batched"] = gen._spec.batched  # the batch went back to plain batched steps
     return sequences, trace, stats
 
 
@@ -109,6 +112,18 @@ def _continuation(folder: Path, seed: Sequence[int], length: int) -> list[int]:
     """``seed`` and the reference's greedy tokens after it, ``length`` in all (a prompt whose
     greedy continuation repeats itself on the random fixtures: lookups hit)."""
     return _run_one(og, folder, seed, length)
+
+
+@pytest.fixture(params=["rows", "leave"])
+def mode(request, monkeypatch) -> str:
+    """``rows``: every row keeps its own rounds; ``leave``: the batch goes back to plain
+    batched steps after a few columns (`RowSpeculation._leave`)."""
+    if request.param == "rows":
+        monkeypatch.setattr(row_speculation, "CHECK_EVERY", 10**9)
+    else:
+        monkeypatch.setattr(row_speculation, "CHECK_EVERY", 5)
+        monkeypatch.setattr(row_speculation, "LEAVE_AT", 0.0)
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +162,7 @@ def prompts(folders) -> list[list[int]]:
     ids=["k4", "k6-repetition", "adaptive-cooldown-min-length"],
 )
 def test_greedy_equals_plain_batched_and_batch1_decoding(
-    folders, prompts, layout, batch, spec, search
+    folders, prompts, layout, batch, spec, search, mode
 ):
     folder = folders[layout]
     rows = prompts[:batch]
@@ -155,7 +170,9 @@ def test_greedy_equals_plain_batched_and_batch1_decoding(
     got = _run_batch(genai, folder, rows, 48, spec, **search)
     assert got[0] == want[0]
     assert got[1] == want[1]  # the same token per call, count and done state
-    assert got[2]["rounds"] > 0 and got[2]["draft_tokens_accepted"] > 0
+    assert got[2]["batched"] is (mode == "leave")
+    if mode == "rows":
+        assert got[2]["rounds"] > 0 and got[2]["draft_tokens_accepted"] > 0
     width = max(len(p) for p in rows)
     for row, prompt in zip(_unpadded_rows(got[0], rows, 2), rows, strict=True):
         alone = _run_one(og, folder, prompt, 48 - (width - len(prompt)), **search)

@@ -20,7 +20,16 @@ so the rows run apart instead:
 Every row's tokens are its own generator's, which are batch-1 plain decoding's (greedy: the
 argmax at every position; sampling: draws from the row's own stream, row b's stream of the
 seed as in a plain batched run). The batch's own model binding is not run: its prompt run and
-KV cache are left to the row generators (`append` takes the prompt).
+KV cache are left to the row generators (`take_tokens` takes the prompt).
+
+**Going back to batched steps.** On a CPU a decode run streams every weight once whatever the
+batch, so one batched plain step costs about what one row's run costs. Every `CHECK_EVERY`
+columns the rows' model runs (verify runs and plain steps) are counted: when they are at least
+one per column, rounds cost more than plain batched decoding would, and the batch goes back to
+it for the rest of the generation (`_leave`): the batch's own loop runs every row's tokens in
+one prompt run (each row's tokens without the padding, right-padded, then the sequences are put
+back as the batch holds them), then makes plain batched steps. Not with presence or frequency
+penalties (they count from the loop's prompt length, which that run moves).
 """
 
 from __future__ import annotations
@@ -35,7 +44,12 @@ from genai.compat.engine_enums import FinishReason
 from genai.errors import GenerationError
 from genai.generation.speculative.stats import SpeculativeCounters
 
-__all__ = ["RowSpeculation"]
+__all__ = ["CHECK_EVERY", "LEAVE_AT", "RowSpeculation"]
+
+#: Columns between two checks of the rows' model runs per column (see the module docstring).
+CHECK_EVERY = 16
+#: The batch goes back to plain batched steps at this many of the rows' runs per column.
+LEAVE_AT = 1.0
 
 
 class _NoProposer:
@@ -83,6 +97,15 @@ class RowSpeculation:
         #: that prompt's length without them
         self.pads = np.zeros(generator.rows, np.int64)
         self.prompts = np.zeros(generator.rows, np.int64)
+        #: the first prompt's width (padding included)
+        self.width = 0
+        #: True once the batch went back to plain batched steps (`_leave`)
+        self.batched = False
+        #: the batch goes back to batched steps once no row has tokens queued
+        self.leaving = False
+        #: columns emitted by the rows since the prompt, plain batched steps since `_leave`
+        self.columns = 0
+        self.fallback = 0
         for row in range(generator.rows):
             row_params = copy.copy(params)
             row_params.search = copy.deepcopy(params.search)
@@ -104,6 +127,8 @@ class RowSpeculation:
         g = self.g
         min_length = g.search.min_length
         if length == 0:
+            self.batched, self.leaving = False, False
+            self.columns, self.width = 0, tokens.shape[1]
             for row, sub in enumerate(self.rows):
                 values = tokens[row]
                 kept = values.shape[0]
@@ -120,6 +145,8 @@ class RowSpeculation:
                     sub._chain.configure(0, min_length=max(min_length - pads, 0))
                 sub.append_tokens(np.ascontiguousarray(values[None, :kept]))
             return True
+        if self.batched:
+            return False  # the batch's own loop runs them
         for row, sub in enumerate(self.rows):
             sub.append_tokens(np.ascontiguousarray(tokens[row : row + 1]))
         return True
@@ -132,6 +159,13 @@ class RowSpeculation:
         """One token of every unfinished row (see the module docstring)."""
         g = self.g
         loop = g._loop
+        if self.batched:
+            self.fallback += 1
+            if g._python_stage:
+                g._guided_step()
+            else:
+                g._driver.step()
+            return
         if g._all_finished or loop.all_done:
             raise GenerationError("every row has finished")
         done = g._done
@@ -165,6 +199,62 @@ class RowSpeculation:
             g._finish[row] = FinishReason.STOP_STRING
             done[row] = 1
         g._all_finished = bool(done.all())
+        self.columns += 1
+        if g._all_finished:
+            return
+        if self.columns % CHECK_EVERY == 0 and self._runs_per_column() >= LEAVE_AT:
+            self.leaving = True
+        # (once no row has tokens queued: a round's draws and runs are not thrown away)
+        if self.leaving and not any(sub._spec.queue for sub in self.rows) and self._leave():
+            self.leaving = False
+
+    def _runs_per_column(self) -> float:
+        """The rows' model runs (verify and plain steps) per column so far."""
+        runs = 0
+        for sub in self.rows:
+            counters = sub._spec.counters
+            runs += counters.target_verify_forward_passes + counters.standard_fallback_steps
+            runs += counters.target_reanchor_forward_passes
+        return runs / max(self.columns, 1)
+
+    def _leave(self) -> bool:
+        """Go back to plain batched steps (see the module docstring); False when the batch
+        cannot: penalties counted from the prompt, or an unfinished row whose last token is
+        the pad token (the prompt run would take it for padding)."""
+        g = self.g
+        loop = g._loop
+        length = loop.length
+        if g._chain.sampler is not None:
+            for row in range(g.rows):
+                options = g._chain.options(row)
+                if options.get("presence_penalty") or options.get("frequency_penalty"):
+                    return False
+        held = g._sequences[:, :length].copy()
+        done = g._done.copy()
+        if any(not done[r] and held[r, length - 1] == self.pad_id for r in range(g.rows)):
+            return False
+        packed = np.full_like(held, self.pad_id)
+        for row in range(g.rows):
+            real = np.concatenate([held[row, : self.prompts[row]], held[row, self.width :]])
+            packed[row, : real.shape[0]] = real
+        for sub in self.rows:
+            sub._spec.settle()  # what a row queued and the batch did not take is discarded
+        g._driver.rewind(0)
+        loop.append(packed)
+        g._driver.run(prompt=True)
+        g._sequences[:, :length] = held
+        sampler = g._chain.sampler
+        if sampler is not None:  # each row's stream goes on where its generator left it
+            state = sampler.rng.get_state()
+            for row, sub in enumerate(self.rows):
+                state[row] = sub._chain.sampler.rng.get_state()[0]
+            sampler.rng.set_state(state)
+        g._done[:] = 0
+        if g._python_stage:
+            g._replay(length)  # stop strings and guidance see the tokens again
+        g._done[:] |= done
+        self.batched = True
+        return True
 
     def settle(self) -> None:
         """Nothing queued at the batch's level (each row's generator settles its own when it
@@ -175,7 +265,9 @@ class RowSpeculation:
 
     def logits(self) -> np.ndarray | None:
         """`Generator.get_logits`: each unfinished row's, float32 [rows, 1, vocab] (a finished
-        row's are zeros: its generator ran no pad token)."""
+        row's are zeros: its generator ran no pad token); None after `_leave` (the batch's)."""
+        if self.batched:
+            return None
         out = np.zeros((self.g.rows, 1, self.g.vocab_size), np.float32)
         for row, sub in enumerate(self.rows):
             if not self.g._done[row]:
@@ -186,6 +278,8 @@ class RowSpeculation:
         """Do what the batch's generator was asked (``name``: its method) on the rows'
         generators: adapters, model inputs, run options for every row; a row's search options,
         logits and rewinds for that row."""
+        if self.batched and name in ("set_logits", "rewind_to"):
+            return  # the batch's own loop holds the tokens now
         if name == "set_logits":
             logits = np.asarray(args[0], np.float32).reshape(self.g.rows, -1)
             for row, sub in enumerate(self.rows):
@@ -229,6 +323,7 @@ class RowSpeculation:
             buffered += len(spec.queue)
             effective_k = max(effective_k, spec.adaptive.k)
         adaptive.throughput = float(np.mean(throughput)) if throughput else 0.0
+        total.standard_fallback_steps += self.fallback
         return total.as_reference_dict(
             buffered=buffered, effective_k=effective_k, adaptive=adaptive, cooldown=cooldown
         )
