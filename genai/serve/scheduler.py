@@ -352,12 +352,14 @@ class Scheduler:
         self.steps = 0
         #: Where the scheduler thread's time went (seconds) and what the model ran: waiting
         #: for work (``idle_seconds``), model runs (``model_seconds``, wall time: concurrent
-        #: runs count once), the rest of the iterations (``host_seconds``: admission,
-        #: sampling, detokenizing, events).
+        #: runs count once; ``model_cpu_seconds``, the CPU time of the threads running them),
+        #: the rest of the iterations (``host_seconds``: admission, sampling, detokenizing,
+        #: events).
         self.stats: dict[str, float] = dict.fromkeys(
             (
                 "idle_seconds",
                 "model_seconds",
+                "model_cpu_seconds",
                 "host_seconds",
                 "decode_steps",
                 "decode_rows",
@@ -613,12 +615,15 @@ class Scheduler:
         prefilled: list[tuple[_Sequence, np.ndarray]] = []
         logits = None
         started = time.perf_counter()
+        decode_cpu = 0.0
         if plan and inputs is not None and self._pool is not None:
             self.runner.frozen = True
             try:
                 future = self._pool.submit(self._run_prefill, plan)
                 try:
+                    decode_cpu = time.thread_time()
                     logits = self.runner.decode(*inputs, filler_at=needed - 1)
+                    decode_cpu = time.thread_time() - decode_cpu
                 finally:
                     prefilled = future.result()
             finally:
@@ -627,7 +632,10 @@ class Scheduler:
             if plan:
                 prefilled = self._run_prefill(plan)
             if inputs is not None:
+                decode_cpu = time.thread_time()
                 logits = self.runner.decode(*inputs)
+                decode_cpu = time.thread_time() - decode_cpu
+        self.stats["model_cpu_seconds"] += decode_cpu  # after the prefill thread added its own
         self._account(started, plan, inputs)
         self._prefilled(prefilled)
         if logits is not None:
@@ -681,9 +689,10 @@ class Scheduler:
             (seq.slot, np.asarray([seq.next_token, *proposal], np.int32))
             for seq, proposal in speculating
         ]
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         found = runner.verify_many(batch)
         stats["model_seconds"] += time.perf_counter() - started
+        stats["model_cpu_seconds"] += time.thread_time() - cpu
         stats["speculative_target_runs"] += len(found)
         for (seq, proposal), base, rows in zip(speculating, bases, found, strict=True):
             try:
@@ -897,6 +906,7 @@ class Scheduler:
         """Run the planned chunks; the logits of the sequences whose pending tokens are all in
         (copies). May run on the pool thread: touches only the planned sequences."""
         done = []
+        cpu = time.thread_time()
         for seq, count in plan:
             if seq.request.inputs is not None:
                 logits = self.runner.prefill_inputs(seq.slot, seq.request.inputs)
@@ -905,6 +915,8 @@ class Scheduler:
             seq.pending = seq.pending[count:]
             if not len(seq.pending):
                 done.append((seq, logits.copy()))
+        # (on the prefill thread: the scheduler thread adds its decode run's after this)
+        self.stats["model_cpu_seconds"] += time.thread_time() - cpu
         return done
 
     def _account(
