@@ -6,7 +6,8 @@ An `Engine` owns one `genai.serve.scheduler.Scheduler` and its batch runner, the
 iterations (admission, chunked prefill, one batched decode step for every generating
 request, each request's own logits chain) until they produce events, and hands them out
 through an `EngineEventBuffer`. There is no second scheduler; with several lanes (schedulers
-side by side, as ``genai serve`` runs them) `Engine.run` steps them on worker threads at once.
+side by side, as ``genai serve`` runs them) `Engine.run` steps them on lane threads at once,
+each lane at its own pace (`Engine._advance`).
 
 A `Request` is one conversation: `Request.begin_turn` appends tokens and generates a reply.
 Between turns the request keeps its slot, so the next turn runs only its new tokens on the
@@ -25,6 +26,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import math
+import queue
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -460,6 +462,7 @@ class Request:
         and its events were read (`Engine.run`)."""
         engine = self._engine
         with engine._owner:
+            engine._settle()
             if self._closed:
                 if self._turn is None:
                     raise GenerationError("Cannot use a closed request.")
@@ -501,6 +504,7 @@ class Request:
         CANCELLED). False when that turn is not the one running."""
         turn_id = _count(turn_id, "turn_id")
         with self._engine._owner:
+            self._engine._settle()
             if self._closed:
                 raise GenerationError("Cannot cancel a closed request.")
             turn = self._turn
@@ -516,6 +520,7 @@ class Request:
         and every later turn's are dropped, KV included)."""
         turn_id = _count(turn_id, "turn_id")
         with self._engine._owner:
+            self._engine._settle()
             if self._closed:
                 raise GenerationError("Cannot rewind a closed request.")
             if self._turn is not None and not self._turn.finished:
@@ -546,6 +551,7 @@ class Request:
         Closing twice does nothing."""
         engine = self._engine
         with engine._owner:
+            engine._settle()
             if self._closed:
                 return
             self._closed = True
@@ -599,7 +605,7 @@ class Engine:
         self._tokenizer = Tokenizer(model)
         self._eos = [int(e) for e in config.eos_token_ids]
         # lanes: schedulers side by side, each on its own slots, as `genai serve` runs them
-        # (genai.serve.scheduler_group); `run` steps them at the same time
+        # (genai.serve.scheduler_group); `run` steps them at the same time (`_advance`)
         lanes = max(1, min(default_lanes(model), slots // 2))
         self._runners = [
             make_batch_runner(
@@ -629,7 +635,10 @@ class Engine:
         ]
         #: Requests with a turn running, per lane (a new conversation goes to the least busy).
         self._busy = [0] * lanes
+        #: Lane threads (several lanes), the lanes with a step in flight, finished steps.
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._inflight: set[int] = set()
+        self._finished: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
         self._context = int(config.context_length)
         self._vocab = int(model.io.vocab_size)
         search = SearchOptions()
@@ -665,11 +674,12 @@ class Engine:
             buffer._events = []
             if buffer.capacity == 0:
                 return buffer
-            while not self._events:
-                busy = [s for s in self._schedulers if s.has_work()]
-                if not busy:
-                    break
-                self._step(busy)
+            if len(self._schedulers) == 1:
+                scheduler = self._schedulers[0]
+                while not self._events and scheduler.has_work():
+                    self._translate(scheduler.step())
+            else:
+                self._advance()
             take = min(buffer.capacity, len(self._events))
             buffer._events = [self._events.popleft() for _ in range(take)]
         return buffer
@@ -677,7 +687,11 @@ class Engine:
     def has_pending_requests(self) -> bool:
         """True while a turn is generating or events wait for `run`."""
         with self._owner:
-            return bool(self._events) or any(s.has_work() for s in self._schedulers)
+            return (
+                bool(self._events)
+                or bool(self._inflight)
+                or any(s.has_work() for s in self._schedulers)
+            )
 
     def get_capabilities(self) -> EngineCapabilities:
         """The engine's limits."""
@@ -697,21 +711,62 @@ class Engine:
         return SpeculativeCounters().as_reference_dict()  # the reference's keys, all zero
 
     # --- stepping ------------------------------------------------------------------------------
-    def _step(self, busy: list[Scheduler]) -> None:
-        """One iteration of every lane with work, at the same time (the model runs release
-        the GIL); their events in lane order."""
-        if len(busy) == 1:
-            self._translate(busy[0].step())
-            return
+    def _advance(self) -> None:
+        """Several lanes: step them on the lane threads until some events are made. A lane
+        steps independently of the others (no lane waits for a slower one): `run` returns
+        once a step made events, and the steps of other lanes may still be in flight then.
+
+        Every step starts after the caller saw every event handed out so far (at a call of
+        `run` that found none waiting, or right after a step that made none), and an
+        operation that changes a request (`_settle`) first waits for the steps in flight and
+        takes their events: so a request's events, and what the caller's reactions to them
+        change, are those of lanes stepped together, one step per `run`."""
+        inflight = self._inflight
+        while not self._events:
+            for lane, scheduler in enumerate(self._schedulers):
+                if lane not in inflight and scheduler.has_work():
+                    self._launch(lane)
+            if not inflight:
+                return
+            self._collect()
+
+    def _launch(self, lane: int) -> None:
+        """Start one iteration of ``lane``'s scheduler on a lane thread."""
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                len(self._schedulers) - 1, thread_name_prefix="genai-engine-lane"
+                len(self._schedulers), thread_name_prefix="genai-engine-lane"
             )
-        others = [self._pool.submit(s.step) for s in busy[1:]]
-        first = busy[0].step()
-        self._translate(first)
-        for future in others:
-            self._translate(future.result())
+        self._inflight.add(lane)
+        self._pool.submit(self._lane_step, lane)
+
+    def _lane_step(self, lane: int) -> None:
+        """Lane thread: one iteration; its events (or what it raised) go to `_collect`."""
+        try:
+            result: list[tuple[Any, Event]] | BaseException = self._schedulers[lane].step()
+        except BaseException as exc:  # re-raised on the owner thread
+            result = exc
+        self._finished.put((lane, result))
+
+    def _collect(self) -> None:
+        """Wait for a lane step to finish; translate the events of every finished one."""
+        done = [self._finished.get()]
+        while not self._finished.empty():
+            done.append(self._finished.get())
+        failure = None
+        for lane, result in done:
+            self._inflight.discard(lane)
+            if isinstance(result, BaseException):
+                failure = failure or result
+            else:
+                self._translate(result)
+        if failure is not None:
+            raise failure
+
+    def _settle(self) -> None:
+        """Wait for every lane step in flight and take its events (before an operation that
+        reads or changes what the schedulers hold)."""
+        while self._inflight:
+            self._collect()
 
     # --- helpers for Request ----------------------------------------------------------------------
     def _check_tokens(self, tokens: Any) -> np.ndarray:
