@@ -15,7 +15,14 @@ reference's static-batch Engine cannot continue several resident requests ("Cont
 decoding requires exactly one resident request"; tests/test_engine.py checks genai's
 multi-turn tokens against it one conversation at a time).
 
+For genai each round also prints what its lanes ran: model runs per generated token (decode
+runs and their rows, prefill runs), the CPU time per token of the model runs against the rest
+of the process, and the share of the wall time each lane spent in model runs.
+``--count-reference-runs`` adds one unmeasured reference round under ONNX Runtime's profiler
+for its model runs per token and their batch shapes.
+
     python benchmarks/engine.py [--model DIR] [--requests 8] [--new-tokens 64] [--rounds 3]
+                                [--count-reference-runs]
 """
 
 from __future__ import annotations
@@ -54,7 +61,8 @@ def prompts(tokenizer: Any, count: int, tag: str) -> list[np.ndarray]:
 
 
 def run_engine(og: Any, model: Any, tokenizer: Any, args: argparse.Namespace, tag: str) -> dict:
-    """Time ``args.requests`` requests on a fresh ``og.Engine``."""
+    """Time ``args.requests`` requests on a fresh ``og.Engine``; for genai's engine also what
+    its schedulers ran (`lane_stats`)."""
     engine = og.Engine(model)
     buffer = engine.create_event_buffer(256)
     requests = [engine.create_request() for _ in range(args.requests)]
@@ -73,13 +81,84 @@ def run_engine(og: Any, model: Any, tokenizer: Any, args: argparse.Namespace, ta
     cpu_seconds = now.user + now.system - cpu.user - cpu.system
     for request in requests:
         request.close()
-    return {
+    result = {
         "tok_s": tokens / seconds,
         "tokens": tokens,
         "seconds": seconds,
         "cores": cpu_seconds / seconds,
+        "cpu_seconds": cpu_seconds,
         "tok_cpu_s": tokens / max(cpu_seconds, 1e-9),
     }
+    if hasattr(engine, "_schedulers"):  # genai
+        result.update(lane_stats(engine, seconds, cpu_seconds, tokens))
+    return result
+
+
+def lane_stats(engine: Any, seconds: float, cpu_seconds: float, tokens: int) -> dict:
+    """What genai's lanes ran in a round: model runs per generated token, rows per decode
+    run, the CPU time of the model runs (ONNX Runtime, the threads running them) against the
+    process's (the rest: scheduling, sampling, detokenizing, events, thread hand-offs), and
+    the share of the round's wall time each lane spent in model runs."""
+    stats = [s.stats for s in engine._schedulers]
+    decode_runs = sum(s["decode_steps"] for s in stats)
+    prefill_runs = sum(s["prefill_runs"] for s in stats)
+    model_cpu = sum(s["model_cpu_seconds"] for s in stats)
+    return {
+        "runs_per_token": (decode_runs + prefill_runs) / max(tokens, 1),
+        "decode_runs": decode_runs,
+        "prefill_runs": prefill_runs,
+        "rows_per_decode_run": sum(s["decode_rows"] for s in stats) / max(decode_runs, 1),
+        "prefill_tokens": sum(s["prefill_tokens"] for s in stats),
+        "model_cpu_ms_per_token": 1000 * model_cpu / max(tokens, 1),
+        "other_cpu_ms_per_token": 1000 * (cpu_seconds - model_cpu) / max(tokens, 1),
+        "lanes_in_model": [s["model_seconds"] / seconds for s in stats],
+    }
+
+
+def count_reference_runs(ref: Any, args: argparse.Namespace, tokenizer: Any) -> str:
+    """One unmeasured round of the reference's Engine with ONNX Runtime's profiler on: its
+    model runs per generated token and the batch shapes they had."""
+    import collections
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        config = ref.Config(args.model)
+        session = {"enable_profiling": str(Path(folder) / "ort")}
+        config.overlay(
+            json.dumps(
+                {
+                    "engine": {"static_batching": {"max_batch_size": args.requests}},
+                    "model": {"decoder": {"session_options": session}},
+                }
+            )
+        )
+        model = ref.Model(config)
+        result = run_engine(ref, model, tokenizer, args, "profile")
+        del model  # writes the trace
+        import gc
+
+        gc.collect()
+        trace = json.loads(next(Path(folder).glob("ort*.json")).read_text())
+    runs = [e for e in trace if e.get("cat") == "Session" and e.get("name") == "model_run"]
+    shapes: collections.Counter[str] = collections.Counter()
+    ids = [
+        e
+        for e in trace
+        if e.get("cat") == "Node"
+        and e.get("args", {}).get("op_name") == "GroupQueryAttention"
+        and e.get("name", "").endswith("_kernel_time")
+    ]
+    for run in runs:  # the first attention node of each run: its query's [batch, tokens]
+        end = run["ts"] + run["dur"]
+        node = next((e for e in ids if run["ts"] <= e["ts"] <= end), None)
+        if node is not None:
+            query = next(iter(node["args"]["input_type_shape"][0].values()))
+            shapes[f"{query[0]}x{query[1]}"] += 1
+    return (
+        f"reference: {len(runs)} model runs for {result['tokens']} tokens "
+        f"({len(runs) / max(result['tokens'], 1):.3f} per token); [rows x new tokens]: "
+        + ", ".join(f"{k} x{n}" for k, n in sorted(shapes.items()))
+    )
 
 
 def main() -> None:
@@ -88,6 +167,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--count-reference-runs",
+        action="store_true",
+        help="after the rounds, one more reference round under ONNX Runtime's profiler: its "
+        "model runs per token and their batch shapes",
+    )
     args = parser.parse_args()
 
     import onnxruntime_genai as ref
@@ -100,6 +185,7 @@ def main() -> None:
         "genai": (genai, genai.Model(args.model)),
         "reference": (ref, ref.Model(config)),
     }
+    engines["genai"][1].huge_pages.wait()  # weights on 2 MiB pages before any round
     tokenizer = genai.Tokenizer(engines["genai"][1])
     # warm-up: each engine once (sessions, allocator, caches), not measured
     small = argparse.Namespace(**{**vars(args), "new_tokens": 4})
@@ -120,6 +206,18 @@ def main() -> None:
                 f"{result['cores']:.2f} cores busy, {result['tok_cpu_s']:.1f} tok per CPU s)",
                 flush=True,
             )
+            if "runs_per_token" in result:
+                lanes = ", ".join(f"{x:.0%}" for x in result["lanes_in_model"])
+                print(
+                    f"        model runs: {result['decode_runs']} decode "
+                    f"({result['rows_per_decode_run']:.2f} rows each) + "
+                    f"{result['prefill_runs']} prefill ({result['prefill_tokens']} tokens), "
+                    f"{result['runs_per_token']:.3f} per token; CPU per token: model "
+                    f"{result['model_cpu_ms_per_token']:.2f} ms, the rest "
+                    f"{result['other_cpu_ms_per_token']:.2f} ms; lanes in model runs: {lanes} "
+                    "of the wall time",
+                    flush=True,
+                )
     ratios = [a / b for a, b in zip(results["genai"], results["reference"], strict=True)]
     print(
         f"\n{args.requests} requests x {args.new_tokens} tokens, "
@@ -131,6 +229,8 @@ def main() -> None:
         f"{statistics.median(per_cpu['reference']):.1f}; load average "
         + " ".join(f"{x:.1f}" for x in os.getloadavg())
     )
+    if args.count_reference_runs:
+        print(count_reference_runs(ref, args, tokenizer))
 
 
 if __name__ == "__main__":
