@@ -831,6 +831,7 @@ class Engine:
             sampling=search,
             stop=options._stop,
             constraint_factory=factory,
+            detokenize=False,  # events carry token ids (stop strings decode their own text)
         )
 
     def _start(self, request: Request, turn: _Turn, generation: GenerationRequest) -> None:

@@ -109,6 +109,9 @@ class GenerationRequest:
     inputs: Any = None
     #: False: never speculate for this sequence (a server started with ``--speculative``).
     speculative: bool = True
+    #: False: the events carry tokens but no text (a caller that reads tokens only, such as
+    #: `genai.engine`; stop strings still decode the text they need to match).
+    detokenize: bool = True
 
 
 @dataclass
@@ -765,7 +768,8 @@ class Scheduler:
             constraints=[constraint] if constraint is not None else None,
             ban_eos=request.ignore_eos,
         )
-        seq.stream = self.tokenizer.create_stream()
+        needs_text = request.detokenize or bool(request.stop)
+        seq.stream = self.tokenizer.create_stream() if needs_text else None
         seq.stopper = StopStringMatcher(list(request.stop)) if request.stop else None
         seq.proposer, seq.speculate = None, True
 
@@ -1005,7 +1009,7 @@ class Scheduler:
             seq.history[0, seq.length] = token
             seq.length += 1
             seq.generated += 1
-            piece = seq.stream.decode(token)
+            piece = seq.stream.decode(token) if seq.stream is not None else ""
             if seq.stopper is not None and piece:
                 piece, stopped = seq.stopper.push(piece)
                 text_parts.append(piece)
@@ -1029,7 +1033,7 @@ class Scheduler:
             # the grammar is complete (also when its last token hit the limit)
             finish, reason = "stop", FinishReason.EOS
         if finish is not None:
-            tail = seq.stream.flush()
+            tail = seq.stream.flush() if seq.stream is not None else ""
             if seq.stopper is None:
                 text_parts.append(tail)
             elif not seq.stopper.stopped:
