@@ -22,7 +22,7 @@ import pytest
 import genai
 from genai.generation.speculative import rows as row_speculation
 from genai.testing.lora import write_lora_adapter, write_lora_decoder
-from genai.testing.models import write_gqa_decoder
+from genai.testing.models import write_gqa_decoder, write_optimum_decoder
 from genai.testing.speculative import markov_distribution, write_table_decoder
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -134,6 +134,9 @@ def folders(tmp_path_factory) -> dict[str, Path]:
         "growing": write_gqa_decoder(
             root, vocab_size=48, seed=7, share_buffer=False, name="growing"
         ),
+        # the same function with attention that masks the batch's columns (KV column by
+        # column, position_ids)
+        "masked": write_optimum_decoder(root, vocab_size=48, seed=7, name="masked"),
     }
 
 
@@ -150,7 +153,7 @@ def prompts(folders) -> list[list[int]]:
 # --- greedy: plain batched decoding's tokens -------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", ["shared", "growing"])
+@pytest.mark.parametrize("layout", ["shared", "growing", "masked"])
 @pytest.mark.parametrize("batch", [2, 3])
 @pytest.mark.parametrize(
     ("spec", "search"),
@@ -179,7 +182,7 @@ def test_greedy_equals_plain_batched_and_batch1_decoding(
         assert row == alone
 
 
-def test_max_new_tokens_and_the_draft_model_at_batch_2(folders, prompts, tmp_path):
+def test_max_new_tokens_and_the_draft_model_at_batch_2(folders, prompts, tmp_path, mode):
     """A draft model (the target as its own draft: every proposal accepted) and
     max_new_tokens."""
     from genai.testing.speculative import with_draft
@@ -207,7 +210,7 @@ def _with_eos(folder: Path, eos: int, out: Path) -> Path:
 
 @pytest.mark.parametrize("layout", ["shared", "growing"])
 @pytest.mark.parametrize("which", ["first-row-only", "every-row"])
-def test_rows_finishing_at_different_times(folders, prompts, layout, which, tmp_path):
+def test_rows_finishing_at_different_times(folders, prompts, layout, which, tmp_path, mode):
     """EOS ends rows at different steps: the finished rows are padded, an EOS that ends the
     last row is reported but not added, as the reference's plain batched decoding."""
     rows = prompts[:2]
@@ -231,7 +234,7 @@ def test_rows_finishing_at_different_times(folders, prompts, layout, which, tmp_
         assert want[1][-1][1] < 48  # the last row's EOS ended the batch before max_length
 
 
-def test_logits_processor_sees_each_rows_tokens(folders, prompts):
+def test_logits_processor_sees_each_rows_tokens(folders, prompts, mode):
     """A custom processor (genai's chain in every row's rounds) gives the tokens the
     reference gives when the same function edits its logits through get/set_logits."""
 
@@ -249,7 +252,7 @@ def test_logits_processor_sees_each_rows_tokens(folders, prompts):
     assert got[2]["rounds"] > 0
 
 
-def test_stop_strings_end_each_row_where_plain_decoding_does(folders, prompts):
+def test_stop_strings_end_each_row_where_plain_decoding_does(folders, prompts, mode):
     rows = prompts[:2]
     folder = folders["shared"]
     width = max(len(p) for p in rows)
@@ -281,7 +284,7 @@ def test_stop_strings_end_each_row_where_plain_decoding_does(folders, prompts):
     assert stopped[:end] == plain[0][:end]
 
 
-def test_lora_adapter_is_active_in_every_row(folders, prompts, tmp_path):
+def test_lora_adapter_is_active_in_every_row(folders, prompts, tmp_path, mode):
     folder = write_lora_decoder(tmp_path, vocab_size=48, seed=7)
     adapter = tmp_path / "a.onnx_adapter"
     write_lora_adapter(folder, adapter, seed=3)
@@ -293,7 +296,7 @@ def test_lora_adapter_is_active_in_every_row(folders, prompts, tmp_path):
     assert _run_batch(og, folders["shared"], rows, 40)[0] != want[0]
 
 
-def test_rewind_then_continue_equals_plain_batched_decoding(folders, prompts):
+def test_rewind_then_continue_equals_plain_batched_decoding(folders, prompts, mode):
     rows = prompts[:2]
     width = max(len(p) for p in rows)
     found = []
@@ -363,7 +366,7 @@ def test_sampling_keeps_each_rows_target_distribution(tmp_path):
             assert result.pvalue > 1e-3, (row, step, counts[row, step], want)
 
 
-def test_sampling_with_a_seed_draws_what_plain_batched_sampling_draws(folders, prompts):
+def test_sampling_with_a_seed_draws_what_plain_batched_sampling_draws(folders, prompts, mode):
     """Row b draws from stream b of the seed, one uniform per token, as in a plain batched
     run."""
     rows = prompts[:2]

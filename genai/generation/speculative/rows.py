@@ -23,18 +23,21 @@ seed as in a plain batched run). The batch's own model binding is not run: its p
 KV cache are left to the row generators (`take_tokens` takes the prompt).
 
 **Going back to batched steps.** On a CPU a decode run streams every weight once whatever the
-batch, so one batched plain step costs about what one row's run costs. Every `CHECK_EVERY`
-columns the rows' model runs (verify runs and plain steps) are counted: when they are at least
-one per column, rounds cost more than plain batched decoding would, and the batch goes back to
-it for the rest of the generation (`_leave`): the batch's own loop runs every row's tokens in
-one prompt run (each row's tokens without the padding, right-padded, then the sequences are put
-back as the batch holds them), then makes plain batched steps. Not with presence or frequency
-penalties (they count from the loop's prompt length, which that run moves).
+batch, so one plain batched step costs about what one row's plain step costs, and less than a
+verify run. Every `CHECK_EVERY` columns the rows' model runs over those columns are counted
+(a verify run as `VERIFY_COST` plain steps): at `LEAVE_AT` or more per column, rounds cost more
+than plain batched decoding would, and once no row has tokens queued the batch goes back to it
+for the rest of the generation (`_leave`): each row's KV cache is copied into the batch's own
+(no model run), the batch's loop continues from there (its mask follows the batch's columns,
+the prompt padding masked), each row's sampling stream carries over, stop strings and guidance
+replay the tokens, and plain batched steps follow. Not with presence or frequency penalties
+(they count from the loop's prompt length, which its restore moves).
 """
 
 from __future__ import annotations
 
 import copy
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -44,12 +47,43 @@ from genai.compat.engine_enums import FinishReason
 from genai.errors import GenerationError
 from genai.generation.speculative.stats import SpeculativeCounters
 
-__all__ = ["CHECK_EVERY", "LEAVE_AT", "RowSpeculation"]
+__all__ = ["CHECK_EVERY", "LEAVE_AT", "VERIFY_COST", "RowSpeculation"]
 
 #: Columns between two checks of the rows' model runs per column (see the module docstring).
 CHECK_EVERY = 16
-#: The batch goes back to plain batched steps at this many of the rows' runs per column.
+#: The batch goes back to plain batched steps at this many of the rows' runs per column
+#: (in plain-step units: what one plain batched step costs on a CPU at a small batch).
 LEAVE_AT = 1.0
+#: What a verify run costs in plain steps (4-5 tokens on SmolLM2 int4, one CPU thread: 1.5-1.8).
+VERIFY_COST = 1.5
+
+
+#: Per model: whether its attention keeps each row's KV compact (GroupQueryAttention).
+_COMPACT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _compact_kv(model: Any) -> bool:
+    """True when ``model``'s graph attends with GroupQueryAttention (each row's KV at its first
+    positions, whatever the mask's columns), False for attention that masks the batch's
+    columns (KV column by column); read once per model from the graph (no weights)."""
+    found = _COMPACT.get(model)
+    if found is None:
+        if model.io.combined_kv:
+            found = False
+        else:
+            import onnx  # lazy: only going back to batched steps reads the graph
+
+            config = model.config
+            filename = config.decoder.get("filename", "model.onnx")
+            data = config.model_data(filename)
+            if data is not None:
+                graph = onnx.load_model_from_string(data).graph
+            else:
+                path = config.resolve_file(filename, "model.decoder.filename")
+                graph = onnx.load_model(str(path), load_external_data=False).graph
+            found = any(node.op_type == "GroupQueryAttention" for node in graph.node)
+        _COMPACT[model] = found
+    return found
 
 
 class _NoProposer:
@@ -106,6 +140,8 @@ class RowSpeculation:
         #: columns emitted by the rows since the prompt, plain batched steps since `_leave`
         self.columns = 0
         self.fallback = 0
+        #: `_runs` at the last check
+        self._checked_runs = 0.0
         for row in range(generator.rows):
             row_params = copy.copy(params)
             row_params.search = copy.deepcopy(params.search)
@@ -128,7 +164,7 @@ class RowSpeculation:
         min_length = g.search.min_length
         if length == 0:
             self.batched, self.leaving = False, False
-            self.columns, self.width = 0, tokens.shape[1]
+            self.columns, self.width, self._checked_runs = 0, tokens.shape[1], 0.0
             for row, sub in enumerate(self.rows):
                 values = tokens[row]
                 kept = values.shape[0]
@@ -159,6 +195,9 @@ class RowSpeculation:
         """One token of every unfinished row (see the module docstring)."""
         g = self.g
         loop = g._loop
+        # (once no row has tokens queued: a round's draws and runs are not thrown away)
+        if self.leaving and not any(sub._spec.queue for sub in self.rows) and self._leave():
+            self.leaving = False
         if self.batched:
             self.fallback += 1
             if g._python_stage:
@@ -200,49 +239,65 @@ class RowSpeculation:
             done[row] = 1
         g._all_finished = bool(done.all())
         self.columns += 1
-        if g._all_finished:
-            return
-        if self.columns % CHECK_EVERY == 0 and self._runs_per_column() >= LEAVE_AT:
-            self.leaving = True
-        # (once no row has tokens queued: a round's draws and runs are not thrown away)
-        if self.leaving and not any(sub._spec.queue for sub in self.rows) and self._leave():
-            self.leaving = False
+        if not g._all_finished and self.columns % CHECK_EVERY == 0:
+            runs = self._runs()
+            if (runs - self._checked_runs) / CHECK_EVERY >= LEAVE_AT:
+                self.leaving = True
+            self._checked_runs = runs
 
-    def _runs_per_column(self) -> float:
-        """The rows' model runs (verify and plain steps) per column so far."""
-        runs = 0
+    def _runs(self) -> float:
+        """The rows' model runs so far, in plain-step units (a verify run `VERIFY_COST`)."""
+        runs = 0.0
         for sub in self.rows:
             counters = sub._spec.counters
-            runs += counters.target_verify_forward_passes + counters.standard_fallback_steps
-            runs += counters.target_reanchor_forward_passes
-        return runs / max(self.columns, 1)
+            runs += VERIFY_COST * counters.target_verify_forward_passes
+            runs += counters.standard_fallback_steps + counters.target_reanchor_forward_passes
+        return runs
 
     def _leave(self) -> bool:
         """Go back to plain batched steps (see the module docstring); False when the batch
-        cannot: penalties counted from the prompt, or an unfinished row whose last token is
-        the pad token (the prompt run would take it for padding)."""
+        cannot (presence or frequency penalties count from the loop's prompt length, which
+        the loop's restore moves)."""
         g = self.g
-        loop = g._loop
-        length = loop.length
+        loop, driver = g._loop, g._driver
         if g._chain.sampler is not None:
             for row in range(g.rows):
                 options = g._chain.options(row)
                 if options.get("presence_penalty") or options.get("frequency_penalty"):
                     return False
+        length = loop.length
         held = g._sequences[:, :length].copy()
         done = g._done.copy()
-        if any(not done[r] and held[r, length - 1] == self.pad_id for r in range(g.rows)):
-            return False
-        packed = np.full_like(held, self.pad_id)
-        for row in range(g.rows):
-            real = np.concatenate([held[row, : self.prompts[row]], held[row, self.width :]])
-            packed[row, : real.shape[0]] = real
-        for sub in self.rows:
-            sub._spec.settle()  # what a row queued and the batch did not take is discarded
-        g._driver.rewind(0)
-        loop.append(packed)
-        g._driver.run(prompt=True)
-        g._sequences[:, :length] = held
+        # Each row's cached tokens (all but its pending one) are its generator's: its prompt,
+        # then what it generated. The mask follows the batch's columns (the prompt padding
+        # masked), as the loop's rewinds expect; the KV follows the attention: compact rows
+        # for GroupQueryAttention (it reads a row's first seqlens_k + 1 positions), the
+        # batch's columns for attention that masks them.
+        cached = length - 1
+        real = np.ones((g.rows, cached), bool)
+        parts: list[list[np.ndarray]] = []
+        for row, sub in enumerate(self.rows):
+            sub._spec.settle()  # (nothing queued: `step` waits for that)
+            real[row, self.prompts[row] : self.width] = False
+            parts.append(sub._driver.kv.export(int(real[row].sum())))
+        compact = _compact_kv(g.model)
+        axis, batch_axis = (3, 1) if g._io.combined_kv else (2, 0)
+        arrays = []
+        for tensors in zip(*parts, strict=True):
+            rows = []
+            for row, tensor in enumerate(tensors):
+                shape = list(tensor.shape)
+                shape[axis] = cached
+                full = np.zeros(shape, tensor.dtype)
+                where = [slice(None)] * tensor.ndim
+                where[axis] = slice(0, tensor.shape[axis]) if compact else real[row]
+                full[tuple(where)] = tensor
+                rows.append(full)
+            arrays.append(np.ascontiguousarray(np.concatenate(rows, axis=batch_axis)))
+        driver.restore(held, arrays)  # every row's `cached` positions, all real...
+        mask = loop.array("attention_mask")[: g.rows * cached].reshape(g.rows, cached)
+        mask[:] = real  # ...but the padding
+        loop.array("next_position")[:] = real.sum(axis=1)
         sampler = g._chain.sampler
         if sampler is not None:  # each row's stream goes on where its generator left it
             state = sampler.rng.get_state()
