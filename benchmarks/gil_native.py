@@ -9,14 +9,21 @@ runs. The loops compared:
   native-py  NativeSession's Python methods: bind_input(mask, shape=...) + run()
   native     one Cython call per step, the whole step (mask write, bind, run) inside `nogil`
   native-all all N steps in one nogil Cython call (the GIL is taken back once per loop)
-  gen-plain  genai.Generator's per-token loop (generate_next_token + get_next_tokens), every
-             step in the caller's thread (GENAI_DECODE_AHEAD=0)
+  gen-plain  genai.Generator's per-token loop (``while not is_done(): generate_next_token();
+             get_next_tokens()``, max_length = prompt + steps), every step in the caller's
+             thread (GENAI_DECODE_AHEAD=0)
   gen-ahead  the same loop with decode ahead (the steps run on a native thread into a ring)
   gen-all    generate_until_done(): all steps in one GIL-free call (the ceiling of the two above)
 
 Each loop runs alone and beside a pure-Python thread spinning a counter. Printed: steps/s
 alone, steps/s beside the spinner (and its ratio to alone), and the spinner's rate during the
-loop relative to its idle rate. Rounds are interleaved; medians are reported.
+loop relative to its idle rate. Rounds are interleaved; medians are reported. Each gen-* run
+includes making the generator, the one-token prompt and dropping the generator.
+
+``--stats`` prints the decode-ahead worker's counters (`AheadWorker.stats`) of the gen-ahead runs
+(medians per run): where the per-token loop waits beside the spinner. ``--early-stop K`` also
+times a gen-ahead caller that stops K tokens before the end and drops its generator (what the
+steps run ahead cost it).
 
 Usage: PYTHONPATH=. python benchmarks/gil_native.py [--model PATH] [--steps 200] [--rounds 3]
        [--loops gen-plain,gen-ahead]
@@ -251,9 +258,13 @@ def make_native_all_loop(s, m: Model, helper):
     return run
 
 
-def make_generator_loop(folder: str, threads: int, ahead: bool, fused: bool = False):
-    """genai's per-token loop on ``folder`` (one prompt token, then ``n`` steps; EOS moved to
-    an id this prompt does not reach, so every run makes ``n`` steps)."""
+def make_generator_loop(
+    folder: str, threads: int, ahead: bool, fused: bool = False, early_stop: int = 0
+):
+    """genai's per-token loop on ``folder`` (one prompt token, then ``n`` steps to max_length;
+    EOS moved to an id this prompt does not reach, so every run makes ``n`` steps).
+    ``early_stop``: max_length is that many tokens further, the loop stops after ``n``.
+    ``run.stats``: the decode-ahead worker's counters of the last run (or None)."""
     import genai
 
     config = genai.Config(folder)
@@ -266,7 +277,7 @@ def make_generator_loop(folder: str, threads: int, ahead: bool, fused: bool = Fa
     def run(n: int) -> None:
         os.environ["GENAI_DECODE_AHEAD"] = "1" if ahead else "0"
         params = genai.GeneratorParams(model)
-        params.set_search_options(max_length=n + 2)
+        params.set_search_options(max_length=n + 1 + early_stop)
         generator = genai.Generator(model, params)
         assert (generator._ahead is not None) == ahead
         generator.append_tokens(np.array([[1]], np.int32))
@@ -276,13 +287,18 @@ def make_generator_loop(folder: str, threads: int, ahead: bool, fused: bool = Fa
                 raise RuntimeError(f"generate_until_done made {made} of {n} steps")
             return
         made = 0
-        while made < n and not generator.is_done():
+        while not generator.is_done():
             generator.generate_next_token()
             generator.get_next_tokens()
             made += 1
-        if made != n:
+            if made == n:
+                break
+        if made != n or (not early_stop and not generator.is_done()):
             raise RuntimeError(f"the loop ended after {made} of {n} steps")
+        worker = generator._ahead
+        run.stats = worker.stats() if worker is not None else None  # type: ignore[attr-defined]
 
+    run.stats = None  # type: ignore[attr-defined]
     return run
 
 
@@ -299,6 +315,33 @@ def timed_beside_spinner(run, n: int) -> tuple[float, float]:
         run(n)
         t1, c1 = time.perf_counter(), sp.count
     return n / (t1 - t0), (c1 - c0) / (t1 - t0)
+
+
+def print_stats(stats: dict[str, list[dict]]) -> None:
+    """Medians of the gen-ahead worker's counters per run (see `AheadWorker.stats`)."""
+    for where, runs in stats.items():
+        if not runs:
+            continue
+
+        def med(key: str, runs: list[dict] = runs) -> float:
+            return statistics.median(r[key] for r in runs)
+
+        waits = max(med("empty"), 1)
+        print(
+            f"gen-ahead {where}: {med('takes'):.0f} takes, {med('empty'):.0f} found the ring "
+            f"empty; waits per empty take: token {med('wait_token') / waits:.2f} ms, "
+            f"wake-up {med('wake') / waits:.2f} ms, GIL {med('wait_gil') / waits:.2f} ms; "
+            f"ready-to-taken {med('lag') / max(med('takes'), 1):.2f} ms/token; "
+            f"caller between takes {med('between') / max(med('takes'), 1):.3f} ms "
+            f"({med('long_gaps'):.0f} over 1 ms)"
+        )
+        steps = max(med("steps"), 1)
+        print(
+            f"  worker: {med('steps'):.0f} steps, {med('step') / steps:.2f} ms/step "
+            f"({med('step_cpu') / steps:.2f} ms CPU), gaps between steps "
+            f"{med('gaps') / steps:.3f} ms/step, full ring {med('full'):.0f} times "
+            f"({med('full_wait'):.1f} ms)"
+        )
 
 
 def main() -> None:
@@ -318,6 +361,16 @@ def main() -> None:
     )
     ap.add_argument(
         "--switch-interval", type=float, default=None, help="sys.setswitchinterval (seconds)"
+    )
+    ap.add_argument(
+        "--stats", action="store_true", help="print the gen-ahead worker's counters (medians)"
+    )
+    ap.add_argument(
+        "--early-stop",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also time gen-ahead stopping K tokens before max_length (gen-early)",
     )
     args = ap.parse_args()
     if args.switch_interval is not None:
@@ -344,8 +397,13 @@ def main() -> None:
         "gen-plain": lambda: make_generator_loop(folder, args.threads, False),
         "gen-ahead": lambda: make_generator_loop(folder, args.threads, True),
         "gen-all": lambda: make_generator_loop(folder, args.threads, True, fused=True),
+        "gen-early": lambda: make_generator_loop(
+            folder, args.threads, True, early_stop=args.early_stop
+        ),
     }
     wanted = [name.strip() for name in args.loops.split(",") if name.strip()]
+    if args.early_stop and "gen-early" not in wanted:
+        wanted.append("gen-early")
     unknown = sorted(set(wanted) - set(makers))
     if unknown:
         sys.exit(f"unknown loops {unknown}; choose from {sorted(makers)}")
@@ -368,13 +426,18 @@ def main() -> None:
     spin = {k: [] for k in loops}  # spinner rate during the loop / idle rate just before
     idle = []
     kept = {k: [] for k in loops}  # per round: beside / alone (paired, same machine state)
+    stats: dict[str, list[dict]] = {"alone": [], "beside": []}
     names = list(loops)
     for r in range(args.rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:  # rotated order
             run = loops[name]
             alone[name].append(timed(run, args.steps))
+            if name == "gen-ahead" and run.stats is not None:
+                stats["alone"].append(run.stats)
             idle.append(idle_spinner_rate(0.5))
             rate, spin_rate = timed_beside_spinner(run, args.steps)
+            if name == "gen-ahead" and run.stats is not None:
+                stats["beside"].append(run.stats)
             beside[name].append(rate)
             kept[name].append(rate / alone[name][-1])
             spin[name].append(spin_rate / idle[-1])
@@ -396,6 +459,23 @@ def main() -> None:
             f"{statistics.median(sp):>12.2f}  [{min(k):.2f}, {max(k):.2f}] "
             f"[{min(sp):.2f}, {max(sp):.2f}]"
         )
+    if "gen-ahead" in loops and "gen-all" in loops:
+        ratio = [
+            (b / a) / (bc / ac)
+            for a, b, ac, bc in zip(
+                alone["gen-ahead"],
+                beside["gen-ahead"],
+                alone["gen-all"],
+                beside["gen-all"],
+                strict=True,
+            )
+        ]
+        print(
+            f"gen-ahead keeps / gen-all keeps (per round): {statistics.median(ratio):.2f} "
+            f"[{min(ratio):.2f}, {max(ratio):.2f}]"
+        )
+    if args.stats:
+        print_stats(stats)
     if "ort-py" not in loops:
         return
     a0 = statistics.median(alone["ort-py"])

@@ -6,14 +6,20 @@ once more for greedy tokens."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
+import subprocess
+import sys
+import threading
+import weakref
 
 import numpy as np
 import pytest
 
 import genai
+from genai._core.decode_ahead import AheadWorker
 from genai.errors import GenaiError
 from genai.generation import decode_ahead
 from tests.conftest import FIXTURE_CASES
@@ -328,3 +334,93 @@ def test_real_model_same_run_as_the_plain_loop(smollm2_path, monkeypatch, option
         seen.append(generator.get_sequence(0).tolist())
         runs.append(seen)
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("gather", [1, 2, decode_ahead.RING])
+@pytest.mark.parametrize("options", [{}, SAMPLING], ids=["greedy", "sampling"])
+def test_a_waiting_caller_takes_gather_steps_at_once(fixture_folders, monkeypatch, gather, options):
+    """A caller that finds no step ready waits for `GATHER` of them: the tokens are the plain
+    loop's, and at most one take in ``gather`` waits (the others find their step ready)."""
+    model = genai.Model(fixture_folders["gqa"])
+    monkeypatch.setattr(decode_ahead, "GATHER", gather)
+    plain = plain_loop(make(model, monkeypatch, False, max_length=60, **options), PROMPT)
+    generator = make(model, monkeypatch, True, max_length=60, **options)
+    assert generator._ahead.gather == gather
+    assert plain_loop(generator, PROMPT) == plain
+    worker = generator._ahead
+    stats = worker.stats()
+    assert stats["takes"] == worker.consumed > 40
+    assert stats["steps"] == worker.produced
+    assert 1 <= stats["empty"] <= -(-stats["takes"] // gather)
+
+
+def test_worker_rejects_a_gather_outside_the_ring(fixture_folders, monkeypatch):
+    generator = make(genai.Model(fixture_folders["gqa"]), monkeypatch, False, max_length=30)
+    for ring, gather in ((3, 0), (3, 4)):
+        with pytest.raises(ValueError, match="gather"):
+            AheadWorker(generator._loop, generator._driver.rewind, ring, gather)
+
+
+def _drain_threads():
+    return [t for t in threading.enumerate() if t.name == "genai-decode-ahead-drain"]
+
+
+@pytest.mark.parametrize("options", [{}, SAMPLING], ids=["greedy", "sampling"])
+def test_dropping_a_generator_mid_run(fixture_folders, monkeypatch, options):
+    """A generator dropped while its worker runs ahead: the run in flight finishes on buffers
+    the worker still holds (another generator's tokens are the plain loop's), then the worker
+    and those buffers go."""
+    model = genai.Model(fixture_folders["gqa"])
+    expected = plain_loop(make(model, monkeypatch, False, max_length=60, **options), PROMPT)
+    workers = []
+    for stop in (2, 5, 9, 14):
+        generator = make(model, monkeypatch, True, max_length=60, **options)
+        generator.append_tokens(PROMPT)
+        for _ in range(stop):
+            generator.generate_next_token()
+        workers.append(weakref.ref(generator._ahead))
+        del generator
+        again = make(model, monkeypatch, True, max_length=60, **options)
+        assert plain_loop(again, PROMPT) == expected
+        del again
+    for thread in _drain_threads():
+        thread.join(timeout=60)
+    gc.collect()
+    assert [w() for w in workers] == [None] * len(workers)
+
+
+def test_dropped_generator_with_a_run_in_flight_at_exit(fixture_folders, tmp_path):
+    """The interpreter exits cleanly while an abandoned worker's run may be in flight."""
+    script = tmp_path / "drop.py"
+    script.write_text(
+        "import sys\n"
+        "import numpy as np\n"
+        "import genai\n"
+        "model = genai.Model(sys.argv[1])\n"
+        "for stop in range(1, 12):\n"
+        "    params = genai.GeneratorParams(model)\n"
+        "    params.set_search_options(max_length=60)\n"
+        "    g = genai.Generator(model, params)\n"
+        "    assert g._ahead is not None\n"
+        "    g.append_tokens(np.array([[5, 9, 12, 7]], np.int32))\n"
+        "    for _ in range(stop):\n"
+        "        g.generate_next_token()\n"
+        "    del g\n"
+        "params = genai.GeneratorParams(model)\n"
+        "params.set_search_options(max_length=60)\n"
+        "g = genai.Generator(model, params)\n"
+        "g.append_tokens(np.array([[5, 9, 12, 7]], np.int32))\n"
+        "for _ in range(3):\n"
+        "    g.generate_next_token()\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, GENAI_DECODE_AHEAD="1")
+    done = subprocess.run(
+        [sys.executable, str(script), str(fixture_folders["gqa"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """C-level state of the decode-ahead worker (see decode_ahead.pyx)."""
 
-from libc.stdint cimport int32_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from genai._core.decoder_loop cimport DecoderLoop
 from genai._core.sampling cimport RngState
@@ -25,6 +25,9 @@ cdef class AheadWorker:
     cdef readonly bint running
     cdef readonly Py_ssize_t ring, produced, consumed
     cdef Py_ssize_t batch, rows, limit
+    #: a caller that finds the ring empty waits for this many steps (or the worker's end)
+    cdef public Py_ssize_t gather
+    cdef Py_ssize_t caller_need      # the waiting caller wakes at this many steps ahead
     cdef bint sample
     # ring slots
     cdef int32_t* s_tokens
@@ -33,6 +36,11 @@ cdef class AheadWorker:
     cdef Py_ssize_t* s_length
     cdef int* s_rc
     cdef RngState* s_rng
+    cdef int64_t* s_ready            # when the worker finished the slot's step (monotonic ns)
+    # counters (see `stats`): caller side, then worker side
+    cdef int64_t n_takes, n_empty, ns_wait_token, ns_wait_gil, ns_wake, ns_lag, ns_between
+    cdef int64_t n_long_gaps, t_left_take
+    cdef int64_t n_steps, ns_steps, n_full, ns_full, ns_gaps, ns_steps_cpu
     # the visible state (the last slot taken, or the state at `start`)
     cdef readonly Py_ssize_t length
     cdef readonly bint all_done

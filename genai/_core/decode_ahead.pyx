@@ -11,6 +11,12 @@ what the caller took. `take` hands the caller the oldest slot (waiting without t
 when the ring is empty); the caller's *visible* state (`length`, `all_done`, `next_tokens`,
 `done`) is the last slot taken.
 
+A caller that finds the ring empty waits until ``gather`` steps are ready (or the worker
+ended), not one: each wait costs a wake-up that takes a core from the worker and, beside a busy
+Python thread, up to a switch interval to take the GIL back, so the caller pays them once per
+``gather`` tokens; the worker keeps running meanwhile (``ring`` > ``gather`` leaves it room
+for the steps made while the caller waits for the GIL).
+
 `settle` stops the worker (after the step in flight) and makes the loop's state the visible
 one: the tokens run ahead are dropped with the driver's rewind (which keeps the KV of all but
 the last visible token, the state after a plain step), the done flags, next tokens and RNG
@@ -20,9 +26,10 @@ run's outputs or inputs. The worker runs at most ``ring`` model runs that a call
 early never takes.
 """
 
-from libc.stdint cimport int32_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy
+from posix.time cimport CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID, clock_gettime, timespec
 
 cimport cython
 
@@ -38,9 +45,26 @@ cdef enum:
     CMD_RUN = 1
     CMD_EXIT = 2
 
-#: Slots of the ring unless told otherwise: enough to bridge the 5 ms switch interval at the
-#: decode speeds of small models, and the most runs a caller that stops early never takes.
-DEFAULT_RING = 3
+#: Slots of the ring unless told otherwise: the most runs a caller that stops early never takes.
+#: `DEFAULT_GATHER` steps a waiting caller takes at once, plus room for the steps the worker
+#: makes while that caller waits for the GIL (a 5 ms switch interval is about one step of a
+#: small model on one core).
+DEFAULT_RING = 6
+#: Steps a caller that finds the ring empty waits for (docs/benchmarks.md, decode ahead: the
+#: worker's time between steps beside a spinning thread, by gather).
+DEFAULT_GATHER = 3
+
+
+cdef inline int64_t _now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+cdef inline int64_t _thread_cpu_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
 cdef void _worker_main(void* arg) noexcept nogil:
@@ -57,12 +81,16 @@ cdef class AheadWorker:
     def __cinit__(self):
         self.mutex = self.wake_worker = self.wake_caller = self.exited = NULL
 
-    def __init__(self, DecoderLoop loop, object rewind, Py_ssize_t ring=DEFAULT_RING):
+    def __init__(self, DecoderLoop loop, object rewind, Py_ssize_t ring=DEFAULT_RING,
+                 Py_ssize_t gather=DEFAULT_GATHER):
         if ring < 1:
             raise ValueError(f"ring must be >= 1, got {ring}")
+        if not 1 <= gather <= ring:
+            raise ValueError(f"gather must be in [1, ring={ring}], got {gather}")
         self.loop = loop
         self._rewind = rewind
         self.ring = ring
+        self.gather = gather
         self.batch = loop.batch
         self.sample = loop.sampler is not None
         self.rows = loop.sampler.rng.rows if self.sample else 0
@@ -72,8 +100,10 @@ cdef class AheadWorker:
         self.s_length = <Py_ssize_t*>calloc(ring, sizeof(Py_ssize_t))
         self.s_rc = <int*>calloc(ring, sizeof(int))
         self.s_rng = <RngState*>calloc(ring * max(self.rows, 1), sizeof(RngState))
-        if (self.s_tokens == NULL or self.s_done == NULL or self.s_all_done == NULL
-                or self.s_length == NULL or self.s_rc == NULL or self.s_rng == NULL):
+        self.s_ready = <int64_t*>calloc(ring, sizeof(int64_t))
+        if (self.s_ready == NULL or self.s_tokens == NULL or self.s_done == NULL
+                or self.s_all_done == NULL or self.s_length == NULL or self.s_rc == NULL
+                or self.s_rng == NULL):
             raise MemoryError()
         self._new_locks()
         self.next_tokens = np.zeros(self.batch, np.int32)
@@ -82,12 +112,19 @@ cdef class AheadWorker:
         self.v_done = self.done
 
     def __dealloc__(self):
+        cdef bint busy
         if self.started:
             PyThread_acquire_lock(self.mutex, 1)
             self.cmd = CMD_EXIT
+            busy = self.busy
             self._wake_worker_locked()
             PyThread_release_lock(self.mutex)
-            with nogil:
+            if busy:
+                with nogil:
+                    PyThread_acquire_lock(self.exited, 1)
+            else:
+                # An idle thread only wakes and exits (it never takes the GIL): wait with the
+                # GIL held, instead of waiting a switch interval for it beside a busy thread.
                 PyThread_acquire_lock(self.exited, 1)
         if self.mutex != NULL:
             PyThread_free_lock(self.mutex)
@@ -103,6 +140,7 @@ cdef class AheadWorker:
         free(self.s_length)
         free(self.s_rc)
         free(self.s_rng)
+        free(self.s_ready)
 
     cdef _new_locks(self):
         self.mutex = PyThread_allocate_lock()
@@ -132,14 +170,16 @@ cdef class AheadWorker:
             PyThread_release_lock(self.wake_worker)
 
     cdef inline void _wake_caller_locked(self) noexcept nogil:
-        if self.caller_waiting:
+        if self.caller_waiting and (self.finished or self.cmd != CMD_RUN
+                                    or self.produced - self.consumed >= self.caller_need):
             self.caller_waiting = False
             PyThread_release_lock(self.wake_caller)
 
     cdef void work(self) noexcept nogil:
         cdef Py_ssize_t slot, b, batch = self.batch
         cdef int rc
-        cdef bint end
+        cdef bint end, full
+        cdef int64_t t0, c0, last = 0
         PyThread_acquire_lock(self.mutex, 1)
         while self.cmd != CMD_EXIT:
             if (self.cmd == CMD_RUN and not self.finished
@@ -150,6 +190,10 @@ cdef class AheadWorker:
                 end = self.loop.all_done or self.loop.length >= self.limit
                 rc = 0
                 if not end:
+                    t0 = _now_ns()
+                    c0 = _thread_cpu_ns()
+                    if last:
+                        self.ns_gaps += t0 - last
                     if self.sample:
                         memcpy(&self.s_rng[slot * self.rows], self.loop.sampler.rng.states,
                                self.rows * sizeof(RngState))
@@ -160,6 +204,11 @@ cdef class AheadWorker:
                     self.s_all_done[slot] = self.loop.all_done
                     self.s_length[slot] = self.loop.length
                     self.s_rc[slot] = rc
+                    self.s_ready[slot] = _now_ns()
+                    self.ns_steps_cpu += _thread_cpu_ns() - c0
+                    self.n_steps += 1
+                    self.ns_steps += self.s_ready[slot] - t0
+                    last = self.s_ready[slot]
                 PyThread_acquire_lock(self.mutex, 1)
                 self.busy = False
                 if end:
@@ -170,10 +219,16 @@ cdef class AheadWorker:
                         self.finished = True
                 self._wake_caller_locked()
                 continue
+            full = self.cmd == CMD_RUN and not self.finished
+            last = 0
+            t0 = _now_ns() if full else 0
             self.worker_waiting = True
             PyThread_release_lock(self.mutex)
             PyThread_acquire_lock(self.wake_worker, 1)
             PyThread_acquire_lock(self.mutex, 1)
+            if full:
+                self.n_full += 1
+                self.ns_full += _now_ns() - t0
         PyThread_release_lock(self.mutex)
         PyThread_release_lock(self.exited)
 
@@ -196,6 +251,7 @@ cdef class AheadWorker:
         self.stale_run = False
         PyThread_acquire_lock(self.mutex, 1)
         self.produced = self.consumed = 0
+        self.t_left_take = 0
         self.finished = False
         self.limit = limit
         self.cmd = CMD_RUN
@@ -214,21 +270,42 @@ cdef class AheadWorker:
         it is taken and visible; else the step's error code (the loop's state is then the one
         the failed step left, taken as visible; `settle` and redo the step plainly), or 1
         when the worker ended without a step (the limit or all rows done)."""
-        cdef Py_ssize_t slot, b, batch = self.batch
+        cdef Py_ssize_t slot, b, need, batch = self.batch
         cdef int rc
+        cdef int64_t t0, t1 = 0, t2
         if not self.running:
             raise RuntimeError("the decode-ahead worker is not running")
+        t0 = _now_ns()
+        if self.t_left_take:
+            self.ns_between += t0 - self.t_left_take
+            if t0 - self.t_left_take > 1000000:
+                self.n_long_gaps += 1
+        self.n_takes += 1
         PyThread_acquire_lock(self.mutex, 1)
-        while self.consumed == self.produced and not self.finished:
+        need = 1
+        if self.consumed == self.produced and not self.finished:
+            self.n_empty += 1
+            need = max(1, min(self.gather, self.ring))
+        self.caller_need = need
+        while self.produced - self.consumed < need and not self.finished:
             self.caller_waiting = True
             PyThread_release_lock(self.mutex)
+            t0 = _now_ns()
             with nogil:
                 PyThread_acquire_lock(self.wake_caller, 1)
+                t1 = _now_ns()
+            t2 = _now_ns()
+            self.ns_wait_token += t1 - t0
+            self.ns_wait_gil += t2 - t1
             PyThread_acquire_lock(self.mutex, 1)
         if self.consumed == self.produced:
             PyThread_release_lock(self.mutex)
             return 1
         slot = self.consumed % self.ring
+        t2 = _now_ns()
+        if t1:
+            self.ns_wake += t1 - self.s_ready[slot]
+        self.ns_lag += t2 - self.s_ready[slot]
         rc = self.s_rc[slot]
         if rc != 0:
             PyThread_release_lock(self.mutex)
@@ -243,7 +320,36 @@ cdef class AheadWorker:
         self.consumed += 1
         self._wake_worker_locked()
         PyThread_release_lock(self.mutex)
+        self.t_left_take = _now_ns()
         return 0
+
+    def stats(self):
+        """Counters since the worker was made (or `reset_stats`), times in ms: ``takes``,
+        ``empty`` (takes that found the ring empty), ``wait_token`` (waiting for the worker,
+        GIL released), ``wait_gil`` (from the wake-up to holding the GIL again), ``wake``
+        (from a slot's step ending to the waiting caller's wake-up), ``lag`` (from a slot's
+        step ending to its take), ``between`` / ``long_gaps`` (the caller's time between takes
+        / gaps over 1 ms), ``steps`` / ``step`` (the worker's steps and their time), ``full`` /
+        ``full_wait`` (the worker's waits on a full ring and their time)."""
+        ms = 1e-6
+        return {
+            "takes": self.n_takes, "empty": self.n_empty,
+            "wait_token": self.ns_wait_token * ms, "wait_gil": self.ns_wait_gil * ms,
+            "wake": self.ns_wake * ms, "lag": self.ns_lag * ms,
+            "between": self.ns_between * ms, "long_gaps": self.n_long_gaps,
+            "steps": self.n_steps, "step": self.ns_steps * ms, "gaps": self.ns_gaps * ms,
+            "step_cpu": self.ns_steps_cpu * ms,
+            "full": self.n_full, "full_wait": self.ns_full * ms,
+        }
+
+    def reset_stats(self):
+        """Zero the counters of `stats`."""
+        PyThread_acquire_lock(self.mutex, 1)
+        self.n_takes = self.n_empty = self.ns_wait_token = self.ns_wait_gil = 0
+        self.ns_wake = self.ns_lag = self.ns_between = self.n_long_gaps = 0
+        self.n_steps = self.ns_steps = self.n_full = self.ns_full = self.ns_gaps = 0
+        self.ns_steps_cpu = 0
+        PyThread_release_lock(self.mutex)
 
     def fill(self):
         """Wait without the GIL until the worker is ``ring`` steps ahead or has ended (for
@@ -251,6 +357,7 @@ cdef class AheadWorker:
         if not self.running:
             return
         PyThread_acquire_lock(self.mutex, 1)
+        self.caller_need = self.ring
         while self.produced - self.consumed < self.ring and not self.finished:
             self.caller_waiting = True
             PyThread_release_lock(self.mutex)
@@ -293,6 +400,29 @@ cdef class AheadWorker:
                    self.rows * sizeof(RngState))
         self.stale_run = True
         return dropped
+
+    def abandon(self):
+        """Stop running ahead for a caller that is gone: nothing is rolled back and the step
+        in flight is not waited for. True while that step runs (the loop, its session and its
+        buffers must stay alive until `wait_idle` returns: this object holds them)."""
+        cdef bint busy
+        PyThread_acquire_lock(self.mutex, 1)
+        self.cmd = CMD_PAUSE
+        self.running = False
+        busy = self.busy
+        PyThread_release_lock(self.mutex)
+        return busy
+
+    def wait_idle(self):
+        """Wait without the GIL until no step is in flight (after `abandon`)."""
+        PyThread_acquire_lock(self.mutex, 1)
+        while self.busy:
+            self.caller_waiting = True
+            PyThread_release_lock(self.mutex)
+            with nogil:
+                PyThread_acquire_lock(self.wake_caller, 1)
+            PyThread_acquire_lock(self.mutex, 1)
+        PyThread_release_lock(self.mutex)
 
     def replay_last_run(self):
         """After a `settle` that dropped steps: run the visible state's last run again (its

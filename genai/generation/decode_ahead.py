@@ -6,27 +6,34 @@ model steps on a native thread while the caller's Python holds the GIL: `generat
 then usually only takes a ready token, and beside a busy Python thread the loop no longer waits
 for the GIL at every token. Everything that observes or changes more than the visible tokens
 first stops the worker and drops what it ran ahead (`Generator._settle`), so results are those
-of the plain loop. At most `RING` runs are made that a caller which stops early never takes.
+of the plain loop. A caller that finds no token ready waits for `GATHER` of them (one wake-up and
+one wait for the GIL per `GATHER` tokens, see `genai._core.decode_ahead`). At most `RING` runs
+are made that a caller which stops early never takes; dropping such a generator does not wait
+for the run in flight (a short-lived thread keeps its buffers until that run ends).
 
 ``GENAI_DECODE_AHEAD=0`` in the environment turns it off for generators created afterwards.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from genai._core.decode_ahead import DEFAULT_RING, AheadWorker
+from genai._core.decode_ahead import DEFAULT_GATHER, DEFAULT_RING, AheadWorker
 from genai.generation.drivers.native import NativeDriver
 
 if TYPE_CHECKING:
     from genai.generation.generator import Generator
 
-__all__ = ["RING", "make_ahead"]
+__all__ = ["GATHER", "RING", "make_ahead"]
 
 #: The most steps the worker runs ahead of the caller.
 RING = DEFAULT_RING
+#: Steps a caller that finds none ready waits for.
+GATHER = DEFAULT_GATHER
 
 
 def enabled() -> bool:
@@ -50,12 +57,25 @@ def make_ahead(generator: Generator) -> AheadWorker | None:
         return None
     if getattr(driver.session, "graph_id", None) is not None:
         return None  # a session with graph capture: its runs stay in the caller's order
-    worker = AheadWorker(loop, driver.rewind, RING)
+    worker = AheadWorker(loop, driver.rewind, RING, min(GATHER, RING))
     # No run may be in flight once the generator's buffers go (garbage collection clears a
-    # cycle's objects after their weak-reference callbacks) or the interpreter shuts down.
-    weakref.finalize(generator, worker.settle)
+    # cycle's objects after their weak-reference callbacks) or the interpreter shuts down: the
+    # worker holds the loop and the driver (its rewind), so they outlive the generator while a
+    # run is in flight. At exit `_stop_all` stops every worker instead.
+    weakref.finalize(generator, _release, worker).atexit = False
     _LIVE.add(worker)
     return worker
+
+
+def _release(worker: AheadWorker) -> None:
+    """The generator is gone: stop its worker without waiting for the run in flight; a thread
+    (not a daemon: the interpreter's exit waits for it) holds the worker, and through it the
+    buffers that run writes, until the run ends."""
+    if worker.abandon():
+        try:
+            threading.Thread(target=worker.wait_idle, name="genai-decode-ahead-drain").start()
+        except RuntimeError:  # no new threads (the interpreter is shutting down)
+            worker.wait_idle()
 
 
 #: Every worker alive: settled before a fork (no run in flight in the copied state), told
@@ -66,6 +86,15 @@ _LIVE: weakref.WeakSet[AheadWorker] = weakref.WeakSet()
 def _before_fork() -> None:
     for worker in list(_LIVE):
         worker.settle()
+        worker.wait_idle()  # one abandoned by a generator that is gone
+
+
+@atexit.register
+def _stop_all() -> None:
+    """At exit: no run in flight while the interpreter and ONNX Runtime shut down."""
+    for worker in list(_LIVE):
+        worker.abandon()
+        worker.wait_idle()
 
 
 def _after_fork_in_child() -> None:
