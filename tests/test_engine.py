@@ -379,6 +379,101 @@ def test_rewind_to_start_of_turn_matches_the_reference(smollm2_all_logits) -> No
     assert without_cached(ours[0]) == without_cached(theirs[0])
 
 
+def converse_eagerly(og: ModuleType, model: Any, conversations: list[list[Turn]]) -> None:
+    """`converse`, but each conversation begins its next turn as soon as its turn's last
+    event arrives, while the others keep generating."""
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(8)
+    requests = [engine.create_request() for _ in conversations]
+    index = {id(request): i for i, request in enumerate(requests)}
+    position = [0] * len(conversations)
+
+    def begin(i: int) -> None:
+        turn = conversations[i][position[i]]
+        if turn.rewind_to is not None:
+            requests[i].rewind_to_start_of_turn(turn.rewind_to)
+        options = og.TurnOptions(requests[i])
+        options.set_max_generated_tokens(turn.max_generated)
+        turn.turn_id = requests[i].begin_turn(np.asarray(turn.tokens, np.int32), options)  # type: ignore[attr-defined]
+
+    for i in range(len(conversations)):
+        begin(i)
+    while engine.has_pending_requests():
+        engine.run(buffer)
+        for k in range(len(buffer)):
+            event = buffer[k]
+            i = index[id(event.request)]
+            turn = conversations[i][position[i]]
+            assert event.turn_id == turn.turn_id  # type: ignore[attr-defined]
+            usage = event.usage
+            turn.events.append(
+                (
+                    int(event.flags),
+                    event.token,
+                    int(event.finish_reason),
+                    (usage.prompt_tokens, usage.cached_prompt_tokens, usage.generated_tokens),
+                    event.matched_stop_string_index,
+                )
+            )
+            if event.token is not None and len(turn.generated) == turn.cancel_after:
+                assert event.request.cancel_turn(turn.turn_id)  # type: ignore[attr-defined]
+            finished = event.flags & og.EngineEventFlags.TURN_FINISHED
+            if finished and position[i] + 1 < len(conversations[i]):
+                position[i] += 1
+                begin(i)
+    for request in requests:
+        request.close()
+
+
+def test_reactions_while_another_lanes_step_runs_match_the_reference(
+    smollm2_all_logits, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two lanes step at their own pace: `run` returns one lane's events while the other's
+    step may still run. Cancelling a turn, rewinding and beginning the next turn right
+    when an event arrives (the other conversations still generating) gives every
+    conversation the tokens it has on the reference alone."""
+    ref_model, our_model, _ = smollm2_all_logits
+    tokenizer = ref.Tokenizer(ref_model)
+    conversations = [
+        [
+            Turn(chat(tokenizer, "Tell me a long story."), 30, cancel_after=3),
+            Turn(chat(tokenizer, "Shorter please.", first=False), 6),
+            Turn(chat(tokenizer, "Thanks.", first=False), 3),
+        ],
+        [
+            Turn(chat(tokenizer, "Name three colors."), 24, cancel_after=11),
+            Turn(chat(tokenizer, "Now three animals."), 5, rewind_to=1),
+        ],
+        [
+            Turn(chat(tokenizer, "Count from one to twenty."), 20),
+            Turn(chat(tokenizer, "Again, slower.", first=False), 4),
+        ],
+        [
+            Turn(chat(tokenizer, "Hi!"), 4),
+            Turn(chat(tokenizer, "Who are you?", first=False), 6, cancel_after=2),
+            Turn(chat(tokenizer, "Bye.", first=False), 3),
+        ],
+    ]
+    monkeypatch.setenv("GENAI_SERVE_LANES", "2")
+    running_after_run = []
+    run = genai.Engine.run
+
+    def recording_run(self: Any, buffer: Any) -> Any:
+        out = run(self, buffer)
+        assert len(self._schedulers) == 2
+        running_after_run.append(len(self._inflight))
+        return out
+
+    monkeypatch.setattr(genai.Engine, "run", recording_run)
+    ours = copy(conversations)
+    converse_eagerly(genai, our_model, ours)
+    theirs = on_reference_alone(ref_model, conversations)
+    for a, b in zip(theirs, ours, strict=True):
+        assert without_cached(b) == without_cached(a)
+    assert ours[0][0].finish[1] == ours[3][1].finish[1] == int(ref.FinishReason.CANCELLED)
+    assert any(running_after_run)  # some reactions came while a lane's step was running
+
+
 def test_max_session_tokens_matches_the_reference(smollm2_all_logits) -> None:
     ref_model, our_model, _ = smollm2_all_logits
     tokenizer = ref.Tokenizer(ref_model)

@@ -719,8 +719,9 @@ class Engine:
         Every step starts after the caller saw every event handed out so far (at a call of
         `run` that found none waiting, or right after a step that made none), and an
         operation that changes a request (`_settle`) first waits for the steps in flight and
-        takes their events: so a request's events, and what the caller's reactions to them
-        change, are those of lanes stepped together, one step per `run`."""
+        takes their events: so each request's events come one step at a time and a reaction
+        to them applies from its next step (its tokens are those of lanes stepped together;
+        only how far the lanes are from each other may differ)."""
         inflight = self._inflight
         while not self._events:
             for lane, scheduler in enumerate(self._schedulers):
