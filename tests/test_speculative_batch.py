@@ -23,7 +23,7 @@ import genai
 from genai.generation.speculative import rows as row_speculation
 from genai.testing.lora import write_lora_adapter, write_lora_decoder
 from genai.testing.models import write_gqa_decoder, write_optimum_decoder
-from genai.testing.speculative import markov_distribution, write_table_decoder
+from genai.testing.speculative import markov_distribution, with_draft, write_table_decoder
 
 og = pytest.importorskip("onnxruntime_genai")
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -185,8 +185,6 @@ def test_greedy_equals_plain_batched_and_batch1_decoding(
 def test_max_new_tokens_and_the_draft_model_at_batch_2(folders, prompts, tmp_path, mode):
     """A draft model (the target as its own draft: every proposal accepted) and
     max_new_tokens."""
-    from genai.testing.speculative import with_draft
-
     pair = with_draft(folders["shared"], folders["shared"], tmp_path)
     rows = prompts[:2]
     width = max(len(p) for p in rows)

@@ -50,12 +50,12 @@ from genai.generation.speculative.stats import SpeculativeCounters
 __all__ = ["CHECK_EVERY", "LEAVE_AT", "VERIFY_COST", "RowSpeculation"]
 
 #: Columns between two checks of the rows' model runs per column (see the module docstring).
-CHECK_EVERY = 16
+CHECK_EVERY = 8
 #: The batch goes back to plain batched steps at this many of the rows' runs per column
 #: (in plain-step units: what one plain batched step costs on a CPU at a small batch).
 LEAVE_AT = 1.0
-#: What a verify run costs in plain steps (4-5 tokens on SmolLM2 int4, one CPU thread: 1.5-1.8).
-VERIFY_COST = 1.5
+#: What a verify run costs in plain steps (4-5 tokens on SmolLM2 int4 on a CPU: 1.65-1.8).
+VERIFY_COST = 1.8
 
 
 #: Per model: whether its attention keeps each row's KV compact (GroupQueryAttention).
