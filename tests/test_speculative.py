@@ -9,6 +9,7 @@ model (`genai.testing.speculative`) for sampling.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -378,6 +379,31 @@ def test_gqa_stop_strings_end_where_plain_decoding_ends(gqa):
         found.append(([int(t) for t in gen.get_sequence(0)], steps, gen.finish_reason()))
     assert found[1] == found[0]
     assert found[0][2] is genai.FinishReason.STOP_STRING
+
+
+def test_guidance_makes_plain_guided_steps(fixture_folders):
+    """With guidance every step is a plain guided step (a round's tokens would pass the grammar
+    unchecked): the output matches the grammar (checked with `re`) and plain guided
+    decoding's tokens."""
+    pytest.importorskip("llguidance", reason="constrained decoding needs llguidance")
+    regex = r"[a-z]{2,6}( [a-z]{2,6}){1,3}[.!?]"
+    model = genai.Model(str(fixture_folders["gqa"]))
+    tokenizer = genai.Tokenizer(model)
+    ids = tokenizer.encode("the cat sat on the mat")
+    found = []
+    for spec in (None, {"ngram_size": 2}):
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=40)
+        params.set_guidance("regex", regex)
+        if spec:
+            params.set_speculative_options(**spec)
+        gen = genai.Generator(model, params)
+        gen.append_tokens(ids)
+        while not gen.is_done():
+            gen.generate_next_token()
+        found.append([int(t) for t in gen.get_sequence(0)])
+    assert found[1] == found[0]
+    assert re.fullmatch(regex, tokenizer.decode(np.array(found[1][len(ids) :], np.int32)))
 
 
 def test_gqa_logits_processor_sees_the_same_rows_as_plain_decoding(gqa):

@@ -11,6 +11,7 @@ Markov-chain model (`genai.testing.speculative`) for sampling, per row.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -418,3 +419,33 @@ def test_real_model_rows_equal_the_references_ngram_decoding_of_each_prompt(
             gen.generate_next_token()
         assert row == [int(t) for t in gen.get_sequence(0)]
     assert got[2]["acceptance_rate"] > 0.3
+
+
+@pytest.mark.parametrize("spec", [None, {"ngram_size": 2}])
+def test_guidance_rows_match_their_grammar_and_plain_batched_decoding(fixture_folders, spec, mode):
+    """Guidance at batch 3: each row's grammar holds (checked with `re`), and the tokens are
+    plain batched guided decoding's (the rows make guided plain steps, then the batch)."""
+    pytest.importorskip("llguidance", reason="constrained decoding needs llguidance")
+    regex = r"[a-z]{2,6}( [a-z]{2,6}){1,3}[.!?]"
+    model = genai.Model(str(fixture_folders["gqa"]))
+    tokenizer = genai.Tokenizer(model)
+    ids = tokenizer.encode_batch(["the cat sat on the mat", "a dog", "is it"])
+    found = []
+    for options in (None, spec):
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=40, batch_size=3)
+        params.set_guidance("regex", regex)
+        if options:
+            params.set_speculative_options(**options)
+        gen = genai.Generator(model, params)
+        gen.append_tokens(ids)
+        while not gen.is_done():
+            gen.generate_next_token()
+        rows = [[int(t) for t in gen.get_sequence(r)] for r in range(3)]
+        found.append((rows, [gen.finish_reason(r) for r in range(3)]))
+    assert found[1] == found[0]
+    eos = 2
+    for row in found[1][0]:
+        out = row[ids.shape[1] :]
+        out = out[: out.index(eos)] if eos in out else out
+        assert re.fullmatch(regex, tokenizer.decode(np.array(out, np.int32)))

@@ -178,6 +178,10 @@ class SpeculativeDecoder:
         loop = g._loop
         length = loop.length
         after_round, self._after_round = self._after_round, False
+        if g._constraints is not None:
+            # guidance: plain guided steps (a round's tokens would pass the grammar unchecked)
+            self._plain_step(after_round)
+            return
         if self.cooldown.active:
             self._plain_step(after_round)
             self.cooldown.complete_step()

@@ -146,6 +146,8 @@ class RowSpeculation:
             row_params = copy.copy(params)
             row_params.search = copy.deepcopy(params.search)
             row_params.search.batch_size = 1
+            # one token per step, as a batch's guided steps (no fast-forward at batch > 1)
+            row_params.guidance_ff_tokens = False
             row_params.logits_processors = [
                 _PaddedIds(self, row, p) for p in params.logits_processors
             ]
