@@ -19,10 +19,11 @@ For genai each round also prints what its lanes ran: model runs per generated to
 runs and their rows, prefill runs), the CPU time per token of the model runs against the rest
 of the process, and the share of the wall time each lane spent in model runs.
 ``--count-reference-runs`` adds one unmeasured reference round under ONNX Runtime's profiler
-for its model runs per token and their batch shapes.
+for its model runs per token and their batch shapes; ``--lockstep`` adds genai with its lanes
+stepped together (its Engine before they stepped at their own pace) to every round.
 
     python benchmarks/engine.py [--model DIR] [--requests 8] [--new-tokens 64] [--rounds 3]
-                                [--count-reference-runs]
+                                [--lockstep] [--count-reference-runs]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import json
 import os
 import statistics
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +62,43 @@ def prompts(tokenizer: Any, count: int, tag: str) -> list[np.ndarray]:
     return out
 
 
-def run_engine(og: Any, model: Any, tokenizer: Any, args: argparse.Namespace, tag: str) -> dict:
+def lockstep_advance(engine: Any) -> None:
+    """genai's ``Engine._advance`` before its lanes stepped at their own pace (commit
+    725791d and earlier): every lane with work steps, one on the caller's thread, and ``run``
+    waits for all of them (``--lockstep``)."""
+    import concurrent.futures
+
+    while not engine._events:
+        busy = [s for s in engine._schedulers if s.has_work()]
+        if not busy:
+            return
+        if len(busy) == 1:
+            engine._translate(busy[0].step())
+            continue
+        if not hasattr(engine, "_lockstep_pool"):
+            engine._lockstep_pool = concurrent.futures.ThreadPoolExecutor(
+                len(engine._schedulers) - 1
+            )
+        others = [engine._lockstep_pool.submit(s.step) for s in busy[1:]]
+        engine._translate(busy[0].step())
+        for future in others:
+            engine._translate(future.result())
+
+
+def run_engine(
+    og: Any,
+    model: Any,
+    tokenizer: Any,
+    args: argparse.Namespace,
+    tag: str,
+    lockstep: bool = False,
+) -> dict:
     """Time ``args.requests`` requests on a fresh ``og.Engine``; for genai's engine also what
-    its schedulers ran (`lane_stats`)."""
+    its schedulers ran (`lane_stats`); ``lockstep``: genai's lanes stepped together
+    (`lockstep_advance`)."""
     engine = og.Engine(model)
+    if lockstep:
+        engine._advance = types.MethodType(lockstep_advance, engine)
     buffer = engine.create_event_buffer(256)
     requests = [engine.create_request() for _ in range(args.requests)]
     tokens = 0
@@ -168,6 +203,12 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="also run genai with its lanes stepped together, as before they stepped at their "
+        "own pace ('genai-lockstep'), in the same rounds",
+    )
+    parser.add_argument(
         "--count-reference-runs",
         action="store_true",
         help="after the rounds, one more reference round under ONNX Runtime's profiler: its "
@@ -185,23 +226,25 @@ def main() -> None:
         "genai": (genai, genai.Model(args.model)),
         "reference": (ref, ref.Model(config)),
     }
+    if args.lockstep:
+        engines["genai-lockstep"] = engines["genai"]
     engines["genai"][1].huge_pages.wait()  # weights on 2 MiB pages before any round
     tokenizer = genai.Tokenizer(engines["genai"][1])
     # warm-up: each engine once (sessions, allocator, caches), not measured
     small = argparse.Namespace(**{**vars(args), "new_tokens": 4})
     for name, (og, model) in engines.items():
-        run_engine(og, model, tokenizer, small, f"warm-{name}")
+        run_engine(og, model, tokenizer, small, f"warm-{name}", name == "genai-lockstep")
     results: dict[str, list[float]] = {name: [] for name in engines}
     per_cpu: dict[str, list[float]] = {name: [] for name in engines}
     for round_ in range(args.rounds):
         order = list(engines) if round_ % 2 == 0 else list(engines)[::-1]
         for name in order:
             og, model = engines[name]
-            result = run_engine(og, model, tokenizer, args, f"r{round_}")
+            result = run_engine(og, model, tokenizer, args, f"r{round_}", name == "genai-lockstep")
             results[name].append(result["tok_s"])
             per_cpu[name].append(result["tok_cpu_s"])
             print(
-                f"round {round_} {name:9s} {result['tok_s']:7.1f} tok/s "
+                f"round {round_} {name:14s} {result['tok_s']:7.1f} tok/s "
                 f"({result['tokens']} tokens in {result['seconds']:.2f} s, "
                 f"{result['cores']:.2f} cores busy, {result['tok_cpu_s']:.1f} tok per CPU s)",
                 flush=True,
@@ -218,17 +261,18 @@ def main() -> None:
                     "of the wall time",
                     flush=True,
                 )
-    ratios = [a / b for a, b in zip(results["genai"], results["reference"], strict=True)]
-    print(
-        f"\n{args.requests} requests x {args.new_tokens} tokens, "
-        f"median tok/s: genai {statistics.median(results['genai']):.1f}, reference "
-        f"{statistics.median(results['reference']):.1f}; genai/reference per round: "
-        + ", ".join(f"{r:.2f}x" for r in ratios)
-        + f" (median {statistics.median(ratios):.2f}x); tokens per CPU second: genai "
-        f"{statistics.median(per_cpu['genai']):.1f}, reference "
-        f"{statistics.median(per_cpu['reference']):.1f}; load average "
-        + " ".join(f"{x:.1f}" for x in os.getloadavg())
-    )
+    for name in [n for n in engines if n != "reference"]:
+        ratios = [a / b for a, b in zip(results[name], results["reference"], strict=True)]
+        print(
+            f"\n{args.requests} requests x {args.new_tokens} tokens, "
+            f"median tok/s: {name} {statistics.median(results[name]):.1f}, reference "
+            f"{statistics.median(results['reference']):.1f}; {name}/reference per round: "
+            + ", ".join(f"{r:.2f}x" for r in ratios)
+            + f" (median {statistics.median(ratios):.2f}x); tokens per CPU second: {name} "
+            f"{statistics.median(per_cpu[name]):.1f}, reference "
+            f"{statistics.median(per_cpu['reference']):.1f}; load average "
+            + " ".join(f"{x:.1f}" for x in os.getloadavg())
+        )
     if args.count_reference_runs:
         print(count_reference_runs(ref, args, tokenizer))
 
