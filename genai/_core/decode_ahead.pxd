@@ -39,7 +39,7 @@ cdef class AheadWorker:
     cdef int64_t* s_ready            # when the worker finished the slot's step (monotonic ns)
     # counters (see `stats`): caller side, then worker side
     cdef int64_t n_takes, n_empty, ns_wait_token, ns_wait_gil, ns_wake, ns_lag, ns_between
-    cdef int64_t n_long_gaps, t_left_take
+    cdef int64_t n_long_gaps, t_left_take, t_signal
     cdef int64_t n_steps, ns_steps, n_full, ns_full, ns_gaps, ns_steps_cpu
     # the visible state (the last slot taken, or the state at `start`)
     cdef readonly Py_ssize_t length

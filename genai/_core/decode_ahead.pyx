@@ -173,6 +173,7 @@ cdef class AheadWorker:
         if self.caller_waiting and (self.finished or self.cmd != CMD_RUN
                                     or self.produced - self.consumed >= self.caller_need):
             self.caller_waiting = False
+            self.t_signal = _now_ns()
             PyThread_release_lock(self.wake_caller)
 
     cdef void work(self) noexcept nogil:
@@ -304,7 +305,7 @@ cdef class AheadWorker:
         slot = self.consumed % self.ring
         t2 = _now_ns()
         if t1:
-            self.ns_wake += t1 - self.s_ready[slot]
+            self.ns_wake += t1 - self.t_signal
         self.ns_lag += t2 - self.s_ready[slot]
         rc = self.s_rc[slot]
         if rc != 0:
@@ -327,7 +328,7 @@ cdef class AheadWorker:
         """Counters since the worker was made (or `reset_stats`), times in ms: ``takes``,
         ``empty`` (takes that found the ring empty), ``wait_token`` (waiting for the worker,
         GIL released), ``wait_gil`` (from the wake-up to holding the GIL again), ``wake``
-        (from a slot's step ending to the waiting caller's wake-up), ``lag`` (from a slot's
+        (from the worker's signal to the waiting caller's wake-up), ``lag`` (from a slot's
         step ending to its take), ``between`` / ``long_gaps`` (the caller's time between takes
         / gaps over 1 ms), ``steps`` / ``step`` (the worker's steps and their time), ``full`` /
         ``full_wait`` (the worker's waits on a full ring and their time)."""
