@@ -13,6 +13,8 @@ runs. The loops compared:
              get_next_tokens()``, max_length = prompt + steps), every step in the caller's
              thread (GENAI_DECODE_AHEAD=0)
   gen-ahead  the same loop with decode ahead (the steps run on a native thread into a ring)
+  gen-ahead@R/G  the same with a ring of R slots and a waiting caller gathering G steps
+             (genai.generation.decode_ahead.RING / GATHER; gen-ahead uses the defaults)
   gen-all    generate_until_done(): all steps in one GIL-free call (the ceiling of the two above)
 
 Each loop runs alone and beside a pure-Python thread spinning a counter. Printed: steps/s
@@ -20,10 +22,10 @@ alone, steps/s beside the spinner (and its ratio to alone), and the spinner's ra
 loop relative to its idle rate. Rounds are interleaved; medians are reported. Each gen-* run
 includes making the generator, the one-token prompt and dropping the generator.
 
-``--stats`` prints the decode-ahead worker's counters (`AheadWorker.stats`) of the gen-ahead runs
-(medians per run): where the per-token loop waits beside the spinner. ``--early-stop K`` also
-times a gen-ahead caller that stops K tokens before the end and drops its generator (what the
-steps run ahead cost it).
+``--stats`` prints the decode-ahead worker's counters (`AheadWorker.stats`) of the gen-ahead
+runs (each variant; medians per run): where the per-token loop waits beside the spinner.
+``--early-stop K`` also times a gen-ahead caller that stops K tokens before the end and drops
+its generator (what the steps run ahead cost it).
 
 Usage: PYTHONPATH=. python benchmarks/gil_native.py [--model PATH] [--steps 200] [--rounds 3]
        [--loops gen-plain,gen-ahead]
@@ -259,13 +261,20 @@ def make_native_all_loop(s, m: Model, helper):
 
 
 def make_generator_loop(
-    folder: str, threads: int, ahead: bool, fused: bool = False, early_stop: int = 0
+    folder: str,
+    threads: int,
+    ahead: bool,
+    fused: bool = False,
+    early_stop: int = 0,
+    ring_gather: tuple[int, int] | None = None,
 ):
     """genai's per-token loop on ``folder`` (one prompt token, then ``n`` steps to max_length;
     EOS moved to an id this prompt does not reach, so every run makes ``n`` steps).
     ``early_stop``: max_length is that many tokens further, the loop stops after ``n``.
+    ``ring_gather``: the worker's ring and gather instead of the defaults.
     ``run.stats``: the decode-ahead worker's counters of the last run (or None)."""
     import genai
+    from genai.generation import decode_ahead
 
     config = genai.Config(folder)
     config.overlay(
@@ -278,7 +287,13 @@ def make_generator_loop(
         os.environ["GENAI_DECODE_AHEAD"] = "1" if ahead else "0"
         params = genai.GeneratorParams(model)
         params.set_search_options(max_length=n + 1 + early_stop)
-        generator = genai.Generator(model, params)
+        defaults = decode_ahead.RING, decode_ahead.GATHER
+        if ring_gather is not None:
+            decode_ahead.RING, decode_ahead.GATHER = ring_gather
+        try:
+            generator = genai.Generator(model, params)
+        finally:
+            decode_ahead.RING, decode_ahead.GATHER = defaults
         assert (generator._ahead is not None) == ahead
         generator.append_tokens(np.array([[1]], np.int32))
         if fused:
@@ -317,9 +332,9 @@ def timed_beside_spinner(run, n: int) -> tuple[float, float]:
     return n / (t1 - t0), (c1 - c0) / (t1 - t0)
 
 
-def print_stats(stats: dict[str, list[dict]]) -> None:
-    """Medians of the gen-ahead worker's counters per run (see `AheadWorker.stats`)."""
-    for where, runs in stats.items():
+def print_stats(stats: dict[tuple[str, str], list[dict]]) -> None:
+    """Medians of the gen-ahead workers' counters per run (see `AheadWorker.stats`)."""
+    for (name, where), runs in stats.items():
         if not runs:
             continue
 
@@ -328,7 +343,7 @@ def print_stats(stats: dict[str, list[dict]]) -> None:
 
         waits = max(med("empty"), 1)
         print(
-            f"gen-ahead {where}: {med('takes'):.0f} takes, {med('empty'):.0f} found the ring "
+            f"{name} {where}: {med('takes'):.0f} takes, {med('empty'):.0f} found the ring "
             f"empty; waits per empty take: token {med('wait_token') / waits:.2f} ms, "
             f"wake-up {med('wake') / waits:.2f} ms, GIL {med('wait_gil') / waits:.2f} ms; "
             f"ready-to-taken {med('lag') / max(med('takes'), 1):.2f} ms/token; "
@@ -404,6 +419,13 @@ def main() -> None:
     wanted = [name.strip() for name in args.loops.split(",") if name.strip()]
     if args.early_stop and "gen-early" not in wanted:
         wanted.append("gen-early")
+    for name in wanted:
+        if name.startswith("gen-ahead@"):
+            ring, _, gather = name.partition("@")[2].partition("/")
+            variant = (int(ring), int(gather))
+            makers[name] = lambda v=variant: make_generator_loop(
+                folder, args.threads, True, ring_gather=v
+            )
     unknown = sorted(set(wanted) - set(makers))
     if unknown:
         sys.exit(f"unknown loops {unknown}; choose from {sorted(makers)}")
@@ -426,18 +448,18 @@ def main() -> None:
     spin = {k: [] for k in loops}  # spinner rate during the loop / idle rate just before
     idle = []
     kept = {k: [] for k in loops}  # per round: beside / alone (paired, same machine state)
-    stats: dict[str, list[dict]] = {"alone": [], "beside": []}
+    stats: dict[tuple[str, str], list[dict]] = {}
     names = list(loops)
     for r in range(args.rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:  # rotated order
             run = loops[name]
             alone[name].append(timed(run, args.steps))
-            if name == "gen-ahead" and run.stats is not None:
-                stats["alone"].append(run.stats)
+            if getattr(run, "stats", None) is not None:
+                stats.setdefault((name, "alone"), []).append(run.stats)
             idle.append(idle_spinner_rate(0.5))
             rate, spin_rate = timed_beside_spinner(run, args.steps)
-            if name == "gen-ahead" and run.stats is not None:
-                stats["beside"].append(run.stats)
+            if getattr(run, "stats", None) is not None:
+                stats.setdefault((name, "beside"), []).append(run.stats)
             beside[name].append(rate)
             kept[name].append(rate / alone[name][-1])
             spin[name].append(spin_rate / idle[-1])
@@ -459,19 +481,17 @@ def main() -> None:
             f"{statistics.median(sp):>12.2f}  [{min(k):.2f}, {max(k):.2f}] "
             f"[{min(sp):.2f}, {max(sp):.2f}]"
         )
-    if "gen-ahead" in loops and "gen-all" in loops:
+    for name in [k for k in loops if k.startswith(("gen-ahead", "gen-plain"))]:
+        if "gen-all" not in loops:
+            break
         ratio = [
             (b / a) / (bc / ac)
             for a, b, ac, bc in zip(
-                alone["gen-ahead"],
-                beside["gen-ahead"],
-                alone["gen-all"],
-                beside["gen-all"],
-                strict=True,
+                alone[name], beside[name], alone["gen-all"], beside["gen-all"], strict=True
             )
         ]
         print(
-            f"gen-ahead keeps / gen-all keeps (per round): {statistics.median(ratio):.2f} "
+            f"{name} keeps / gen-all keeps (per round): {statistics.median(ratio):.2f} "
             f"[{min(ratio):.2f}, {max(ratio):.2f}]"
         )
     if args.stats:
