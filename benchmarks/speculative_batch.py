@@ -4,6 +4,7 @@ reference user runs: its speculative decoding refuses batch_size > 1), tokens ch
 
     python benchmarks/speculative_batch.py [-m MODEL_DIR] [--batch 2] [--rounds 3]
                                            [--new-tokens 120] [--threads 1] [--no-reference]
+                                           [--cases copy chat mixed] [--keep-rows]
 
 Each case is a batch of ``--batch`` chat prompts (right-padded), greedy, ``--new-tokens`` new
 tokens at most (timed after the prompt run): "copy" batches take their prompts from the tasks
@@ -37,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 import genai  # noqa: E402
 from benchmarks.speculative import TASKS, load  # noqa: E402
 from genai.builder import pull  # noqa: E402
+from genai.generation.speculative import rows as rows_module  # noqa: E402
 
 CASES = {
     "copy": ["repeat", "code-edit", "rewrite", "extract"],
@@ -117,7 +119,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument(
+        "--keep-rows", action="store_true", help="never go back to batched steps (measure rows)"
+    )
     args = parser.parse_args()
+    if args.keep_rows:
+        rows_module.CHECK_EVERY = 1 << 30
     folder = args.model or pull.default_model_dir()
     engines = [("genai", genai)]
     if not args.no_reference:
