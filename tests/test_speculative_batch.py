@@ -115,14 +115,16 @@ def _continuation(folder: Path, seed: Sequence[int], length: int) -> list[int]:
     return _run_one(og, folder, seed, length)
 
 
-@pytest.fixture(params=["rows", "leave"])
+@pytest.fixture(params=["rows", "leave", "leave-late"])
 def mode(request, monkeypatch) -> str:
     """``rows``: every row keeps its own rounds; ``leave``: the batch goes back to plain
-    batched steps after a few columns (`RowSpeculation._leave`)."""
+    batched steps after a few columns (`RowSpeculation._leave`); ``leave-late``: after 20
+    (rows may have finished by then)."""
     if request.param == "rows":
         monkeypatch.setattr(row_speculation, "CHECK_EVERY", 10**9)
     else:
-        monkeypatch.setattr(row_speculation, "CHECK_EVERY", 5)
+        every = 5 if request.param == "leave" else 20
+        monkeypatch.setattr(row_speculation, "CHECK_EVERY", every)
         monkeypatch.setattr(row_speculation, "LEAVE_AT", 0.0)
     return request.param
 
@@ -174,7 +176,7 @@ def test_greedy_equals_plain_batched_and_batch1_decoding(
     got = _run_batch(genai, folder, rows, 48, spec, **search)
     assert got[0] == want[0]
     assert got[1] == want[1]  # the same token per call, count and done state
-    assert got[2]["batched"] is (mode == "leave")
+    assert got[2]["batched"] is (mode != "rows")
     if mode == "rows":
         assert got[2]["rounds"] > 0 and got[2]["draft_tokens_accepted"] > 0
     width = max(len(p) for p in rows)

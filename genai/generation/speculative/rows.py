@@ -26,12 +26,13 @@ KV cache are left to the row generators (`take_tokens` takes the prompt).
 batch, so one plain batched step costs about what one row's plain step costs, and less than a
 verify run. Every `CHECK_EVERY` columns the rows' model runs over those columns are counted
 (a verify run as `VERIFY_COST` plain steps): at `LEAVE_AT` or more per column, rounds cost more
-than plain batched decoding would, and once no row has tokens queued the batch goes back to it
-for the rest of the generation (`_leave`): each row's KV cache is copied into the batch's own
-(no model run), the batch's loop continues from there (its mask follows the batch's columns,
-the prompt padding masked), each row's sampling stream carries over, stop strings and guidance
-replay the tokens, and plain batched steps follow. Not with presence or frequency penalties
-(they count from the loop's prompt length, which its restore moves).
+than plain batched decoding would, and the batch goes back to it for the rest of the
+generation (`_leave`; when sampling, once no row has tokens queued: `_may_leave`): each row's
+KV cache is copied into the batch's own (no model run), the batch's loop continues from there
+(its mask follows the batch's columns, the prompt padding masked), each row's sampling stream
+carries over, stop strings and guidance replay the tokens, and plain batched steps follow. Not
+with presence or frequency penalties (they count from the loop's prompt length, which its
+restore moves).
 """
 
 from __future__ import annotations
@@ -135,8 +136,9 @@ class RowSpeculation:
         self.width = 0
         #: True once the batch went back to plain batched steps (`_leave`)
         self.batched = False
-        #: the batch goes back to batched steps once no row has tokens queued
+        #: the batch goes back to batched steps (`_may_leave` says when)
         self.leaving = False
+        self._deadline = 0
         #: columns emitted by the rows since the prompt, plain batched steps since `_leave`
         self.columns = 0
         self.fallback = 0
@@ -197,9 +199,9 @@ class RowSpeculation:
         """One token of every unfinished row (see the module docstring)."""
         g = self.g
         loop = g._loop
-        # (once no row has tokens queued: a round's draws and runs are not thrown away)
-        if self.leaving and not any(sub._spec.queue for sub in self.rows) and self._leave():
+        if self.leaving and self._may_leave():
             self.leaving = False
+            self._leave()
         if self.batched:
             self.fallback += 1
             if g._python_stage:
@@ -245,7 +247,21 @@ class RowSpeculation:
             runs = self._runs()
             if (runs - self._checked_runs) / CHECK_EVERY >= LEAVE_AT:
                 self.leaving = True
+                self._deadline = self.columns + CHECK_EVERY
             self._checked_runs = runs
+
+    def _may_leave(self) -> bool:
+        """Whether to go back to batched steps now: at once when greedy (the tokens the rows
+        queued are discarded and recomputed: the same tokens); when sampling, once no row has
+        tokens queued (their draws are then the batch's next ones, the same seed giving the
+        same tokens), or after `CHECK_EVERY` columns of waiting (skipped draws leave every
+        token distributed as before)."""
+        if not any(sub._spec.queue for sub in self.rows) or self.columns >= self._deadline:
+            return True
+        chain = self.g._chain
+        if chain.sampler is None:
+            return True
+        return not any(chain.options(row).get("do_sample") for row in range(self.g.rows))
 
     def _runs(self) -> float:
         """The rows' model runs so far, in plain-step units (a verify run `VERIFY_COST`)."""
@@ -281,7 +297,9 @@ class RowSpeculation:
         for row, sub in enumerate(self.rows):
             sub._spec.settle()  # (nothing queued: `step` waits for that)
             real[row, self.prompts[row] : self.width] = False
-            parts.append(sub._driver.kv.export(int(real[row].sum())))
+            # (a finished row's generator holds fewer: its KV is never read again)
+            held_kv = min(int(real[row].sum()), sub._loop.computed)
+            parts.append(sub._driver.kv.export(held_kv))
         compact = _compact_kv(g.model)
         axis, batch_axis = (3, 1) if g._io.combined_kv else (2, 0)
         arrays = []
@@ -292,7 +310,11 @@ class RowSpeculation:
                 shape[axis] = cached
                 full = np.zeros(shape, tensor.dtype)
                 where = [slice(None)] * tensor.ndim
-                where[axis] = slice(0, tensor.shape[axis]) if compact else real[row]
+                where[axis] = (
+                    slice(0, tensor.shape[axis])
+                    if compact
+                    else np.flatnonzero(real[row])[: tensor.shape[axis]]
+                )
                 full[tuple(where)] = tensor
                 rows.append(full)
             arrays.append(np.ascontiguousarray(np.concatenate(rows, axis=batch_axis)))
