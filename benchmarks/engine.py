@@ -6,8 +6,9 @@ Each round runs both engines one after the other (order alternating between roun
 ...) on ``--requests`` chat requests begun together, each generating exactly
 ``--new-tokens`` tokens (``set_min_generated_tokens`` = ``set_max_generated_tokens``: EOS
 cannot end a turn early), greedy, read with ``Engine.run`` into one event buffer. The
-reference gets ``engine.static_batching.max_batch_size`` = ``--requests`` so that it batches
-every request too. The script also prints the CPU time the process used (cores busy on
+reference gets ``engine.static_batching.max_batch_size`` = ``--requests`` (it still runs
+static batches of 4, one after the other, whatever the setting: ``--count-reference-runs``
+shows its runs). The script also prints the CPU time the process used (cores busy on
 average, tokens per CPU second): on a loaded machine the engines get a fraction of a core.
 Every request asks a different question, tagged with its number and the
 round, so no prompt is answered from genai's prefix cache. One turn per request: the
