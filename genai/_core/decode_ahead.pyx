@@ -267,10 +267,11 @@ cdef class AheadWorker:
             self.started = True
 
     def take(self):
-        """The next step's result (waits without the GIL while the worker runs it): 0 when
-        it is taken and visible; else the step's error code (the loop's state is then the one
-        the failed step left, taken as visible; `settle` and redo the step plainly), or 1
-        when the worker ended without a step (the limit or all rows done)."""
+        """The next step's result (when none is ready, waits without the GIL until ``gather``
+        are, or the worker ended): 0 when it is taken and visible; else the step's error code
+        (the loop's state is then the one the failed step left, taken as visible; `settle` and
+        redo the step plainly), or 1 when the worker ended without a step (the limit or all
+        rows done)."""
         cdef Py_ssize_t slot, b, need, batch = self.batch
         cdef int rc
         cdef int64_t t0, t1 = 0, t2
@@ -414,8 +415,18 @@ cdef class AheadWorker:
         PyThread_release_lock(self.mutex)
         return busy
 
+    @property
+    def in_flight(self):
+        """A step is running on the worker's thread."""
+        cdef bint busy
+        PyThread_acquire_lock(self.mutex, 1)
+        busy = self.busy
+        PyThread_release_lock(self.mutex)
+        return busy
+
     def wait_idle(self):
-        """Wait without the GIL until no step is in flight (after `abandon`)."""
+        """Wait without the GIL until no step is in flight (after `abandon`; one waiter at a
+        time: others poll `in_flight`)."""
         PyThread_acquire_lock(self.mutex, 1)
         while self.busy:
             self.caller_waiting = True

@@ -16,9 +16,10 @@ for the run in flight (a short-lived thread keeps its buffers until that run end
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import os
-import threading
+import time
 import weakref
 from typing import TYPE_CHECKING
 
@@ -68,12 +69,13 @@ def make_ahead(generator: Generator) -> AheadWorker | None:
 
 
 def _release(worker: AheadWorker) -> None:
-    """The generator is gone: stop its worker without waiting for the run in flight; a thread
-    (not a daemon: the interpreter's exit waits for it) holds the worker, and through it the
-    buffers that run writes, until the run ends."""
+    """The generator is gone: stop its worker without waiting for the run in flight; a bare
+    thread (``threading.Thread.start`` would wait for it to take the GIL) holds the worker, and
+    through it the buffers that run writes, until the run ends (`_stop_all` waits for it at
+    exit)."""
     if worker.abandon():
         try:
-            threading.Thread(target=worker.wait_idle, name="genai-decode-ahead-drain").start()
+            _thread.start_new_thread(worker.wait_idle, ())
         except RuntimeError:  # no new threads (the interpreter is shutting down)
             worker.wait_idle()
 
@@ -83,10 +85,17 @@ def _release(worker: AheadWorker) -> None:
 _LIVE: weakref.WeakSet[AheadWorker] = weakref.WeakSet()
 
 
+def _until_idle(worker: AheadWorker) -> None:
+    """Wait until ``worker`` has no run in flight (polling: an abandoned worker's drain thread
+    may be its one `wait_idle` waiter)."""
+    while worker.in_flight:
+        time.sleep(0.0005)
+
+
 def _before_fork() -> None:
     for worker in list(_LIVE):
         worker.settle()
-        worker.wait_idle()  # one abandoned by a generator that is gone
+        _until_idle(worker)  # one abandoned by a generator that is gone
 
 
 @atexit.register
@@ -94,7 +103,7 @@ def _stop_all() -> None:
     """At exit: no run in flight while the interpreter and ONNX Runtime shut down."""
     for worker in list(_LIVE):
         worker.abandon()
-        worker.wait_idle()
+        _until_idle(worker)
 
 
 def _after_fork_in_child() -> None:
