@@ -123,7 +123,6 @@ class RowSpeculation:
     def __init__(self, generator: Any, params: Any) -> None:
         self.g = generator
         self.pad_id = int(generator.model.config.get("model.pad_token_id", 0))
-        self._eos = frozenset(int(t) for t in generator._eos)
         self.proposer = _NoProposer()
         seed = int(params.search.random_seed)
         #: One batch-1 generator per row (its class: no import of the generator module here).
