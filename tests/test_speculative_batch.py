@@ -24,7 +24,12 @@ import genai
 from genai.generation.speculative import rows as row_speculation
 from genai.testing.lora import write_lora_adapter, write_lora_decoder
 from genai.testing.models import write_gqa_decoder, write_optimum_decoder
-from genai.testing.speculative import markov_distribution, with_draft, write_table_decoder
+from genai.testing.speculative import (
+    markov_distribution,
+    transition_table,
+    with_draft,
+    write_table_decoder,
+)
 
 og = pytest.importorskip("onnxruntime_genai")
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -451,3 +456,20 @@ def test_guidance_rows_match_their_grammar_and_plain_batched_decoding(fixture_fo
         out = row[ids.shape[1] :]
         out = out[: out.index(eos)] if eos in out else out
         assert re.fullmatch(regex, tokenizer.decode(np.array(out, np.int32)))
+
+
+def test_batch_refusals_are_batch_1s(tmp_path):
+    """What batch 1 refuses (here a graph whose logits hold the last position only) is refused
+    at batch 2 with the same message."""
+    folder = write_table_decoder(tmp_path, transition_table(), last_token_only=True)
+    model = genai.Model(str(folder))
+    messages = []
+    for batch in (1, 2):
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=20, batch_size=batch)
+        params.set_speculative_options(ngram_size=3)
+        with pytest.raises(genai.errors.UnsupportedFeatureError) as raised:
+            genai.Generator(model, params)
+        messages.append(str(raised.value))
+    assert messages[1] == messages[0]
+    assert "last-token-only logits" in messages[0]
