@@ -287,7 +287,8 @@ cdef class AheadWorker:
         need = 1
         if self.consumed == self.produced and not self.finished:
             self.n_empty += 1
-            need = max(1, min(self.gather, self.ring))
+            if self.consumed:  # (the first step after `start` is not held back)
+                need = max(1, min(self.gather, self.ring))
         self.caller_need = need
         while self.produced - self.consumed < need and not self.finished:
             self.caller_waiting = True

@@ -343,6 +343,15 @@ class Generator:
             self._guided_step()
             return
         if self._beams is None:
+            if ahead is not None and not loop.logits_ready and not loop.all_done:
+                ahead.start(self._stop_length)  # the worker runs this step and the next ones
+                if ahead.running:
+                    rc = ahead.take()
+                    if rc == 0:
+                        return
+                    ahead.settle()
+                    if rc != 1 and ahead.raise_error(rc):
+                        return
             ran = not loop.logits_ready
             self._driver.step()
             if ahead is not None:
