@@ -354,6 +354,8 @@ def test_a_waiting_caller_takes_gather_steps_at_once(fixture_folders, monkeypatc
     assert stats["steps"] == worker.produced
     # the first take after the worker starts waits for one step, each later wait for `gather`
     assert 1 <= stats["empty"] <= 1 + -(-(stats["takes"] - 1) // gather)
+    worker.reset_stats()
+    assert all(value == 0 for value in worker.stats().values())
 
 
 def test_worker_rejects_a_gather_outside_the_ring(fixture_folders, monkeypatch):

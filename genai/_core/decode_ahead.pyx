@@ -332,7 +332,8 @@ cdef class AheadWorker:
         GIL released), ``wait_gil`` (from the wake-up to holding the GIL again), ``wake``
         (from the worker's signal to the waiting caller's wake-up), ``lag`` (from a slot's
         step ending to its take), ``between`` / ``long_gaps`` (the caller's time between takes
-        / gaps over 1 ms), ``steps`` / ``step`` (the worker's steps and their time), ``full`` /
+        / gaps over 1 ms), ``steps`` / ``step`` / ``step_cpu`` (the worker's steps, their wall
+        and thread CPU time), ``gaps`` (the worker's time between consecutive steps), ``full`` /
         ``full_wait`` (the worker's waits on a full ring and their time)."""
         ms = 1e-6
         return {
