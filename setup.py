@@ -43,6 +43,7 @@ MOD_NAMES = [
     "genai._core.sampling",
     "genai._core.decoder_loop",
     "genai._core.decode_ahead",
+    "genai._core.vision_loop",
     "genai._core.bookkeeping",
     "genai._core.ort_api",
 ]

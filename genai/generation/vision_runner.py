@@ -10,6 +10,11 @@ As the reference's multimodal pipeline state does, per run:
   ``inputs_embeds``; the decoder runs on them with the attention mask, positions and the KV
   cache (`genai.kv`: the shared buffer or the growing layout, bound to the decoder's binding).
 
+One-token decode steps run natively once a Python one-token run has bound their buffers
+(`genai._core.vision_loop.EmbedDecoderLoop`: the embedding graph on the new id, the decoder on its
+``inputs_embeds``, without the GIL); the runner keeps its state in that loop (tokens computed, the
+attention mask, mRoPE deltas), so both paths continue each other.
+
 Positions: the decoder-only rules (`genai._core.decoder_loop`: trailing pads of a first prompt
 get mask 0) for decoders without ``position_ids``; for the Qwen-VL family the 3-D mRoPE
 position ids of `mrope_positions` (``[3, batch, seq]``) on the first run, then ``computed +
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai._core.bookkeeping import prefill_inputs
+from genai._core.vision_loop import EmbedDecoderLoop
 from genai.errors import (
     GenerationError,
     InvalidArgumentError,
@@ -142,7 +148,8 @@ def mrope_positions(
 
 class VisionRunner:
     """A generator's runs of a vision-language model (see the module docstring): writes each
-    row's logits of its last real token into ``logits_rows``."""
+    row's logits of its last real token into ``loop``'s logits rows, and hands ``loop`` the
+    buffers of its native one-token steps."""
 
     def __init__(
         self,
@@ -151,13 +158,14 @@ class VisionRunner:
         max_length: int,
         search: SearchOptions,
         pad_id: int,
-        logits_rows: np.ndarray,
+        loop: EmbedDecoderLoop,
     ) -> None:
         graphs = model.vision
         assert graphs is not None
         self.model, self.graphs, self.io = model, graphs, model.io
         self.batch, self.max_length, self.pad_id = batch, max_length, pad_id
-        self.logits_rows = logits_rows
+        self.loop = loop
+        self.logits_rows = loop.array("logits_rows")
         self.decoder = model.session.new_binding()
         model.bind_extra_inputs(self.decoder)
         self.embedding = graphs.embedding.new_binding()
@@ -213,8 +221,7 @@ class VisionRunner:
             else None
         )
         self._logits_in_buffer = False
-        #: `fast_step` may run: every one-token buffer is bound (set by a one-token run)
-        self.fast = False
+        #: one-token steps may run natively (every buffer they use is bound by one of ours)
         self._fast_ok = (
             io.attention_mask is not None
             and self._decoder_ids is None
@@ -229,15 +236,72 @@ class VisionRunner:
                     f"{model.type} decoder input {io.position_ids!r} must be [3, batch, seq] "
                     f"(3-D mRoPE positions); the graph declares {list(shape)}"
                 )
+        if self._fast_ok:
+            assert io.attention_mask is not None and self._step_logits is not None
+            mrope_positions_in = self.mrope is not None and io.position_ids is not None
+            growing = self._growing
+            loop.attach(
+                self.embedding,
+                self.decoder,
+                attention_mask=io.attention_mask,
+                step_ids=self._step_ids,
+                step_positions=self._step_positions if mrope_positions_in else None,
+                step_logits=self._step_logits,
+                kv_pairs=list(self.kv.handover) if growing else [],
+                grow_kv=lambda needed, filled: self.kv.ensure(needed, filled),
+                kv_capacity=self.kv.capacity,
+                ones_mask=self.mrope is not None or batch == 1,
+            )
+        self._rope_deltas: np.ndarray | None = None
         self.reset()
+
+    # --- state kept in the loop ---------------------------------------------------------------
+    @property
+    def computed(self) -> int:
+        """Tokens whose KV the cache holds."""
+        return self.loop.computed
+
+    @computed.setter
+    def computed(self, value: int) -> None:
+        self.loop.set_computed(value)
+
+    @property
+    def mask(self) -> np.ndarray:
+        """The attention mask of the tokens so far, [batch, n] (a view of the loop's buffer)."""
+        return self.loop.mask_view()
+
+    @mask.setter
+    def mask(self, value: np.ndarray) -> None:
+        self.loop.set_mask(value)
+
+    @property
+    def rope_deltas(self) -> np.ndarray | None:
+        """Qwen-VL's per-row position offsets after the first prompt (None before it)."""
+        return self._rope_deltas
+
+    @rope_deltas.setter
+    def rope_deltas(self, value: np.ndarray | None) -> None:
+        self._rope_deltas = value
+        if value is not None and self._fast_ok:
+            self.loop.array("rope_deltas")[:] = value
+
+    @property
+    def fast(self) -> bool:
+        """One-token steps run natively: a one-token run of ours bound their buffers."""
+        return bool(self.loop.step_ready)
+
+    @fast.setter
+    def fast(self, value: bool) -> None:
+        self.loop.step_ready = value
 
     # --- state --------------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget every token and input (a fresh generator)."""
         self.mask = np.zeros((self.batch, 0), self.io.mask_dtype)
         self.next_position = np.zeros(self.batch, np.int64)
-        self.rope_deltas: np.ndarray | None = None
+        self.rope_deltas = None
         self.computed = 0
+        self.fast = False
         self.last_run_count = 0
         #: multimodal inputs of `set_inputs`, consumed by the next prompt run
         self.pending: dict[str, np.ndarray] = {}
@@ -281,6 +345,7 @@ class VisionRunner:
                 "rewind_to(0)) with every image in one prompt"
             )
         self.pending = arrays
+        self.fast = False  # the next run is ours (it consumes the pending inputs)
         return np.ascontiguousarray(ids, np.int32)
 
     @property
@@ -329,9 +394,6 @@ class VisionRunner:
         """Run the graphs on ``tokens`` ``[batch, count]``, every row's pending tokens
         (``prompt``: the first tokens of the sequences, rows right-padded)."""
         count = tokens.shape[1]
-        if count == 1 and not prompt and self.fast and not self.pending:
-            self.fast_step(tokens)
-            return
         if not prompt and self.batch > 1 and count > 1:
             for column in range(count):
                 self.feed(tokens[:, column : column + 1], False)
@@ -491,7 +553,7 @@ class VisionRunner:
         io, decoder = self.io, self.decoder
         if self.computed + count > self.max_length:
             raise GenerationError(f"the sequence would exceed max_length {self.max_length}")
-        self.kv.ensure(self.computed + count, self.computed)
+        self.loop.kv_capacity = self.kv.ensure(self.computed + count, self.computed)
         fed[self.graphs.decoder_embeds] = embeds
         if self._decoder_ids:
             fed[self._decoder_ids] = np.ascontiguousarray(tokens, io.id_dtype)
@@ -540,34 +602,6 @@ class VisionRunner:
         raw = (ctypes.c_uint8 * nbytes).from_address(address)
         return np.frombuffer(raw, np.uint8).view(dtype).reshape(shape)
 
-    def fast_step(self, tokens: np.ndarray) -> None:
-        """A one-token run on the buffers a previous one-token run bound (`fast`): write
-        the ids, run the embedding graph, update the mask (and mRoPE positions), run the
-        decoder; the same inputs as `feed`, with the least Python per token."""
-        io, b, decoder = self.io, self.batch, self.decoder
-        total = self.computed + 1
-        if total > self.max_length:
-            raise GenerationError(f"the sequence would exceed max_length {self.max_length}")
-        self._step_ids[:] = tokens
-        self.embedding.run()
-        if self.mrope is not None:
-            assert self.rope_deltas is not None
-            self._step_positions[:] = (self.computed + self.rope_deltas)[None, :, None]
-            self.mask = self._ones[:, :total] if b == 1 else np.ones((b, total), io.mask_dtype)
-        elif b == 1:
-            self.mask = self._ones[:, :total]
-        else:
-            self.mask = np.concatenate([self.mask, self._ones[:, :1].repeat(b, 0)], axis=1)
-            self.next_position += 1
-        decoder.bind_input(io.attention_mask, self.mask)
-        self.kv.ensure(total, self.computed)
-        decoder.run()
-        if self._growing:
-            decoder.rebind_outputs_as_inputs_py(*self._handover)
-        self.logits_rows[:] = self._step_logits[:, 0, :]
-        self.last_inputs[io.attention_mask] = self.mask
-        self.computed = total
-
     # --- reading ------------------------------------------------------------------------------
     def read_output(self, name: str) -> np.ndarray | None:
         """A copy of the last run's output ``name`` (logits, inputs_embeds, image_features, a
@@ -582,6 +616,8 @@ class VisionRunner:
     def read_input(self, name: str) -> np.ndarray | None:
         """A copy of what the last runs fed as ``name`` (ids, mask, positions, pixel inputs,
         inputs_embeds, a past)."""
+        if name == self.io.attention_mask:
+            return np.array(self.mask)  # (native steps grow it in the loop's buffer)
         value = self.last_inputs.get(name)
         if value is not None:
             return np.array(value)

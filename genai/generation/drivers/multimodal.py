@@ -1,9 +1,11 @@
 """`VisionDriver`: a vision-language model (``model.vision`` -> ``model.embedding`` ->
 ``model.decoder`` fed ``inputs_embeds``: Phi-3 Vision, Qwen2.5-VL, Fara, Qwen3-VL).
 
-A `genai.generation.vision_runner.VisionRunner` runs the graphs on the pending tokens and
-writes the logits rows; the native loop, without a session, chooses and commits (sampling,
-guidance, stop strings and the rest of the search are the generator's, as for every driver).
+The generator's loop is a `genai._core.vision_loop.EmbedDecoderLoop`: it runs one-token decode
+steps itself without the GIL (embedding graph, then decoder), chooses and commits (sampling,
+guidance, stop strings and the rest of the search are the generator's, as for every driver);
+a `genai.generation.vision_runner.VisionRunner` makes every other run (prompts, images, the
+first step after them) from Python, and binds the buffers the native steps use.
 `set_inputs` takes a processor's output (``input_ids`` with the image placeholders, pixel
 values, image sizes or grids); the ids become the sequences' first tokens.
 """
@@ -16,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from genai._core.vision_loop import EmbedDecoderLoop
 from genai.errors import UnsupportedFeatureError
-from genai.generation.drivers.base import LoopSettings, new_loop, require
+from genai.generation.drivers.base import LoopSettings, require
 from genai.generation.drivers.common import RunnerSessions
 from genai.generation.vision_runner import VisionRunner
 
@@ -41,20 +44,37 @@ class VisionDriver(RunnerSessions):
     )
     #: Three bindings (vision, embedding, decoder), none a caller may use.
     session = None
+    #: `steps` runs many steps in one call (natively but for the runs that need Python).
+    fused_steps = True
 
     def __init__(self, model: Model, settings: LoopSettings, search: SearchOptions) -> None:
         if search.num_beams > 1:
             raise UnsupportedFeatureError(self.unsupported["reorder"])
         self.model, self.settings = model, settings
-        self.loop = loop = new_loop(model.io, None, settings, kv_pairs=[])
-        self.runner = VisionRunner(
-            model,
-            settings.rows,
-            settings.max_length,
-            search,
-            settings.pad_id,
-            loop.array("logits_rows"),
+        io = model.io
+        # new_loop's loop, of the class whose steps run the embedding graph too
+        self.loop = loop = EmbedDecoderLoop(
+            None,
+            input_ids=io.input_ids,
+            attention_mask=io.attention_mask,
+            position_ids=io.position_ids,
+            logits=io.logits,
+            batch=settings.rows,
+            vocab=io.vocab_size,
+            max_length=settings.max_length,
+            pad_id=settings.pad_id,
+            eos_ids=settings.eos,
+            id_dtype=io.id_dtype,
+            mask_dtype=io.mask_dtype,
+            logits_dtype=io.logits_dtype,
+            sampler=settings.sampler,
+            logprobs=settings.logprobs,
+            kv_pairs=[],
         )
+        self.runner = VisionRunner(
+            model, settings.rows, settings.max_length, search, settings.pad_id, loop
+        )
+        loop.fallback = self.run  # the runs the loop does not make natively
         #: The KV cache (`genai.kv`), bound to the decoder's binding.
         self.kv = self.runner.kv
         self._sequences = loop.array("sequences")
@@ -73,20 +93,13 @@ class VisionDriver(RunnerSessions):
         runner.feed(self._sequences[:, runner.computed : self.loop.length], prompt)
 
     def step(self) -> None:
-        """One step: the runner runs the pending token if the logits are stale (the short
-        path of `VisionRunner.feed` for one token), the loop chooses and commits."""
-        loop = self.loop
-        if not loop.logits_ready:
-            runner = self.runner
-            computed = runner.computed
-            if runner.fast and not runner.pending and loop.length - computed == 1:
-                runner.fast_step(self._sequences[:, computed : computed + 1])
-                if self.settings.sampler is not None:
-                    self.settings.sampler.forget_logits()  # rows rewritten outside the loop
-                loop.set_logits_ready()
-            else:
-                self.run()
-        loop.step()
+        """One step: the loop runs the pending token if the logits are stale (natively, or
+        through `run` when it needs Python), chooses and commits."""
+        self.loop.step()
+
+    def steps(self, count: int) -> int:
+        """Up to ``count`` steps in one call, GIL-free but for the runs that need Python."""
+        return self.loop.steps(count)
 
     def reorder(self, order: np.ndarray) -> None:
         """Refused (see `unsupported`)."""

@@ -1,0 +1,39 @@
+"""Type stubs for the compiled `genai._core.vision_loop` (source: vision_loop.pyx).
+
+`EmbedDecoderLoop`: a `DecoderLoop` whose one-token steps run a vision-language model's
+embedding graph and its decoder (fed ``inputs_embeds``) without the GIL.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from genai._core.decoder_loop import DecoderLoop
+from genai._core.native_session import NativeSession
+
+class EmbedDecoderLoop(DecoderLoop):
+    """A `DecoderLoop` for a vision-language model; `attach` gives it the graphs."""
+
+    step_ready: bool
+    fallback: Callable[[], None] | None
+    def attach(
+        self,
+        embedding: NativeSession,
+        decoder: NativeSession,
+        *,
+        attention_mask: str,
+        step_ids: npt.NDArray[Any],
+        step_positions: npt.NDArray[Any] | None,
+        step_logits: npt.NDArray[np.float32],
+        kv_pairs: list[tuple[str, str]],
+        grow_kv: Callable[[int, int], int] | None,
+        kv_capacity: int,
+        ones_mask: bool,
+    ) -> None: ...
+    def set_computed(self, computed: int) -> None: ...
+    def mask_view(self) -> npt.NDArray[Any]: ...
+    def set_mask(self, mask: npt.ArrayLike) -> None: ...
+    def step(self) -> None: ...
+    def steps(self, count: int) -> int: ...

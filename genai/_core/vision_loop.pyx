@@ -1,0 +1,242 @@
+# cython: language_level=3
+"""The decode loop of a vision-language model: each one-token step runs the embedding graph
+on the new token id and the decoder on its ``inputs_embeds``, without the GIL.
+
+`EmbedDecoderLoop` is a `genai._core.decoder_loop.DecoderLoop` (same sequences, logits rows,
+choice and commit, grow-on-demand KV) whose run of the pending tokens is, for a one-token
+decode step: write the ids into the embedding graph's bound input buffer, run it (its output
+is the decoder's bound ``inputs_embeds`` buffer), grow the attention mask (all ones at batch 1
+and for mRoPE decoders, else a trailing 1 per row), write Qwen-VL's 3-D mRoPE positions
+(``computed + rope_delta[row]`` on the three axes), run the decoder, hand a growing KV cache's
+presents to its pasts, copy the logits rows. The buffers are bound by the Python runner's
+first one-token run (`genai.generation.vision_runner`), which says so with `step_ready`;
+every other run (prompts, images, several tokens, the first step after a prompt or a rewind)
+goes back to Python through `fallback`, as a `step` / `steps` call's only detour.
+"""
+
+from libc.stdint cimport int64_t
+from libc.stdlib cimport calloc
+from libc.string cimport memcpy
+
+from genai._core.bookkeeping cimport grow_mask, store_index
+from genai._core.decoder_loop cimport DecoderLoop
+from genai._core.native_session cimport NativeSession
+from genai._core.ort_api cimport ELEM_INT64
+
+cimport numpy as cnp
+
+import numpy as np
+
+cnp.import_array()
+
+# decoder_loop's code for "grow the KV cache from Python, then run again" (LOOP_NEED_GROW)
+cdef enum:
+    NEED_GROW = -104
+    # not an error: the pending tokens run from Python (`fallback`), then the loop goes on
+    NEED_PYTHON = -200
+
+
+cdef void* _data(cnp.ndarray array):
+    return cnp.PyArray_DATA(array)
+
+
+cdef class EmbedDecoderLoop(DecoderLoop):
+    """A `DecoderLoop` for a vision-language model (see the module docstring): made with no
+    session (as a loop whose model runs outside it), then `attach` gives it the graphs and
+    ``fallback`` (a callable: run the pending tokens from Python, make the logits rows current)
+    the runs it does not make itself."""
+
+    def __cinit__(self):
+        self.step_ids = NULL
+        self.step_positions = NULL
+        self.step_logits_f32 = NULL
+        self.rope_deltas = NULL
+        self.step_ready = False
+        self.ones_filled = 0
+        self.dec_mask_in = -1
+        self.failed = 0
+
+    def attach(
+        self, NativeSession embedding, NativeSession decoder, *, str attention_mask,
+        cnp.ndarray step_ids, object step_positions, cnp.ndarray step_logits, list kv_pairs,
+        object grow_kv, Py_ssize_t kv_capacity, bint ones_mask,
+    ):
+        """Run one-token steps over ``embedding`` and ``decoder`` (bindings): ``step_ids``
+        [batch, 1] is the embedding's bound ids input, ``step_positions`` [3, batch, 1] the
+        decoder's bound mRoPE positions (None: the decoder takes none), ``step_logits``
+        float32 [batch, 1, vocab] its bound logits output; the mask ``attention_mask`` is
+        re-bound at every step from the loop's buffer. ``kv_pairs``: (present, past) names
+        handed over after each run; ``grow_kv(needed, filled) -> capacity`` grows a shared
+        buffer of ``kv_capacity`` positions (-1: no limit). ``ones_mask``: a step's mask is
+        all ones. (`fallback`, set apart, runs every other run.)"""
+        cdef Py_ssize_t i, batch = self.batch
+        if step_ids.shape[0] != batch or step_ids.size != batch:
+            raise ValueError(f"step_ids must be [{batch}, 1], got {(<object>step_ids).shape}")
+        if step_ids.dtype not in (np.int32, np.int64) or not step_ids.flags.c_contiguous:
+            raise TypeError("step_ids must be a C-contiguous int32 or int64 array")
+        if (step_logits.dtype != np.float32 or step_logits.size != batch * self.vocab
+                or not step_logits.flags.c_contiguous):
+            raise TypeError(f"step_logits must be C-contiguous float32 [{batch}, 1, vocab]")
+        self.embedding, self.decoder = embedding, decoder
+        self.dec_mask_in = decoder.input_index(attention_mask)
+        self._arrays["step_ids"] = step_ids
+        self.step_ids = _data(step_ids)
+        self.ids_wide = step_ids.dtype == np.int64
+        self._arrays["step_logits_f32"] = step_logits
+        self.step_logits_f32 = <const float*>_data(step_logits)
+        deltas = self._arrays.setdefault("rope_deltas", np.zeros(batch, np.int64))
+        self.rope_deltas = <int64_t*>_data(deltas)
+        if step_positions is not None:
+            positions = <cnp.ndarray?>step_positions
+            if positions.size != 3 * batch or not positions.flags.c_contiguous:
+                raise ValueError(f"step_positions must be C-contiguous [3, {batch}, 1]")
+            if positions.dtype not in (np.int32, np.int64):
+                raise TypeError("step_positions must be int32 or int64")
+            self._arrays["step_positions"] = positions
+            self.step_positions = _data(positions)
+            self.pos_wide = positions.dtype == np.int64
+        self.ones_mask = ones_mask
+        self.grow = grow_kv
+        self.kv_capacity = kv_capacity
+        if self.n_kv_pairs:
+            raise ValueError("attach once")
+        if kv_pairs:
+            # (freed by DecoderLoop's __dealloc__)
+            self.kv_out = <Py_ssize_t*>calloc(len(kv_pairs), sizeof(Py_ssize_t))
+            self.kv_in = <Py_ssize_t*>calloc(len(kv_pairs), sizeof(Py_ssize_t))
+            if self.kv_out == NULL or self.kv_in == NULL:
+                raise MemoryError()
+            for i, (present, past) in enumerate(kv_pairs):
+                self.kv_out[i] = decoder.output_index(present)
+                self.kv_in[i] = decoder.input_index(past)
+            self.n_kv_pairs = len(kv_pairs)
+
+    # ------------------------------------------------------------------ state the runner sets
+    def set_computed(self, Py_ssize_t computed):
+        """Tokens whose KV the cache holds (the Python runner's runs)."""
+        if computed < 0 or computed > self.max_length:
+            raise ValueError(f"computed must be in [0, {self.max_length}], got {computed}")
+        self.computed = computed
+
+    def mask_view(self):
+        """The attention mask of the last run, [batch, mask_length] (a view of the loop's
+        buffer: writes go to the loop)."""
+        width = self.mask_length
+        return self._arrays["attention_mask"][: self.batch * width].reshape(self.batch, width)
+
+    def set_mask(self, mask):
+        """Copy ``mask`` [batch, n] into the loop's buffer as the mask of the tokens so far."""
+        mask = np.asarray(mask)
+        if mask.ndim != 2 or mask.shape[0] != self.batch or mask.shape[1] > self.max_length:
+            raise ValueError(
+                f"mask must be [{self.batch}, n <= {self.max_length}], got {list(mask.shape)}")
+        width = mask.shape[1]
+        view = self._arrays["attention_mask"][: self.batch * width].reshape(self.batch, width)
+        view[...] = mask  # (NumPy copies overlapping memory safely: mask may be a view of it)
+        self.mask_length = width
+        self.ones_filled = 0
+
+    # ------------------------------------------------------------------ steps
+    def step(self):
+        """One generation step: run the pending token if the logits are stale (natively when
+        `step_ready`, else through `fallback`), choose, commit."""
+        cdef int rc
+        if self.logits_ready:
+            rc = self.choose_and_commit()
+        else:
+            while True:
+                with nogil:
+                    rc = self.step_nogil()
+                if rc == NEED_GROW:
+                    self._grow_kv()
+                    continue
+                if rc == NEED_PYTHON:
+                    self.fallback()
+                    rc = self.choose_and_commit()
+                break
+        if rc != 0:
+            self.raise_error(rc)
+
+    def steps(self, Py_ssize_t count):
+        """Up to ``count`` steps, without the GIL but for the runs that need Python; stops
+        early when done. Returns the number of steps made."""
+        cdef int rc = 0
+        cdef Py_ssize_t made = 0
+        while True:
+            with nogil:
+                while made < count and not self.all_done and self.length < self.max_length:
+                    rc = self.step_nogil()
+                    if rc != 0:
+                        break
+                    made += 1
+            if rc == NEED_GROW:
+                self._grow_kv()
+            elif rc == NEED_PYTHON:
+                self.fallback()  # the logits rows are current: the next step chooses
+            else:
+                break
+            rc = 0
+        if rc != 0:
+            self.raise_error(rc)
+        return made
+
+    cdef int run_pending(self, bint prompt) noexcept nogil:
+        if prompt or self.length - self.computed != 1 or not self.step_ready:
+            return NEED_PYTHON
+        if not self.ones_mask and self.mask_length != self.computed:
+            return NEED_PYTHON  # (never: the runner's mask covers the computed tokens)
+        if self.kv_capacity >= 0 and self.length > self.kv_capacity:
+            return NEED_GROW  # before touching any state
+        return self.run_embedded_step()
+
+    cdef int run_embedded_step(self) noexcept nogil:
+        cdef Py_ssize_t batch = self.batch, start = self.computed, stop = self.length
+        cdef Py_ssize_t a, b, i, n
+        cdef int64_t shape[2]
+        cdef int rc
+        cdef bint wide = self.mask_elem == ELEM_INT64
+        for b in range(batch):
+            store_index(self.step_ids, self.ids_wide, b, self.sequences[b, start])
+        rc = self.embedding.run_binding()
+        if rc != 0:
+            self.failed = 1
+            return rc
+        if self.ones_mask:
+            n = batch * stop
+            for i in range(self.ones_filled, n):
+                store_index(self.mask_buf, wide, i, 1)
+            self.ones_filled = n
+        else:
+            grow_mask(self.mask_buf, wide, batch, self.mask_length)
+        self.mask_length = stop
+        if self.step_positions != NULL:
+            for a in range(3):
+                for b in range(batch):
+                    store_index(self.step_positions, self.pos_wide, a * batch + b,
+                                start + self.rope_deltas[b])
+        shape[0] = batch
+        shape[1] = stop
+        rc = self.decoder.bind_input_ptr(self.dec_mask_in, self.mask_buf, shape, 2,
+                                         self.mask_elem)
+        if rc == 0:
+            rc = self.decoder.run_binding()
+        if rc == 0 and self.n_kv_pairs:
+            rc = self.decoder.rebind_outputs_as_inputs(self.kv_out, self.kv_in, self.n_kv_pairs)
+        if rc != 0:
+            self.failed = 2
+            return rc
+        memcpy(&self.logits_rows[0, 0], self.step_logits_f32, batch * self.vocab * sizeof(float))
+        self.computed = stop
+        self.last_run_count = 1
+        self.logits_ready = True
+        self.ran_once = True
+        if self.sampler is not None:
+            self.sampler.maxima_valid = 0  # the rows were rewritten
+        return 0
+
+    cdef object raise_error(self, int rc):
+        failed = self.embedding if self.failed == 1 else self.decoder if self.failed == 2 else None
+        self.failed = 0
+        if failed is not None and (rc > 0 or -4 <= rc <= -1):
+            failed.raise_last_error()
+        DecoderLoop.raise_error(self, rc)
