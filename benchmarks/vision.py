@@ -10,9 +10,11 @@ For each kind, tiny random folders are written with `genai.testing.vision` (``--
 both engines run the same arrays; the processors are compared elsewhere). TTFT is
 ``set_inputs`` (vision, embedding and decoder prompt runs) plus the first
 ``generate_next_token``; decode is ``--new-tokens`` greedy steps after it. Each engine's own
-processor is timed apart (``proc``: opening the image file and making the inputs). The engines run
-interleaved, ``--repeat`` times each, after one warm-up run; medians are reported with the
-ratio genai / reference (TTFT: lower is better; decode tok/s: higher is better).
+processor is timed apart (``proc``: opening the image file and making the inputs;
+``--no-processor`` skips it). The engines run interleaved (their order alternating), ``--repeat``
+times each, after one warm-up run; medians are reported with the ratio genai / reference (TTFT:
+lower is better; decode tok/s: higher is better), in wall-clock time and in the process's CPU
+time (``CPU ... ratio``: the work each engine does, what a shared machine measures best).
 """
 
 from __future__ import annotations
@@ -51,19 +53,27 @@ def picture(path: Path, side: int) -> str:
 
 def run_once(
     module, model, inputs, prompt: int, new_tokens: int
-) -> tuple[float, float, np.ndarray]:
-    """(TTFT seconds, decode tokens per second, the sequence) for a ``prompt``-token input."""
+) -> tuple[tuple[float, float, float, float], np.ndarray]:
+    """((TTFT seconds, decode tokens per second, TTFT CPU seconds, decode tokens per CPU
+    second), the sequence) for a ``prompt``-token input. CPU time is the process's (both
+    engines run in this process, one at a time, so it is the running engine's)."""
     params = module.GeneratorParams(model)
     params.set_search_options(max_length=prompt + new_tokens + 1)
     generator = module.Generator(model, params)
-    start = time.perf_counter()
+    cpu_start, start = time.process_time(), time.perf_counter()
     generator.set_inputs(inputs)
     generator.generate_next_token()
-    first = time.perf_counter()
+    cpu_first, first = time.process_time(), time.perf_counter()
     for _ in range(new_tokens):
         generator.generate_next_token()
-    end = time.perf_counter()
-    return first - start, new_tokens / (end - first), generator.get_sequence(0)
+    cpu_end, end = time.process_time(), time.perf_counter()
+    times = (
+        first - start,
+        new_tokens / (end - first),
+        cpu_first - cpu_start,
+        new_tokens / max(cpu_end - cpu_first, 1e-9),
+    )
+    return times, generator.get_sequence(0)
 
 
 def processing_time(module, model, prompt: str, image: str) -> float:
@@ -74,7 +84,9 @@ def processing_time(module, model, prompt: str, image: str) -> float:
     return time.perf_counter() - start
 
 
-def bench(folder: Path, prompt: str, image: str, repeat: int, new_tokens: int) -> dict:
+def bench(
+    folder: Path, prompt: str, image: str, repeat: int, new_tokens: int, with_processor: bool
+) -> dict:
     ref_model = og.Model(str(folder))
     named = ref_model.create_multimodal_processor()(prompt, images=og.Images.open(image))
     text = prompt
@@ -84,19 +96,20 @@ def bench(folder: Path, prompt: str, image: str, repeat: int, new_tokens: int) -
     our_model = genai.Model(folder)
     engines = {"reference": (og, ref_model, named), "genai": (genai, our_model, ours_inputs)}
     prompt = named["input_ids"].as_numpy().shape[1]
-    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in engines}
+    results: dict[str, list[tuple[float, ...]]] = {name: [] for name in engines}
     sequences = {}
     for turn in range(repeat + 1):
-        for name, (module, model, inputs) in engines.items():
-            ttft, rate, sequence = run_once(module, model, inputs, prompt, new_tokens)
+        order = list(engines.items())
+        for name, (module, model, inputs) in order if turn % 2 else order[::-1]:
+            times, sequence = run_once(module, model, inputs, prompt, new_tokens)
             sequences[name] = sequence
-            processing = processing_time(module, model, text, image)
+            processing = processing_time(module, model, text, image) if with_processor else 0.0
             if turn:  # the first turn warms up
-                results[name].append((ttft, rate, processing))
+                results[name].append((*times, processing))
     same = np.array_equal(sequences["genai"], sequences["reference"])
     out = {"tokens": prompt, "same_tokens": same}
     for name, rows in results.items():
-        out[name] = tuple(statistics.median(r[i] for r in rows) for i in range(3))
+        out[name] = tuple(statistics.median(r[i] for r in rows) for i in range(5))
     return out
 
 
@@ -109,6 +122,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--sides", type=int, nargs="+", default=[336, 1344])
     parser.add_argument("--folder", type=Path, help="a real model folder (its prompt: --kinds)")
+    parser.add_argument("--no-processor", action="store_true", help="skip timing the processors")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -116,7 +130,7 @@ def main() -> None:
         print(
             f"{'kind':<11} {'image':>9} {'tokens':>6}  {'TTFT ref':>9} {'TTFT genai':>10} "
             f"{'ratio':>6}  {'tok/s ref':>9} {'tok/s genai':>11} {'ratio':>6}  same  "
-            f"{'proc ref':>9} {'proc genai':>10}"
+            f"{'proc ref':>9} {'proc genai':>10}  {'CPU TTFT ratio':>14} {'CPU tok/s ratio':>15}"
         )
         for kind in args.kinds:
             if args.folder is not None:
@@ -130,15 +144,24 @@ def main() -> None:
                     num_kv_heads=max(2, args.hidden // 128),
                 )
             for side, image in images.items():
-                row = bench(folder, PROMPTS[kind], image, args.repeat, args.new_tokens)
-                (ref_ttft, ref_rate, ref_proc) = row["reference"]
-                (our_ttft, our_rate, our_proc) = row["genai"]
+                row = bench(
+                    folder,
+                    PROMPTS[kind],
+                    image,
+                    args.repeat,
+                    args.new_tokens,
+                    not args.no_processor,
+                )
+                (ref_ttft, ref_rate, ref_cpu_ttft, ref_cpu_rate, ref_proc) = row["reference"]
+                (our_ttft, our_rate, our_cpu_ttft, our_cpu_rate, our_proc) = row["genai"]
                 print(
                     f"{kind:<11} {side:>4}x{side:<4} {row['tokens']:>6}  "
                     f"{1000 * ref_ttft:>7.1f}ms {1000 * our_ttft:>8.1f}ms "
                     f"{our_ttft / ref_ttft:>6.2f}  {ref_rate:>9.0f} {our_rate:>11.0f} "
                     f"{our_rate / ref_rate:>6.2f}  {row['same_tokens']!s:<5} "
-                    f"{1000 * ref_proc:>7.1f}ms {1000 * our_proc:>8.1f}ms"
+                    f"{1000 * ref_proc:>7.1f}ms {1000 * our_proc:>8.1f}ms  "
+                    f"{our_cpu_ttft / ref_cpu_ttft:>14.2f} {our_cpu_rate / ref_cpu_rate:>15.2f}",
+                    flush=True,
                 )
 
 
