@@ -52,8 +52,10 @@ _IN_BINDING = np.zeros(0)
 
 
 def tensor_array(value: Any) -> np.ndarray:
-    """A NumPy array from a `genai.Tensor`, a reference ``Tensor`` (``as_numpy``) or an
-    array-like."""
+    """A NumPy array from a `genai.Tensor` (its read-only view: pixel values are not copied),
+    a reference ``Tensor`` (``as_numpy``) or an array-like."""
+    if isinstance(value, np.ndarray) or hasattr(type(value), "__array__"):
+        return np.asarray(value)
     as_numpy = getattr(value, "as_numpy", None)
     return np.asarray(as_numpy() if callable(as_numpy) else value)
 
