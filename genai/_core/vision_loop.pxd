@@ -29,7 +29,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
     # by a trailing 1; `ones_filled`: leading mask elements known to hold 1
     cdef bint ones_mask
     cdef Py_ssize_t ones_filled
-    # runs the pending tokens from Python when a step cannot run natively
+    # fallback(prompt): runs the pending tokens from Python when they cannot run natively
     cdef public object fallback
 
     cdef int run_embedded_step(self) noexcept nogil

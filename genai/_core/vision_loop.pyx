@@ -11,7 +11,7 @@ and for mRoPE decoders, else a trailing 1 per row), write Qwen-VL's 3-D mRoPE po
 presents to its pasts, copy the logits rows. The buffers are bound by the Python runner's
 first one-token run (`genai.generation.vision_runner`), which says so with `step_ready`;
 every other run (prompts, images, several tokens, the first step after a prompt or a rewind)
-goes back to Python through `fallback`, as a `step` / `steps` call's only detour.
+goes back to Python through `fallback`, as a `run` / `step` / `steps` call's only detour.
 """
 
 from libc.stdint cimport int64_t
@@ -43,8 +43,8 @@ cdef void* _data(cnp.ndarray array):
 cdef class EmbedDecoderLoop(DecoderLoop):
     """A `DecoderLoop` for a vision-language model (see the module docstring): made with no
     session (as a loop whose model runs outside it), then `attach` gives it the graphs and
-    ``fallback`` (a callable: run the pending tokens from Python, make the logits rows current)
-    the runs it does not make itself."""
+    ``fallback`` (``fallback(prompt)``: run the pending tokens from Python, make the logits
+    rows current) the runs it does not make itself."""
 
     def __cinit__(self):
         self.step_ids = NULL
@@ -136,7 +136,24 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         self.mask_length = width
         self.ones_filled = 0
 
-    # ------------------------------------------------------------------ steps
+    # ------------------------------------------------------------------ runs and steps
+    def run(self, bint prompt):
+        """Run the pending tokens: natively for a one-token decode step when `step_ready`,
+        else through ``fallback(prompt)``."""
+        cdef int rc
+        while True:
+            with nogil:
+                rc = self.run_pending(prompt)
+            if rc == NEED_GROW:
+                self._grow_kv()
+                continue
+            if rc == NEED_PYTHON:
+                self.fallback(prompt)
+                rc = 0
+            break
+        if rc != 0:
+            self.raise_error(rc)
+
     def step(self):
         """One generation step: run the pending token if the logits are stale (natively when
         `step_ready`, else through `fallback`), choose, commit."""
@@ -151,7 +168,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
                     self._grow_kv()
                     continue
                 if rc == NEED_PYTHON:
-                    self.fallback()
+                    self.fallback(False)
                     rc = self.choose_and_commit()
                 break
         if rc != 0:
@@ -172,7 +189,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             if rc == NEED_GROW:
                 self._grow_kv()
             elif rc == NEED_PYTHON:
-                self.fallback()  # the logits rows are current: the next step chooses
+                self.fallback(False)  # the logits rows are current: the next step chooses
             else:
                 break
             rc = 0

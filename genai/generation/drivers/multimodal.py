@@ -74,7 +74,7 @@ class VisionDriver(RunnerSessions):
         self.runner = VisionRunner(
             model, settings.rows, settings.max_length, search, settings.pad_id, loop
         )
-        loop.fallback = self.run  # the runs the loop does not make natively
+        loop.fallback = self._run_python  # the runs the loop does not make natively
         #: The KV cache (`genai.kv`), bound to the decoder's binding.
         self.kv = self.runner.kv
         self._sequences = loop.array("sequences")
@@ -92,9 +92,17 @@ class VisionDriver(RunnerSessions):
         runner = self.runner
         runner.feed(self._sequences[:, runner.computed : self.loop.length], prompt)
 
+    def run(self, prompt: bool = False) -> None:
+        """Run the pending tokens so the logits rows are current: the loop runs a one-token
+        decode step natively, the runner every other run (`_run_python`)."""
+        self.loop.run(prompt)
+
+    def _run_python(self, prompt: bool) -> None:
+        RunnerSessions.run(self, prompt)
+
     def step(self) -> None:
         """One step: the loop runs the pending token if the logits are stale (natively, or
-        through `run` when it needs Python), chooses and commits."""
+        through the runner when it needs Python), chooses and commits."""
         self.loop.step()
 
     def steps(self, count: int) -> int:

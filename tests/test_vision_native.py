@@ -1,0 +1,276 @@
+"""Vision-language models' native decode steps (`genai._core.vision_loop.EmbedDecoderLoop`):
+after the first one-token step (run from Python, which binds the buffers) every step runs the
+embedding graph and the decoder without returning to Python. Each test compares genai with
+the reference (onnxruntime_genai) on the same tiny random folder and the same processor
+output, at every step: the chosen tokens and the logits the choice was made from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import genai
+from genai.testing.vision import write_gemma3, write_phi3v, write_qwen2_5_vl
+
+og = pytest.importorskip("onnxruntime_genai")
+Image = pytest.importorskip("PIL.Image")
+
+PROMPTS = {
+    "phi3v": "<|user|>\n{tags}what is in the picture?<|end|>\n<|assistant|>\n",
+    "qwen": "<|im_start|>user\n{tags}what is in the picture?<|im_end|>\n<|im_start|>assistant\n",
+    "gemma3": "<start_of_turn>user\n{tags}what is in the picture?<end_of_turn>\n"
+    "<start_of_turn>model\n",
+}
+KINDS = ["phi3v", "qwen2_5_vl", "qwen3_vl", "gemma3"]
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("vlm-native")
+    return {
+        "phi3v": write_phi3v(root, seed=11),
+        "qwen2_5_vl": write_qwen2_5_vl(root, seed=12),
+        "qwen3_vl": write_qwen2_5_vl(root, model_type="qwen3_vl", seed=13),
+        "gemma3": write_gemma3(root, seed=14),
+    }
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Three synthetic pictures of different sizes."""
+    root = tmp_path_factory.mktemp("native-images")
+    rng = np.random.default_rng(3)
+    paths = []
+    for i, (height, width) in enumerate([(80, 120), (100, 100), (64, 150)]):
+        yy, xx = np.mgrid[0:height, 0:width]
+        picture = np.stack(
+            [(xx * 255) // width, (yy // 6 % 2) * 220, rng.integers(0, 256, xx.shape)]
+        )
+        path = root / f"picture{i}.png"
+        Image.fromarray(np.moveaxis(picture, 0, -1).astype(np.uint8)).save(path)
+        paths.append(str(path))
+    return paths
+
+
+def _prompt(kind: str, count: int) -> str:
+    if kind == "phi3v":
+        tags = "".join(f"<|image_{i + 1}|>\n" for i in range(count))
+    elif kind == "gemma3":
+        tags = "<start_of_image>" * count
+    else:
+        kind, tags = "qwen", "<|vision_start|><|image_pad|><|vision_end|>" * count
+    return PROMPTS[kind].format(tags=tags)
+
+
+def _reference_inputs(folder: Path, prompt: str, paths: list[str]) -> object:
+    processor = og.Model(str(folder)).create_multimodal_processor()
+    return processor(prompt, images=og.Images.open(*paths) if paths else None)
+
+
+def _arrays(named: object) -> dict[str, np.ndarray]:
+    return {name: named[name].as_numpy() for name in named.keys()}  # noqa: SIM118
+
+
+def _ours(arrays: dict[str, np.ndarray]) -> genai.NamedTensors:
+    out = genai.NamedTensors()
+    for name, array in arrays.items():
+        out[name] = array
+    return out
+
+
+def _as_reference(arrays: dict[str, np.ndarray]) -> object:
+    named = og.NamedTensors()
+    for name, array in arrays.items():
+        if array.dtype.kind in "iu":  # as_numpy's int64 is 'q', which the bindings refuse
+            array = np.array(array.tolist(), dtype=array.dtype.str)
+        named[name] = np.ascontiguousarray(array)
+    return named
+
+
+def _generator(module, folder: Path, **search):
+    model = module.Model(str(folder)) if module is og else module.Model(folder)
+    params = module.GeneratorParams(model)
+    params.set_search_options(**search)
+    return module.Generator(model, params)
+
+
+class _Runs:
+    """Counts the runs a genai generator's loop sends back to Python (the rest are native)."""
+
+    def __init__(self, generator: genai.Generator) -> None:
+        self.loop = generator._driver.loop
+        self.count = 0
+        self._fallback = self.loop.fallback
+
+        def counted(prompt: bool) -> None:
+            self.count += not prompt
+            self._fallback(prompt)
+
+        self.loop.fallback = counted
+
+
+def _steps(generator, count: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``count`` greedy steps: the logits each was chosen from and the tokens chosen."""
+    logits, tokens = [], []
+    for _ in range(count):
+        if generator.is_done():
+            break
+        generator.generate_next_token()
+        logits.append(generator.get_logits().copy())
+        tokens.append(np.array(generator.get_next_tokens()))
+    return logits, tokens
+
+
+def _assert_same_steps(ours: tuple[list, list], reference: tuple[list, list]) -> None:
+    assert len(ours[1]) == len(reference[1])
+    for our_tokens, ref_tokens in zip(ours[1], reference[1], strict=True):
+        np.testing.assert_array_equal(our_tokens, ref_tokens)
+    for our_logits, ref_logits in zip(ours[0], reference[0], strict=True):
+        np.testing.assert_allclose(our_logits, ref_logits, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_native_step_matches_the_reference(folders, images, kind):
+    """Tokens and logits of every step after an image prompt; only the first step after
+    the prompt runs from Python."""
+    folder = folders[kind]
+    named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + STEPS + 1)
+    reference.set_inputs(named)
+    ours = _generator(genai, folder, max_length=n + STEPS + 1)
+    runs = _Runs(ours)
+    ours.set_inputs(_ours(_arrays(named)))
+    _assert_same_steps(_steps(ours, STEPS), _steps(reference, STEPS))
+    assert runs.count == 1  # the first one-token step binds the buffers; the others are native
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
+def test_generate_until_done_runs_native_steps(folders, images, kind):
+    """generate_until_done (one call for every step) ends with the reference's sequence."""
+    folder = folders[kind]
+    named = _reference_inputs(folder, _prompt(kind, 2), images[:2])
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + STEPS)
+    reference.set_inputs(named)
+    while not reference.is_done():
+        reference.generate_next_token()
+    ours = _generator(genai, folder, max_length=n + STEPS)
+    runs = _Runs(ours)
+    ours.set_inputs(_ours(_arrays(named)))
+    made = ours.generate_until_done()
+    np.testing.assert_array_equal(ours.get_sequence(0), reference.get_sequence(0))
+    assert made == len(reference.get_sequence(0)) - n
+    assert runs.count == 1
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl", "gemma3"])
+def test_kv_growth_between_native_steps(folders, images, kind):
+    """A KV cache that starts small and grows every few tokens (kv_initial_capacity 8) grows
+    from inside the native steps (shared buffers) with the reference's tokens and logits."""
+    folder = folders[kind]
+    named = _reference_inputs(folder, _prompt(kind, 1), images[1:2])
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + 30)
+    reference.set_inputs(named)
+    ours = _generator(genai, folder, max_length=n + 30, kv_initial_capacity=8)
+    runs = _Runs(ours)
+    ours.set_inputs(_ours(_arrays(named)))
+    _assert_same_steps(_steps(ours, 28), _steps(reference, 28))
+    assert runs.count == 1
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl"])
+def test_rewind_into_native_steps_then_continue(folders, images, kind):
+    """Generate 8 natively, rewind_to 3 generated tokens, generate 8 again: every step's
+    logits and tokens are the reference's for the sequence generated straight through (the
+    reference's rewind_to fails on these kinds)."""
+    folder = folders[kind]
+    named = _reference_inputs(folder, _prompt(kind, 1), images[2:3])
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + 12)
+    reference.set_inputs(named)
+    straight = _steps(reference, 8)
+    ours = _generator(genai, folder, max_length=n + 12)
+    runs = _Runs(ours)
+    ours.set_inputs(_ours(_arrays(named)))
+    _assert_same_steps(_steps(ours, 8), straight)
+    ours.rewind_to(n + 3)
+    again = _steps(ours, 5)
+    _assert_same_steps(again, (straight[0][3:], straight[1][3:]))
+    # after the rewind one step runs from Python (it re-binds the KV), the rest natively
+    assert runs.count == 2
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl", "gemma3"])
+def test_appended_text_after_native_steps(folders, images, kind):
+    """Generate 4 natively, append 3 text tokens (one Python run), generate 6 natively: the
+    reference's steps for one image prompt holding every token so far (its own continuation
+    drops the pending token on vision models)."""
+    folder = folders[kind]
+    named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    arrays = _arrays(named)
+    n = arrays["input_ids"].shape[1]
+    ours = _generator(genai, folder, max_length=n + 20)
+    runs = _Runs(ours)
+    ours.set_inputs(_ours(arrays))
+    _steps(ours, 4)
+    ours.append_tokens(np.array([[7, 8, 9]], np.int32))
+    ours_after = _steps(ours, 6)
+    arrays["input_ids"] = ours.get_sequence(0)[None, : n + 4 + 3].astype(arrays["input_ids"].dtype)
+    reference = _generator(og, folder, max_length=n + 20)
+    reference.set_inputs(_as_reference(arrays))
+    _assert_same_steps(ours_after, _steps(reference, 6))
+    # from Python: the first step after the prompt, the appended tokens' run, the step after it
+    assert runs.count == 3
+
+
+@pytest.mark.parametrize(("kind", "counts"), [("phi3v", [1, 2]), ("qwen2_5_vl", [2, 0])])
+def test_batch_of_two_with_different_image_counts_step_by_step(folders, images, kind, counts):
+    """Two rows of different lengths (right-padded) and image counts: every native step's
+    logits and tokens, both rows, are the reference's (Phi-3 Vision's rows keep their padding
+    masked; Qwen-VL's masks are all ones after the prompt, as the reference's)."""
+    folder = folders[kind]
+    processor = og.Model(str(folder)).create_multimodal_processor()
+    pad = genai.Model(folder).config.get("model.pad_token_id")
+    rows, used = [], 0
+    for count in counts:
+        paths = images[used : used + count]
+        used += count
+        row = processor(_prompt(kind, count), images=og.Images.open(*paths) if paths else None)
+        rows.append(row["input_ids"].as_numpy()[0])
+    width = max(map(len, rows))
+    ids = np.full((2, width), pad, np.int32)
+    for b, row in enumerate(rows):
+        ids[b, : len(row)] = row
+    arrays = _arrays(processor(_prompt(kind, used), images=og.Images.open(*images[:used])))
+    arrays["input_ids"] = ids
+    reference = _generator(og, folder, max_length=width + STEPS, batch_size=2)
+    reference.set_inputs(_as_reference(arrays))
+    ours = _generator(genai, folder, max_length=width + STEPS, batch_size=2)
+    runs = _Runs(ours)
+    ours.set_inputs(_ours(arrays))
+    _assert_same_steps(_steps(ours, STEPS - 1), _steps(reference, STEPS - 1))
+    assert runs.count == 1
+
+
+def test_inputs_of_a_native_step_are_the_reference_s(folders, images):
+    """After native steps the last run's inputs (mask, 3-D positions, ids) read back as the
+    reference's do (get_input)."""
+    folder = folders["qwen2_5_vl"]
+    named = _reference_inputs(folder, _prompt("qwen2_5_vl", 1), images[:1])
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + STEPS)
+    reference.set_inputs(named)
+    ours = _generator(genai, folder, max_length=n + STEPS)
+    ours.set_inputs(_ours(_arrays(named)))
+    for _ in range(6):
+        reference.generate_next_token()
+        ours.generate_next_token()
+    for name in ("attention_mask", "position_ids"):
+        expected = np.asarray(reference.get_input(name))
+        np.testing.assert_array_equal(ours.get_input(name), expected)
