@@ -15,6 +15,9 @@ processor is timed apart (``proc``: opening the image file and making the inputs
 times each, after one warm-up run; medians are reported with the ratio genai / reference (TTFT:
 lower is better; decode tok/s: higher is better), in wall-clock time and in the process's CPU
 time (``CPU ... ratio``: the work each engine does, what a shared machine measures best).
+Then decode again in lockstep (``step``): both engines' generators advance token by token,
+their steps alternating, each step timed (wall and the calling thread's CPU time); medians
+per run, medians over ``--repeat`` runs; ratio genai / reference (lower is better).
 """
 
 from __future__ import annotations
@@ -76,6 +79,31 @@ def run_once(
     return times, generator.get_sequence(0)
 
 
+def lockstep(engines: dict, prompt: int, new_tokens: int) -> dict[str, tuple[float, float]]:
+    """Per-token step time of each engine, the engines' steps alternating token by token (so
+    both see the same machine load): ``name -> (median seconds per step, median CPU seconds
+    of the calling thread per step)`` (both engines run their graphs on the caller's thread
+    with one intra-op thread)."""
+    generators = {}
+    for name, (module, model, inputs) in engines.items():
+        params = module.GeneratorParams(model)
+        params.set_search_options(max_length=prompt + new_tokens + 1)
+        generators[name] = module.Generator(model, params)
+        generators[name].set_inputs(inputs)
+        generators[name].generate_next_token()
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
+    order = list(generators.items())
+    for step in range(new_tokens):
+        for name, generator in order if step % 2 else order[::-1]:
+            cpu, wall = time.thread_time(), time.perf_counter()
+            generator.generate_next_token()
+            times[name].append((time.perf_counter() - wall, time.thread_time() - cpu))
+    return {
+        name: (statistics.median(t[0] for t in rows), statistics.median(t[1] for t in rows))
+        for name, rows in times.items()
+    }
+
+
 def processing_time(module, model, prompt: str, image: str) -> float:
     """Seconds for the engine's own processor to open ``image`` and make the inputs."""
     processor = model.create_multimodal_processor()
@@ -110,6 +138,12 @@ def bench(
     out = {"tokens": prompt, "same_tokens": same}
     for name, rows in results.items():
         out[name] = tuple(statistics.median(r[i] for r in rows) for i in range(5))
+    steps: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
+    for _ in range(repeat):
+        for name, medians in lockstep(engines, prompt, new_tokens).items():
+            steps[name].append(medians)
+    for name, rows in steps.items():
+        out[f"{name} step"] = tuple(statistics.median(r[i] for r in rows) for i in range(2))
     return out
 
 
@@ -130,7 +164,8 @@ def main() -> None:
         print(
             f"{'kind':<11} {'image':>9} {'tokens':>6}  {'TTFT ref':>9} {'TTFT genai':>10} "
             f"{'ratio':>6}  {'tok/s ref':>9} {'tok/s genai':>11} {'ratio':>6}  same  "
-            f"{'proc ref':>9} {'proc genai':>10}  {'CPU TTFT ratio':>14} {'CPU tok/s ratio':>15}"
+            f"{'proc ref':>9} {'proc genai':>10}  {'CPU TTFT ratio':>14} {'CPU tok/s ratio':>15}  "
+            f"{'step ref':>9} {'step genai':>10} {'ratio':>6} {'CPU ratio':>9}"
         )
         for kind in args.kinds:
             if args.folder is not None:
@@ -154,13 +189,17 @@ def main() -> None:
                 )
                 (ref_ttft, ref_rate, ref_cpu_ttft, ref_cpu_rate, ref_proc) = row["reference"]
                 (our_ttft, our_rate, our_cpu_ttft, our_cpu_rate, our_proc) = row["genai"]
+                ref_step, ref_step_cpu = row["reference step"]
+                our_step, our_step_cpu = row["genai step"]
                 print(
                     f"{kind:<11} {side:>4}x{side:<4} {row['tokens']:>6}  "
                     f"{1000 * ref_ttft:>7.1f}ms {1000 * our_ttft:>8.1f}ms "
                     f"{our_ttft / ref_ttft:>6.2f}  {ref_rate:>9.0f} {our_rate:>11.0f} "
                     f"{our_rate / ref_rate:>6.2f}  {row['same_tokens']!s:<5} "
                     f"{1000 * ref_proc:>7.1f}ms {1000 * our_proc:>8.1f}ms  "
-                    f"{our_cpu_ttft / ref_cpu_ttft:>14.2f} {our_cpu_rate / ref_cpu_rate:>15.2f}",
+                    f"{our_cpu_ttft / ref_cpu_ttft:>14.2f} {our_cpu_rate / ref_cpu_rate:>15.2f}  "
+                    f"{1e6 * ref_step:>7.0f}us {1e6 * our_step:>8.0f}us "
+                    f"{our_step / ref_step:>6.2f} {our_step_cpu / ref_step_cpu:>9.2f}",
                     flush=True,
                 )
 
