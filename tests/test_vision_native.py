@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import genai
+from genai.errors import InvalidArgumentError, UnsupportedFeatureError
+from genai.generation.vision_runner import MRopeSpec, mrope_positions
 from genai.testing.vision import write_gemma3, write_phi3v, write_qwen2_5_vl
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -274,3 +276,21 @@ def test_inputs_of_a_native_step_are_the_reference_s(folders, images):
     for name in ("attention_mask", "position_ids"):
         expected = np.asarray(reference.get_input(name))
         np.testing.assert_array_equal(ours.get_input(name), expected)
+
+
+def test_mrope_positions_refuse_what_they_cannot_place(folders):
+    """The C loop's failures are the errors of the Python one: a video token, more images
+    than image_grid_thw rows, an image whose tokens run past the row's end."""
+    spec = MRopeSpec(genai.Model(folders["qwen2_5_vl"]).config)
+    start, image, video = spec.vision_start_token_id, spec.image_token_id, spec.video_token_id
+    grid = np.array([[1, 2, 2]])  # one merged token
+    ok = np.array([[5, start, image, 6]])
+    positions, deltas = mrope_positions(ok, grid, spec)
+    np.testing.assert_array_equal(positions[:, 0, :], [[0, 1, 2, 3]] * 3)
+    assert deltas.tolist() == [0]
+    with pytest.raises(UnsupportedFeatureError, match="video"):
+        mrope_positions(np.array([[5, start, video, 6]]), grid, spec)
+    with pytest.raises(InvalidArgumentError, match="Not enough image_grid_thw"):
+        mrope_positions(np.array([[start, image, start, image]]), grid, spec)
+    with pytest.raises(InvalidArgumentError, match=r"image 1 of grid \(1, 4, 4\) needs 4 tokens"):
+        mrope_positions(np.array([[5, start, image, 6]]), np.array([[1, 4, 4]]), spec)

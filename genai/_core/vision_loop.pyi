@@ -38,3 +38,16 @@ class EmbedDecoderLoop(DecoderLoop):
     def run(self, prompt: bool) -> None: ...
     def step(self) -> None: ...
     def steps(self, count: int) -> int: ...
+
+def mrope_rows(
+    tokens: npt.NDArray[np.int64],
+    grid: npt.NDArray[np.int64],
+    image_token_id: int,
+    video_token_id: int,
+    vision_start_token_id: int,
+    pad_token_id: int,
+    merge: int,
+    positions: npt.NDArray[np.int64],
+    deltas: npt.NDArray[np.int64],
+    error: npt.NDArray[np.int64],
+) -> int: ...

@@ -257,3 +257,117 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         if failed is not None and (rc > 0 or -4 <= rc <= -1):
             failed.raise_last_error()
         DecoderLoop.raise_error(self, rc)
+
+
+# ---------------------------------------------------------------------- Qwen-VL positions
+cdef inline int64_t _text_run(const int64_t* row, Py_ssize_t start, Py_ssize_t stop,
+                              int64_t pad, int64_t first, int64_t* p0, int64_t* p1,
+                              int64_t* p2, Py_ssize_t seq, int64_t max_pos) noexcept nogil:
+    """Positions first, first + 1, ... for the non-pad tokens of row[start:stop] on the
+    three axes; pads get 0 and do not count. Returns the new max position."""
+    cdef Py_ssize_t i
+    cdef int64_t count = 0, value
+    for i in range(start, stop):
+        if row[i] != pad:
+            count += 1
+            value = first + count - 1
+        else:
+            value = 0
+        p0[i] = value
+        p1[i] = value
+        p2[i] = value
+    return first + count - 1 if count else max_pos
+
+
+cdef int _mrope(const int64_t* tokens, Py_ssize_t batch, Py_ssize_t seq, const int64_t* grid,
+                Py_ssize_t n_images, int64_t image_token_id, int64_t video_token_id,
+                int64_t vision_start_token_id, int64_t pad, int64_t merge, int64_t* positions,
+                int64_t* deltas, int64_t* error) noexcept nogil:
+    cdef Py_ssize_t b, i, end, start, c, k, image = 0
+    cdef int64_t max_pos, first, t, h, w, gh, gw, count
+    cdef const int64_t* row
+    cdef int64_t* p0
+    cdef int64_t* p1
+    cdef int64_t* p2
+    for b in range(batch):
+        row = tokens + b * seq
+        p0 = positions + b * seq
+        p1 = positions + (batch + b) * seq
+        p2 = positions + (2 * batch + b) * seq
+        start = 0
+        max_pos = 0
+        k = 0  # pairs seen in this row (those inside an image's tokens too)
+        for i in range(seq - 1):
+            if row[i] != vision_start_token_id or (
+                    row[i + 1] != image_token_id and row[i + 1] != video_token_id):
+                continue
+            end = i + 1
+            k += 1
+            if end < start:
+                continue  # a pair inside the previous image's tokens
+            if row[end] == video_token_id:
+                error[0] = b
+                error[1] = end
+                return 1
+            if image >= n_images:
+                error[0] = b
+                error[1] = end
+                return 2
+            t = grid[3 * image]
+            h = grid[3 * image + 1]
+            w = grid[3 * image + 2]
+            image += 1
+            first = max_pos + 1 if (k > 1 or b > 0) else 0
+            max_pos = _text_run(row, start, end, pad, first, p0, p1, p2, seq, max_pos)
+            first = max_pos + 1
+            gh = h // merge
+            gw = w // merge
+            count = t * gh * gw
+            if end + count > seq:
+                error[0] = b
+                error[1] = end
+                error[2] = image
+                error[3] = t
+                error[4] = h
+                error[5] = w
+                return 3
+            for c in range(count):
+                p0[end + c] = first
+                p1[end + c] = (c // gw) % gh + first
+                p2[end + c] = c % gw + first
+            if count > 0:
+                max_pos = max(max_pos, first + gh - 1, first + gw - 1)
+            start = end + count
+        if start < seq:
+            first = 0 if (max_pos == 0 and start == 0) else max_pos + 1
+            max_pos = _text_run(row, start, seq, pad, first, p0, p1, p2, seq, max_pos)
+        deltas[b] = max_pos + 1 - seq
+    return 0
+
+
+def mrope_rows(
+    const int64_t[:, ::1] tokens, const int64_t[:, ::1] grid, int64_t image_token_id,
+    int64_t video_token_id, int64_t vision_start_token_id, int64_t pad_token_id,
+    int64_t merge, int64_t[:, :, ::1] positions, int64_t[::1] deltas, int64_t[::1] error,
+):
+    """Qwen-VL's 3-D rotary positions of a first prompt into ``positions`` [3, batch, seq]
+    and ``deltas`` [batch] (see `genai.generation.vision_runner.mrope_positions`, which
+    raises the errors). Returns 0, or a failure with ``error`` filled: 1 a video token (row,
+    index); 2 more images than ``grid`` rows (row, index); 3 an image's tokens past the row's
+    end (row, index, image number, t, h, w)."""
+    cdef Py_ssize_t batch = tokens.shape[0], seq = tokens.shape[1]
+    cdef Py_ssize_t n_images = grid.shape[0]
+    cdef int rc
+    if positions.shape[0] != 3 or positions.shape[1] != batch or positions.shape[2] != seq:
+        raise ValueError("positions must be [3, batch, seq]")
+    if deltas.shape[0] != batch or error.shape[0] < 6 or grid.shape[1] != 3:
+        raise ValueError("deltas must be [batch], error [6], grid [n, 3]")
+    if merge <= 0:
+        raise ValueError(f"spatial_merge_size must be > 0, got {merge}")
+    if batch == 0 or seq == 0:
+        return 0
+    with nogil:
+        rc = _mrope(&tokens[0, 0], batch, seq, &grid[0, 0] if n_images else NULL, n_images,
+                    image_token_id, video_token_id, vision_start_token_id, pad_token_id, merge,
+                    &positions[0, 0, 0], &deltas[0], &error[0])
+    return rc

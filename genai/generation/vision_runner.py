@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai._core.bookkeeping import prefill_inputs
-from genai._core.vision_loop import EmbedDecoderLoop
+from genai._core.vision_loop import EmbedDecoderLoop, mrope_rows
 from genai.errors import (
     GenerationError,
     InvalidArgumentError,
@@ -83,18 +83,6 @@ class MRopeSpec:
         self.spatial_merge_size = int(config.get("model.vision.spatial_merge_size", 2))
 
 
-def _text_positions(
-    row: np.ndarray, pad: int, start: int, first: int, positions: np.ndarray, max_pos: int
-) -> int:
-    """Positions ``first, first + 1, ...`` for the non-pad tokens of ``row`` (from index
-    ``start`` of the sequence); pads get 0 and do not advance. Returns the new max position."""
-    real = row != pad
-    count = np.cumsum(real)
-    values = np.where(real, first + count - 1, 0)
-    positions[:, start : start + len(row)] = values
-    return int(first + count[-1] - 1) if len(row) and count[-1] else max_pos
-
-
 def mrope_positions(
     tokens: np.ndarray, image_grid_thw: np.ndarray | None, spec: MRopeSpec
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -109,54 +97,42 @@ def mrope_positions(
     (m = ``spatial_merge_size``). ``image_grid_thw`` rows are taken in order over the whole
     batch. ``rope_deltas[b]`` = max position + 1 - seq: later positions are ``index +
     delta``. As the reference, the first text run of every row after the first starts at 1.
+    A pair inside the previous image's tokens is skipped (never in a real prompt). The loop
+    runs in C (`genai._core.vision_loop.mrope_rows`).
     """
-    tokens = np.asarray(tokens)
+    tokens = np.ascontiguousarray(tokens, np.int64)
+    if tokens.ndim != 2:
+        raise InvalidArgumentError(f"input_ids must be [batch, seq], got {list(tokens.shape)}")
     batch, seq = tokens.shape
     grid = np.zeros((0, 3), np.int64) if image_grid_thw is None else np.asarray(image_grid_thw)
-    grid = grid.reshape(-1, 3).astype(np.int64)
+    grid = np.ascontiguousarray(grid.reshape(-1, 3), np.int64)
     merge = spec.spatial_merge_size
-    positions = np.zeros((3, batch, seq), np.int64)
+    positions = np.empty((3, batch, seq), np.int64)
     deltas = np.zeros(batch, np.int64)
-    image = 0
-    for b in range(batch):
-        row = tokens[b]
-        pairs = (row[:-1] == spec.vision_start_token_id) & (
-            (row[1:] == spec.image_token_id) | (row[1:] == spec.video_token_id)
+    error = np.zeros(6, np.int64)
+    failed = mrope_rows(
+        tokens,
+        grid,
+        spec.image_token_id,
+        spec.video_token_id,
+        spec.vision_start_token_id,
+        spec.pad_token_id,
+        merge,
+        positions,
+        deltas,
+        error,
+    )
+    if failed == 1:
+        raise UnsupportedFeatureError("video inputs (video_grid_thw) of Qwen-VL models")
+    if failed == 2:
+        raise InvalidArgumentError("Not enough image_grid_thw data for image tokens.")
+    if failed == 3:
+        row, end, image, t, h, w = (int(x) for x in error)
+        count = t * (h // merge) * (w // merge)
+        raise InvalidArgumentError(
+            f"image {image} of grid ({t}, {h}, {w}) needs {count} tokens from position "
+            f"{end}, beyond the {seq} tokens of row {row}"
         )
-        starts = np.flatnonzero(pairs) + 1
-        out = positions[:, b, :]
-        start = 0
-        max_pos = 0
-        for k, end in enumerate(starts.tolist()):
-            if end < start:
-                continue  # a pair inside the previous image's tokens (never in a real prompt)
-            if row[end] == spec.video_token_id:
-                raise UnsupportedFeatureError("video inputs (video_grid_thw) of Qwen-VL models")
-            if image >= len(grid):
-                raise InvalidArgumentError("Not enough image_grid_thw data for image tokens.")
-            t, h, w = (int(x) for x in grid[image])
-            image += 1
-            first = max_pos + 1 if (k > 0 or b > 0) else 0
-            max_pos = _text_positions(row[start:end], spec.pad_token_id, start, first, out, max_pos)
-            first = max_pos + 1
-            gh, gw = h // merge, w // merge
-            count = t * gh * gw
-            if end + count > seq:
-                raise InvalidArgumentError(
-                    f"image {image} of grid ({t}, {h}, {w}) needs {count} tokens from position "
-                    f"{end}, beyond the {seq} tokens of row {b}"
-                )
-            cell = np.arange(count)
-            out[0, end : end + count] = first  # images: no time offset
-            out[1, end : end + count] = (cell // gw) % gh + first
-            out[2, end : end + count] = cell % gw + first
-            if count:
-                max_pos = max(max_pos, first + gh - 1, first + gw - 1)
-            start = end + count
-        if start < seq:
-            first = 0 if (max_pos == 0 and start == 0) else max_pos + 1
-            max_pos = _text_positions(row[start:], spec.pad_token_id, start, first, out, max_pos)
-        deltas[b] = max_pos + 1 - seq
     return positions, deltas
 
 
