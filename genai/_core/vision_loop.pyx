@@ -29,8 +29,9 @@ import numpy as np
 
 cnp.import_array()
 
-# decoder_loop's code for "grow the KV cache from Python, then run again" (LOOP_NEED_GROW)
+# Not errors: codes of run_pending that `run` / `step` / `steps` answer from Python.
 cdef enum:
+    # grow the KV cache (`grow`), then run again (decoder_loop's LOOP_NEED_GROW value)
     NEED_GROW = -104
     # not an error: the pending tokens run from Python (`fallback`), then the loop goes on
     NEED_PYTHON = -200
@@ -70,6 +71,8 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         buffer of ``kv_capacity`` positions (-1: no limit). ``ones_mask``: a step's mask is
         all ones. (`fallback`, set apart, runs every other run.)"""
         cdef Py_ssize_t i, batch = self.batch
+        if self.embedding is not None:
+            raise ValueError("the loop is attached already")
         if step_ids.shape[0] != batch or step_ids.size != batch:
             raise ValueError(f"step_ids must be [{batch}, 1], got {(<object>step_ids).shape}")
         if step_ids.dtype not in (np.int32, np.int64) or not step_ids.flags.c_contiguous:
@@ -98,8 +101,6 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         self.ones_mask = ones_mask
         self.grow = grow_kv
         self.kv_capacity = kv_capacity
-        if self.n_kv_pairs:
-            raise ValueError("attach once")
         if kv_pairs:
             # (freed by DecoderLoop's __dealloc__)
             self.kv_out = <Py_ssize_t*>calloc(len(kv_pairs), sizeof(Py_ssize_t))
