@@ -176,6 +176,14 @@ cdef class AheadWorker:
             self.t_signal = _now_ns()
             PyThread_release_lock(self.wake_caller)
 
+    cdef inline void _wait_signal_locked(self) noexcept nogil:
+        # (the mutex held) wait for the worker's next signal to the caller; the mutex is held
+        # again on return
+        self.caller_waiting = True
+        PyThread_release_lock(self.mutex)
+        PyThread_acquire_lock(self.wake_caller, 1)
+        PyThread_acquire_lock(self.mutex, 1)
+
     cdef void work(self) noexcept nogil:
         cdef Py_ssize_t slot, b, batch = self.batch
         cdef int rc
@@ -291,16 +299,13 @@ cdef class AheadWorker:
                 need = max(1, min(self.gather, self.ring))
         self.caller_need = need
         while self.produced - self.consumed < need and not self.finished:
-            self.caller_waiting = True
-            PyThread_release_lock(self.mutex)
             t0 = _now_ns()
             with nogil:
-                PyThread_acquire_lock(self.wake_caller, 1)
+                self._wait_signal_locked()
                 t1 = _now_ns()
             t2 = _now_ns()
             self.ns_wait_token += t1 - t0
             self.ns_wait_gil += t2 - t1
-            PyThread_acquire_lock(self.mutex, 1)
         if self.consumed == self.produced:
             PyThread_release_lock(self.mutex)
             return 1
@@ -363,11 +368,8 @@ cdef class AheadWorker:
         PyThread_acquire_lock(self.mutex, 1)
         self.caller_need = self.ring
         while self.produced - self.consumed < self.ring and not self.finished:
-            self.caller_waiting = True
-            PyThread_release_lock(self.mutex)
             with nogil:
-                PyThread_acquire_lock(self.wake_caller, 1)
-            PyThread_acquire_lock(self.mutex, 1)
+                self._wait_signal_locked()
         PyThread_release_lock(self.mutex)
 
     def settle(self):
@@ -380,11 +382,8 @@ cdef class AheadWorker:
         PyThread_acquire_lock(self.mutex, 1)
         self.cmd = CMD_PAUSE
         while self.busy:
-            self.caller_waiting = True
-            PyThread_release_lock(self.mutex)
             with nogil:
-                PyThread_acquire_lock(self.wake_caller, 1)
-            PyThread_acquire_lock(self.mutex, 1)
+                self._wait_signal_locked()
         self.running = False
         dropped = self.produced - self.consumed
         slot = self.consumed % self.ring
@@ -431,11 +430,8 @@ cdef class AheadWorker:
         time: others poll `in_flight`)."""
         PyThread_acquire_lock(self.mutex, 1)
         while self.busy:
-            self.caller_waiting = True
-            PyThread_release_lock(self.mutex)
             with nogil:
-                PyThread_acquire_lock(self.wake_caller, 1)
-            PyThread_acquire_lock(self.mutex, 1)
+                self._wait_signal_locked()
         PyThread_release_lock(self.mutex)
 
     def replay_last_run(self):
