@@ -29,7 +29,7 @@ from genai.generation.drivers.native import NativeDriver
 if TYPE_CHECKING:
     from genai.generation.generator import Generator
 
-__all__ = ["GATHER", "RING", "make_ahead"]
+__all__ = ["GATHER", "RING", "make_ahead", "take_step"]
 
 #: The most steps the worker runs ahead of the caller.
 RING = DEFAULT_RING
@@ -66,6 +66,17 @@ def make_ahead(generator: Generator) -> AheadWorker | None:
     weakref.finalize(generator, _release, worker).atexit = False
     _LIVE.add(worker)
     return worker
+
+
+def take_step(worker: AheadWorker) -> bool:
+    """Make the running ``worker``'s next step the generator's step: True when it is taken (or
+    its error raised, as the plain step raises it); False when it is to run plainly (the worker
+    ended, or the KV cache must grow first), after settling the worker."""
+    rc = worker.take()
+    if rc == 0:
+        return True
+    worker.settle()
+    return rc != 1 and worker.raise_error(rc)
 
 
 def _release(worker: AheadWorker) -> None:

@@ -44,7 +44,7 @@ from genai.errors import (
     UnsupportedFeatureError,
 )
 from genai.generation.beam_search import BeamScorer
-from genai.generation.decode_ahead import make_ahead
+from genai.generation.decode_ahead import make_ahead, take_step
 from genai.generation.drivers import Driver, LoopSettings, make_driver, require
 from genai.generation.logits import LogitsChain
 from genai.generation.speculative import (
@@ -316,12 +316,8 @@ class Generator:
         ahead = self._ahead
         if ahead is not None and ahead.running:
             if not ahead.all_done and ahead.length < self._stop_length:
-                rc = ahead.take()
-                if rc == 0:
+                if take_step(ahead):
                     return  # the worker's next step: the visible state moves on
-                ahead.settle()
-                if rc != 1 and ahead.raise_error(rc):
-                    return
             else:
                 ahead.settle()  # the plain path below raises as the plain loop does
         spec = self._spec
@@ -345,13 +341,8 @@ class Generator:
         if self._beams is None:
             if ahead is not None and not loop.logits_ready and not loop.all_done:
                 ahead.start(self._stop_length)  # the worker runs this step and the next ones
-                if ahead.running:
-                    rc = ahead.take()
-                    if rc == 0:
-                        return
-                    ahead.settle()
-                    if rc != 1 and ahead.raise_error(rc):
-                        return
+                if ahead.running and take_step(ahead):
+                    return
             ran = not loop.logits_ready
             self._driver.step()
             if ahead is not None:
