@@ -84,11 +84,16 @@ class LoopSettings:
 
 
 def new_loop(
-    io: DecoderIO, session: NativeSession | None, settings: LoopSettings, **kv: Any
+    io: DecoderIO,
+    session: NativeSession | None,
+    settings: LoopSettings,
+    loop_class: type[DecoderLoop] = DecoderLoop,
+    **kv: Any,
 ) -> DecoderLoop:
-    """The native loop over ``session`` (None: the model runs outside the loop) for
-    ``settings``, with the KV handover ``kv`` (``kv_pairs``, ``grow_kv``, ``kv_capacity``)."""
-    return DecoderLoop(
+    """The native loop (``loop_class``, a `DecoderLoop` or a subclass) over ``session``
+    (None: the model runs outside the loop) for ``settings``, with the KV handover ``kv``
+    (``kv_pairs``, ``grow_kv``, ``kv_capacity``)."""
+    return loop_class(
         session,
         input_ids=io.input_ids,
         attention_mask=io.attention_mask,

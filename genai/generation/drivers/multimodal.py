@@ -20,7 +20,7 @@ import numpy as np
 
 from genai._core.vision_loop import EmbedDecoderLoop
 from genai.errors import UnsupportedFeatureError
-from genai.generation.drivers.base import LoopSettings, require
+from genai.generation.drivers.base import LoopSettings, new_loop, require
 from genai.generation.drivers.common import RunnerSessions
 from genai.generation.vision_runner import VisionRunner
 
@@ -52,25 +52,8 @@ class VisionDriver(RunnerSessions):
             raise UnsupportedFeatureError(self.unsupported["reorder"])
         self.model, self.settings = model, settings
         io = model.io
-        # new_loop's loop, of the class whose steps run the embedding graph too
-        self.loop = loop = EmbedDecoderLoop(
-            None,
-            input_ids=io.input_ids,
-            attention_mask=io.attention_mask,
-            position_ids=io.position_ids,
-            logits=io.logits,
-            batch=settings.rows,
-            vocab=io.vocab_size,
-            max_length=settings.max_length,
-            pad_id=settings.pad_id,
-            eos_ids=settings.eos,
-            id_dtype=io.id_dtype,
-            mask_dtype=io.mask_dtype,
-            logits_dtype=io.logits_dtype,
-            sampler=settings.sampler,
-            logprobs=settings.logprobs,
-            kv_pairs=[],
-        )
+        # the loop's class runs the embedding graph too; the runner makes its other runs
+        self.loop = loop = new_loop(io, None, settings, EmbedDecoderLoop, kv_pairs=[])
         self.runner = VisionRunner(
             model, settings.rows, settings.max_length, search, settings.pad_id, loop
         )
