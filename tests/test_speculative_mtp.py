@@ -19,16 +19,44 @@ og = pytest.importorskip("onnxruntime_genai")
 def pairs(tmp_path_factory) -> dict[str, tuple]:
     root = tmp_path_factory.mktemp("mtp")
     table = transition_table(10, {3: 5})
+    rng = np.random.default_rng(5)
+    feedback = rng.normal(0.0, 1.0, (10, 8))
     return {
         "exact-head": write_markov_mtp_pair(root / "exact", table, table),
         "partial-head": write_markov_mtp_pair(
-            root / "partial", table, transition_table(10, {3: 7, 6: 2})
+            root / "partial", table, transition_table(10, {3: 7, 6: 2}), feedback=feedback
+        ),
+        # the head's hidden-state term decides: its chained drafts (fed its own feedback
+        # output) differ from those fed the main model's hidden states
+        "feedback-head": write_markov_mtp_pair(
+            root / "feedback",
+            table,
+            table,
+            proj=rng.normal(0.0, 12.0, (8, 10)),
+            feedback=rng.normal(0.0, 1.0, (10, 8)),
         ),
         "gqa": write_mtp_pair(root / "gqa"),
     }
 
 
-PROMPTS = {"exact-head": [1, 2], "partial-head": [4, 5, 6], "gqa": [5, 9, 12, 3, 30]}
+PROMPTS = {
+    "exact-head": [1, 2],
+    "partial-head": [4, 5, 6],
+    "feedback-head": [4, 5, 6],
+    "gqa": [5, 9, 12, 3, 30],
+}
+
+#: get_stats keys both engines count the same way in chained rounds (``max_draft_tokens`` > 1)
+CHAINED_STATS = [
+    "rounds",
+    "draft_tokens_proposed",
+    "draft_tokens_evaluated",
+    "draft_tokens_accepted",
+    "correction_tokens",
+    "bonus_tokens",
+    "acceptance_rate",
+    "avg_draft_tokens_per_round",
+]
 
 
 def _run(mod, main, head, prompt, max_length=30, drafts=1):
@@ -60,6 +88,23 @@ def test_tokens_one_per_call_match_the_reference(pairs, kind):
     if kind == "exact-head":  # the head predicts the token after next exactly
         assert stats["acceptance_rate"] == want_stats["acceptance_rate"] == 1.0
         assert stats["target_forward_passes"] == want_stats["target_forward_passes"]
+
+
+@pytest.mark.parametrize("drafts", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["partial-head", "feedback-head", "gqa"])
+def test_chained_drafts_give_the_references_tokens(pairs, kind, drafts):
+    """max_draft_tokens K: the head drafts K tokens a round, each after the first fed the
+    head's own feedback output; one main run verifies them. Same tokens per call as the
+    reference; with K > 1 its drafts, rounds and acceptance counts too."""
+    main, head = pairs[kind]
+    want, want_stats = _run(og, main, head, PROMPTS[kind], drafts=drafts)
+    got, stats = _run(genai, main, head, PROMPTS[kind], drafts=drafts)
+    assert got == want
+    if drafts > 1:
+        for key in CHAINED_STATS:
+            assert stats[key] == pytest.approx(want_stats[key], rel=1e-6), key
+    if kind == "feedback-head" and drafts > 1:  # accepted and rejected drafts, both engines
+        assert 0 < want_stats["draft_tokens_accepted"] < want_stats["draft_tokens_evaluated"]
 
 
 @pytest.mark.parametrize("kind", ["partial-head", "gqa"])

@@ -6,9 +6,11 @@ The main model exports its last hidden state (``model.mtp.main_hidden_states``, 
 ``model.decoder.inputs.hidden_states``) drafts the token after next from it and the token just
 committed. Each round verifies the draft in one main-model run with the pending token
 (`genai.generation.speculative.decoder`) and emits one token per `generate_next_token`; greedy
-output is the main model's own. The reference's limits hold: batch 1, no beams, no guidance,
-one draft per round (``max_draft_tokens`` > 1 chains the head through a feedback output,
-``model.mtp.outputs.hidden_states``, which genai does not run yet).
+output is the main model's own. The reference's limits hold: batch 1, no beams, no guidance.
+``max_draft_tokens`` K > 1 chains the head K times a round: each draft after the first is made
+from the head's own feedback output (``model.mtp.outputs.hidden_states``, default
+``hidden_states_out``) and the previous draft; a head without that output is refused with the
+reference's message.
 """
 
 from __future__ import annotations
@@ -72,19 +74,16 @@ class MtpGenerator:
         if head_input is None or mtp_model.session.input_dtypes.get(head_input) != dtype:
             message = "MtpGenerator requires matching hidden-state tensor types"
             raise UnsupportedFeatureError(message)
-        drafts = params.speculative.max_draft_tokens
-        if drafts > 1:
-            feedback = str(main_model.config.get("model.mtp.outputs.hidden_states") or "")
-            if not feedback or feedback not in mtp_model.session.output_dtypes:
-                raise UnsupportedFeatureError(
-                    f"MtpGenerator: max_draft_tokens={drafts} requires the configured MTP "
-                    f"feedback output '{feedback or 'hidden_states_out'}' "
-                    "(model.mtp.outputs.hidden_states)"
-                )
+        drafts = max(1, params.speculative.max_draft_tokens)
+        feedback = str(main_model.config.get("model.mtp.outputs.hidden_states") or "")
+        feedback = feedback or "hidden_states_out"
+        if drafts > 1 and feedback not in mtp_model.session.output_dtypes:
             raise UnsupportedFeatureError(
-                "MtpGenerator: chained drafts (max_draft_tokens > 1, the head's feedback "
-                "output) are not supported yet; set max_draft_tokens=1"
+                f"MtpGenerator: max_draft_tokens={drafts} requires the configured MTP "
+                f"feedback output '{feedback}' (model.mtp.outputs.hidden_states)"
             )
+        self._drafts = drafts
+        self._feedback = feedback if drafts > 1 else None
         self._models = (main_model, mtp_model)
         self._params = params
         self._hidden_name = name
@@ -98,8 +97,8 @@ class MtpGenerator:
         self._gen = gen = Generator(main_model, params)
         check_plain_decoding(gen, "MtpGenerator")
         counters = SpeculativeCounters()
-        self._proposer = MtpProposer(mtp_model, gen, self._hidden_name, counters)
-        options = SpeculativeOptions(max_draft_tokens=1)
+        self._proposer = MtpProposer(mtp_model, gen, self._hidden_name, counters, self._feedback)
+        options = SpeculativeOptions(max_draft_tokens=self._drafts)
         gen._spec = decoder = SpeculativeDecoder(gen, options, self._proposer, counters)
         decoder.fold_k1 = True  # [t, d] in one run, as the reference's MTP rounds
         self._primed = False

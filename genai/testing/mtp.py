@@ -40,17 +40,26 @@ def write_mtp_head(
     context_length: int = 128,
     table: np.ndarray | None = None,
     eos_token_id: int = 2,
+    proj: np.ndarray | None = None,
+    feedback: np.ndarray | None = None,
 ) -> pathlib.Path:
     """An MTP head folder (see the module docstring): ``table`` [vocab, vocab] and ``proj``
     [hidden, vocab] random (times ``scale``, seeded by ``seed``); a given ``table`` comes with
-    ``proj`` 0."""
+    ``proj`` 0 unless ``proj`` is given. ``feedback`` [vocab, hidden]: the head also outputs
+    ``hidden_states_out = tanh(feedback[input_ids] + hidden_states)`` [batch, seq, hidden], the
+    output the reference's chained drafts (``max_draft_tokens`` > 1) feed back as the next
+    step's hidden state (``model.mtp.outputs.hidden_states``, default
+    ``hidden_states_out``)."""
     rng = np.random.default_rng(seed)
     if table is None:
         table = (rng.normal(0.0, 1.0, (vocab_size, vocab_size)) * scale).astype(np.float32)
-        proj = (rng.normal(0.0, 1.0, (hidden_size, vocab_size)) * scale / 8).astype(np.float32)
+        if proj is None:
+            proj = rng.normal(0.0, 1.0, (hidden_size, vocab_size)) * scale / 8
     else:
         table = np.asarray(table, np.float32)
+    if proj is None:
         proj = np.zeros((hidden_size, vocab_size), np.float32)
+    proj = np.asarray(proj, np.float32)
     g = GraphBuilder(name)
     g.input("input_ids", TensorProto.INT64, ["batch", "sequence"])
     g.input("attention_mask", TensorProto.INT64, ["batch", "total_sequence"])
@@ -59,6 +68,10 @@ def write_mtp_head(
     mixed = g.op("MatMul", "hidden_states", g.weight("proj", proj))
     g.op("Add", rows, mixed, out="logits")
     g.output("logits", TensorProto.FLOAT, ["batch", "sequence", vocab_size])
+    if feedback is not None:
+        fed = g.op("Gather", g.weight("feedback", np.asarray(feedback, np.float32)), "input_ids")
+        g.op("Tanh", g.op("Add", fed, "hidden_states"), out="hidden_states_out")
+        g.output("hidden_states_out", TensorProto.FLOAT, ["batch", "sequence", hidden_size])
     return write_kv_free_folder(
         pathlib.Path(out_dir) / name,
         g.model(),
@@ -79,9 +92,11 @@ def write_mtp_pair(
     seed: int = 7,
     head_seed: int = 1,
     fp16_logits: bool = True,
+    feedback: bool = True,
 ) -> tuple[pathlib.Path, pathlib.Path]:
     """(main folder, head folder): a GQA main model with a ``hidden_states`` output and an MTP
-    head of the same vocabulary and hidden size. ``fp16_logits``: the main model's logits are
+    head of the same vocabulary and hidden size (``feedback``: with a random feedback output,
+    see `write_mtp_head`). ``fp16_logits``: the main model's logits are
     float16 (onnxruntime-genai 0.18's MtpGenerator fails on float32 logits: "Cast - input and
     output types are the same")."""
     main = write_gqa_decoder(
@@ -93,8 +108,14 @@ def write_mtp_pair(
     config = json.loads((main / "genai_config.json").read_text())
     config["model"]["decoder"]["outputs"]["hidden_states"] = "hidden_states"
     (main / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n")
+    rng = np.random.default_rng(head_seed + 1000)
     head = write_mtp_head(
-        out_dir, vocab_size=vocab_size, hidden_size=hidden_size, seed=head_seed, name="mtp-head"
+        out_dir,
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        seed=head_seed,
+        name="mtp-head",
+        feedback=rng.normal(0.0, 1.0, (vocab_size, hidden_size)) if feedback else None,
     )
     return main, head
 
@@ -120,9 +141,14 @@ def write_markov_mtp_pair(
     *,
     hidden_size: int = 8,
     context_length: int = 64,
+    proj: np.ndarray | None = None,
+    feedback: np.ndarray | None = None,
 ) -> tuple[pathlib.Path, pathlib.Path]:
     """(main folder, head folder) of Markov chains (see the module docstring); EOS is the last
-    id. The main model's logits are float16 (see `write_mtp_pair`)."""
+    id. The main model's logits are float16 (see `write_mtp_pair`). ``proj`` [hidden, vocab]
+    and ``feedback`` [vocab, hidden]: the head's hidden-state term and feedback output (see
+    `write_mtp_head`; the main model's hidden state at a position is ``embed[token]``, with
+    ``embed`` drawn from seed 0, [vocab, hidden] normal)."""
     table = np.asarray(table, np.float32)
     vocab = table.shape[0]
     embed = np.random.default_rng(0).normal(0.0, 1.0, (vocab, hidden_size)).astype(np.float32)
@@ -142,6 +168,8 @@ def write_markov_mtp_pair(
         vocab_size=vocab,
         hidden_size=hidden_size,
         table=head_table,
+        proj=proj,
+        feedback=feedback,
         name="markov-head",
         context_length=context_length,
         eos_token_id=vocab - 1,

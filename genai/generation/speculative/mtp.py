@@ -8,6 +8,11 @@ from the first generated token on (as the reference's `MtpGenerator`): to propos
 length L it has run (h(L-2), t(L-1)). The main model's hidden rows come from its runs
 (`observe`, called after every run with the positions it fed); the head catches up with the
 committed tokens as a draft model does (rewind to the common prefix, run the rest).
+
+Chained drafts (``count`` > 1, as the reference's ``max_draft_tokens`` > 1): the head's own
+feedback output (``feedback_name``, the last row) is fed back with the draft just made to draft
+the next one. Those speculative positions are dropped at the next proposal (the head re-runs the
+committed tokens with the main model's hidden states), as the reference rolls its head back.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ class MtpProposer:
     """Proposals of ``head`` for ``generator`` (a `genai.Generator` on the main model, whose
     graph outputs ``hidden_name``); ``counters``: the round's `SpeculativeCounters`."""
 
-    def __init__(self, head: Any, generator: Any, hidden_name: str, counters: Any) -> None:
+    def __init__(
+        self,
+        head: Any,
+        generator: Any,
+        hidden_name: str,
+        counters: Any,
+        feedback_name: str | None = None,
+    ) -> None:
         settings = LoopSettings(
             rows=1,
             max_length=generator.max_length,
@@ -36,6 +48,10 @@ class MtpProposer:
         self.head = head
         self.generator = generator
         self.hidden_name = hidden_name
+        #: the head's feedback output (chained drafts), None: one draft per proposal
+        self.feedback_name = feedback_name
+        #: the head's positions paired with main-model hidden states (the rest: chained drafts)
+        self._valid = 0
         self.driver = make_driver(head, generator.search, settings)
         self.loop = self.driver.loop
         self._head_tokens = self.loop.array("sequences")[0]
@@ -50,6 +66,7 @@ class MtpProposer:
     def reset(self, prompt_length: int) -> None:
         """A new prompt of ``prompt_length`` tokens (its run observed next)."""
         self.start = prompt_length
+        self._valid = 0
         if self.loop.length:
             self.driver.rewind(0)
 
@@ -68,15 +85,21 @@ class MtpProposer:
         count = self.generator._loop.computed - first
         self.hidden[first : first + count] = rows[rows.shape[0] - count :]
 
+    def draft_token(self, logits: np.ndarray, index: int) -> int:
+        """The draft at chain position ``index`` from the head's logits row: greedy (a sampled
+        MTP round draws it instead, `genai.generation.mtp`)."""
+        return int(np.argmax(logits))
+
     def propose(self, committed: np.ndarray, count: int) -> list[int]:
-        """The head's greedy draft of the token after ``committed`` (one token)."""
+        """The head's greedy drafts of the tokens after ``committed``: one, or ``count`` chained
+        through the feedback output when the head has one."""
         length = committed.shape[0]
         want = committed[self.start : length]  # the head's tokens t(P) .. t(L-1)
         if count <= 0 or not want.size or self.hidden is None:
             return []
         loop, driver = self.loop, self.driver
         have = loop.length
-        common = min(have, want.size)
+        common = min(have, want.size, self._valid)
         if common:
             differ = np.flatnonzero(self._head_tokens[:common] != want[:common])
             if differ.size:
@@ -92,5 +115,15 @@ class MtpProposer:
         driver.set_hidden_states(rows[None, :, :])
         driver.run(prompt=first == 0)
         self.counters.draft_forward_passes += 1
-        token = int(np.argmax(loop.array("logits_rows")[0]))
-        return [token]
+        tokens = [self.draft_token(loop.array("logits_rows")[0], 0)]
+        self._valid = loop.length
+        if self.feedback_name is None:
+            return tokens
+        while len(tokens) < count:
+            fed = driver.read_output(self.feedback_name)[0, -1:]
+            loop.append(np.array([tokens[-1:]], np.int32))
+            driver.set_hidden_states(fed[None, :, :])
+            driver.run()
+            self.counters.draft_forward_passes += 1
+            tokens.append(self.draft_token(loop.array("logits_rows")[0], len(tokens)))
+        return tokens
