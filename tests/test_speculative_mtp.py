@@ -9,7 +9,7 @@ import pytest
 
 import genai
 from genai.testing.mtp import write_markov_mtp_pair, write_mtp_pair
-from genai.testing.speculative import transition_table
+from genai.testing.speculative import markov_distribution, transition_table
 from tests.speculation import error_text
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -36,7 +36,27 @@ def pairs(tmp_path_factory) -> dict[str, tuple]:
             feedback=rng.normal(0.0, 1.0, (10, 8)),
         ),
         "gqa": write_mtp_pair(root / "gqa"),
+        "sampled": _soft_pair(root / "sampled"),
     }
+
+
+def _soft_table() -> np.ndarray:
+    table = np.random.default_rng(1).normal(0.0, 1.0, (8, 8)).astype(np.float32)
+    table[:, 7] = -30.0
+    return table
+
+
+def _soft_pair(root):
+    """A Markov main model of soft rows (EOS, id 7, practically never) and a head that
+    disagrees with it a little, with a hidden-state term and a feedback output: sampled
+    drafts are accepted and rejected."""
+    rng = np.random.default_rng(1)
+    table = rng.normal(0.0, 1.0, (8, 8)).astype(np.float32)
+    table[:, 7] = -30.0  # = _soft_table()
+    head_table = table + rng.normal(0.0, 1.0, (8, 8)).astype(np.float32)
+    feedback = rng.normal(0.0, 1.0, (8, 8))
+    proj = rng.normal(0.0, 0.5, (8, 8))
+    return write_markov_mtp_pair(root, table, head_table, feedback=feedback, proj=proj)
 
 
 PROMPTS = {
@@ -59,10 +79,10 @@ CHAINED_STATS = [
 ]
 
 
-def _run(mod, main, head, prompt, max_length=30, drafts=1):
+def _run(mod, main, head, prompt, max_length=30, drafts=1, **search):
     main_model, head_model = mod.Model(str(main)), mod.Model(str(head))
     params = mod.GeneratorParams(main_model)
-    params.set_search_options(do_sample=False, max_length=max_length)
+    params.set_search_options(**{"do_sample": False, "max_length": max_length, **search})
     params.set_speculative_options(max_draft_tokens=drafts)
     gen = mod.MtpGenerator(main_model, head_model, params)
     gen.append_tokens(np.array(prompt, np.int32))
@@ -161,3 +181,69 @@ def test_call_order_errors_and_reset_as_the_reference(pairs):
         found.append((before, twice, [int(t) for t in gen.get_sequence()]))
     assert found[0][0] is not None and found[0][1] is not None
     assert found[1] == found[0]
+
+
+# --- sampled rounds ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drafts", [1, 2, 3])
+def test_sampled_rounds_draw_the_references_tokens_for_a_seed(pairs, drafts):
+    """do_sample: drafts drawn from the head's truncated distribution, accepted with
+    probability min(1, p/q), corrections from the residual, on the reference's random stream:
+    a seed gives the reference's tokens one per call, and its round counts."""
+    main, head = pairs["sampled"]
+    keys = [*CHAINED_STATS, "tokens_queued", "tokens_emitted", "mean_emitted_tokens_per_round"]
+    accepted = rejected = 0
+    for seed in range(8):
+        search = {"do_sample": True, "top_k": 8, "random_seed": seed}
+        want, want_stats = _run(og, main, head, [1, 2], 24, drafts, **search)
+        got, stats = _run(genai, main, head, [1, 2], 24, drafts, **search)
+        assert got == want, seed
+        for key in keys:
+            assert stats[key] == pytest.approx(want_stats[key], rel=1e-6), (seed, key)
+        accepted += want_stats["draft_tokens_accepted"]
+        rejected += want_stats["correction_tokens"]
+    assert accepted > 0 and rejected > 0
+
+
+@pytest.mark.parametrize("search", [{"top_p": 0.8, "top_k": 8}, {"temperature": 0.7, "top_k": 4}])
+def test_sampled_rounds_with_truncation_draw_the_references_tokens(pairs, search):
+    main, head = pairs["sampled"]
+    for seed in range(4):
+        options = {"do_sample": True, "random_seed": seed, **search}
+        want, _ = _run(og, main, head, [3, 4], 20, 2, **options)
+        got, _ = _run(genai, main, head, [3, 4], 20, 2, **options)
+        assert got == want, seed
+
+
+def test_sampled_rounds_keep_the_main_models_distribution(pairs):
+    """Chi-square: the first three tokens sampled through MtpGenerator (two chained drafts a
+    round, drafts both accepted and rejected) follow the main chain's exact marginals."""
+    from scipy import stats as scipy_stats  # lazy: scipy is a test-only dependency
+
+    main, head = pairs["sampled"]
+    table = _soft_table()
+    main_model, head_model = genai.Model(str(main)), genai.Model(str(head))
+    draws, prompt = 1500, [1, 2]
+    counts = np.zeros((3, 8), np.int64)
+    accepted = rejected = 0
+    for seed in range(draws):
+        params = genai.GeneratorParams(main_model)
+        params.set_search_options(do_sample=True, top_k=8, max_length=5, random_seed=seed)
+        params.set_speculative_options(max_draft_tokens=2)
+        gen = genai.MtpGenerator(main_model, head_model, params)
+        gen.append_tokens(np.array(prompt, np.int32))
+        while not gen.is_done():
+            gen.generate_next_token()
+        sequence = gen.get_sequence()
+        for step in range(3):
+            counts[step, int(sequence[len(prompt) + step])] += 1
+        found = gen.get_stats()
+        accepted += found["draft_tokens_accepted"]
+        rejected += found["correction_tokens"]
+    assert accepted > 0 and rejected > 0
+    for step in range(3):
+        want = markov_distribution(table, prompt[-1], step + 1)
+        keep = want > 1e-6
+        result = scipy_stats.chisquare(counts[step, keep], want[keep] / want[keep].sum() * draws)
+        assert result.pvalue > 1e-3, (step, counts[step], want)

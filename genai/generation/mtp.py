@@ -16,6 +16,7 @@ reference's message.
 from __future__ import annotations
 
 import copy
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,6 +85,8 @@ class MtpGenerator:
             )
         self._drafts = drafts
         self._feedback = feedback if drafts > 1 else None
+        #: the reference's sampled rounds (do_sample with a positive temperature)
+        self._sampling = bool(search.do_sample) and search.temperature > 0.0
         self._models = (main_model, mtp_model)
         self._params = params
         self._hidden_name = name
@@ -97,6 +100,14 @@ class MtpGenerator:
         self._gen = gen = Generator(main_model, params)
         check_plain_decoding(gen, "MtpGenerator")
         counters = SpeculativeCounters()
+        self._rounds: SampledMtpRounds | None = None
+        if self._sampling:
+            self._proposer = proposer = SampledMtpProposer(
+                mtp_model, gen, self._hidden_name, counters, self._feedback
+            )
+            self._rounds = SampledMtpRounds(gen, proposer, self._drafts, counters)
+            self._primed = False
+            return
         self._proposer = MtpProposer(mtp_model, gen, self._hidden_name, counters, self._feedback)
         options = SpeculativeOptions(max_draft_tokens=self._drafts)
         gen._spec = decoder = SpeculativeDecoder(gen, options, self._proposer, counters)
@@ -112,6 +123,8 @@ class MtpGenerator:
         self._proposer.reset(array.shape[1])
         self._proposer.observe(0)
         self._primed = True
+        if self._rounds is not None:
+            self._rounds.start(array[0])
 
     def generate_next_token(self) -> None:
         """Emit the next token (a round verifies the head's draft when none is queued)."""
@@ -119,16 +132,22 @@ class MtpGenerator:
             raise GenerationError(
                 "MtpGenerator: AppendTokens must be called before GenerateNextToken"
             )
-        if not self._gen.is_done():
+        if self._rounds is not None:
+            self._rounds.next_token()
+        elif not self._gen.is_done():
             self._gen.generate_next_token()
 
     def is_done(self) -> bool:
         """True once EOS was emitted or the sequence reached max_length."""
+        if self._rounds is not None:
+            return self._primed and self._rounds.is_done()
         return self._primed and self._gen.is_done()
 
     def get_sequence(self) -> np.ndarray:
         """The prompt and the tokens emitted so far (an emitted EOS included, as the
         reference), int32."""
+        if self._rounds is not None:
+            return np.array(self._rounds.emitted, np.int32)
         sequence = self._gen.get_sequence(0)
         if self._gen.is_done() and self._gen.finish_reason() is FinishReason.EOS:
             sequence = np.append(sequence, self._gen.get_next_tokens()[:1])
@@ -137,8 +156,261 @@ class MtpGenerator:
     def get_stats(self) -> dict[str, Any]:
         """The speculative counters (`genai.Generator.get_speculative_stats`' keys) and the
         reference's aliases ``forwards``, ``accepts``, ``trials``."""
-        stats = self._gen.get_speculative_stats()
+        if self._rounds is not None:
+            stats = self._rounds.stats()
+        else:
+            stats = self._gen.get_speculative_stats()
         stats["forwards"] = stats["target_forward_passes"]
         stats["accepts"] = stats["draft_tokens_accepted"]
         stats["trials"] = stats["draft_tokens_evaluated"]
         return stats
+
+
+# --- sampled rounds ------------------------------------------------------------------------------
+
+
+class ReferenceStream:
+    """The reference's MTP random stream: ``std::mt19937`` seeded with ``seed`` (-1: from
+    os.urandom), drawn as libstdc++ draws ``std::uniform_real_distribution<float>(0, 1)`` (one
+    32-bit output) and ``std::discrete_distribution<int>`` (two outputs, a double in [0, 1)
+    against the normalised cumulative weights; one weight draws nothing)."""
+
+    def __init__(self, seed: int) -> None:
+        if seed < 0:
+            seed = int.from_bytes(os.urandom(4), "little")
+        self._bits = np.random.MT19937()
+        self._bits._legacy_seeding(int(seed) & 0xFFFFFFFF)  # std::mt19937's init_genrand
+
+    def _next(self) -> int:
+        return int(self._bits.random_raw())
+
+    def uniform(self) -> np.float32:
+        """A float in [0, 1) (generate_canonical<float, 24>: one output)."""
+        value = np.float32(self._next()) / np.float32(4294967296.0)
+        if value >= np.float32(1.0):
+            value = np.nextafter(np.float32(1.0), np.float32(0.0))
+        return np.float32(value)
+
+    def choice(self, weights: np.ndarray) -> int:
+        """An index drawn with probability proportional to ``weights`` (float32)."""
+        if weights.shape[0] < 2:
+            return 0
+        total = 0.0
+        for w in weights.tolist():
+            total += w
+        cumulative, running = [], 0.0
+        for w in weights.tolist():
+            running += w / total
+            cumulative.append(running)
+        cumulative[-1] = 1.0
+        low = float(self._next())
+        draw = (low + float(self._next()) * 4294967296.0) / 18446744073709551616.0
+        if draw >= 1.0:
+            draw = float(np.nextafter(1.0, 0.0))
+        return int(np.searchsorted(np.array(cumulative), draw, side="left"))
+
+
+def truncated_distribution(
+    scores: np.ndarray, top_k: int, top_p: float, temperature: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, probabilities float32) of the reference's truncated sampling distribution of a
+    logits row: temperature softmax over the ``top_k`` best (when ``top_k`` > 1), then the
+    nucleus ``top_p`` (when 0 < p < 1), renormalised, in float32 as the reference sums."""
+    scores = np.asarray(scores, np.float32)
+    order = np.argsort(-scores, kind="stable")
+    if top_k > 1:
+        order = order[: min(top_k, scores.shape[0])]
+    inv_temp = np.float32(1.0) / np.float32(temperature)
+    probs = np.exp(((scores[order] - scores[order[0]]) * inv_temp).astype(np.float64))
+    probs = probs.astype(np.float32)
+    total = np.float32(0.0)
+    for value in probs:
+        total = np.float32(total + value)
+    if total > 0:
+        probs = (probs / total).astype(np.float32)
+    keep = probs.shape[0]
+    if 0.0 < top_p < 1.0:
+        running = np.float32(0.0)
+        for j, value in enumerate(probs):
+            running = np.float32(running + value)
+            if running >= np.float32(top_p):
+                keep = j + 1
+                break
+    kept = probs[:keep]
+    total = np.float32(0.0)
+    for value in kept:
+        total = np.float32(total + value)
+    inverse = np.float32(1.0) / total if total > 0 else np.float32(0.0)
+    return order[:keep].astype(np.int32), (kept * inverse).astype(np.float32)
+
+
+def _probability(ids: np.ndarray, probs: np.ndarray, token: int) -> np.float32:
+    found = np.flatnonzero(ids == token)
+    return probs[found[0]] if found.size else np.float32(0.0)
+
+
+class SampledMtpProposer(MtpProposer):
+    """`MtpProposer` whose drafts are drawn from the head's truncated distribution q (the
+    search's top_k / top_p / temperature) with the rounds' `ReferenceStream`; keeps each
+    chain position's q for the accept test."""
+
+    stream: ReferenceStream
+    #: per chain position: (ids, probabilities) of the distribution its draft was drawn from
+    drafts_q: list[tuple[np.ndarray, np.ndarray]]
+
+    def draft_token(self, logits: np.ndarray, index: int) -> int:
+        """Draw the draft at chain position ``index`` from the head's truncated ``logits``."""
+        search = self.generator.search
+        ids, probs = truncated_distribution(logits, search.top_k, search.top_p, search.temperature)
+        del self.drafts_q[index:]
+        self.drafts_q.append((ids, probs))
+        return int(ids[self.stream.choice(probs)])
+
+
+class SampledMtpRounds:
+    """The reference's sampled MTP rounds (``do_sample`` with a positive temperature), one
+    token emitted per call. A round commits the token drawn last, draws K chained drafts
+    d_i ~ q_i from the head, verifies them with that token in one main run, accepts d_i with
+    probability min(1, p_i(d_i) / q_i(d_i)) (p_i: the main model's processed, truncated row),
+    and on the first rejection draws the next token from the residual norm(max(0, p_i - q_i));
+    with every draft accepted, from the last row (a bonus). That is speculative sampling
+    (Leviathan et al., Chen et al.): every token is distributed as plain sampling draws it. The
+    draws follow the reference's order and stream, so a seed gives its tokens (up to kernel
+    numerics). The main model's KV keeps the accepted prefix (the driver's rewind; the
+    reference re-runs it: its ``target_forward_passes`` counts one more run per rejection)."""
+
+    def __init__(
+        self, generator: Generator, proposer: SampledMtpProposer, drafts: int, counters: Any
+    ) -> None:
+        self.g = generator
+        self.proposer = proposer
+        self.drafts = drafts
+        self.counters = counters
+        search = generator.search
+        self._truncation = (search.top_k, search.top_p, search.temperature)
+        self._eos = frozenset(int(t) for t in generator._eos)
+        self.stream = proposer.stream = ReferenceStream(search.random_seed)
+        proposer.drafts_q = []
+        #: prompt + tokens emitted so far; tokens committed and not emitted yet
+        self.emitted: list[int] = []
+        self.queue: list[int] = []
+        self._committed = 0
+        self._next = -1
+        self._done = False
+
+    def start(self, prompt: np.ndarray) -> None:
+        """After the prompt run: draw the first token from its last row."""
+        self.emitted = [int(t) for t in prompt]
+        self._committed = len(self.emitted)
+        if self._committed >= self.g.max_length:
+            self._done = True
+            return
+        row = self.g._logits_rows[0]
+        self._next = self._draw(self._target(row, self._committed))
+        self.g._loop.push_tokens(np.array([self._next], np.int32), False)  # pending
+
+    def is_done(self) -> bool:
+        """True when the last round ended the generation and its tokens were emitted."""
+        return self._done and not self.queue
+
+    def next_token(self) -> None:
+        """Emit one token (a round runs when none is queued)."""
+        if not self.queue and not self._done:
+            before = self._committed
+            self._round()
+            self.counters.tokens_queued += self._committed - before
+        if self.queue:
+            self.emitted.append(self.queue.pop(0))
+            self.counters.tokens_emitted += 1
+
+    def stats(self) -> dict[str, Any]:
+        """The reference's MTP stats: its counters, acceptance rate and per-round means."""
+        counters = self.counters
+        stats = counters.as_reference_dict(buffered=len(self.queue), effective_k=0)
+        rounds = counters.rounds
+        for key in ("full_accept_rounds", "partial_accept_rounds", "zero_accept_rounds"):
+            stats[key] = 0
+        stats["completed_rounds"] = rounds
+        stats["standard_fallback_steps"] = 0
+        stats["target_verify_forward_passes"] = 0
+        stats["expected_tokens_per_round"] = 0.0
+        stats["formula_supported"] = False
+        evaluated = counters.draft_tokens_evaluated
+        stats["acceptance_rate"] = counters.draft_tokens_accepted / evaluated if evaluated else 0.0
+        if rounds:
+            stats["avg_draft_tokens_per_round"] = counters.draft_tokens_proposed / rounds
+            stats["mean_emitted_tokens_per_round"] = counters.tokens_emitted / rounds
+        return stats
+
+    # --- a round ------------------------------------------------------------------------------
+    def _target(self, row: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """The main model's truncated distribution of ``row`` (the token at ``length``) after
+        the penalties (min_length, repetition, no_repeat_ngram, bias)."""
+        g = self.g
+        logits = np.array(row, np.float32)[None, :]
+        g._chain.apply_stages(logits, g._sequences, length, g._loop.prompt_length)
+        return truncated_distribution(logits[0], *self._truncation)
+
+    def _draw(self, target: tuple[np.ndarray, np.ndarray]) -> int:
+        ids, probs = target
+        return int(ids[self.stream.choice(probs)])
+
+    def _commit(self, token: int) -> bool:
+        """Commit ``token``; True when it ends the generation (EOS, max_length)."""
+        self.queue.append(token)
+        self._committed += 1
+        if token in self._eos or self._committed >= self.g.max_length:
+            self._done = True
+        return self._done
+
+    def _round(self) -> None:
+        g, counters, proposer = self.g, self.counters, self.proposer
+        loop, driver = g._loop, g._driver
+        t = self._next
+        if self._commit(t):
+            return
+        length = self._committed  # t is pending at length - 1
+        n = min(self.drafts, g.max_length - length)
+        counters.rounds += 1
+        counters.draft_tokens_proposed += n
+        drafts = proposer.propose(g._sequences[0, :length], n)
+        first = loop.computed
+        rows = driver.verify(np.array([drafts], np.int32))[0]
+        proposer.observe(first)
+        counters.target_verify_forward_passes += 1
+        rows = rows[rows.shape[0] - n - 1 :]
+        targets = [self._target(rows[i], length + i) for i in range(n + 1)]
+        accepted, correction = 0, -1
+        for i, draft in enumerate(drafts):
+            p_ids, p_probs = targets[i]
+            q_ids, q_probs = proposer.drafts_q[i]
+            p_t = _probability(p_ids, p_probs, draft)
+            p_d = _probability(q_ids, q_probs, draft)
+            chance = np.float32(1.0) if p_d <= 0 else min(np.float32(1.0), p_t / p_d)
+            if self.stream.uniform() < chance:
+                accepted += 1
+                continue
+            overlap = np.array([_probability(q_ids, q_probs, int(i)) for i in p_ids], np.float32)
+            residual = np.maximum(p_probs - overlap, np.float32(0.0)).astype(np.float32)
+            if np.float32(residual.sum(dtype=np.float32)) > 0:
+                correction = int(p_ids[self.stream.choice(residual)])
+            else:
+                correction = self._draw(targets[i])
+            break
+        rejected = correction >= 0
+        counters.draft_tokens_evaluated += accepted + 1 if rejected else n
+        counters.draft_tokens_accepted += accepted
+        if rejected:
+            counters.correction_tokens += 1
+        else:
+            counters.bonus_tokens += 1
+        for draft in drafts[:accepted]:
+            if self._commit(draft):
+                return
+        self._next = correction if rejected else self._draw(targets[n])
+        end = self._committed + 1  # the committed tokens, then the next one pending
+        g._sequences[0, end - 1] = self._next
+        if end <= loop.length:
+            driver.rewind(end)
+        else:
+            loop.push_tokens(np.array([self._next], np.int32), False)

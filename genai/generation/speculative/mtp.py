@@ -42,7 +42,7 @@ class MtpProposer:
         settings = LoopSettings(
             rows=1,
             max_length=generator.max_length,
-            pad_id=int(head.config.get("model.pad_token_id", 0)),
+            pad_id=-1,  # one unpadded row: a generated pad id is a token like any other
             eos=generator._eos,
         )
         self.head = head
