@@ -247,3 +247,21 @@ def test_sampled_rounds_keep_the_main_models_distribution(pairs):
         keep = want > 1e-6
         result = scipy_stats.chisquare(counts[step, keep], want[keep] / want[keep].sum() * draws)
         assert result.pvalue > 1e-3, (step, counts[step], want)
+
+
+@pytest.mark.parametrize(
+    "penalty",
+    [{"repetition_penalty": 1.5}, {"no_repeat_ngram_size": 2}],
+    ids=["repetition", "no-repeat-ngram"],
+)
+def test_penalties_shape_every_verified_row_as_the_reference(pairs, penalty):
+    """The main model's rows go through the repetition penalty and no_repeat_ngram with the
+    tokens before each row (verified drafts included), greedy and sampled."""
+    main, head = pairs["sampled"]
+    for seed in range(3):
+        search = {"do_sample": True, "top_k": 8, "random_seed": seed, **penalty}
+        want, _ = _run(og, main, head, [1, 2], 20, 3, **search)
+        assert _run(genai, main, head, [1, 2], 20, 3, **search)[0] == want, seed
+    main, head = pairs["gqa"]
+    want, _ = _run(og, main, head, PROMPTS["gqa"], 30, 2, **penalty)
+    assert _run(genai, main, head, PROMPTS["gqa"], 30, 2, **penalty)[0] == want
