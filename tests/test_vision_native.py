@@ -7,6 +7,8 @@ output, at every step: the chosen tokens and the logits the choice was made from
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -294,3 +296,26 @@ def test_mrope_positions_refuse_what_they_cannot_place(folders):
         mrope_positions(np.array([[start, image, start, image]]), grid, spec)
     with pytest.raises(InvalidArgumentError, match=r"image 1 of grid \(1, 4, 4\) needs 4 tokens"):
         mrope_positions(np.array([[5, start, image, 6]]), np.array([[1, 4, 4]]), spec)
+
+
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "gemma3"])
+def test_a_dropped_generator_frees_its_runs_without_garbage_collection(folders, images, kind):
+    """No reference cycle between the native loop and its runner or driver: the bindings
+    (and the KV memory they hold) go with the generator, not at a later gc pass, which made
+    the next generators' prompt runs fault in fresh pages."""
+    folder = folders[kind]
+    named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    n = named["input_ids"].as_numpy().shape[1]
+    ours = _generator(genai, folder, max_length=n + 4)
+    ours.set_inputs(_ours(_arrays(named)))
+    ours.generate_next_token()
+    driver = weakref.ref(ours._driver)
+    runner = weakref.ref(ours._driver.runner)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del ours
+        assert driver() is None and runner() is None  # (the runner holds the bindings)
+    finally:
+        if enabled:
+            gc.enable()

@@ -238,7 +238,7 @@ class VisionRunner:
                 step_positions=self._step_positions if mrope_positions_in else None,
                 step_logits=self._step_logits,
                 kv_pairs=list(self.kv.handover) if growing else [],
-                grow_kv=lambda needed, filled: self.kv.ensure(needed, filled),
+                grow_kv=self.kv.ensure,  # (not a closure over self: no reference cycle)
                 kv_capacity=self.kv.capacity,
                 ones_mask=self.mrope is not None or batch == 1,
             )

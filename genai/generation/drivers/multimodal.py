@@ -12,14 +12,15 @@ values, image sizes or grids); the ids become the sequences' first tokens.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from genai._core.vision_loop import EmbedDecoderLoop
-from genai.errors import UnsupportedFeatureError
+from genai.errors import GenerationError, UnsupportedFeatureError
 from genai.generation.drivers.base import LoopSettings, new_loop, require
 from genai.generation.drivers.common import RunnerSessions
 from genai.generation.vision_runner import VisionRunner
@@ -29,6 +30,19 @@ if TYPE_CHECKING:
     from genai.runtime.model import Model
 
 __all__ = ["VisionDriver"]
+
+
+def _weak_fallback(driver: VisionDriver) -> Callable[[bool], None]:
+    """``driver._run_python`` through a weak reference to ``driver``."""
+    ref = weakref.ref(driver)
+
+    def fallback(prompt: bool) -> None:
+        owner = ref()
+        if owner is None:
+            raise GenerationError("the generator of this vision-language loop is gone")
+        owner._run_python(prompt)
+
+    return fallback
 
 
 class VisionDriver(RunnerSessions):
@@ -57,7 +71,10 @@ class VisionDriver(RunnerSessions):
         self.runner = VisionRunner(
             model, settings.rows, settings.max_length, search, settings.pad_id, loop
         )
-        loop.fallback = self._run_python  # the runs the loop does not make natively
+        # the runs the loop does not make natively; through a weak reference, so that the
+        # loop holds no cycle back to the driver: a dropped generator frees its bindings and
+        # their KV memory at once, not at the next garbage collection
+        loop.fallback = _weak_fallback(self)
         #: The KV cache (`genai.kv`), bound to the decoder's binding.
         self.kv = self.runner.kv
         self._sequences = loop.array("sequences")
