@@ -4,13 +4,16 @@ reference's ``og.MtpGenerator(main_model, mtp_model, params)``.
 The main model exports its last hidden state (``model.mtp.main_hidden_states``, default
 ``hidden_states``); the head (a folder of its own whose config names
 ``model.decoder.inputs.hidden_states``) drafts the token after next from it and the token just
-committed. Each round verifies the draft in one main-model run with the pending token
-(`genai.generation.speculative.decoder`) and emits one token per `generate_next_token`; greedy
-output is the main model's own. The reference's limits hold: batch 1, no beams, no guidance.
-``max_draft_tokens`` K > 1 chains the head K times a round: each draft after the first is made
-from the head's own feedback output (``model.mtp.outputs.hidden_states``, default
-``hidden_states_out``) and the previous draft; a head without that output is refused with the
-reference's message.
+committed. `MtpRounds` runs the reference's rounds: commit the pending token t, draft K
+tokens, verify [t, d0 .. d(K-1)] in one main-model run (the driver's ``verify``), keep the
+accepted drafts, and the next token (a correction or a bonus) becomes the next round's t; one
+token is emitted per `generate_next_token`. Greedy output is the main model's own. The
+reference's limits hold: batch 1, no beams, no guidance. ``max_draft_tokens`` K > 1 chains the
+head K times a round: each draft after the first is made from the head's own feedback output
+(``model.mtp.outputs.hidden_states``, default ``hidden_states_out``) and the previous draft; a
+head without that output is refused with the reference's message. With ``do_sample`` (and a
+positive temperature) the rounds are the reference's speculative sampling on its random stream
+(`MtpRounds`, `ReferenceStream`).
 """
 
 from __future__ import annotations
@@ -21,12 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genai.compat.engine_enums import FinishReason
 from genai.errors import GenerationError, UnsupportedFeatureError
 from genai.generation.generator import Generator
 from genai.generation.speculative import (
     SpeculativeCounters,
-    SpeculativeDecoder,
     SpeculativeOptions,
     check_plain_decoding,
 )
@@ -100,18 +101,11 @@ class MtpGenerator:
         self._gen = gen = Generator(main_model, params)
         check_plain_decoding(gen, "MtpGenerator")
         counters = SpeculativeCounters()
-        self._rounds: SampledMtpRounds | None = None
-        if self._sampling:
-            self._proposer = proposer = SampledMtpProposer(
-                mtp_model, gen, self._hidden_name, counters, self._feedback
-            )
-            self._rounds = SampledMtpRounds(gen, proposer, self._drafts, counters)
-            self._primed = False
-            return
-        self._proposer = MtpProposer(mtp_model, gen, self._hidden_name, counters, self._feedback)
-        options = SpeculativeOptions(max_draft_tokens=self._drafts)
-        gen._spec = decoder = SpeculativeDecoder(gen, options, self._proposer, counters)
-        decoder.fold_k1 = True  # [t, d] in one run, as the reference's MTP rounds
+        proposer_type = SampledMtpProposer if self._sampling else MtpProposer
+        self._proposer = proposer = proposer_type(
+            mtp_model, gen, self._hidden_name, counters, self._feedback
+        )
+        self._rounds = MtpRounds(gen, proposer, self._drafts, counters)
         self._primed = False
 
     def append_tokens(self, tokens: np.ndarray | list[int]) -> None:
@@ -123,8 +117,7 @@ class MtpGenerator:
         self._proposer.reset(array.shape[1])
         self._proposer.observe(0)
         self._primed = True
-        if self._rounds is not None:
-            self._rounds.start(array[0])
+        self._rounds.start(array[0])
 
     def generate_next_token(self) -> None:
         """Emit the next token (a round verifies the head's draft when none is queued)."""
@@ -132,41 +125,28 @@ class MtpGenerator:
             raise GenerationError(
                 "MtpGenerator: AppendTokens must be called before GenerateNextToken"
             )
-        if self._rounds is not None:
-            self._rounds.next_token()
-        elif not self._gen.is_done():
-            self._gen.generate_next_token()
+        self._rounds.next_token()
 
     def is_done(self) -> bool:
         """True once EOS was emitted or the sequence reached max_length."""
-        if self._rounds is not None:
-            return self._primed and self._rounds.is_done()
-        return self._primed and self._gen.is_done()
+        return self._primed and self._rounds.is_done()
 
     def get_sequence(self) -> np.ndarray:
         """The prompt and the tokens emitted so far (an emitted EOS included, as the
         reference), int32."""
-        if self._rounds is not None:
-            return np.array(self._rounds.emitted, np.int32)
-        sequence = self._gen.get_sequence(0)
-        if self._gen.is_done() and self._gen.finish_reason() is FinishReason.EOS:
-            sequence = np.append(sequence, self._gen.get_next_tokens()[:1])
-        return sequence.astype(np.int32)
+        return np.array(self._rounds.emitted, np.int32)
 
     def get_stats(self) -> dict[str, Any]:
         """The speculative counters (`genai.Generator.get_speculative_stats`' keys) and the
         reference's aliases ``forwards``, ``accepts``, ``trials``."""
-        if self._rounds is not None:
-            stats = self._rounds.stats()
-        else:
-            stats = self._gen.get_speculative_stats()
+        stats = self._rounds.stats()
         stats["forwards"] = stats["target_forward_passes"]
         stats["accepts"] = stats["draft_tokens_accepted"]
         stats["trials"] = stats["draft_tokens_evaluated"]
         return stats
 
 
-# --- sampled rounds ------------------------------------------------------------------------------
+# --- the rounds ----------------------------------------------------------------------------------
 
 
 class ReferenceStream:
@@ -267,20 +247,25 @@ class SampledMtpProposer(MtpProposer):
         return int(ids[self.stream.choice(probs)])
 
 
-class SampledMtpRounds:
-    """The reference's sampled MTP rounds (``do_sample`` with a positive temperature), one
-    token emitted per call. A round commits the token drawn last, draws K chained drafts
-    d_i ~ q_i from the head, verifies them with that token in one main run, accepts d_i with
+class MtpRounds:
+    """The reference's MTP rounds, one token emitted per call. Greedy (``proposer`` an
+    `MtpProposer`): drafts and the main model's choices are argmax of the rows (after the
+    penalties); a draft is kept while it equals the choice. Sampled (a `SampledMtpProposer`,
+    ``do_sample`` with a positive temperature): a round commits the token drawn last, draws K
+    chained drafts d_i ~ q_i from the head, verifies them with that token in one main run,
+    accepts d_i with
     probability min(1, p_i(d_i) / q_i(d_i)) (p_i: the main model's processed, truncated row),
     and on the first rejection draws the next token from the residual norm(max(0, p_i - q_i));
     with every draft accepted, from the last row (a bonus). That is speculative sampling
     (Leviathan et al., Chen et al.): every token is distributed as plain sampling draws it. The
     draws follow the reference's order and stream, so a seed gives its tokens (up to kernel
     numerics). The main model's KV keeps the accepted prefix (the driver's rewind; the
-    reference re-runs it: its ``target_forward_passes`` counts one more run per rejection)."""
+    reference re-runs it: its ``target_forward_passes`` counts one more run per rejection),
+    and the head re-runs the accepted drafts with the main model's hidden states in the run
+    that makes the next round's first draft."""
 
     def __init__(
-        self, generator: Generator, proposer: SampledMtpProposer, drafts: int, counters: Any
+        self, generator: Generator, proposer: MtpProposer, drafts: int, counters: Any
     ) -> None:
         self.g = generator
         self.proposer = proposer
@@ -289,8 +274,12 @@ class SampledMtpRounds:
         search = generator.search
         self._truncation = (search.top_k, search.top_p, search.temperature)
         self._eos = frozenset(int(t) for t in generator._eos)
-        self.stream = proposer.stream = ReferenceStream(search.random_seed)
-        proposer.drafts_q = []
+        #: greedy rounds: drafts and targets are argmax choices, a draft is kept while equal
+        self.greedy = not isinstance(proposer, SampledMtpProposer)
+        self.stream = ReferenceStream(search.random_seed if not self.greedy else 0)
+        if isinstance(proposer, SampledMtpProposer):
+            proposer.stream = self.stream
+            proposer.drafts_q = []
         #: prompt + tokens emitted so far; tokens committed and not emitted yet
         self.emitted: list[int] = []
         self.queue: list[int] = []
@@ -306,7 +295,7 @@ class SampledMtpRounds:
             self._done = True
             return
         row = self.g._logits_rows[0]
-        self._next = self._draw(self._target(row, self._committed))
+        self._next = self._choose(row, self._committed)
         self.g._loop.push_tokens(np.array([self._next], np.int32), False)  # pending
 
     def is_done(self) -> bool:
@@ -351,6 +340,16 @@ class SampledMtpRounds:
         g._chain.apply_stages(logits, g._sequences, length, g._loop.prompt_length)
         return truncated_distribution(logits[0], *self._truncation)
 
+    def _choose(self, row: np.ndarray, length: int) -> int:
+        """The token at ``length`` from the main model's ``row``: argmax of the processed row
+        (greedy), else a draw from its truncated distribution."""
+        if self.greedy:
+            logits = np.array(row, np.float32)[None, :]
+            g = self.g
+            g._chain.apply_stages(logits, g._sequences, length, g._loop.prompt_length)
+            return int(np.argmax(logits[0]))
+        return self._draw(self._target(row, length))
+
     def _draw(self, target: tuple[np.ndarray, np.ndarray]) -> int:
         ids, probs = target
         return int(ids[self.stream.choice(probs)])
@@ -379,6 +378,9 @@ class SampledMtpRounds:
         proposer.observe(first)
         counters.target_verify_forward_passes += 1
         rows = rows[rows.shape[0] - n - 1 :]
+        if self.greedy:
+            self._finish(*self._greedy_accept(rows, drafts, length))
+            return
         targets = [self._target(rows[i], length + i) for i in range(n + 1)]
         accepted, correction = 0, -1
         for i, draft in enumerate(drafts):
@@ -397,8 +399,28 @@ class SampledMtpRounds:
             else:
                 correction = self._draw(targets[i])
             break
-        rejected = correction >= 0
-        counters.draft_tokens_evaluated += accepted + 1 if rejected else n
+        if correction < 0:
+            correction = -1 - self._draw(targets[n])  # not a rejection: the bonus
+        self._finish(drafts, accepted, correction)
+
+    def _greedy_accept(
+        self, rows: np.ndarray, drafts: list[int], length: int
+    ) -> tuple[list[int], int, int]:
+        """Greedy: the drafts kept while each equals the row's choice, then that choice (a
+        correction; ``-1 - token`` for the bonus after them all)."""
+        for i, draft in enumerate(drafts):
+            token = self._choose(rows[i], length + i)
+            if token != draft:
+                return drafts, i, token
+        return drafts, len(drafts), -1 - self._choose(rows[len(drafts)], length + len(drafts))
+
+    def _finish(self, drafts: list[int], accepted: int, token: int) -> None:
+        """Count the round, commit the ``accepted`` drafts and keep the next token pending
+        (``token``: a correction, or ``-1 - bonus``)."""
+        g, counters = self.g, self.counters
+        loop, driver = g._loop, g._driver
+        rejected = token >= 0
+        counters.draft_tokens_evaluated += accepted + 1 if rejected else len(drafts)
         counters.draft_tokens_accepted += accepted
         if rejected:
             counters.correction_tokens += 1
@@ -407,7 +429,7 @@ class SampledMtpRounds:
         for draft in drafts[:accepted]:
             if self._commit(draft):
                 return
-        self._next = correction if rejected else self._draw(targets[n])
+        self._next = token if rejected else -1 - token
         end = self._committed + 1  # the committed tokens, then the next one pending
         g._sequences[0, end - 1] = self._next
         if end <= loop.length:
