@@ -319,3 +319,27 @@ def test_a_dropped_generator_frees_its_runs_without_garbage_collection(folders, 
     finally:
         if enabled:
             gc.enable()
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "gemma3"])
+def test_a_small_shared_cache_is_allocated_whole_and_an_explicit_capacity_grows(
+    folders, images, kind
+):
+    """At the default kv_initial_capacity a shared-buffer cache that fits in UPFRONT_KV_BYTES
+    holds max_length positions from the start (the prompt run does not grow it); an explicit
+    capacity starts there and grows. Both give the reference's tokens and logits."""
+    folder = folders[kind]
+    named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + 6)
+    reference.set_inputs(named)
+    expected = _steps(reference, 5)
+    whole = _generator(genai, folder, max_length=n + 6)
+    assert whole._driver.kv_layout == "SharedKVCache"
+    assert whole._driver.kv.capacity == n + 6
+    explicit = _generator(genai, folder, max_length=n + 6, kv_initial_capacity=16)
+    assert explicit._driver.kv.capacity == 16
+    for generator in (whole, explicit):
+        generator.set_inputs(_ours(_arrays(named)))
+        _assert_same_steps(_steps(generator, 5), expected)
+    assert explicit._driver.kv.capacity >= n

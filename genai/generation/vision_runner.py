@@ -44,10 +44,34 @@ if TYPE_CHECKING:
     from genai.generation.search import SearchOptions
     from genai.runtime.model import Model
 
-__all__ = ["MRopeSpec", "VisionRunner", "mrope_positions", "tensor_array"]
+__all__ = [
+    "UPFRONT_KV_BYTES",
+    "MRopeSpec",
+    "VisionRunner",
+    "kv_initial_capacity",
+    "mrope_positions",
+    "tensor_array",
+]
 
 #: `VisionRunner.last_outputs` value of an output read from the decoder's binding on demand.
 _IN_BINDING = np.zeros(0)
+
+#: A shared-buffer KV cache whose whole ``max_length`` fits in this many bytes is allocated
+#: (and zero-filled) when the generator is made, as the reference allocates its cache, so
+#: the prompt run does not grow it; a ``kv_initial_capacity`` other than the default is
+#: honoured as given.
+UPFRONT_KV_BYTES = 16 << 20
+
+
+def kv_initial_capacity(io: Any, batch: int, max_length: int, search: SearchOptions) -> int:
+    """The shared KV cache's initial capacity for ``search``: 0 (``max_length`` at once)
+    when ``kv_initial_capacity`` is at its default and the whole cache takes at most
+    `UPFRONT_KV_BYTES`, else ``kv_initial_capacity``."""
+    initial = search.kv_initial_capacity
+    if initial != type(search).kv_initial_capacity:  # set by the caller (or the config)
+        return initial
+    per_position = 2 * io.num_layers * io.kv_heads * io.head_size * np.dtype(io.kv_dtype).itemsize
+    return 0 if batch * max_length * per_position <= UPFRONT_KV_BYTES else initial
 
 
 def tensor_array(value: Any) -> np.ndarray:
@@ -167,7 +191,7 @@ class VisionRunner:
             batch,
             max_length,
             search.past_present_share_buffer,
-            initial_capacity=search.kv_initial_capacity,
+            initial_capacity=kv_initial_capacity(model.io, batch, max_length, search),
             growth_factor=search.kv_growth_factor,
         )
         self.hidden = int(model.config.decoder.get("hidden_size") or 0)
