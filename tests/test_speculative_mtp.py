@@ -212,7 +212,17 @@ def test_sampled_rounds_draw_the_references_tokens_for_a_seed(pairs, drafts):
     assert accepted > 0 and rejected > 0
 
 
-@pytest.mark.parametrize("search", [{"top_p": 0.8, "top_k": 8}, {"temperature": 0.7, "top_k": 4}])
+@pytest.mark.parametrize(
+    "search",
+    [
+        {"top_p": 0.8, "top_k": 8},
+        {"temperature": 0.7, "top_k": 4},
+        {"top_k": 0, "top_p": 0.9},
+        {"top_k": 1, "top_p": 1.0},
+        {"top_k": 1},  # the reference's MTP nucleus of p = 0: its best token
+    ],
+    ids=["top-p", "temperature", "vocabulary-nucleus", "no-cut", "top-k-1"],
+)
 def test_sampled_rounds_with_truncation_draw_the_references_tokens(pairs, search):
     main, head = pairs["sampled"]
     for seed in range(4):

@@ -195,7 +195,9 @@ def truncated_distribution(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(ids, probabilities float32) of the reference's truncated sampling distribution of a
     logits row: temperature softmax over the ``top_k`` best (when ``top_k`` > 1), then the
-    nucleus ``top_p`` (when 0 < p < 1), renormalised, in float32 as the reference sums."""
+    nucleus ``top_p`` (when 0 < p < 1), renormalised, in float32 as the reference sums. With
+    ``top_k`` <= 1 the reference takes a nucleus of the whole vocabulary: its best token alone
+    when ``top_p`` <= 0."""
     scores = np.asarray(scores, np.float32)
     order = np.argsort(-scores, kind="stable")
     if top_k > 1:
@@ -209,7 +211,9 @@ def truncated_distribution(
     if total > 0:
         probs = (probs / total).astype(np.float32)
     keep = probs.shape[0]
-    if 0.0 < top_p < 1.0:
+    if top_k <= 1 and top_p <= 0.0:  # the reference's nucleus of p = 0: the best token
+        keep = 1
+    elif 0.0 < top_p < 1.0:
         running = np.float32(0.0)
         for j, value in enumerate(probs):
             running = np.float32(running + value)
