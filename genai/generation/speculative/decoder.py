@@ -99,9 +99,6 @@ class SpeculativeDecoder:
         self._after_round = False
         #: the last round's K
         self._last_k = 0
-        #: verify a one-proposal round's last token with the next round's proposal (as the
-        #: reference's MtpGenerator); False: run it alone first (as its n-gram and draft rounds)
-        self.fold_k1 = False
 
     # --- what the generator asks ----------------------------------------------------------------
     @property
@@ -186,7 +183,7 @@ class SpeculativeDecoder:
             self._plain_step(after_round)
             self.cooldown.complete_step()
             return
-        if not loop.logits_ready and (not after_round or (self._last_k == 1 and not self.fold_k1)):
+        if not loop.logits_ready and (not after_round or self._last_k == 1):
             # As the reference: after a plain step (and after a round of one proposal) the
             # pending token runs alone (what a plain step would run), and a round then
             # verifies the proposals only; after a wider round the pending token is verified
