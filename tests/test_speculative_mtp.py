@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import genai
+from genai.generation.mtp import ReferenceStream
 from genai.testing.mtp import write_markov_mtp_pair, write_mtp_pair
 from genai.testing.speculative import markov_distribution, transition_table
 from tests.speculation import error_text
@@ -281,3 +282,12 @@ def test_penalties_shape_every_verified_row_as_the_reference(pairs, penalty):
     main, head = pairs["gqa"]
     want, _ = _run(og, main, head, PROMPTS["gqa"], 30, 2, **penalty)
     assert _run(genai, main, head, PROMPTS["gqa"], 30, 2, **penalty)[0] == want
+
+
+def test_the_reference_stream_is_std_mt19937():
+    """The C++ standard's check of std::mt19937: the 10000th output of a default-constructed
+    engine (seed 5489) is 4123659995."""
+    stream = ReferenceStream(5489)
+    for _ in range(9999):
+        stream._next()
+    assert stream._next() == 4123659995

@@ -159,7 +159,9 @@ class ReferenceStream:
         if seed < 0:
             seed = int.from_bytes(os.urandom(4), "little")
         self._bits = np.random.MT19937()
-        self._bits._legacy_seeding(int(seed) & 0xFFFFFFFF)  # std::mt19937's init_genrand
+        # RandomState seeds an int as std::mt19937 does (init_genrand)
+        legacy = np.random.RandomState(int(seed) & 0xFFFFFFFF)
+        self._bits.state = legacy.get_state(legacy=False)
 
     def _next(self) -> int:
         return int(self._bits.random_raw())
