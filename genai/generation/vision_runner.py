@@ -53,7 +53,9 @@ __all__ = [
     "tensor_array",
 ]
 
-#: `VisionRunner.last_outputs` value of an output read from the decoder's binding on demand.
+#: `VisionRunner.last_outputs` value of an output read on demand from the binding that made it
+#: (`VisionRunner._made_by`): the decoder's prompt logits, a prompt's image features and
+#: embeddings, which are used where ORT left them instead of being copied.
 _IN_BINDING = np.zeros(0)
 
 #: A shared-buffer KV cache whose whole ``max_length`` fits in this many bytes is allocated
@@ -94,6 +96,17 @@ class _AddressArray:
             "typestr": np.dtype(dtype).str,
             "version": 3,
         }
+
+
+def _output_view(binding: Any, name: str, dtype: np.dtype) -> np.ndarray:
+    """``binding``'s output ``name`` of its last run where it lies (host memory), valid until
+    the binding runs again or the output is re-bound: a prompt's logits ([batch, seq, vocab]),
+    embeddings and image features are not copied."""
+    shape, address = binding.output_value_info(name)
+    if not address or not all(shape):
+        return np.zeros(shape, dtype)
+    # NumPy's array interface over the address (a ctypes array type per size cost ~0.1 ms)
+    return np.asarray(_AddressArray(address, tuple(shape), dtype))
 
 
 class MRopeSpec:
@@ -184,6 +197,15 @@ class VisionRunner:
         model.bind_extra_inputs(self.decoder)
         self.embedding = graphs.embedding.new_binding()
         self.vision = graphs.vision.new_binding() if graphs.vision is not None else None
+        #: the binding each output name comes from (`read_output` of an `_IN_BINDING` one)
+        self._made_by = {
+            model.io.logits: self.decoder,
+            graphs.embedding_output: self.embedding,
+            graphs.vision_features: self.vision,
+        }
+        self._features_out_dtype = (
+            graphs.vision.output_dtypes[graphs.vision_features] if graphs.vision else None
+        )
         self.kv = make_kv_cache(
             model.io,
             model.provider,
@@ -212,6 +234,7 @@ class VisionRunner:
         self._step_embeds = np.zeros((batch, 1, self.hidden), self._embeds_dtype)
         self._step_embeds_bound = False
         out_dtype = graphs.embedding.output_dtypes[graphs.embedding_output]
+        self._embeds_out_dtype = out_dtype
         self._embeds_in_place = out_dtype is not None and np.dtype(out_dtype) == self._embeds_dtype
         # batch 1: the all-ones mask of every length is a prefix of one buffer
         self._ones = np.ones((1, max_length), self.io.mask_dtype)
@@ -468,9 +491,14 @@ class VisionRunner:
                 parts.append(self._run_graph(vision, one, graphs.vision_features))
                 offset += patches
             features = np.concatenate(parts, axis=0)
+            self.last_outputs[graphs.vision_features] = features
         else:
-            features = self._run_graph(vision, fed, graphs.vision_features)
-        self.last_outputs[graphs.vision_features] = features
+            # the features are used where ORT left them (read before the vision graph runs
+            # again: only a later first prompt does)
+            features = self._run_in_place(
+                vision, fed, graphs.vision_features, self._features_out_dtype
+            )
+            self.last_outputs[graphs.vision_features] = _IN_BINDING
         return features
 
     @staticmethod
@@ -481,6 +509,21 @@ class VisionRunner:
         binding.run()
         return binding.get_output(output)
 
+    @classmethod
+    def _run_in_place(
+        cls, binding: Any, fed: dict[str, np.ndarray], output: str, dtype: Any
+    ) -> np.ndarray:
+        """`_run_graph`, but the output is a view of the value ORT allocated (valid until the
+        binding's output is re-bound or it runs again), not a copy; a copy when its dtype is
+        unknown."""
+        if dtype is None:
+            return cls._run_graph(binding, fed, output)
+        for name, value in fed.items():
+            binding.bind_input(name, value)
+        binding.bind_output_to_device(output)
+        binding.run()
+        return _output_view(binding, output, np.dtype(dtype))
+
     def _embed(self, tokens: np.ndarray, features: np.ndarray) -> np.ndarray:
         graphs, binding = self.graphs, self.embedding
         step = tokens.shape[1] == 1 and self._embeds_in_place and features is self._no_features
@@ -490,19 +533,25 @@ class VisionRunner:
             if not self._step_embeds_bound:
                 for name, value in fed.items():
                     binding.bind_input(name, value)
+                # (this releases a prompt's embeddings, which the decoder no longer reads)
+                self.last_inputs.pop(graphs.decoder_embeds, None)
                 binding.bind_output(graphs.embedding_output, self._step_embeds)
                 self._step_embeds_bound = True
             binding.run()
             embeds = self._step_embeds
+            self.last_outputs[graphs.embedding_output] = embeds
         else:
             self._step_embeds_bound = False
             fed = {
                 graphs.embedding_ids: np.ascontiguousarray(tokens, self._ids_dtype),
                 graphs.embedding_features: features,
             }
-            embeds = self._run_graph(binding, fed, graphs.embedding_output)
+            # the decoder reads the embeddings where ORT left them (no copy)
+            embeds = self._run_in_place(
+                binding, fed, graphs.embedding_output, self._embeds_out_dtype
+            )
+            self.last_outputs[graphs.embedding_output] = _IN_BINDING
         self.last_inputs.update(fed)
-        self.last_outputs[graphs.embedding_output] = embeds
         return np.ascontiguousarray(embeds, self._embeds_dtype)
 
     def _positions(
@@ -591,7 +640,9 @@ class VisionRunner:
         decoder.run()
         if growing:
             decoder.rebind_outputs_as_inputs_py(*self._handover)
-        logits = self._step_logits if to_buffer else self._output_view(io.logits)
+        logits = (
+            self._step_logits if to_buffer else _output_view(decoder, io.logits, io.logits_dtype)
+        )
         copy_last_rows(logits, self.logits_rows, last, count, io.logits)
         # a prompt's logits stay in the binding's output (read on demand, never copied whole)
         self.last_outputs[io.logits] = logits if to_buffer else _IN_BINDING
@@ -605,23 +656,13 @@ class VisionRunner:
             and (self.mrope is None or self.rope_deltas is not None)
         )
 
-    def _output_view(self, name: str) -> np.ndarray:
-        """The decoder's output ``name`` of the last run where it lies (host memory), valid
-        until the next run: a prompt's logits ([batch, seq, vocab]) are not copied whole."""
-        shape, address = self.decoder.output_value_info(name)
-        dtype = self.io.logits_dtype
-        if not address or not all(shape):
-            return np.zeros(shape, dtype)
-        # NumPy's array interface over the address (a ctypes array type per size cost ~0.1 ms)
-        return np.asarray(_AddressArray(address, tuple(shape), dtype))
-
     # --- reading ------------------------------------------------------------------------------
     def read_output(self, name: str) -> np.ndarray | None:
         """A copy of the last run's output ``name`` (logits, inputs_embeds, image_features, a
         present); None when there is none."""
         value = self.last_outputs.get(name)
         if value is _IN_BINDING:
-            return self.decoder.get_output(name)
+            return self._made_by[name].get_output(name)
         if value is not None:
             return value.copy()
         return self.kv.read(name)
