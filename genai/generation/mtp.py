@@ -201,9 +201,14 @@ def truncated_distribution(
     ``top_k`` <= 1 the reference takes a nucleus of the whole vocabulary: its best token alone
     when ``top_p`` <= 0."""
     scores = np.asarray(scores, np.float32)
-    order = np.argsort(-scores, kind="stable")
-    if top_k > 1:
-        order = order[: min(top_k, scores.shape[0])]
+    vocab = scores.shape[0]
+    if top_k > 1 and top_k < vocab:  # the k best (ties: lower id first), no full sort
+        best = np.argpartition(-scores, top_k - 1)[:top_k]
+        order = best[np.lexsort((best, -scores[best]))]
+    elif top_k <= 1 and top_p <= 0.0:
+        order = np.array([int(np.argmax(scores))])
+    else:
+        order = np.argsort(-scores, kind="stable")
     inv_temp = np.float32(1.0) / np.float32(temperature)
     probs = np.exp(((scores[order] - scores[order[0]]) * inv_temp).astype(np.float64))
     probs = probs.astype(np.float32)
