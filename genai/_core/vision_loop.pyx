@@ -20,7 +20,7 @@ from libc.string cimport memcpy
 
 from genai._core.bookkeeping cimport grow_mask, store_index
 from genai._core.decoder_loop cimport DecoderLoop
-from genai._core.native_session cimport NativeSession
+from genai._core.native_session cimport NS_MAX_DIMS, NativeSession
 from genai._core.ort_api cimport ELEM_INT64
 
 cimport numpy as cnp
@@ -251,6 +251,49 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         if self.sampler is not None:
             self.sampler.maxima_valid = 0  # the rows were rewritten
         return 0
+
+    def run_prompt_decoder(self, Py_ssize_t logits_index, const int[::1] last,
+                           Py_ssize_t count):
+        """Run the decoder on the inputs the runner bound (a run of ``count`` tokens whose
+        logits output, float32 in host memory, ORT allocates), hand a growing cache's presents
+        to its pasts, and copy each row's logits at position ``last[row]`` (0 when the graph
+        returned the last position only) into the logits rows: in one call, as the work right
+        after a long run is slow from Python (cold caches). Returns False, the rows untouched,
+        when the output is not ``[batch, count or 1, vocab]`` (the runner then reads it itself
+        and names the problem)."""
+        cdef int rc
+        cdef int64_t shape[NS_MAX_DIMS]
+        cdef size_t ndim = 0
+        cdef void* data = NULL
+        cdef Py_ssize_t b, pos, batch = self.batch, vocab = self.vocab
+        if self.decoder is None:
+            raise ValueError("the loop is not attached")
+        if last.shape[0] != batch:
+            raise ValueError(f"last must have {batch} entries, got {last.shape[0]}")
+        if self.decoder.output_in_device_memory[logits_index]:
+            raise ValueError("the logits output lives in device memory")
+        with nogil:
+            rc = self.decoder.run_binding()
+            if rc == 0 and self.n_kv_pairs:
+                rc = self.decoder.rebind_outputs_as_inputs(self.kv_out, self.kv_in,
+                                                           self.n_kv_pairs)
+            if rc == 0:
+                rc = self.decoder.output_value_shape(logits_index, shape, &ndim)
+            if rc == 0:
+                rc = self.decoder.output_value_data(logits_index, &data)
+        if rc != 0:
+            self.failed = 2
+            self.raise_error(rc)
+        if (ndim != 3 or shape[0] != batch or shape[2] != vocab
+                or (shape[1] != count and shape[1] != 1) or data == NULL):
+            return False
+        for b in range(batch):
+            pos = last[b] if shape[1] == count else 0
+            if pos < 0 or pos >= shape[1]:
+                raise ValueError(f"last[{b}] = {pos} is outside the run's {shape[1]} positions")
+            memcpy(&self.logits_rows[b, 0], <const float*>data + (b * shape[1] + pos) * vocab,
+                   vocab * sizeof(float))
+        return True
 
     cdef object raise_error(self, int rc):
         failed = self.embedding if self.failed == 1 else self.decoder if self.failed == 2 else None

@@ -250,6 +250,7 @@ class VisionRunner:
             pairs = self.kv.handover
             self._handover = ([p for p, _ in pairs], [q for _, q in pairs])
         self.decoder.bind_output_to_device(io.logits)
+        self._logits_index = self.decoder.output_index(io.logits)
         self._step_ids = np.zeros((batch, 1), self._ids_dtype)
         # one-token runs write their logits here (float32 models), not in a new array
         self._step_logits = (
@@ -637,15 +638,24 @@ class VisionRunner:
             for present, _ in self.kv.handover:
                 decoder.bind_output_to_device(present)
             self._fresh_presents = False
-        decoder.run()
-        if growing:
-            decoder.rebind_outputs_as_inputs_py(*self._handover)
-        logits = (
-            self._step_logits if to_buffer else _output_view(decoder, io.logits, io.logits_dtype)
-        )
-        copy_last_rows(logits, self.logits_rows, last, count, io.logits)
+        if not to_buffer and self._fast_ok:
+            # run, hand over and copy the last rows in one native call: Python right after a
+            # long run is slow (cold caches); see EmbedDecoderLoop.run_prompt_decoder
+            copied = self.loop.run_prompt_decoder(self._logits_index, last, count)
+        else:
+            decoder.run()
+            if growing:
+                decoder.rebind_outputs_as_inputs_py(*self._handover)
+            copied = False
+        if not copied:
+            logits = (
+                self._step_logits
+                if to_buffer
+                else _output_view(decoder, io.logits, io.logits_dtype)
+            )
+            copy_last_rows(logits, self.logits_rows, last, count, io.logits)
         # a prompt's logits stay in the binding's output (read on demand, never copied whole)
-        self.last_outputs[io.logits] = logits if to_buffer else _IN_BINDING
+        self.last_outputs[io.logits] = self._step_logits if to_buffer else _IN_BINDING
         self.last_inputs.update(fed)
         self.computed += count
         self.last_run_count = count
