@@ -116,3 +116,27 @@ def test_used_bytes_agree_with_the_generator(fixture_folders, case):
     generator.generate_until_done(9)
     computed = generator._loop.computed
     assert generator._kv.used_bytes(computed) == generator.kv_cache_used_bytes > 0
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-buffer", "growing"])
+def test_a_dropped_generator_frees_its_cache_without_garbage_collection(fixture_folders, shared):
+    """The loop holds its KV cache (its grow hook) and the cache follows the loop weakly: no
+    reference cycle, so the KV buffers go with the generator, not at a later gc pass."""
+    import gc
+    import weakref
+
+    model = genai.Model(fixture_folders["gqa"])
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=64, past_present_share_buffer=shared)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(PROMPT)
+    generator.generate_next_token()
+    cache = weakref.ref(generator._driver.kv)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del generator
+        assert cache() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -9,6 +9,7 @@ from genai._core.sampling cimport Sampler
 
 cdef class DecoderLoop:
     cdef NativeSession sess
+    cdef object __weakref__          # the KV cache follows its loop weakly (no reference cycle)
     cdef dict _arrays                # numpy buffers the loop points into, by name
 
     # graph I/O: indices into the session (-1 when the graph lacks the input)

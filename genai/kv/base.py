@@ -9,6 +9,7 @@ keeps inside the session). See `genai.kv.kv_cache` for how sliding-window layers
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -74,8 +75,15 @@ class KVCache:
 
     #: (present output, past input) names the decode loop re-binds after every run.
     handover: list[tuple[str, str]]
-    #: The decode loop following this cache (set by `attach_loop`), or None.
-    _loop: Any = None
+    #: A weak reference to the decode loop following this cache (set by `attach_loop`): the
+    #: loop holds the cache (its ``grow_kv``), so a strong one back would make a cycle that
+    #: keeps a dropped generator's buffers until the garbage collector runs.
+    _loop_ref: Any = None
+
+    @property
+    def _loop(self) -> Any:
+        """The decode loop following this cache, or None."""
+        return self._loop_ref() if self._loop_ref is not None else None
 
     def read(self, name: str) -> np.ndarray | None:
         """A copy of the past/present tensor ``name``, or None if it is not a KV name."""
@@ -130,7 +138,7 @@ class KVCache:
         """Follow ``loop`` (a `DecoderLoop`; it calls this when built with this cache's
         ``ensure``): token counts for reorders and windowed layers, and the rewind hook that
         re-lays sliding-window rows before the loop commits a rewind."""
-        self._loop = loop
+        self._loop_ref = weakref.ref(loop)
         if self._windowed_names():
             loop.kv_rewind = self._rewind_windows
 

@@ -90,4 +90,4 @@ class SessionKVCache(KVCache):
         raise UnsupportedFeatureError("beam search needs a KV cache the engine can reorder")
 
     def attach_loop(self, loop: Any) -> None:
-        self._loop = loop
+        self._loop_ref = weakref.ref(loop)
