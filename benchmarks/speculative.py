@@ -194,7 +194,13 @@ def main() -> None:
     rows = []
     for folder in folders:
         rows += bench_folder(folder, args)
-    header = ("folder", "task", "engine", "config", "tokens", "tok/s", "speed-up", "acceptance")
+    print_table(rows, "folder")
+
+
+def print_table(rows: list[dict], first: str) -> None:
+    """The rows as a ``|``-separated table: column ``first`` (the folder or pair), then the
+    task, engine, configuration and measures."""
+    header = (first, "task", "engine", "config", "tokens", "tok/s", "speed-up", "acceptance")
     header += ("tokens/run", "same", "same as ref")
     print(" | ".join(header))
     for row in rows:

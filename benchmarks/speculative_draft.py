@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from speculative import TASKS, load, prompt_ids, run  # noqa: E402
+from speculative import TASKS, load, print_table, prompt_ids, run  # noqa: E402
 
 import genai  # noqa: E402
 from genai.builder import pull  # noqa: E402
@@ -145,17 +145,7 @@ def main() -> None:
     rows = []
     for pair in args.pairs:
         rows += bench_pair(pair, *makers[pair](args.work), args, engines)
-    header = ("pair", "task", "engine", "config", "tokens", "tok/s", "speed-up", "acceptance")
-    header += ("tokens/run", "same", "same as ref")
-    print(" | ".join(header))
-    for row in rows:
-        cells = []
-        for key in header:
-            value = row[key]
-            if isinstance(value, float):
-                value = f"{value:.2f}"
-            cells.append("-" if value is None else str(value))
-        print(" | ".join(cells))
+    print_table(rows, "pair")
 
 
 if __name__ == "__main__":
