@@ -37,7 +37,7 @@ from genai.errors import (
     UnsupportedFeatureError,
 )
 from genai.generation.run_logits import copy_last_rows
-from genai.kv.kv_cache import GrowingKVCache, make_kv_cache
+from genai.kv.kv_cache import UPFRONT_KV_BYTES, GrowingKVCache, make_kv_cache, whole_cache_fits
 from genai.runtime.vision import MROPE_TYPES, NEGATIVE_ID_TYPES
 
 if TYPE_CHECKING:
@@ -58,22 +58,16 @@ __all__ = [
 #: embeddings, which are used where ORT left them instead of being copied.
 _IN_BINDING = np.zeros(0)
 
-#: A shared-buffer KV cache whose whole ``max_length`` fits in this many bytes is allocated
-#: (and zero-filled) when the generator is made, as the reference allocates its cache, so
-#: the prompt run does not grow it; a ``kv_initial_capacity`` other than the default is
-#: honoured as given.
-UPFRONT_KV_BYTES = 16 << 20
-
 
 def kv_initial_capacity(io: Any, batch: int, max_length: int, search: SearchOptions) -> int:
     """The shared KV cache's initial capacity for ``search``: 0 (``max_length`` at once)
     when ``kv_initial_capacity`` is at its default and the whole cache takes at most
-    `UPFRONT_KV_BYTES`, else ``kv_initial_capacity``."""
+    `UPFRONT_KV_BYTES` (`genai.kv.kv_cache.whole_cache_fits`), else ``kv_initial_capacity``
+    (a value set by the caller or the config is honoured as given)."""
     initial = search.kv_initial_capacity
     if initial != type(search).kv_initial_capacity:  # set by the caller (or the config)
         return initial
-    per_position = 2 * io.num_layers * io.kv_heads * io.head_size * np.dtype(io.kv_dtype).itemsize
-    return 0 if batch * max_length * per_position <= UPFRONT_KV_BYTES else initial
+    return 0 if whole_cache_fits(io, batch, max_length) else initial
 
 
 def tensor_array(value: Any) -> np.ndarray:

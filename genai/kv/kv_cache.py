@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "UPFRONT_KV_BYTES",
     "GrowingKVCache",
     "KVCache",
     "SharedKVCache",
@@ -47,9 +48,22 @@ __all__ = [
     "make_kv_cache",
     "relayout",
     "resident_rows",
+    "whole_cache_fits",
     "window_capacity",
     "window_capacity_for",
 ]
+
+#: A shared-buffer KV cache whose whole ``max_length`` fits in this many bytes may be
+#: allocated (and zero-filled) when its generator is made, as the reference allocates its
+#: cache, so that a prompt run does not grow it (`whole_cache_fits`).
+UPFRONT_KV_BYTES = 16 << 20
+
+
+def whole_cache_fits(io: DecoderIO, batch: int, max_length: int) -> bool:
+    """Whether ``batch`` rows of ``max_length`` positions of ``io``'s KV take at most
+    `UPFRONT_KV_BYTES`."""
+    per_position = 2 * io.num_layers * io.kv_heads * io.head_size * np.dtype(io.kv_dtype).itemsize
+    return batch * max_length * per_position <= UPFRONT_KV_BYTES
 
 
 def window_capacity(io: DecoderIO, provider: ExecutionProvider | None, max_length: int) -> int:
