@@ -9,7 +9,8 @@ from genai._core.native_session cimport NativeSession
 
 cdef class EmbedDecoderLoop(DecoderLoop):
     # the embedding graph (ids -> inputs_embeds) and the decoder fed inputs_embeds; `failed`:
-    # the one whose nogil call failed last (1: embedding, 2: decoder; its error is raised)
+    # the one whose nogil call failed last (1: embedding, 2: decoder, 3: the vision graph of
+    # run_prompt; its error is raised)
     cdef NativeSession embedding
     cdef NativeSession decoder
     cdef int failed
@@ -33,3 +34,9 @@ cdef class EmbedDecoderLoop(DecoderLoop):
     cdef public object fallback
 
     cdef int run_embedded_step(self) noexcept nogil
+    # a prompt's decoder run and KV hand-over; the logits output's shape and data
+    cdef int decoder_prompt_run(self, Py_ssize_t logits_index, int64_t* shape, size_t* ndim,
+                                void** data) noexcept nogil
+    cdef _check_prompt_call(self, Py_ssize_t logits_index, const int[::1] last)
+    cdef object _copy_prompt_rows(self, const int64_t* shape, size_t ndim, void* data,
+                                  const int[::1] last, Py_ssize_t count)

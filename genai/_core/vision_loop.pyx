@@ -21,7 +21,7 @@ from libc.string cimport memcpy
 from genai._core.bookkeeping cimport grow_mask, store_index
 from genai._core.decoder_loop cimport DecoderLoop
 from genai._core.native_session cimport NS_MAX_DIMS, NativeSession
-from genai._core.ort_api cimport ELEM_INT64
+from genai._core.ort_api cimport ELEM_INT64, OrtValue
 
 cimport numpy as cnp
 
@@ -39,6 +39,36 @@ cdef enum:
 
 cdef void* _data(cnp.ndarray array):
     return cnp.PyArray_DATA(array)
+
+
+# a non-NULL address for an empty tensor bound by pointer
+cdef int64_t _EMPTY[1]
+
+
+cdef int _pass_output(NativeSession source, Py_ssize_t output, int source_stage,
+                      NativeSession target, Py_ssize_t input, int target_stage,
+                      int* failed) noexcept nogil:
+    """Bind ``source``'s output ``output`` of its last run, where ORT left it (host memory),
+    as ``target``'s input ``input``: no copy, valid until ``source`` runs again or re-binds
+    the output. On failure ``failed`` names the session whose error it is (the stages of
+    `EmbedDecoderLoop.failed`)."""
+    cdef OrtValue* value = NULL
+    cdef int64_t shape[NS_MAX_DIMS]
+    cdef size_t ndim = 0
+    cdef int elem = 0, rc
+    cdef void* data = NULL
+    failed[0] = source_stage
+    rc = source._output_value(output, &value)
+    if rc == 0:
+        rc = source._tensor_shape(value, &elem, shape, &ndim)
+    if rc == 0:
+        rc = source.output_value_data(output, &data)
+    if rc != 0:
+        return rc
+    failed[0] = target_stage
+    if data == NULL:
+        data = <void*>_EMPTY  # an empty tensor
+    return target.bind_input_ptr(input, data, shape, ndim, elem)
 
 
 cdef class EmbedDecoderLoop(DecoderLoop):
@@ -265,25 +295,92 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         cdef int64_t shape[NS_MAX_DIMS]
         cdef size_t ndim = 0
         cdef void* data = NULL
-        cdef Py_ssize_t b, pos, batch = self.batch, vocab = self.vocab
+        self._check_prompt_call(logits_index, last)
+        with nogil:
+            rc = self.decoder_prompt_run(logits_index, shape, &ndim, &data)
+        if rc != 0:
+            self.raise_error(rc)
+        return self._copy_prompt_rows(shape, ndim, data, last, count)
+
+    def run_prompt(self, NativeSession vision, Py_ssize_t features_out, Py_ssize_t features_in,
+                   Py_ssize_t embeds_out, Py_ssize_t embeds_in, Py_ssize_t logits_index,
+                   const int[::1] last, Py_ssize_t count):
+        """A first prompt's three runs in one call, on the inputs the runner bound: the vision
+        graph (``vision``, a binding; None: no image, the embedding's features input is bound
+        already), its output ``features_out`` bound where ORT left it as the embedding's input
+        ``features_in``, the embedding graph, its output ``embeds_out`` bound as the decoder's
+        input ``embeds_in``, then the decoder as `run_prompt_decoder` (KV hand-over, each
+        row's logits at ``last[row]`` copied). No Python runs between the graphs (right after
+        a long run it is 10-20x slower than warm). The bound features and embeddings are ORT's
+        outputs, valid until their binding runs again or re-binds them. Returns True (rows
+        copied), False (ran, the logits output is not ``[batch, count or 1, vocab]``: the
+        runner reads it), or None (nothing ran: an output lives in device memory)."""
+        cdef int rc = 0
+        cdef int64_t shape[NS_MAX_DIMS]
+        cdef size_t ndim = 0
+        cdef void* data = NULL
+        cdef NativeSession embedding = self.embedding
+        self._check_prompt_call(logits_index, last)
+        if embeds_out < 0 or embeds_out >= embedding.n_outputs:
+            raise IndexError(f"embedding output index {embeds_out} out of range")
+        if vision is not None and (features_out < 0 or features_out >= vision.n_outputs):
+            raise IndexError(f"vision output index {features_out} out of range")
+        if ((vision is not None and vision.output_in_device_memory[features_out])
+                or embedding.output_in_device_memory[embeds_out]):
+            return None
+        with nogil:
+            if vision is not None:
+                self.failed = 3
+                rc = vision.run_binding()
+                if rc == 0:
+                    rc = _pass_output(vision, features_out, 3, embedding, features_in, 1,
+                                      &self.failed)
+            if rc == 0:
+                self.failed = 1
+                rc = embedding.run_binding()
+            if rc == 0:
+                rc = _pass_output(embedding, embeds_out, 1, self.decoder, embeds_in, 2,
+                                  &self.failed)
+            if rc == 0:
+                rc = self.decoder_prompt_run(logits_index, shape, &ndim, &data)
+        if rc != 0:
+            if self.failed == 3:
+                self.failed = 0
+                if rc > 0 or -4 <= rc <= -1:
+                    vision.raise_last_error()
+            self.raise_error(rc)
+        self.failed = 0
+        return self._copy_prompt_rows(shape, ndim, data, last, count)
+
+    cdef _check_prompt_call(self, Py_ssize_t logits_index, const int[::1] last):
         if self.decoder is None:
             raise ValueError("the loop is not attached")
-        if last.shape[0] != batch:
-            raise ValueError(f"last must have {batch} entries, got {last.shape[0]}")
+        if last.shape[0] != self.batch:
+            raise ValueError(f"last must have {self.batch} entries, got {last.shape[0]}")
+        if logits_index < 0 or logits_index >= self.decoder.n_outputs:
+            raise IndexError(f"decoder output index {logits_index} out of range")
         if self.decoder.output_in_device_memory[logits_index]:
             raise ValueError("the logits output lives in device memory")
-        with nogil:
-            rc = self.decoder.run_binding()
-            if rc == 0 and self.n_kv_pairs:
-                rc = self.decoder.rebind_outputs_as_inputs(self.kv_out, self.kv_in,
-                                                           self.n_kv_pairs)
-            if rc == 0:
-                rc = self.decoder.output_value_shape(logits_index, shape, &ndim)
-            if rc == 0:
-                rc = self.decoder.output_value_data(logits_index, &data)
-        if rc != 0:
-            self.failed = 2
-            self.raise_error(rc)
+
+    cdef int decoder_prompt_run(self, Py_ssize_t logits_index, int64_t* shape, size_t* ndim,
+                                void** data) noexcept nogil:
+        """The decoder's prompt run, the KV hand-over, the logits output's shape and data."""
+        cdef int rc
+        self.failed = 2
+        rc = self.decoder.run_binding()
+        if rc == 0 and self.n_kv_pairs:
+            rc = self.decoder.rebind_outputs_as_inputs(self.kv_out, self.kv_in, self.n_kv_pairs)
+        if rc == 0:
+            rc = self.decoder.output_value_shape(logits_index, shape, ndim)
+        if rc == 0:
+            rc = self.decoder.output_value_data(logits_index, data)
+        if rc == 0:
+            self.failed = 0
+        return rc
+
+    cdef object _copy_prompt_rows(self, const int64_t* shape, size_t ndim, void* data,
+                                  const int[::1] last, Py_ssize_t count):
+        cdef Py_ssize_t b, pos, batch = self.batch, vocab = self.vocab
         if (ndim != 3 or shape[0] != batch or shape[2] != vocab
                 or (shape[1] != count and shape[1] != 1) or data == NULL):
             return False
@@ -291,6 +388,8 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             pos = last[b] if shape[1] == count else 0
             if pos < 0 or pos >= shape[1]:
                 raise ValueError(f"last[{b}] = {pos} is outside the run's {shape[1]} positions")
+        for b in range(batch):
+            pos = last[b] if shape[1] == count else 0
             memcpy(&self.logits_rows[b, 0], <const float*>data + (b * shape[1] + pos) * vocab,
                    vocab * sizeof(float))
         return True

@@ -285,6 +285,32 @@ class VisionRunner:
                 ones_mask=self.mrope is not None or batch == 1,
             )
         self._rope_deltas: np.ndarray | None = None
+        #: a first prompt's three runs are one native call (`_run_prompt`): the outputs are
+        #: bound where ORT leaves them as the next graph's inputs, so their dtypes must match
+        self._chain = self._fast_ok and (
+            graphs.vision is None
+            or (
+                self._features_out_dtype is not None
+                and np.dtype(self._features_out_dtype) == self._features_dtype
+            )
+        )
+        if self._chain:
+            # ORT allocates these outputs at every run (bound once; a one-token run re-binds
+            # the embeddings to its buffer, `_step_embeds_bound`)
+            self.embedding.bind_output_to_device(graphs.embedding_output)
+            self._embeds_out_index = self.embedding.output_index(graphs.embedding_output)
+            self._embeds_in_index = self.decoder.input_index(graphs.decoder_embeds)
+            self._features_in_index = self.embedding.input_index(graphs.embedding_features)
+            self._features_out_index = -1
+            if self.vision is not None:
+                self.vision.bind_output_to_device(graphs.vision_features)
+                self._features_out_index = self.vision.output_index(graphs.vision_features)
+        #: inputs fed where another graph's run left them (`read_input` of an `_IN_BINDING`
+        #: input): the embedding's image features, the decoder's embeddings
+        self._fed_from = {
+            graphs.embedding_features: (self.vision, graphs.vision_features),
+            graphs.decoder_embeds: (self.embedding, graphs.embedding_output),
+        }
         self.reset()
 
     # --- state kept in the loop ---------------------------------------------------------------
@@ -337,7 +363,6 @@ class VisionRunner:
         self.last_run_count = 0
         #: multimodal inputs of `set_inputs`, consumed by the next prompt run
         self.pending: dict[str, np.ndarray] = {}
-        self.image_features: np.ndarray | None = None
         self.last_inputs: dict[str, np.ndarray] = {}
         self.last_outputs: dict[str, np.ndarray] = {}
 
@@ -430,29 +455,78 @@ class VisionRunner:
             for column in range(count):
                 self.feed(tokens[:, column : column + 1], False)
             return
+        if prompt and count > 1 and self._chain and self._run_prompt(tokens):
+            return
         first_run = prompt  # a new sequence (also after rewind_to(0)): images, positions
         features = self._features(first_run)
         embeds = self._embed(tokens, features)
         fed, last = self._positions(tokens, prompt, first_run)
         self._decode(tokens, embeds, fed, last, count)
 
-    def _features(self, first_run: bool) -> np.ndarray:
-        """The image features for this run: the vision graph's output on the pending inputs
-        for a first run with images, else ``[0, hidden]``."""
+    def _run_prompt(self, tokens: np.ndarray) -> bool:
+        """Run a first prompt's graphs in one native call (`EmbedDecoderLoop.run_prompt`:
+        vision, embedding and decoder, each output bound where ORT left it as the next
+        graph's input), every input bound beforehand; False, nothing done, for images of
+        different grids (run one by one: `feed`'s Python path)."""
+        graphs, embedding, io = self.graphs, self.embedding, self.io
         pending, self.pending = self.pending, {}
-        empty = self._no_features
-        tokens = pending.get("num_image_tokens")
-        if not first_run or tokens is None or int(np.sum(tokens)) <= 0:
-            self.image_features = None
-            return empty
-        if self.vision is None:
-            raise ModelError(f"{self.model.config.file} has no model.vision graph for images")
-        self.image_features = self._run_vision(pending)
-        return np.ascontiguousarray(self.image_features, self._features_dtype)
+        vision = None
+        fed = self._vision_inputs(pending)
+        if fed is not None:
+            if self._grids_differ(fed):
+                self.pending = pending
+                return False
+            vision = self.vision
+            assert vision is not None
+            for name, value in fed.items():
+                vision.bind_input(name, value)
+            self.last_inputs.update(fed)
+        else:
+            embedding.bind_input(graphs.embedding_features, self._no_features)
+        ids = np.ascontiguousarray(tokens, self._ids_dtype)
+        embedding.bind_input(graphs.embedding_ids, ids)
+        if self._step_embeds_bound:
+            embedding.bind_output_to_device(graphs.embedding_output)
+            self._step_embeds_bound = False
+        count = tokens.shape[1]
+        inputs, last = self._positions(tokens, True, True)
+        self._bind_decoder(tokens, inputs, count)
+        copied = self.loop.run_prompt(
+            vision,
+            self._features_out_index,
+            self._features_in_index,
+            self._embeds_out_index,
+            self._embeds_in_index,
+            self._logits_index,
+            last,
+            count,
+        )
+        if not copied:  # (an unexpected logits shape: named by copy_last_rows)
+            logits = _output_view(self.decoder, io.logits, io.logits_dtype)
+            copy_last_rows(logits, self.logits_rows, last, count, io.logits)
+        inputs[graphs.embedding_ids] = ids
+        inputs[graphs.embedding_features] = self._no_features if vision is None else _IN_BINDING
+        inputs[graphs.decoder_embeds] = _IN_BINDING
+        self.last_inputs.update(inputs)
+        outputs = self.last_outputs
+        if vision is not None:
+            outputs[graphs.vision_features] = _IN_BINDING
+        outputs[graphs.embedding_output] = _IN_BINDING
+        outputs[io.logits] = _IN_BINDING
+        self.computed += count
+        self.last_run_count = count
+        self.fast = False
+        return True
 
-    def _run_vision(self, pending: dict[str, np.ndarray]) -> np.ndarray:
-        graphs, vision = self.graphs, self.vision
-        assert vision is not None and graphs.vision is not None
+    def _vision_inputs(self, pending: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """The vision graph's inputs from ``pending`` (a first prompt's), None when it has no
+        images."""
+        tokens = pending.get("num_image_tokens")
+        if tokens is None or int(np.sum(tokens)) <= 0:
+            return None
+        graphs = self.graphs
+        if self.vision is None or graphs.vision is None:
+            raise ModelError(f"{self.model.config.file} has no model.vision graph for images")
         dtypes = graphs.vision.input_dtypes
         fed = {}
         for key, name in graphs.vision_inputs.items():
@@ -460,11 +534,38 @@ class VisionRunner:
             if value is None:
                 raise InvalidArgumentError(f"the vision graph needs {key!r}; set_inputs has none")
             fed[name] = np.ascontiguousarray(value, dtypes[name])
+        return fed
+
+    def _grids_differ(self, fed: dict[str, np.ndarray]) -> bool:
+        """Several images of different grids (each runs alone, as the reference)."""
+        graphs = self.graphs
+        grid_name = graphs.vision_inputs.get("image_grid_thw")
+        grid = fed.get(grid_name) if grid_name else None
+        return (
+            grid is not None
+            and "pixel_values" in graphs.vision_inputs
+            and len(grid) > 1
+            and len(np.unique(grid, axis=0)) > 1
+        )
+
+    def _features(self, first_run: bool) -> np.ndarray:
+        """The image features for this run: the vision graph's output on the pending inputs
+        for a first run with images, else ``[0, hidden]``."""
+        pending, self.pending = self.pending, {}
+        fed = self._vision_inputs(pending) if first_run else None
+        if fed is None:
+            return self._no_features
+        return np.ascontiguousarray(self._run_vision(fed), self._features_dtype)
+
+    def _run_vision(self, fed: dict[str, np.ndarray]) -> np.ndarray:
+        graphs, vision = self.graphs, self.vision
+        assert vision is not None and graphs.vision is not None
         self.last_inputs.update(fed)
         grid_name = graphs.vision_inputs.get("image_grid_thw")
         pixels_name = graphs.vision_inputs.get("pixel_values")
-        grid = fed.get(grid_name) if grid_name else None
-        if grid is not None and pixels_name and len(grid) > 1 and len(np.unique(grid, axis=0)) > 1:
+        if self._grids_differ(fed):
+            assert grid_name is not None and pixels_name is not None
+            grid = fed[grid_name]
             # as the reference: images of different grids run one by one; the processor pads
             # every image's patches to the largest image's count (rows [i * stride, ...))
             pixels = fed[pixels_name]
@@ -609,36 +710,16 @@ class VisionRunner:
         count: int,
     ) -> None:
         io, decoder = self.io, self.decoder
-        if self.computed + count > self.max_length:
-            raise GenerationError(f"the sequence would exceed max_length {self.max_length}")
-        self.loop.kv_capacity = self.kv.ensure(self.computed + count, self.computed)
         fed[self.graphs.decoder_embeds] = embeds
-        if self._decoder_ids:
-            fed[self._decoder_ids] = np.ascontiguousarray(tokens, io.id_dtype)
+        to_buffer = self._bind_decoder(tokens, fed, count)
         step = count == 1
-        for name, value in fed.items():
-            # one-token runs read fixed buffers (embeddings, positions): bound once
-            if not (step and self._step_bound and name in self._step_buffers):
-                decoder.bind_input(name, value)
-        self._step_bound = step
-        to_buffer = step and self._step_logits is not None
-        if to_buffer and not self._logits_in_buffer:
-            decoder.bind_output(io.logits, self._step_logits)
-        elif not to_buffer and self._logits_in_buffer:
-            decoder.bind_output_to_device(io.logits)
-        self._logits_in_buffer = to_buffer
-        growing = self._growing
-        if growing and self._fresh_presents:  # after a rewind re-bound the pasts
-            for present, _ in self.kv.handover:
-                decoder.bind_output_to_device(present)
-            self._fresh_presents = False
         if not to_buffer and self._fast_ok:
             # run, hand over and copy the last rows in one native call: Python right after a
             # long run is slow (cold caches); see EmbedDecoderLoop.run_prompt_decoder
             copied = self.loop.run_prompt_decoder(self._logits_index, last, count)
         else:
             decoder.run()
-            if growing:
+            if self._growing:
                 decoder.rebind_outputs_as_inputs_py(*self._handover)
             copied = False
         if not copied:
@@ -660,6 +741,34 @@ class VisionRunner:
             and (self.mrope is None or self.rope_deltas is not None)
         )
 
+    def _bind_decoder(self, tokens: np.ndarray, fed: dict[str, np.ndarray], count: int) -> bool:
+        """Make room in the KV cache and bind the decoder's inputs ``fed`` (and the ids, for
+        exports that take them) and its outputs for a run of ``count`` tokens; returns
+        whether the logits go to the one-token buffer."""
+        io, decoder = self.io, self.decoder
+        if self.computed + count > self.max_length:
+            raise GenerationError(f"the sequence would exceed max_length {self.max_length}")
+        self.loop.kv_capacity = self.kv.ensure(self.computed + count, self.computed)
+        if self._decoder_ids:
+            fed[self._decoder_ids] = np.ascontiguousarray(tokens, io.id_dtype)
+        step = count == 1
+        for name, value in fed.items():
+            # one-token runs read fixed buffers (embeddings, positions): bound once
+            if not (step and self._step_bound and name in self._step_buffers):
+                decoder.bind_input(name, value)
+        self._step_bound = step
+        to_buffer = step and self._step_logits is not None
+        if to_buffer and not self._logits_in_buffer:
+            decoder.bind_output(io.logits, self._step_logits)
+        elif not to_buffer and self._logits_in_buffer:
+            decoder.bind_output_to_device(io.logits)
+        self._logits_in_buffer = to_buffer
+        if self._growing and self._fresh_presents:  # after a rewind re-bound the pasts
+            for present, _ in self.kv.handover:
+                decoder.bind_output_to_device(present)
+            self._fresh_presents = False
+        return to_buffer
+
     # --- reading ------------------------------------------------------------------------------
     def read_output(self, name: str) -> np.ndarray | None:
         """A copy of the last run's output ``name`` (logits, inputs_embeds, image_features, a
@@ -677,6 +786,9 @@ class VisionRunner:
         if name == self.io.attention_mask:
             return np.array(self.mask)  # (native steps grow it in the loop's buffer)
         value = self.last_inputs.get(name)
+        if value is _IN_BINDING:  # where the graph that made it left it
+            binding, output = self._fed_from[name]
+            return binding.get_output(output)
         if value is not None:
             return np.array(value)
         return self.kv.read(name)
