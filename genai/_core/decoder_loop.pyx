@@ -366,8 +366,26 @@ cdef class DecoderLoop:
             for i in range(n - 1):
                 store_index(self.mask_buf, self.mask_elem == ELEM_INT64, b * (n - 1) + i, 1)
 
-    def run(self, bint prompt):
-        """Run the model on the pending tokens (GIL released)."""
+    def run(self, bint prompt, Py_ssize_t chunk=0):
+        """Run the model on the pending tokens (GIL released). ``chunk`` > 0 (the reference's
+        ``search.chunk_size``): the loop's first run, a batch-1 prompt of more tokens, runs
+        ``chunk`` tokens per run, the first as the prompt and the others on top of it; the
+        logits are the last run's."""
+        cdef Py_ssize_t stop = self.length
+        if not (prompt and chunk > 0 and self.batch == 1 and not self.ran_once
+                and stop - self.computed > chunk):
+            return self._run_pending(prompt)
+        try:
+            self.length = self.computed + chunk
+            self._run_pending(True)
+            while self.length < stop:
+                self.length = min(self.length + chunk, stop)
+                self._run_pending(False)
+        finally:
+            self.length = stop
+        return 0
+
+    def _run_pending(self, bint prompt):
         cdef int rc
         while True:
             with nogil:

@@ -44,6 +44,8 @@ class SearchOptions:
     diversity_penalty: float = 0.0
     past_present_share_buffer: bool = False
     random_seed: int = -1
+    #: a first batch-1 prompt longer than this runs in runs of this many tokens (<= 0: whole,
+    #: the reference's -1 included; see `genai.generation.drivers.native.NativeDriver.run`)
     chunk_size: int = 0
     # --- beyond the reference (opt-in; see docs/sampling.md) ---
     min_p: float = 0.0
@@ -172,7 +174,6 @@ class SearchOptions:
             self.no_repeat_ngram_size >= 0,
             f"no_repeat_ngram_size ({self.no_repeat_ngram_size}) must be >= 0",
         )
-        need(self.chunk_size >= 0, f"chunk_size ({self.chunk_size}) must be >= 0")
         need(self.random_seed >= -1, f"random_seed ({self.random_seed}) must be >= -1")
         need(0.0 <= self.min_p <= 1.0, f"min_p ({self.min_p}) must be in [0, 1]")
         need(self.top_logprobs >= 0, f"top_logprobs ({self.top_logprobs}) must be >= 0")

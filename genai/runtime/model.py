@@ -109,6 +109,10 @@ DECODER_ONLY_TYPES = frozenset(
     ]
 )
 
+#: Decoder types whose first prompt the reference runs in chunks of ``search.chunk_size`` (its
+#: decoder-only state; GPT-2 has a state of its own that runs a prompt whole).
+PREFILL_CHUNK_TYPES = DECODER_ONLY_TYPES - {"gpt2"}
+
 
 #: Graph inputs the reference feeds with a preset value when nothing else claims them
 #: (``PresetExtraInputs``): ``num_logits_to_keep``, and its alias ``onnx::Neg_*`` (an exporter's

@@ -16,6 +16,7 @@ from genai.errors import GenerationError, InvalidArgumentError, TensorNotFoundEr
 from genai.generation.drivers.base import LoopSettings, new_loop
 from genai.generation.drivers.common import SessionInputs, bind_outputs
 from genai.kv.kv_cache import make_kv_cache
+from genai.runtime.model import PREFILL_CHUNK_TYPES
 
 if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
@@ -78,6 +79,8 @@ class NativeDriver(SessionInputs):
         self.extra_outputs = bind_outputs(
             model, session, loop, settings.rows, shared_kv=not kv.handover
         )
+        #: the reference's ``search.chunk_size``: a longer first batch-1 prompt runs in chunks
+        self.chunk_size = search.chunk_size if model.type in PREFILL_CHUNK_TYPES else 0
         self._init_inputs()
 
     # --- runs -----------------------------------------------------------------------------------
@@ -86,8 +89,12 @@ class NativeDriver(SessionInputs):
         return tokens
 
     def run(self, prompt: bool = False) -> None:
-        """The loop runs the pending tokens (GIL released)."""
-        self.loop.run(prompt)
+        """The loop runs the pending tokens (GIL released); the first batch-1 prompt longer
+        than ``chunk_size`` (> 0) in runs of ``chunk_size`` tokens, as the reference: each run's
+        attention covers its own tokens and the ones before them only, so a long prompt
+        computes less of attention's square (on ORT's CPU kernels the logits and KV come out
+        bit-identical to one run's)."""
+        self.loop.run(prompt, self.chunk_size)
 
     def step(self) -> None:
         """One native step: run if the logits are stale, choose, commit."""
