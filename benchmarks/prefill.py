@@ -2,6 +2,7 @@
 
     python benchmarks/prefill.py [-m MODEL_DIR] [--also LABEL=MODEL_DIR ...] [--openvino IR_DIR]
                                  [--lengths 32 128 512 2048] [--threads 1 2] [--rounds 5]
+                                 [--chunk-sizes 0 256]
     python benchmarks/prefill.py --profile 128 [-m MODEL_DIR] [--threads 1]   # ORT per-op profile
 
 Every engine x thread count runs in a worker process of its own, holding its model; the rounds
@@ -43,7 +44,7 @@ TEXT = (
 
 
 # -- workers (one engine, one thread count, one model; JSON lines on stdin/stdout) -------------
-def _worker(engine: str, folder: str, threads: int) -> None:
+def _worker(engine: str, folder: str, threads: int, chunk: int = 0) -> None:
     import numpy as np  # lazy: the OpenVINO venv's worker imports nothing else of ours
 
     if engine == "openvino":
@@ -71,6 +72,8 @@ def _worker(engine: str, folder: str, threads: int) -> None:
         def first_token(ids: np.ndarray) -> None:
             params = lib.GeneratorParams(model)
             params.set_search_options(max_length=len(ids) + 1)
+            if chunk:
+                params.set_search_options(chunk_size=chunk)
             generator = lib.Generator(model, params)
             generator.append_tokens(ids.astype(np.int32))
             generator.generate_next_token()
@@ -85,9 +88,12 @@ def _worker(engine: str, folder: str, threads: int) -> None:
 
 
 class Worker:
-    def __init__(self, label: str, engine: str, folder: str, threads: int, python: str) -> None:
+    def __init__(
+        self, label: str, engine: str, folder: str, threads: int, python: str, chunk: int = 0
+    ) -> None:
         self.label, self.threads = label, threads
         cmd = [python, __file__, "--worker", engine, "--folder", folder, "--threads", str(threads)]
+        cmd += ["--chunk", str(chunk)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._read()
 
@@ -167,11 +173,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0, metavar="TOKENS")
+    ap.add_argument(
+        "--chunk-sizes",
+        type=int,
+        nargs="+",
+        default=[],
+        metavar="N",
+        help="run genai and the reference once per search.chunk_size N (0: whole prompts)",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--chunk", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        _worker(args.worker, args.folder, args.threads[0])
+        _worker(args.worker, args.folder, args.threads[0], args.chunk)
         return
     if args.model is None:
         sys.path.insert(0, str(ROOT))
@@ -183,15 +198,25 @@ def main() -> None:
             profile(args.model, args.profile, threads)
         return
 
-    engines = [("genai", "genai", str(args.model), sys.executable)]
+    engines = [("genai", "genai", str(args.model), sys.executable, 0)]
     for item in args.also:
         label, _, folder = item.partition("=")
-        engines.append((label, "genai", folder, sys.executable))
+        engines.append((label, "genai", folder, sys.executable, 0))
     if not args.no_reference:
-        engines.append(("reference", "reference", str(args.model), sys.executable))
+        engines.append(("reference", "reference", str(args.model), sys.executable, 0))
     if args.openvino:
-        engines.append(("openvino-genai", "openvino", args.openvino, args.openvino_python))
-    workers = [Worker(lbl, eng, f, t, py) for t in args.threads for lbl, eng, f, py in engines]
+        engines.append(("openvino-genai", "openvino", args.openvino, args.openvino_python, 0))
+    if args.chunk_sizes:  # each genai / reference engine once per chunk size
+        engines = [
+            (f"{lbl}/chunk{c}" if c else lbl, eng, f, py, c)
+            for lbl, eng, f, py, _ in engines
+            for c in (args.chunk_sizes if eng != "openvino" else [0])
+        ]
+    workers = [
+        Worker(label, engine, folder, t, python, chunk)
+        for t in args.threads
+        for label, engine, folder, python, chunk in engines
+    ]
     results: dict[tuple[str, int, int], list[dict]] = collections.defaultdict(list)
     try:
         for w in workers:  # warm-up: first runs compile / allocate
