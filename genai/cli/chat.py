@@ -14,9 +14,11 @@ from genai.cli.common import (
     add_adapter_option,
     add_length_options,
     add_model_option,
+    add_search_options,
     check_lengths,
     load_model,
     prefill,
+    search_options,
 )
 from genai.cli.images import add_image_option, image_processor, load_images, with_image_tags
 from genai.cli.registry import command
@@ -47,6 +49,7 @@ def _fill_chat(chat: argparse.ArgumentParser) -> None:
     chat.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
     add_adapter_option(chat)
     add_image_option(chat)  # the first user message of each conversation carries the images
+    add_search_options(chat)
     chat.add_argument("-v", "--verbose", action="store_true", help="print tok/s per reply")
     chat.set_defaults(handler=_chat)
 
@@ -80,6 +83,7 @@ def _enable_line_editing() -> None:
 
 def _chat(args: argparse.Namespace) -> int:
     check_lengths(args)
+    sampling = search_options(args)
     max_new = args.max_new_tokens or DEFAULT_NEW_TOKENS
     config, model, tokenizer = load_model(args)
     context = config.context_length
@@ -89,7 +93,7 @@ def _chat(args: argparse.Namespace) -> int:
         )
     limit = args.max_length or context
     params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=limit)
+    params.set_search_options(**sampling, max_length=limit)
     generator = genai.Generator(model, params)
     activate_adapters(model, generator, args.adapter)
     images = load_images(args.image)

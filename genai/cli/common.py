@@ -1,15 +1,17 @@
 """What several ``genai`` commands share: the model option's loading (``-m`` or the default
-model), length and adapter options, and the prefill with a progress line."""
+model), length, sampling and adapter options, and the prefill with a progress line."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 import genai
 from genai import hub
 from genai.errors import InvalidArgumentError
+from genai.generation.search import SearchOptions
 
 __all__ = [
     "DEFAULT_NEW_TOKENS",
@@ -19,10 +21,12 @@ __all__ = [
     "add_adapter_option",
     "add_length_options",
     "add_model_option",
+    "add_search_options",
     "check_lengths",
     "default_model",
     "load_model",
     "prefill",
+    "search_options",
 ]
 
 DEFAULT_NEW_TOKENS = 256
@@ -71,6 +75,82 @@ def check_lengths(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise InvalidArgumentError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+
+
+def add_search_options(parser: argparse.ArgumentParser) -> None:
+    """Sampling flags and ``--search KEY=VALUE`` for any other search option."""
+    group = parser.add_argument_group(
+        "sampling",
+        "By default the model folder's search options apply (greedy unless its "
+        "genai_config.json samples); --temperature, --top-k and --top-p turn sampling on.",
+    )
+    group.add_argument(
+        "--do-sample", action="store_true", default=None, help="sample instead of greedy"
+    )
+    group.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
+    group.add_argument("--top-k", type=int, metavar="K", help="sample among the K likeliest")
+    group.add_argument(
+        "--top-p", type=float, metavar="P", help="sample within probability mass P (0 < P < 1)"
+    )
+    group.add_argument(
+        "--seed", type=int, metavar="N", help="random seed: the same seed, the same text"
+    )
+    group.add_argument(
+        "--repetition-penalty", type=float, metavar="R", help="penalise repeated tokens (> 1)"
+    )
+    group.add_argument(
+        "--search",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any search option by name, repeatable (e.g. min_p=0.05, chunk_size=256, "
+        "no_repeat_ngram_size=3)",
+    )
+
+
+def _search_value(name: str, text: str) -> object:
+    """``text`` as the type of search option ``name`` (unknown names are left to
+    `genai.GeneratorParams.set_search_options`, which names the known ones)."""
+    kinds = {f.name: str(f.type) for f in dataclasses.fields(SearchOptions)}
+    kind = kinds.get(name, "")
+    if name == "stop":
+        return [text]
+    try:
+        if kind == "bool":
+            if text.lower() in ("true", "1", "yes", "on"):
+                return True
+            if text.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind == "int":
+            return int(text)
+        return float(text)
+    except ValueError:
+        what = {"bool": "true or false", "int": "an integer"}.get(kind, "a number")
+        raise InvalidArgumentError(f"--search {name}={text}: expected {what}") from None
+
+
+def search_options(args: argparse.Namespace) -> dict[str, object]:
+    """The search options the sampling flags and ``--search`` ask for."""
+    options: dict[str, object] = {}
+    for spec in args.search:
+        name, sep, text = spec.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise InvalidArgumentError(f"--search {spec!r}: expected KEY=VALUE")
+        options[name] = _search_value(name, text.strip())
+    flags = {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "repetition_penalty": args.repetition_penalty,
+        "random_seed": args.seed,
+    }
+    options.update({name: value for name, value in flags.items() if value is not None})
+    sampling = (args.temperature, args.top_k, args.top_p)
+    if args.do_sample or any(value is not None for value in sampling):
+        options["do_sample"] = True
+    return options
 
 
 def default_model() -> Path:

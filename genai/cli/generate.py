@@ -14,9 +14,11 @@ from genai.cli.common import (
     add_adapter_option,
     add_length_options,
     add_model_option,
+    add_search_options,
     check_lengths,
     load_model,
     prefill,
+    search_options,
 )
 from genai.cli.images import add_image_option, image_processor, load_images, with_image_tags
 from genai.cli.registry import command
@@ -27,7 +29,10 @@ __all__: list[str] = []
 
 @command("generate", "generate text from a prompt, streaming it to stdout")
 def _fill_generate(gen: argparse.ArgumentParser) -> None:
-    gen.description = "Generate text from a prompt (greedy), streaming it as it is produced."
+    gen.description = (
+        "Generate text from a prompt, streaming it as it is produced (greedy unless the "
+        "model folder or the sampling options below sample)."
+    )
     gen.add_argument("prompt", help="the prompt text ('-' reads it from stdin)")
     add_model_option(gen)
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
@@ -36,6 +41,7 @@ def _fill_generate(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads")
     add_adapter_option(gen)
     add_image_option(gen)
+    add_search_options(gen)
     gen.add_argument(
         "-v", "--verbose", action="store_true", help="print prefill ms and decode tok/s to stderr"
     )
@@ -44,6 +50,7 @@ def _fill_generate(gen: argparse.ArgumentParser) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     check_lengths(args)
+    sampling = search_options(args)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     started = time.perf_counter()
     config, model, tokenizer = load_model(args)
@@ -79,7 +86,7 @@ def _generate(args: argparse.Namespace) -> int:
     else:
         max_length = min(context, len(ids) + (args.max_new_tokens or DEFAULT_NEW_TOKENS))
     params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=max_length)
+    params.set_search_options(**sampling, max_length=max_length)
     generator = genai.Generator(model, params)
     activate_adapters(model, generator, args.adapter)
     stream = tokenizer.create_stream()

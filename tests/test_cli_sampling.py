@@ -1,0 +1,104 @@
+"""``genai generate`` / ``genai chat`` sampling flags and ``--search KEY=VALUE``: the text is
+what the Python API makes with the same search options, a seed repeats it, and bad values
+are one-line errors naming the flag."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+import genai
+from genai.cli import main
+
+
+def _library_text(folder, prompt: str, **options) -> str:
+    model = genai.Model(folder)
+    tokenizer = genai.Tokenizer(model)
+    ids = tokenizer.encode(prompt)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(**options)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(ids)
+    while not generator.is_done():
+        generator.generate_next_token()
+    return tokenizer.decode(generator.get_sequence(0)[len(ids) :])
+
+
+def _cli_text(capsys, folder, *flags: str) -> str:
+    assert main(["generate", "-m", str(folder), "abc de", "--max-length", "40", *flags]) == 0
+    return capsys.readouterr().out
+
+
+def test_sampling_flags_reach_the_generator(fixture_folders, capsys):
+    folder = fixture_folders["gqa"]
+    flags = ["--temperature", "1.5", "--top-k", "20", "--top-p", "0.95", "--seed", "7"]
+    flags += ["--repetition-penalty", "1.1"]
+    text = _cli_text(capsys, folder, *flags)
+    expected = _library_text(
+        folder,
+        "abc de",
+        max_length=40,
+        do_sample=True,
+        temperature=1.5,
+        top_k=20,
+        top_p=0.95,
+        random_seed=7,
+        repetition_penalty=1.1,
+    )
+    assert text == expected + "\n"
+    assert text != _library_text(folder, "abc de", max_length=40) + "\n"  # not greedy
+    assert _cli_text(capsys, folder, *flags) == text  # the seed repeats it
+    other = [*flags[:-3], "8", *flags[-2:]]
+    assert _cli_text(capsys, folder, *other) != text
+
+
+def test_search_key_values_are_typed_by_the_option(fixture_folders, capsys):
+    folder = fixture_folders["gqa"]
+    flags = ["--search", "do_sample=true", "--search", "top_k=5", "--search", "random_seed=3"]
+    flags += ["--search", "min_p=0.05", "--search", "chunk_size=2"]
+    text = _cli_text(capsys, folder, *flags)
+    expected = _library_text(
+        folder,
+        "abc de",
+        max_length=40,
+        do_sample=True,
+        top_k=5,
+        random_seed=3,
+        min_p=0.05,
+        chunk_size=2,
+    )
+    assert text == expected + "\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--search", "top_k"], "--search 'top_k': expected KEY=VALUE"),
+        (["--search", "top_k=many"], "--search top_k=many: expected an integer"),
+        (["--search", "do_sample=maybe"], "--search do_sample=maybe: expected true or false"),
+        (["--search", "temperature=hot"], "--search temperature=hot: expected a number"),
+        (["--search", "no_such_option=1"], "unknown search option 'no_such_option'"),
+        (["--top-p", "1.5"], "top_p"),
+        (["--temperature", "-1"], "temperature"),
+    ],
+)
+def test_bad_sampling_values_exit_1_naming_the_problem(fixture_folders, capsys, flags, message):
+    folder = fixture_folders["gqa"]
+    assert main(["generate", "-m", str(folder), "x", *flags]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_chat_takes_the_sampling_flags(fixture_folders, capsys, monkeypatch):
+    folder = fixture_folders["gqa"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("abc de\n"))
+    flags = ["--temperature", "1.5", "--top-k", "20", "--seed", "11", "--max-new-tokens", "12"]
+    assert main(["chat", "-m", str(folder), *flags]) == 0
+    first = capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.StringIO("abc de\n"))
+    assert main(["chat", "-m", str(folder), *flags]) == 0
+    assert capsys.readouterr().out == first
+    monkeypatch.setattr(sys, "stdin", io.StringIO("abc de\n"))
+    assert main(["chat", "-m", str(folder), "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out != first  # greedy makes another reply
