@@ -1,7 +1,7 @@
 # cython: language_level=3
 """C-level state of the vision-language decode loop (see vision_loop.pyx)."""
 
-from libc.stdint cimport int64_t
+from libc.stdint cimport int32_t, int64_t
 
 from genai._core.decoder_loop cimport DecoderLoop
 from genai._core.native_session cimport NativeSession
@@ -15,6 +15,15 @@ cdef class EmbedDecoderLoop(DecoderLoop):
     cdef NativeSession decoder
     cdef int failed
     cdef Py_ssize_t dec_mask_in
+    # a first prompt's chain (chain_prompt): the vision binding (or None), the vision output
+    # bound as the embedding's input, the embedding's output bound as the decoder's, the
+    # decoder's logits output and mRoPE positions input (-1: none); Qwen-VL's mRoPE ids
+    # (image, video, vision start, pad) and spatial merge size when `mrope`
+    cdef NativeSession prompt_vision
+    cdef Py_ssize_t features_out, features_in, embeds_out, embeds_in, prompt_logits
+    cdef Py_ssize_t dec_pos_in
+    cdef bint mrope
+    cdef int64_t mrope_ids[5]
     # the runner's one-token buffers, bound once by its first one-token run (see attach):
     # ids [batch, 1] (the embedding's input), positions [3, batch, 1] (mRoPE decoders, else
     # NULL), float32 logits [batch, 1, vocab] (the decoder's output)
@@ -37,6 +46,6 @@ cdef class EmbedDecoderLoop(DecoderLoop):
     # a prompt's decoder run and KV hand-over; the logits output's shape and data
     cdef int decoder_prompt_run(self, Py_ssize_t logits_index, int64_t* shape, size_t* ndim,
                                 void** data) noexcept nogil
-    cdef _check_prompt_call(self, Py_ssize_t logits_index, const int[::1] last)
+    cdef _check_prompt_call(self, Py_ssize_t logits_index)
     cdef object _copy_prompt_rows(self, const int64_t* shape, size_t ndim, void* data,
-                                  const int[::1] last, Py_ssize_t count)
+                                  const int32_t* last, Py_ssize_t count)

@@ -14,14 +14,14 @@ every other run (prompts, images, several tokens, the first step after a prompt 
 goes back to Python through `fallback`, as a `run` / `step` / `steps` call's only detour.
 """
 
-from libc.stdint cimport int64_t
-from libc.stdlib cimport calloc
+from libc.stdint cimport int32_t, int64_t
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
 
-from genai._core.bookkeeping cimport grow_mask, store_index
+from genai._core.bookkeeping cimport grow_mask, prefill_rows, store_index
 from genai._core.decoder_loop cimport DecoderLoop
 from genai._core.native_session cimport NS_MAX_DIMS, NativeSession
-from genai._core.ort_api cimport ELEM_INT64, OrtValue
+from genai._core.ort_api cimport ELEM_INT32, ELEM_INT64, OrtValue
 
 cimport numpy as cnp
 
@@ -85,6 +85,11 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         self.step_ready = False
         self.ones_filled = 0
         self.dec_mask_in = -1
+        self.dec_pos_in = -1
+        self.mrope = False
+        self.prompt_vision = None
+        self.features_out = self.features_in = self.embeds_out = self.embeds_in = -1
+        self.prompt_logits = -1
         self.failed = 0
 
     def attach(
@@ -282,7 +287,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             self.sampler.maxima_valid = 0  # the rows were rewritten
         return 0
 
-    def run_prompt_decoder(self, Py_ssize_t logits_index, const int[::1] last,
+    def run_prompt_decoder(self, Py_ssize_t logits_index, const int32_t[::1] last,
                            Py_ssize_t count):
         """Run the decoder on the inputs the runner bound (a run of ``count`` tokens whose
         logits output, float32 in host memory, ORT allocates), hand a growing cache's presents
@@ -295,54 +300,182 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         cdef int64_t shape[NS_MAX_DIMS]
         cdef size_t ndim = 0
         cdef void* data = NULL
-        self._check_prompt_call(logits_index, last)
+        self._check_prompt_call(logits_index)
+        if last.shape[0] != self.batch:
+            raise ValueError(f"last must have {self.batch} entries, got {last.shape[0]}")
         with nogil:
             rc = self.decoder_prompt_run(logits_index, shape, &ndim, &data)
         if rc != 0:
             self.raise_error(rc)
-        return self._copy_prompt_rows(shape, ndim, data, last, count)
+        return self._copy_prompt_rows(shape, ndim, data, &last[0], count)
 
-    def run_prompt(self, NativeSession vision, Py_ssize_t features_out, Py_ssize_t features_in,
-                   Py_ssize_t embeds_out, Py_ssize_t embeds_in, Py_ssize_t logits_index,
-                   const int[::1] last, Py_ssize_t count):
-        """A first prompt's three runs in one call, on the inputs the runner bound: the vision
-        graph (``vision``, a binding; None: no image, the embedding's features input is bound
-        already), its output ``features_out`` bound where ORT left it as the embedding's input
-        ``features_in``, the embedding graph, its output ``embeds_out`` bound as the decoder's
-        input ``embeds_in``, then the decoder as `run_prompt_decoder` (KV hand-over, each
-        row's logits at ``last[row]`` copied). No Python runs between the graphs (right after
-        a long run it is 10-20x slower than warm). The bound features and embeddings are ORT's
-        outputs, valid until their binding runs again or re-binds them. Returns True (rows
-        copied), False (ran, the logits output is not ``[batch, count or 1, vocab]``: the
-        runner reads it), or None (nothing ran: an output lives in device memory)."""
+    def chain_prompt(self, NativeSession vision, Py_ssize_t features_out,
+                     Py_ssize_t features_in, Py_ssize_t embeds_out, Py_ssize_t embeds_in,
+                     Py_ssize_t logits_index, object position_ids=None, object mrope=None):
+        """Let `run_prompt` run a first prompt's graphs in one call: the vision graph
+        (``vision``, a binding; None: the model has none) whose output ``features_out`` is
+        the embedding's input ``features_in``, the embedding's output ``embeds_out`` the
+        decoder's input ``embeds_in``, the decoder's logits output ``logits_index`` (ORT
+        allocates it in host memory). ``position_ids``: the decoder's 3-D mRoPE positions
+        input (None: it takes none); ``mrope``: Qwen-VL's ``(image_token_id,
+        video_token_id, vision_start_token_id, pad_token_id, spatial_merge_size)`` (None:
+        the decoder-only mask rules)."""
+        if self.decoder is None:
+            raise ValueError("the loop is not attached")
+        if embeds_out < 0 or embeds_out >= self.embedding.n_outputs:
+            raise IndexError(f"embedding output index {embeds_out} out of range")
+        if vision is not None and (features_out < 0 or features_out >= vision.n_outputs):
+            raise IndexError(f"vision output index {features_out} out of range")
+        if logits_index < 0 or logits_index >= self.decoder.n_outputs:
+            raise IndexError(f"decoder output index {logits_index} out of range")
+        if mrope is not None:
+            values = [int(v) for v in mrope]
+            if len(values) != 5 or values[4] <= 0:
+                raise ValueError("mrope must be 5 ids with a spatial_merge_size > 0")
+            for i in range(5):
+                self.mrope_ids[i] = values[i]
+        self.mrope = mrope is not None
+        self.dec_pos_in = -1 if position_ids is None else self.decoder.input_index(position_ids)
+        self.prompt_vision = vision
+        self.features_out, self.features_in = features_out, features_in
+        self.embeds_out, self.embeds_in = embeds_out, embeds_in
+        self.prompt_logits = logits_index
+
+    def bind_prompt_inputs(self, const int32_t[:, :] tokens, object grid, object positions,
+                           int64_t[::1] error):
+        """A first prompt's decoder inputs for `run_prompt`, bound: the attention mask (the
+        loop's; mRoPE models: 0 at every ``pad_token_id``, else trailing pads of ``pad_id``
+        masked and each row's count of real tokens in the loop's ``next_position``), each
+        row's index of its last real token (the loop's ``last_index``), and for mRoPE models
+        the 3-D positions into ``positions`` ([3, batch, seq], C-contiguous int64 or int32;
+        None: the decoder takes none) from ``grid`` ([n, 3] image grids or None) with the
+        rows' ``rope_deltas``. Returns 0, or an mRoPE failure with ``error`` filled (see
+        `mrope_rows`), nothing bound."""
+        cdef Py_ssize_t batch = tokens.shape[0], seq = tokens.shape[1], b, i, n
+        cdef int rc = 0
+        cdef bint wide = self.mask_elem == ELEM_INT64
+        cdef int64_t* wide_tokens = NULL
+        cdef int64_t* wide_positions = NULL
+        cdef const int64_t* grid_data = NULL
+        cdef Py_ssize_t n_images = 0
+        cdef cnp.ndarray out
+        cdef int64_t shape[3]
+        cdef int elem = 0
+        cdef void* pos_data = NULL
+        cdef const int32_t* row
+        if self.decoder is None:
+            raise ValueError("the loop is not attached")
+        if batch != self.batch or seq <= 0 or seq > self.max_length:
+            raise ValueError(f"tokens must be [{self.batch}, 1..{self.max_length}]")
+        if tokens.strides[1] != sizeof(int32_t):
+            raise ValueError("tokens rows must be contiguous")
+        if error.shape[0] < 6:
+            raise ValueError("error must have 6 entries")
+        if self.mrope and positions is not None:
+            out = <cnp.ndarray?>positions
+            if (out.ndim != 3 or out.shape[0] != 3 or out.shape[1] != batch
+                    or out.shape[2] != seq or not out.flags.c_contiguous
+                    or out.dtype not in (np.int64, np.int32)):
+                raise ValueError(f"positions must be C-contiguous int64 or int32 [3, {batch}, "
+                                 f"{seq}]")
+            if self.dec_pos_in < 0:
+                raise ValueError("the decoder takes no position_ids (see chain_prompt)")
+            elem = ELEM_INT64 if out.dtype == np.int64 else ELEM_INT32
+            pos_data = _data(out)
+        if self.mrope and grid is not None:
+            grid = np.ascontiguousarray(np.asarray(grid).reshape(-1, 3), np.int64)
+            n_images = (<cnp.ndarray>grid).shape[0]
+            if n_images:
+                grid_data = <const int64_t*>_data(grid)
+        n = batch * seq
+        with nogil:
+            # the index of each row's last real token (and the decoder-only mask)
+            prefill_rows(&tokens[0, 0], tokens.strides[0] // sizeof(int32_t), batch, seq,
+                         self.pad_id, self.mask_buf, NULL, seq, wide, self.last_index,
+                         self.next_position)
+            if self.mrope:
+                wide_tokens = <int64_t*>malloc(n * sizeof(int64_t))
+                wide_positions = <int64_t*>malloc(3 * n * sizeof(int64_t))
+                if wide_tokens == NULL or wide_positions == NULL:
+                    rc = -1
+                else:
+                    for b in range(batch):
+                        row = &tokens[b, 0]
+                        for i in range(seq):
+                            wide_tokens[b * seq + i] = row[i]
+                            # mRoPE models mask every pad token
+                            store_index(self.mask_buf, wide, b * seq + i,
+                                        row[i] != self.mrope_ids[3])
+                    rc = _mrope(wide_tokens, batch, seq, grid_data, n_images,
+                                self.mrope_ids[0], self.mrope_ids[1], self.mrope_ids[2],
+                                self.mrope_ids[3], self.mrope_ids[4], wide_positions,
+                                self.rope_deltas, &error[0])
+                    if rc == 0 and pos_data != NULL:
+                        for i in range(3 * n):
+                            store_index(pos_data, elem == ELEM_INT64, i, wide_positions[i])
+                free(wide_tokens)
+                free(wide_positions)
+        if rc == -1:
+            raise MemoryError()
+        if rc != 0:
+            return rc
+        self.mask_length = seq
+        self.ones_filled = 0
+        shape[0] = batch
+        shape[1] = seq
+        rc = self.decoder.bind_input_ptr(self.dec_mask_in, self.mask_buf, shape, 2,
+                                         self.mask_elem)
+        if rc == 0 and pos_data != NULL:
+            shape[0] = 3
+            shape[1] = batch
+            shape[2] = seq
+            rc = self.decoder.bind_input_ptr(self.dec_pos_in, pos_data, shape, 3, elem)
+        if rc != 0:
+            self.decoder.raise_last_error()
+        return 0
+
+    def run_prompt(self, Py_ssize_t count, bint with_images):
+        """A first prompt's three runs (see `chain_prompt`) in one call, on the inputs the
+        runner bound (`bind_prompt_inputs`, the pixel inputs, the ids): the vision graph when
+        ``with_images`` (else the embedding's features input is bound already), its output
+        bound where ORT left it as the embedding's input, the embedding graph, its output
+        bound as the decoder's input, then the decoder as `run_prompt_decoder` (KV
+        hand-over, each row's logits at its ``last_index`` copied) for ``count`` tokens. No
+        Python runs between the graphs (right after a long run it is 10-20x slower than
+        warm). The bound features and embeddings are ORT's outputs, valid until their
+        binding runs again or re-binds them. Returns True: the rows copied, the tokens
+        computed and the logits ready (the loop's state set as after its own runs); False:
+        ran, but the logits output is not ``[batch, count or 1, vocab]`` (the runner reads
+        it; the loop's state untouched)."""
         cdef int rc = 0
         cdef int64_t shape[NS_MAX_DIMS]
         cdef size_t ndim = 0
         cdef void* data = NULL
         cdef NativeSession embedding = self.embedding
-        self._check_prompt_call(logits_index, last)
-        if embeds_out < 0 or embeds_out >= embedding.n_outputs:
-            raise IndexError(f"embedding output index {embeds_out} out of range")
-        if vision is not None and (features_out < 0 or features_out >= vision.n_outputs):
-            raise IndexError(f"vision output index {features_out} out of range")
-        if ((vision is not None and vision.output_in_device_memory[features_out])
-                or embedding.output_in_device_memory[embeds_out]):
-            return None
+        cdef NativeSession vision = self.prompt_vision if with_images else None
+        if self.prompt_logits < 0:
+            raise ValueError("chain_prompt was not called")
+        if with_images and vision is None:
+            raise ValueError("the model has no vision graph")
+        self._check_prompt_call(self.prompt_logits)
+        if ((vision is not None and vision.output_in_device_memory[self.features_out])
+                or embedding.output_in_device_memory[self.embeds_out]):
+            raise ValueError("the image features or embeddings live in device memory")
         with nogil:
             if vision is not None:
                 self.failed = 3
                 rc = vision.run_binding()
                 if rc == 0:
-                    rc = _pass_output(vision, features_out, 3, embedding, features_in, 1,
-                                      &self.failed)
+                    rc = _pass_output(vision, self.features_out, 3, embedding, self.features_in,
+                                      1, &self.failed)
             if rc == 0:
                 self.failed = 1
                 rc = embedding.run_binding()
             if rc == 0:
-                rc = _pass_output(embedding, embeds_out, 1, self.decoder, embeds_in, 2,
-                                  &self.failed)
+                rc = _pass_output(embedding, self.embeds_out, 1, self.decoder, self.embeds_in,
+                                  2, &self.failed)
             if rc == 0:
-                rc = self.decoder_prompt_run(logits_index, shape, &ndim, &data)
+                rc = self.decoder_prompt_run(self.prompt_logits, shape, &ndim, &data)
         if rc != 0:
             if self.failed == 3:
                 self.failed = 0
@@ -350,13 +483,20 @@ cdef class EmbedDecoderLoop(DecoderLoop):
                     vision.raise_last_error()
             self.raise_error(rc)
         self.failed = 0
-        return self._copy_prompt_rows(shape, ndim, data, last, count)
+        if not self._copy_prompt_rows(shape, ndim, data, self.last_index, count):
+            return False
+        # the rows are current: the loop's state moves on here, not in Python
+        self.computed += count
+        self.last_run_count = count
+        self.logits_ready = True
+        self.ran_once = True
+        if self.sampler is not None:
+            self.sampler.maxima_valid = 0
+        return True
 
-    cdef _check_prompt_call(self, Py_ssize_t logits_index, const int[::1] last):
+    cdef _check_prompt_call(self, Py_ssize_t logits_index):
         if self.decoder is None:
             raise ValueError("the loop is not attached")
-        if last.shape[0] != self.batch:
-            raise ValueError(f"last must have {self.batch} entries, got {last.shape[0]}")
         if logits_index < 0 or logits_index >= self.decoder.n_outputs:
             raise IndexError(f"decoder output index {logits_index} out of range")
         if self.decoder.output_in_device_memory[logits_index]:
@@ -379,7 +519,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         return rc
 
     cdef object _copy_prompt_rows(self, const int64_t* shape, size_t ndim, void* data,
-                                  const int[::1] last, Py_ssize_t count):
+                                  const int32_t* last, Py_ssize_t count):
         cdef Py_ssize_t b, pos, batch = self.batch, vocab = self.vocab
         if (ndim != 3 or shape[0] != batch or shape[2] != vocab
                 or (shape[1] != count and shape[1] != 1) or data == NULL):

@@ -153,18 +153,23 @@ def mrope_positions(
         deltas,
         error,
     )
+    if failed:
+        _mrope_failure(failed, error, seq, merge)
+    return positions, deltas
+
+
+def _mrope_failure(failed: int, error: np.ndarray, seq: int, merge: int) -> None:
+    """Raise the error of `mrope_rows`' failure code ``failed`` (``error``: its details)."""
     if failed == 1:
         raise UnsupportedFeatureError("video inputs (video_grid_thw) of Qwen-VL models")
     if failed == 2:
         raise InvalidArgumentError("Not enough image_grid_thw data for image tokens.")
-    if failed == 3:
-        row, end, image, t, h, w = (int(x) for x in error)
-        count = t * (h // merge) * (w // merge)
-        raise InvalidArgumentError(
-            f"image {image} of grid ({t}, {h}, {w}) needs {count} tokens from position "
-            f"{end}, beyond the {seq} tokens of row {row}"
-        )
-    return positions, deltas
+    row, end, image, t, h, w = (int(x) for x in error)
+    count = t * (h // merge) * (w // merge)
+    raise InvalidArgumentError(
+        f"image {image} of grid ({t}, {h}, {w}) needs {count} tokens from position "
+        f"{end}, beyond the {seq} tokens of row {row}"
+    )
 
 
 class VisionRunner:
@@ -298,13 +303,33 @@ class VisionRunner:
             # ORT allocates these outputs at every run (bound once; a one-token run re-binds
             # the embeddings to its buffer, `_step_embeds_bound`)
             self.embedding.bind_output_to_device(graphs.embedding_output)
-            self._embeds_out_index = self.embedding.output_index(graphs.embedding_output)
-            self._embeds_in_index = self.decoder.input_index(graphs.decoder_embeds)
-            self._features_in_index = self.embedding.input_index(graphs.embedding_features)
-            self._features_out_index = -1
+            features_out = -1
             if self.vision is not None:
                 self.vision.bind_output_to_device(graphs.vision_features)
-                self._features_out_index = self.vision.output_index(graphs.vision_features)
+                features_out = self.vision.output_index(graphs.vision_features)
+            spec = self.mrope
+            loop.chain_prompt(
+                self.vision,
+                features_out,
+                self.embedding.input_index(graphs.embedding_features),
+                self.embedding.output_index(graphs.embedding_output),
+                self.decoder.input_index(graphs.decoder_embeds),
+                self._logits_index,
+                position_ids=io.position_ids if spec is not None else None,
+                mrope=None
+                if spec is None
+                else (
+                    spec.image_token_id,
+                    spec.video_token_id,
+                    spec.vision_start_token_id,
+                    spec.pad_token_id,
+                    spec.spatial_merge_size,
+                ),
+            )
+            self._mrope_error = np.zeros(6, np.int64)
+        #: the loop's buffers of each row's next position (decoders without position inputs)
+        #: and of Qwen-VL's position offsets
+        self._next_position = loop.array("next_position")
         #: inputs fed where another graph's run left them (`read_input` of an `_IN_BINDING`
         #: input): the embedding's image features, the decoder's embeddings
         self._fed_from = {
@@ -331,6 +356,16 @@ class VisionRunner:
     @mask.setter
     def mask(self, value: np.ndarray) -> None:
         self.loop.set_mask(value)
+
+    @property
+    def next_position(self) -> np.ndarray:
+        """Each row's next position after a decoder-only prompt (its real tokens): a view of
+        the loop's buffer."""
+        return self._next_position
+
+    @next_position.setter
+    def next_position(self, value: np.ndarray) -> None:
+        self._next_position[:] = value
 
     @property
     def rope_deltas(self) -> np.ndarray | None:
@@ -447,76 +482,91 @@ class VisionRunner:
         self.next_position = np.full(self.batch, length - 1, np.int64)
 
     # --- runs ---------------------------------------------------------------------------------
-    def feed(self, tokens: np.ndarray, prompt: bool) -> None:
+    def feed(self, tokens: np.ndarray, prompt: bool) -> bool:
         """Run the graphs on ``tokens`` ``[batch, count]``, every row's pending tokens
-        (``prompt``: the first tokens of the sequences, rows right-padded)."""
+        (``prompt``: the first tokens of the sequences, rows right-padded), writing the logits
+        rows; returns True when the loop's logits are marked ready too (a first prompt's
+        native run), False when the caller marks them."""
         count = tokens.shape[1]
         if not prompt and self.batch > 1 and count > 1:
             for column in range(count):
                 self.feed(tokens[:, column : column + 1], False)
-            return
-        if prompt and count > 1 and self._chain and self._run_prompt(tokens):
-            return
+            return False
+        if prompt and count > 1 and self._chain:
+            ready = self._run_prompt(tokens)
+            if ready is not None:
+                return ready
         first_run = prompt  # a new sequence (also after rewind_to(0)): images, positions
         features = self._features(first_run)
         embeds = self._embed(tokens, features)
         fed, last = self._positions(tokens, prompt, first_run)
         self._decode(tokens, embeds, fed, last, count)
+        return False
 
-    def _run_prompt(self, tokens: np.ndarray) -> bool:
+    def _run_prompt(self, tokens: np.ndarray) -> bool | None:
         """Run a first prompt's graphs in one native call (`EmbedDecoderLoop.run_prompt`:
         vision, embedding and decoder, each output bound where ORT left it as the next
-        graph's input), every input bound beforehand; False, nothing done, for images of
-        different grids (run one by one: `feed`'s Python path)."""
+        graph's input), every input bound and the runner's records written beforehand (Python
+        right after the runs is slow: cold caches). Returns True when the loop's rows and
+        state are current (its logits ready), False when the rows are but the caller marks
+        the logits ready, None when nothing ran: images of different grids run one by one
+        (`feed`'s Python path)."""
         graphs, embedding, io = self.graphs, self.embedding, self.io
         pending, self.pending = self.pending, {}
-        vision = None
         fed = self._vision_inputs(pending)
+        inputs = self.last_inputs
+        grid_name = graphs.vision_inputs.get("image_grid_thw", "")
         if fed is not None:
             if self._grids_differ(fed):
                 self.pending = pending
-                return False
+                return None
             vision = self.vision
             assert vision is not None
             for name, value in fed.items():
                 vision.bind_input(name, value)
-            self.last_inputs.update(fed)
+            inputs.update(fed)
+            inputs[graphs.embedding_features] = _IN_BINDING
         else:
             embedding.bind_input(graphs.embedding_features, self._no_features)
+            inputs[graphs.embedding_features] = self._no_features
         ids = np.ascontiguousarray(tokens, self._ids_dtype)
         embedding.bind_input(graphs.embedding_ids, ids)
+        inputs[graphs.embedding_ids] = ids
         if self._step_embeds_bound:
             embedding.bind_output_to_device(graphs.embedding_output)
             self._step_embeds_bound = False
         count = tokens.shape[1]
-        inputs, last = self._positions(tokens, True, True)
-        self._bind_decoder(tokens, inputs, count)
-        copied = self.loop.run_prompt(
-            vision,
-            self._features_out_index,
-            self._features_in_index,
-            self._embeds_out_index,
-            self._embeds_in_index,
-            self._logits_index,
-            last,
-            count,
+        self._bind_decoder(tokens, {}, count)
+        # the mask, positions and each row's last token, bound by the loop
+        positions = None
+        if self.mrope is not None and io.position_ids:
+            positions = np.empty((3, self.batch, count), self._position_dtype)
+            inputs[io.position_ids] = positions
+        failed = self.loop.bind_prompt_inputs(
+            tokens, inputs.get(grid_name), positions, self._mrope_error
         )
-        if not copied:  # (an unexpected logits shape: named by copy_last_rows)
-            logits = _output_view(self.decoder, io.logits, io.logits_dtype)
-            copy_last_rows(logits, self.logits_rows, last, count, io.logits)
-        inputs[graphs.embedding_ids] = ids
-        inputs[graphs.embedding_features] = self._no_features if vision is None else _IN_BINDING
+        if failed:
+            assert self.mrope is not None
+            _mrope_failure(failed, self._mrope_error, count, self.mrope.spatial_merge_size)
+        if self.mrope is not None:
+            self._rope_deltas = self.loop.array("rope_deltas")
+        # what the runs feed and make, where they leave it (read_input / read_output)
         inputs[graphs.decoder_embeds] = _IN_BINDING
-        self.last_inputs.update(inputs)
         outputs = self.last_outputs
-        if vision is not None:
+        if fed is not None:
             outputs[graphs.vision_features] = _IN_BINDING
         outputs[graphs.embedding_output] = _IN_BINDING
         outputs[io.logits] = _IN_BINDING
-        self.computed += count
         self.last_run_count = count
         self.fast = False
-        return True
+        if self.loop.run_prompt(count, fed is not None):
+            return True  # (the loop counted the tokens and made its logits ready)
+        # an unexpected logits shape: copy_last_rows names it
+        logits = _output_view(self.decoder, io.logits, io.logits_dtype)
+        last = self.loop.array("last_index")
+        copy_last_rows(logits, self.logits_rows, last, count, io.logits)
+        self.computed += count
+        return False
 
     def _vision_inputs(self, pending: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """The vision graph's inputs from ``pending`` (a first prompt's), None when it has no

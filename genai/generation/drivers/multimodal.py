@@ -88,17 +88,25 @@ class VisionDriver(RunnerSessions):
         """The tokens as given."""
         return tokens
 
-    def _feed(self, prompt: bool) -> None:
+    def _feed(self, prompt: bool) -> bool:
         runner = self.runner
-        runner.feed(self._sequences[:, runner.computed : self.loop.length], prompt)
+        return runner.feed(self._sequences[:, runner.computed : self.loop.length], prompt)
 
     def run(self, prompt: bool = False) -> None:
         """Run the pending tokens so the logits rows are current: the loop runs a one-token
-        decode step natively, the runner every other run (`_run_python`)."""
-        self.loop.run(prompt)
+        decode step natively, the runner every other run (`_run_python`; a prompt goes
+        there at once)."""
+        if prompt:
+            self._run_python(True)
+        else:
+            self.loop.run(False)
 
     def _run_python(self, prompt: bool) -> None:
-        RunnerSessions.run(self, prompt)
+        if self._feed(prompt):
+            return  # a prompt's native run made the loop's logits ready itself
+        if self.settings.sampler is not None:
+            self.settings.sampler.forget_logits()  # rows rewritten outside the loop
+        self.loop.set_logits_ready()
 
     def step(self) -> None:
         """One step: the loop runs the pending token if the logits are stale (natively, or
