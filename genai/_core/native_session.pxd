@@ -158,6 +158,12 @@ cdef class NativeSession:
 
     cdef readonly tuple input_names
     cdef readonly tuple output_names
+    # route_long_runs: runs whose input `long_ids_index` has more than `long_above` entries
+    # along axis 1 go to `long_session` (borrowed from `long_owner`), with this binding.
+    cdef OrtSession* long_session
+    cdef object long_owner
+    cdef Py_ssize_t long_ids_index
+    cdef int64_t long_above
     cdef dict _input_index
     cdef dict _output_index
     cdef tuple _input_shapes
@@ -209,6 +215,7 @@ cdef class NativeSession:
                             const int64_t* shape, size_t ndim, int elem_type,
                             const OrtMemoryInfo* info, bint in_device) noexcept nogil
     cdef int _run_with(self, OrtRunOptions* options) noexcept nogil
+    cdef OrtSession* _session_for_run(self) noexcept nogil
     cdef const OrtMemoryInfo* _memory_info_for(self, bint is_output, Py_ssize_t index) except? NULL
     cdef place_tensor(self, DeviceTensor tensor, bint is_output, Py_ssize_t index)
     cdef void _note_output_bound(self, Py_ssize_t index) noexcept nogil

@@ -543,6 +543,10 @@ cdef class NativeSession:
         self.graph_id = None
         self._run_config = {}
         self.graph_counter = 0
+        self.long_session = NULL
+        self.long_owner = None
+        self.long_ids_index = -1
+        self.long_above = 0
 
     def __init__(self, model_path=None, *, int intra_op_num_threads=0,
                  int inter_op_num_threads=0, int graph_optimization_level=99,
@@ -834,8 +838,41 @@ cdef class NativeSession:
         other._run_config = self._run_config
         other.owner = self
         other.borrowed = True
+        other.long_session = self.long_session
+        other.long_owner = self.long_owner
+        other.long_ids_index = self.long_ids_index
+        other.long_above = self.long_above
         other._init_binding_state()
         return other
+
+    def route_long_runs(self, NativeSession other, str ids_name, Py_ssize_t above):
+        """Run this session's bindings (made by `new_binding` after this call) on ``other``'s
+        ORT session when their input ``ids_name`` is longer than ``above`` along axis 1, on
+        this one otherwise: two graphs of one model that differ by the kernels a run's
+        length favours (the builder's ``prefill_int8`` branches). ``other`` must take and
+        give the same inputs and outputs, in the same order; it is kept alive."""
+        if other.session == NULL or self.session == NULL:
+            raise RuntimeError("NativeSession is not initialised")
+        if other.long_session != NULL or self.long_session != NULL:
+            raise ValueError("route_long_runs: a session routes at most once, to one that "
+                             "does not route")
+        if (other.input_names != self.input_names or other.output_names != self.output_names
+                or other.n_inputs != self.n_inputs
+                or other.input_dtypes != self.input_dtypes
+                or other.output_dtypes != self.output_dtypes):
+            raise ValueError("route_long_runs: the sessions' inputs and outputs differ")
+        if above < 0:
+            raise ValueError(f"route_long_runs: above must be >= 0, got {above}")
+        self.long_ids_index = self.input_index(ids_name)
+        self.long_session = other.session
+        self.long_owner = other
+        self.long_above = above
+
+    @property
+    def routes_long_runs(self):
+        """The length above which runs go to the other session (`route_long_runs`), or
+        None."""
+        return None if self.long_session == NULL else int(self.long_above)
 
     def __dealloc__(self):
         cdef const OrtFns* f = self.fn
@@ -1070,10 +1107,23 @@ cdef class NativeSession:
                 )
                 if st != NULL:
                     return self._fail_status(st)
-        st = self.fn.RunWithBinding(self.session, options, self.binding)
+        st = self.fn.RunWithBinding(self._session_for_run(), options, self.binding)
         if st != NULL:
             return self._fail_status(st)
         return NS_OK
+
+    cdef OrtSession* _session_for_run(self) noexcept nogil:
+        # route_long_runs: the ids' length along axis 1 picks the session (an unbound or
+        # unreadable input runs on this one, which then reports what is wrong)
+        cdef int64_t dims[NS_MAX_DIMS]
+        cdef size_t ndim = 0
+        cdef OrtValue* ids
+        if self.long_session == NULL:
+            return self.session
+        ids = self.input_values[self.long_ids_index]
+        if ids == NULL or self._tensor_shape(ids, NULL, dims, &ndim) != NS_OK or ndim < 2:
+            return self.session
+        return self.long_session if dims[1] > self.long_above else self.session
 
     cdef void _note_output_bound(self, Py_ssize_t index) noexcept nogil:
         # ORT appends a newly bound output name to the binding's output list and re-binds an

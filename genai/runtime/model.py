@@ -31,6 +31,7 @@ from genai.runtime.pipeline_stages import (
     read_stages,
     stage_session_options,
 )
+from genai.runtime.run_length_split import split_by_run_length
 from genai.runtime.vision import (
     VISION_TYPES,
     EmbeddedDecoderIO,
@@ -516,32 +517,43 @@ class Model:
             dict(provider_options),
             overrides or None,
         )
+        options: dict[str, Any] = {
+            "intra_op_num_threads": int(
+                session_cfg.get("intra_op_num_threads") or default_intra_op_threads()
+            ),
+            "inter_op_num_threads": int(session_cfg.get("inter_op_num_threads") or 0),
+            "graph_optimization_level": _OPT_LEVELS[level],
+            "providers": spec.providers,
+            "free_dimension_overrides": overrides or None,
+            "log_id": session_cfg.get("log_id", "genai"),
+            "enable_cpu_mem_arena": session_cfg.get("enable_cpu_mem_arena"),
+            "enable_mem_pattern": session_cfg.get("enable_mem_pattern"),
+            "log_severity_level": session_cfg.get(
+                "log_severity_level", logging_options.ort_log_severity()
+            ),
+            "custom_ops_library": (
+                str(config.resolve_file(custom_ops, "custom_ops_library")) if custom_ops else None
+            ),
+            "run_config_entries": run_entries or None,
+            "profile_file_prefix": session_cfg.get("enable_profiling") or None,
+        }
+        split = None
+        if model_bytes is None and os.environ.get("GENAI_RUN_LENGTH_SPLIT", "1") != "0":
+            split = split_by_run_length(path)
         try:
-            return NativeSession(
-                str(path),
-                model_bytes=model_bytes,
-                intra_op_num_threads=int(
-                    session_cfg.get("intra_op_num_threads") or default_intra_op_threads()
-                ),
-                inter_op_num_threads=int(session_cfg.get("inter_op_num_threads") or 0),
-                graph_optimization_level=_OPT_LEVELS[level],
-                config_entries=entries,
-                providers=spec.providers,
-                free_dimension_overrides=overrides or None,
-                log_id=session_cfg.get("log_id", "genai"),
-                enable_cpu_mem_arena=session_cfg.get("enable_cpu_mem_arena"),
-                enable_mem_pattern=session_cfg.get("enable_mem_pattern"),
-                log_severity_level=session_cfg.get(
-                    "log_severity_level", logging_options.ort_log_severity()
-                ),
-                custom_ops_library=(
-                    str(config.resolve_file(custom_ops, "custom_ops_library"))
-                    if custom_ops
-                    else None
-                ),
-                run_config_entries=run_entries or None,
-                profile_file_prefix=session_cfg.get("enable_profiling") or None,
+            if split is None:
+                return NativeSession(
+                    str(path), model_bytes=model_bytes, config_entries=entries, **options
+                )
+            # One session per branch of the graph's run-length If, so that a decode step does
+            # not pay for the If; the branches' own kernels, so the If graph's numbers.
+            entries[_EXTERNAL_DATA_FOLDER] = str(path.parent.resolve())
+            short, long = (
+                NativeSession(str(path), model_bytes=graph, config_entries=entries, **options)
+                for graph in (split.short_graph, split.long_graph)
             )
+            short.route_long_runs(long, split.ids, split.above)
+            return short
         except FileNotFoundError:
             raise
         except Exception as exc:  # ORT's own errors: name the file
