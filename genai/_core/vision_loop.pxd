@@ -22,6 +22,11 @@ cdef class EmbedDecoderLoop(DecoderLoop):
     cdef NativeSession prompt_vision
     cdef Py_ssize_t features_out, features_in, embeds_out, embeds_in, prompt_logits
     cdef Py_ssize_t dec_pos_in
+    cdef int pos_elem
+    # the embedding's ids input bound from the loop's input_ids buffer (-1: the runner binds
+    # it); a prompt's mRoPE positions [3, batch, seq] (the loop's prompt_positions, or NULL)
+    cdef Py_ssize_t emb_ids_in
+    cdef void* prompt_positions
     cdef bint mrope
     cdef int64_t mrope_ids[5]
     # the runner's one-token buffers, bound once by its first one-token run (see attach):

@@ -27,6 +27,8 @@ cimport numpy as cnp
 
 import numpy as np
 
+from genai.runtime.buffers import aligned_zeros
+
 cnp.import_array()
 
 # Not errors: codes of run_pending that `run` / `step` / `steps` answer from Python.
@@ -86,6 +88,8 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         self.ones_filled = 0
         self.dec_mask_in = -1
         self.dec_pos_in = -1
+        self.emb_ids_in = -1
+        self.prompt_positions = NULL
         self.mrope = False
         self.prompt_vision = None
         self.features_out = self.features_in = self.embeds_out = self.embeds_in = -1
@@ -309,9 +313,15 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             self.raise_error(rc)
         return self._copy_prompt_rows(shape, ndim, data, &last[0], count)
 
+    @property
+    def binds_prompt_ids(self):
+        """`bind_prompt_inputs` binds the embedding's ids (see `chain_prompt`)."""
+        return self.emb_ids_in >= 0
+
     def chain_prompt(self, NativeSession vision, Py_ssize_t features_out,
                      Py_ssize_t features_in, Py_ssize_t embeds_out, Py_ssize_t embeds_in,
-                     Py_ssize_t logits_index, object position_ids=None, object mrope=None):
+                     Py_ssize_t logits_index, object position_ids=None, object mrope=None,
+                     object ids=None):
         """Let `run_prompt` run a first prompt's graphs in one call: the vision graph
         (``vision``, a binding; None: the model has none) whose output ``features_out`` is
         the embedding's input ``features_in``, the embedding's output ``embeds_out`` the
@@ -319,7 +329,9 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         allocates it in host memory). ``position_ids``: the decoder's 3-D mRoPE positions
         input (None: it takes none); ``mrope``: Qwen-VL's ``(image_token_id,
         video_token_id, vision_start_token_id, pad_token_id, spatial_merge_size)`` (None:
-        the decoder-only mask rules)."""
+        the decoder-only mask rules); ``ids``: the embedding's ids input, which
+        `bind_prompt_inputs` fills from the loop's ``input_ids`` buffer (None, or of another
+        element type than the loop's ids: the runner binds it)."""
         if self.decoder is None:
             raise ValueError("the loop is not attached")
         if embeds_out < 0 or embeds_out >= self.embedding.n_outputs:
@@ -335,22 +347,41 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             for i in range(5):
                 self.mrope_ids[i] = values[i]
         self.mrope = mrope is not None
-        self.dec_pos_in = -1 if position_ids is None else self.decoder.input_index(position_ids)
+        self.dec_pos_in = -1
+        self.prompt_positions = NULL
+        if position_ids is not None:
+            if not self.mrope:
+                raise ValueError("position_ids are bound for mRoPE decoders only")
+            self.dec_pos_in = self.decoder.input_index(position_ids)
+            self.pos_elem = self.decoder.input_types_c[self.dec_pos_in]
+            if self.pos_elem != ELEM_INT64 and self.pos_elem != ELEM_INT32:
+                raise TypeError(f"{position_ids!r} must be int64 or int32")
+            # [3, batch, seq] of a prompt, at the start of a buffer of the longest prompt
+            positions = aligned_zeros(
+                3 * self.batch * self.max_length,
+                np.int64 if self.pos_elem == ELEM_INT64 else np.int32,
+            )
+            self._arrays["prompt_positions"] = positions
+            self.prompt_positions = _data(positions)
+        self.emb_ids_in = -1
+        if ids is not None:
+            index = self.embedding.input_index(ids)
+            if self.embedding.input_types_c[index] == self.ids_elem:
+                self.emb_ids_in = index
         self.prompt_vision = vision
         self.features_out, self.features_in = features_out, features_in
         self.embeds_out, self.embeds_in = embeds_out, embeds_in
         self.prompt_logits = logits_index
 
-    def bind_prompt_inputs(self, const int32_t[:, :] tokens, object grid, object positions,
-                           int64_t[::1] error):
-        """A first prompt's decoder inputs for `run_prompt`, bound: the attention mask (the
+    def bind_prompt_inputs(self, const int32_t[:, :] tokens, object grid, int64_t[::1] error):
+        """A first prompt's inputs for `run_prompt`, bound: the decoder's attention mask (the
         loop's; mRoPE models: 0 at every ``pad_token_id``, else trailing pads of ``pad_id``
         masked and each row's count of real tokens in the loop's ``next_position``), each
-        row's index of its last real token (the loop's ``last_index``), and for mRoPE models
-        the 3-D positions into ``positions`` ([3, batch, seq], C-contiguous int64 or int32;
-        None: the decoder takes none) from ``grid`` ([n, 3] image grids or None) with the
-        rows' ``rope_deltas``. Returns 0, or an mRoPE failure with ``error`` filled (see
-        `mrope_rows`), nothing bound."""
+        row's index of its last real token (the loop's ``last_index``), for mRoPE models the
+        rows' ``rope_deltas`` and, when the decoder takes them, the 3-D positions [3, batch,
+        seq] (the loop's ``prompt_positions``) from ``grid`` ([n, 3] image grids or None),
+        and the embedding's ids (the loop's ``input_ids``) when `binds_prompt_ids`. Returns
+        0, or an mRoPE failure with ``error`` filled (see `mrope_rows`), nothing bound."""
         cdef Py_ssize_t batch = tokens.shape[0], seq = tokens.shape[1], b, i, n
         cdef int rc = 0
         cdef bint wide = self.mask_elem == ELEM_INT64
@@ -358,11 +389,9 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         cdef int64_t* wide_positions = NULL
         cdef const int64_t* grid_data = NULL
         cdef Py_ssize_t n_images = 0
-        cdef cnp.ndarray out
         cdef int64_t shape[3]
-        cdef int elem = 0
-        cdef void* pos_data = NULL
         cdef const int32_t* row
+        cdef cnp.ndarray grid_array
         if self.decoder is None:
             raise ValueError("the loop is not attached")
         if batch != self.batch or seq <= 0 or seq > self.max_length:
@@ -371,28 +400,26 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             raise ValueError("tokens rows must be contiguous")
         if error.shape[0] < 6:
             raise ValueError("error must have 6 entries")
-        if self.mrope and positions is not None:
-            out = <cnp.ndarray?>positions
-            if (out.ndim != 3 or out.shape[0] != 3 or out.shape[1] != batch
-                    or out.shape[2] != seq or not out.flags.c_contiguous
-                    or out.dtype not in (np.int64, np.int32)):
-                raise ValueError(f"positions must be C-contiguous int64 or int32 [3, {batch}, "
-                                 f"{seq}]")
-            if self.dec_pos_in < 0:
-                raise ValueError("the decoder takes no position_ids (see chain_prompt)")
-            elem = ELEM_INT64 if out.dtype == np.int64 else ELEM_INT32
-            pos_data = _data(out)
         if self.mrope and grid is not None:
-            grid = np.ascontiguousarray(np.asarray(grid).reshape(-1, 3), np.int64)
-            n_images = (<cnp.ndarray>grid).shape[0]
+            grid_array = <cnp.ndarray?>grid
+            if (grid_array.ndim != 2 or grid_array.shape[1] != 3
+                    or grid_array.dtype != np.int64 or not grid_array.flags.c_contiguous):
+                grid_array = np.ascontiguousarray(np.asarray(grid).reshape(-1, 3), np.int64)
+            n_images = grid_array.shape[0]
             if n_images:
-                grid_data = <const int64_t*>_data(grid)
+                grid_data = <const int64_t*>_data(grid_array)
         n = batch * seq
         with nogil:
             # the index of each row's last real token (and the decoder-only mask)
             prefill_rows(&tokens[0, 0], tokens.strides[0] // sizeof(int32_t), batch, seq,
                          self.pad_id, self.mask_buf, NULL, seq, wide, self.last_index,
                          self.next_position)
+            if self.emb_ids_in >= 0:
+                for b in range(batch):
+                    row = &tokens[b, 0]
+                    for i in range(seq):
+                        store_index(self.ids_buf, self.ids_elem == ELEM_INT64, b * seq + i,
+                                    row[i])
             if self.mrope:
                 wide_tokens = <int64_t*>malloc(n * sizeof(int64_t))
                 wide_positions = <int64_t*>malloc(3 * n * sizeof(int64_t))
@@ -410,9 +437,10 @@ cdef class EmbedDecoderLoop(DecoderLoop):
                                 self.mrope_ids[0], self.mrope_ids[1], self.mrope_ids[2],
                                 self.mrope_ids[3], self.mrope_ids[4], wide_positions,
                                 self.rope_deltas, &error[0])
-                    if rc == 0 and pos_data != NULL:
+                    if rc == 0 and self.prompt_positions != NULL:
                         for i in range(3 * n):
-                            store_index(pos_data, elem == ELEM_INT64, i, wide_positions[i])
+                            store_index(self.prompt_positions, self.pos_elem == ELEM_INT64, i,
+                                        wide_positions[i])
                 free(wide_tokens)
                 free(wide_positions)
         if rc == -1:
@@ -423,13 +451,19 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         self.ones_filled = 0
         shape[0] = batch
         shape[1] = seq
+        if self.emb_ids_in >= 0:
+            rc = self.embedding.bind_input_ptr(self.emb_ids_in, self.ids_buf, shape, 2,
+                                               self.ids_elem)
+            if rc != 0:
+                self.embedding.raise_last_error()
         rc = self.decoder.bind_input_ptr(self.dec_mask_in, self.mask_buf, shape, 2,
                                          self.mask_elem)
-        if rc == 0 and pos_data != NULL:
+        if rc == 0 and self.prompt_positions != NULL:
             shape[0] = 3
             shape[1] = batch
             shape[2] = seq
-            rc = self.decoder.bind_input_ptr(self.dec_pos_in, pos_data, shape, 3, elem)
+            rc = self.decoder.bind_input_ptr(self.dec_pos_in, self.prompt_positions, shape, 3,
+                                             self.pos_elem)
         if rc != 0:
             self.decoder.raise_last_error()
         return 0
@@ -540,6 +574,47 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         if failed is not None and (rc > 0 or -4 <= rc <= -1):
             failed.raise_last_error()
         DecoderLoop.raise_error(self, rc)
+
+
+# ---------------------------------------------------------------------- prompt ids
+def prompt_ids(cnp.ndarray ids):
+    """``(ids as a C-contiguous int32 copy, smallest id, largest id)`` of a non-empty 2-D
+    int64 or int32 id array, in one pass (the checks of a processor's ``input_ids``); None
+    for another dtype or an empty array (the caller uses NumPy). The bounds are the int64
+    values (an id beyond int32 is outside any vocabulary: the copy is not used then)."""
+    cdef Py_ssize_t rows, cols, b, i, s0, s1
+    cdef int64_t value, lo, hi
+    cdef bint wide
+    cdef cnp.ndarray out
+    cdef int32_t* dst
+    cdef const char* src
+    if ids.ndim != 2 or ids.size == 0:
+        return None
+    if ids.dtype == np.int64:
+        wide = True
+    elif ids.dtype == np.int32:
+        wide = False
+    else:
+        return None
+    rows, cols = ids.shape[0], ids.shape[1]
+    s0, s1 = ids.strides[0], ids.strides[1]
+    out = cnp.PyArray_EMPTY(2, ids.shape, cnp.NPY_INT32, 0)
+    dst = <int32_t*>_data(out)
+    src = <const char*>_data(ids)
+    lo = hi = (<const int64_t*>src)[0] if wide else (<const int32_t*>src)[0]
+    with nogil:
+        for b in range(rows):
+            for i in range(cols):
+                if wide:
+                    value = (<const int64_t*>(src + b * s0 + i * s1))[0]
+                else:
+                    value = (<const int32_t*>(src + b * s0 + i * s1))[0]
+                if value < lo:
+                    lo = value
+                if value > hi:
+                    hi = value
+                dst[b * cols + i] = <int32_t>value
+    return out, lo, hi
 
 
 # ---------------------------------------------------------------------- Qwen-VL positions

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai._core.bookkeeping import prefill_inputs
-from genai._core.vision_loop import EmbedDecoderLoop, mrope_rows
+from genai._core.vision_loop import EmbedDecoderLoop, mrope_rows, prompt_ids
 from genai.errors import (
     GenerationError,
     InvalidArgumentError,
@@ -57,6 +57,9 @@ __all__ = [
 #: (`VisionRunner._made_by`): the decoder's prompt logits, a prompt's image features and
 #: embeddings, which are used where ORT left them instead of being copied.
 _IN_BINDING = np.zeros(0)
+#: `VisionRunner.last_inputs` value of a prompt's input the loop wrote into its own buffer
+#: (`EmbedDecoderLoop.bind_prompt_inputs`: the embedding's ids, mRoPE positions)
+_IN_LOOP = np.zeros(0)
 
 
 def kv_initial_capacity(io: Any, batch: int, max_length: int, search: SearchOptions) -> int:
@@ -325,8 +328,17 @@ class VisionRunner:
                     spec.pad_token_id,
                     spec.spatial_merge_size,
                 ),
+                ids=graphs.embedding_ids,
             )
             self._mrope_error = np.zeros(6, np.int64)
+            self._loop_deltas = loop.array("rope_deltas")
+            #: the loop's buffers of a prompt's inputs it binds itself: (name, shape per
+            #: prompt length)
+            self._loop_inputs = {}
+            if loop.binds_prompt_ids:
+                self._loop_inputs[graphs.embedding_ids] = ("input_ids", (batch,))
+            if spec is not None and io.position_ids:
+                self._loop_inputs[io.position_ids] = ("prompt_positions", (3, batch))
         #: the loop's buffers of each row's next position (decoders without position inputs)
         #: and of Qwen-VL's position offsets
         self._next_position = loop.array("next_position")
@@ -419,13 +431,20 @@ class VisionRunner:
             raise InvalidArgumentError(
                 f"input_ids has shape {list(ids.shape)}; the generator runs {self.batch} rows"
             )
-        if ids.size and ids.max() >= self.io.vocab_size:
+        # the int32 copy and the bounds in one pass (NumPy for other dtypes)
+        checked = prompt_ids(ids)
+        if checked is None:
+            low, high = (int(ids.min()), int(ids.max())) if ids.size else (0, 0)
+            ids = np.ascontiguousarray(ids, np.int32)
+        else:
+            ids, low, high = checked
+        if high >= self.io.vocab_size:
             raise InvalidArgumentError(
-                f"token id {int(ids.max())} is outside the vocabulary [0, {self.io.vocab_size})"
+                f"token id {high} is outside the vocabulary [0, {self.io.vocab_size})"
             )
-        if ids.size and ids.min() < 0 and self.model.type not in NEGATIVE_ID_TYPES:
+        if low < 0 and self.model.type not in NEGATIVE_ID_TYPES:
             raise InvalidArgumentError(
-                f"token id {int(ids.min())} is negative; {self.model.type} marks images with "
+                f"token id {low} is negative; {self.model.type} marks images with "
                 "their own token id (negative placeholders are Phi-3 Vision's)"
             )
         images = arrays.get("num_image_tokens")
@@ -438,7 +457,7 @@ class VisionRunner:
             )
         self.pending = arrays
         self.fast = False  # the next run is ours (it consumes the pending inputs)
-        return np.ascontiguousarray(ids, np.int32)
+        return ids
 
     @property
     def nbytes(self) -> int:
@@ -529,27 +548,27 @@ class VisionRunner:
         else:
             embedding.bind_input(graphs.embedding_features, self._no_features)
             inputs[graphs.embedding_features] = self._no_features
-        ids = np.ascontiguousarray(tokens, self._ids_dtype)
-        embedding.bind_input(graphs.embedding_ids, ids)
-        inputs[graphs.embedding_ids] = ids
+        if self.loop.binds_prompt_ids:
+            inputs[graphs.embedding_ids] = _IN_LOOP
+        else:
+            ids = np.ascontiguousarray(tokens, self._ids_dtype)
+            embedding.bind_input(graphs.embedding_ids, ids)
+            inputs[graphs.embedding_ids] = ids
         if self._step_embeds_bound:
             embedding.bind_output_to_device(graphs.embedding_output)
             self._step_embeds_bound = False
         count = tokens.shape[1]
         self._bind_decoder(tokens, {}, count)
         # the mask, positions and each row's last token, bound by the loop
-        positions = None
-        if self.mrope is not None and io.position_ids:
-            positions = np.empty((3, self.batch, count), self._position_dtype)
-            inputs[io.position_ids] = positions
-        failed = self.loop.bind_prompt_inputs(
-            tokens, inputs.get(grid_name), positions, self._mrope_error
-        )
+        failed = self.loop.bind_prompt_inputs(tokens, inputs.get(grid_name), self._mrope_error)
         if failed:
             assert self.mrope is not None
             _mrope_failure(failed, self._mrope_error, count, self.mrope.spatial_merge_size)
         if self.mrope is not None:
-            self._rope_deltas = self.loop.array("rope_deltas")
+            self._rope_deltas = self._loop_deltas
+            if io.position_ids:
+                inputs[io.position_ids] = _IN_LOOP
+        self._prompt_length = count
         # what the runs feed and make, where they leave it (read_input / read_output)
         inputs[graphs.decoder_embeds] = _IN_BINDING
         outputs = self.last_outputs
@@ -839,6 +858,11 @@ class VisionRunner:
         if value is _IN_BINDING:  # where the graph that made it left it
             binding, output = self._fed_from[name]
             return binding.get_output(output)
+        if value is _IN_LOOP:  # the loop's buffer of a prompt's input
+            buffer, rows = self._loop_inputs[name]
+            shape = (*rows, self._prompt_length)
+            size = int(np.prod(shape))
+            return np.array(self.loop.array(buffer)[:size].reshape(shape))
         if value is not None:
             return np.array(value)
         return self.kv.read(name)
