@@ -18,6 +18,7 @@ import pytest
 
 from genai.builder import pull
 from genai.builder.build import build
+from genai.builder.testing import ARCH_CONFIGS, random_weights, write_hf_checkpoint
 from genai.testing.models import write_gpt2_decoder, write_gqa_decoder, write_optimum_decoder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,3 +136,17 @@ def fixture_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
     """Every fixture folder of `FIXTURE_CASES`, written once per test session."""
     root = tmp_path_factory.mktemp("fixture-models")
     return {key: writer(root, name=key, **kw) for key, (writer, kw) in FIXTURE_CASES.items()}
+
+
+@pytest.fixture(scope="session")
+def prefill_int8_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny random Llama checkpoint built twice: ``"int4"`` (plain) and ``"prefill_int8"``
+    (`genai build --prefill-int8`: the graph's run-length If), once per test session."""
+    pytest.importorskip("safetensors", reason="the safetensors package is a test dependency")
+    root = tmp_path_factory.mktemp("prefill_int8")
+    cfg = ARCH_CONFIGS["llama"]
+    source = write_hf_checkpoint(root / "hf", cfg, random_weights(cfg))
+    return {
+        "int4": build(source, root / "int4", precision="int4"),
+        "prefill_int8": build(source, root / "p8", precision="int4", prefill_int8=True),
+    }

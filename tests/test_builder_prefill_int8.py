@@ -28,14 +28,8 @@ PROMPT = [int(t) for t in np.random.default_rng(1).integers(3, 320, 20)]  # > VE
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("prefill_int8")
-    cfg = ARCH_CONFIGS["llama"]
-    source = write_hf_checkpoint(root / "hf", cfg, random_weights(cfg))
-    return {
-        "int4": build(source, root / "int4", precision="int4"),
-        "prefill_int8": build(source, root / "p8", precision="int4", prefill_int8=True),
-    }
+def folders(prefill_int8_folders) -> dict[str, Path]:
+    return prefill_int8_folders
 
 
 def _session(folder: Path) -> ort.InferenceSession:

@@ -31,45 +31,38 @@ def _cli_text(capsys, folder, *flags: str) -> str:
     return capsys.readouterr().out
 
 
-def test_sampling_flags_reach_the_generator(fixture_folders, capsys):
-    folder = fixture_folders["gqa"]
-    flags = ["--temperature", "1.5", "--top-k", "20", "--top-p", "0.95", "--seed", "7"]
-    flags += ["--repetition-penalty", "1.1"]
-    text = _cli_text(capsys, folder, *flags)
-    expected = _library_text(
-        folder,
-        "abc de",
-        max_length=40,
-        do_sample=True,
-        temperature=1.5,
-        top_k=20,
-        top_p=0.95,
-        random_seed=7,
-        repetition_penalty=1.1,
-    )
-    assert text == expected + "\n"
-    assert text != _library_text(folder, "abc de", max_length=40) + "\n"  # not greedy
-    assert _cli_text(capsys, folder, *flags) == text  # the seed repeats it
-    other = [*flags[:-3], "8", *flags[-2:]]
-    assert _cli_text(capsys, folder, *other) != text
+SAMPLING = ["--temperature", "1.5", "--top-k", "20", "--top-p", "0.95", "--seed", "7"]
+SEARCH = ["--search", "do_sample=true", "--search", "top_k=5", "--search", "random_seed=3"]
 
 
-def test_search_key_values_are_typed_by_the_option(fixture_folders, capsys):
+@pytest.mark.parametrize(
+    ("flags", "options"),
+    [
+        (
+            [*SAMPLING, "--repetition-penalty", "1.1"],
+            {"do_sample": True, "temperature": 1.5, "top_k": 20, "top_p": 0.95,
+             "random_seed": 7, "repetition_penalty": 1.1},
+        ),
+        (
+            [*SEARCH, "--search", "min_p=0.05", "--search", "chunk_size=2"],
+            {"do_sample": True, "top_k": 5, "random_seed": 3, "min_p": 0.05, "chunk_size": 2},
+        ),
+    ],
+)  # fmt: skip
+def test_flags_reach_the_generator(fixture_folders, capsys, flags, options):
+    """The text is the Python API's with the same search options (typed by the option
+    ``--search`` names), and it is not the greedy text."""
     folder = fixture_folders["gqa"]
-    flags = ["--search", "do_sample=true", "--search", "top_k=5", "--search", "random_seed=3"]
-    flags += ["--search", "min_p=0.05", "--search", "chunk_size=2"]
     text = _cli_text(capsys, folder, *flags)
-    expected = _library_text(
-        folder,
-        "abc de",
-        max_length=40,
-        do_sample=True,
-        top_k=5,
-        random_seed=3,
-        min_p=0.05,
-        chunk_size=2,
-    )
-    assert text == expected + "\n"
+    assert text == _library_text(folder, "abc de", max_length=40, **options) + "\n"
+    assert text != _library_text(folder, "abc de", max_length=40) + "\n"
+
+
+def test_a_seed_repeats_a_sampled_text(fixture_folders, capsys):
+    folder = fixture_folders["gqa"]
+    text = _cli_text(capsys, folder, *SAMPLING)
+    assert _cli_text(capsys, folder, *SAMPLING) == text
+    assert _cli_text(capsys, folder, *SAMPLING[:-1], "8") != text
 
 
 @pytest.mark.parametrize(

@@ -14,23 +14,15 @@ import pytest
 
 import genai
 from genai._core.native_session import NativeSession
-from genai.builder import build
 from genai.builder.onnx_writer import VERIFY_TOKENS
-from genai.builder.testing import ARCH_CONFIGS, random_weights, write_hf_checkpoint
 from genai.runtime.run_length_split import split_by_run_length
 
 pytest.importorskip("safetensors", reason="the safetensors package is a test dependency")
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("run_length_split")
-    cfg = ARCH_CONFIGS["llama"]
-    source = write_hf_checkpoint(root / "hf", cfg, random_weights(cfg))
-    return {
-        "int4": build(source, root / "int4", precision="int4"),
-        "prefill_int8": build(source, root / "p8", precision="int4", prefill_int8=True),
-    }
+def folders(prefill_int8_folders) -> dict[str, Path]:
+    return prefill_int8_folders
 
 
 def _logits_after(module, model, runs: list[np.ndarray], steps: int) -> list[np.ndarray]:
