@@ -130,3 +130,51 @@ def test_route_long_runs_refuses_other_graphs(folders, fixture_folders):
     assert ours.new_binding().routes_long_runs == 3
     with pytest.raises(ValueError, match="at most once"):
         ours.route_long_runs(same, "input_ids", 3)
+
+
+def test_the_flattened_graphs_are_the_branches(folders):
+    """Read back with the onnx package (an independent protobuf reader): each graph is its
+    branch's nodes, outputs renamed to the If's, with the outer graph's inputs, outputs and
+    opsets and exactly the initializers its nodes read."""
+    import onnx
+
+    path = folders["prefill_int8"] / "model.onnx"
+    split = split_by_run_length(path)
+    assert split is not None
+    model = onnx.load(str(path), load_external_data=False)
+    node = next(n for n in model.graph.node if n.op_type == "If")
+    branches = {attr.name: attr.g for attr in node.attribute}
+    for flat_bytes, name in ((split.short_graph, "else_branch"), (split.long_graph, "then_branch")):
+        flat = onnx.load_from_string(flat_bytes)
+        branch = branches[name]
+        rename = {o.name: outer for o, outer in zip(branch.output, node.output, strict=True)}
+        assert len(flat.graph.node) == len(branch.node)
+        for got, want in zip(flat.graph.node, branch.node, strict=True):
+            assert got.op_type == want.op_type and got.domain == want.domain
+            assert list(got.input) == [rename.get(i, i) for i in want.input]
+            assert list(got.output) == [rename.get(o, o) for o in want.output]
+            assert list(got.attribute) == list(want.attribute)
+        assert flat.graph.input == model.graph.input
+        assert flat.graph.output == model.graph.output
+        assert flat.opset_import == model.opset_import
+        read = {i for n in branch.node for i in n.input}
+        expected = {init.name for init in model.graph.initializer if init.name in read}
+        assert {init.name for init in flat.graph.initializer} == expected
+
+
+def test_other_or_damaged_graphs_are_not_split(folders, tmp_path):
+    original = (folders["prefill_int8"] / "model.onnx").read_bytes()
+    assert split_by_run_length(tmp_path / "missing.onnx") is None
+    for name, data in {
+        "truncated": original[: len(original) // 2],
+        "garbage": b"prefill_or_decode" + bytes(range(256)) * 4,
+    }.items():
+        (tmp_path / f"{name}.onnx").write_bytes(data)
+        assert split_by_run_length(tmp_path / f"{name}.onnx") is None
+    # the marker in a graph of another shape: a plain decoder whose first node is renamed
+    import onnx
+
+    model = onnx.load(str(folders["int4"] / "model.onnx"), load_external_data=False)
+    model.graph.node[0].name = "prefill_or_decode"
+    (tmp_path / "other.onnx").write_bytes(model.SerializeToString())
+    assert split_by_run_length(tmp_path / "other.onnx") is None
