@@ -373,16 +373,18 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         self.embeds_out, self.embeds_in = embeds_out, embeds_in
         self.prompt_logits = logits_index
 
-    def bind_prompt_inputs(self, const int32_t[:, :] tokens, object grid, int64_t[::1] error):
-        """A first prompt's inputs for `run_prompt`, bound: the decoder's attention mask (the
-        loop's; mRoPE models: 0 at every ``pad_token_id``, else trailing pads of ``pad_id``
-        masked and each row's count of real tokens in the loop's ``next_position``), each
-        row's index of its last real token (the loop's ``last_index``), for mRoPE models the
-        rows' ``rope_deltas`` and, when the decoder takes them, the 3-D positions [3, batch,
-        seq] (the loop's ``prompt_positions``) from ``grid`` ([n, 3] image grids or None),
-        and the embedding's ids (the loop's ``input_ids``) when `binds_prompt_ids`. Returns
-        0, or an mRoPE failure with ``error`` filled (see `mrope_rows`), nothing bound."""
-        cdef Py_ssize_t batch = tokens.shape[0], seq = tokens.shape[1], b, i, n
+    def bind_prompt_inputs(self, object grid, cnp.ndarray error):
+        """A first prompt's inputs for `run_prompt` (the loop's pending tokens, from
+        ``computed`` to ``length``), bound: the decoder's attention mask (the loop's; mRoPE
+        models: 0 at every ``pad_token_id``, else trailing pads of ``pad_id`` masked and
+        each row's count of real tokens in the loop's ``next_position``), each row's index of
+        its last real token (the loop's ``last_index``), for mRoPE models the rows'
+        ``rope_deltas`` and, when the decoder takes them, the 3-D positions [3, batch, seq]
+        (the loop's ``prompt_positions``) from ``grid`` ([n, 3] image grids or None), and the
+        embedding's ids (the loop's ``input_ids``) when `binds_prompt_ids`. Returns 0, or an
+        mRoPE failure with ``error`` (int64 [6]) filled (see `mrope_rows`), nothing bound."""
+        cdef Py_ssize_t batch = self.batch, seq = self.length - self.computed, b, i, n
+        cdef Py_ssize_t start = self.computed
         cdef int rc = 0
         cdef bint wide = self.mask_elem == ELEM_INT64
         cdef int64_t* wide_tokens = NULL
@@ -392,18 +394,20 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         cdef int64_t shape[3]
         cdef const int32_t* row
         cdef cnp.ndarray grid_array
+        cdef int64_t* error_data
         if self.decoder is None:
             raise ValueError("the loop is not attached")
-        if batch != self.batch or seq <= 0 or seq > self.max_length:
-            raise ValueError(f"tokens must be [{self.batch}, 1..{self.max_length}]")
-        if tokens.strides[1] != sizeof(int32_t):
-            raise ValueError("tokens rows must be contiguous")
-        if error.shape[0] < 6:
-            raise ValueError("error must have 6 entries")
+        if seq <= 0:
+            raise ValueError("no pending tokens")
+        if (cnp.PyArray_TYPE(error) != cnp.NPY_INT64 or cnp.PyArray_SIZE(error) < 6
+                or not cnp.PyArray_IS_C_CONTIGUOUS(error)):
+            raise ValueError("error must be C-contiguous int64 [6]")
+        error_data = <int64_t*>_data(error)
         if self.mrope and grid is not None:
             grid_array = <cnp.ndarray?>grid
-            if (grid_array.ndim != 2 or grid_array.shape[1] != 3
-                    or grid_array.dtype != np.int64 or not grid_array.flags.c_contiguous):
+            if (cnp.PyArray_NDIM(grid_array) != 2 or grid_array.shape[1] != 3
+                    or cnp.PyArray_TYPE(grid_array) != cnp.NPY_INT64
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(grid_array)):
                 grid_array = np.ascontiguousarray(np.asarray(grid).reshape(-1, 3), np.int64)
             n_images = grid_array.shape[0]
             if n_images:
@@ -411,12 +415,12 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         n = batch * seq
         with nogil:
             # the index of each row's last real token (and the decoder-only mask)
-            prefill_rows(&tokens[0, 0], tokens.strides[0] // sizeof(int32_t), batch, seq,
+            prefill_rows(&self.sequences[0, start], self.max_length, batch, seq,
                          self.pad_id, self.mask_buf, NULL, seq, wide, self.last_index,
                          self.next_position)
             if self.emb_ids_in >= 0:
                 for b in range(batch):
-                    row = &tokens[b, 0]
+                    row = &self.sequences[b, start]
                     for i in range(seq):
                         store_index(self.ids_buf, self.ids_elem == ELEM_INT64, b * seq + i,
                                     row[i])
@@ -427,7 +431,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
                     rc = -1
                 else:
                     for b in range(batch):
-                        row = &tokens[b, 0]
+                        row = &self.sequences[b, start]
                         for i in range(seq):
                             wide_tokens[b * seq + i] = row[i]
                             # mRoPE models mask every pad token
@@ -436,7 +440,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
                     rc = _mrope(wide_tokens, batch, seq, grid_data, n_images,
                                 self.mrope_ids[0], self.mrope_ids[1], self.mrope_ids[2],
                                 self.mrope_ids[3], self.mrope_ids[4], wide_positions,
-                                self.rope_deltas, &error[0])
+                                self.rope_deltas, error_data)
                     if rc == 0 and self.prompt_positions != NULL:
                         for i in range(3 * n):
                             store_index(self.prompt_positions, self.pos_elem == ELEM_INT64, i,

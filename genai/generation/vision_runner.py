@@ -76,8 +76,11 @@ def kv_initial_capacity(io: Any, batch: int, max_length: int, search: SearchOpti
 def tensor_array(value: Any) -> np.ndarray:
     """A NumPy array from a `genai.Tensor` (its read-only view: pixel values are not copied),
     a reference ``Tensor`` (``as_numpy``) or an array-like."""
-    if isinstance(value, np.ndarray) or hasattr(type(value), "__array__"):
-        return np.asarray(value)
+    if isinstance(value, np.ndarray):
+        return value
+    to_array = getattr(type(value), "__array__", None)
+    if to_array is not None:  # (called directly: np.asarray tries other protocols first)
+        return np.asarray(to_array(value))
     as_numpy = getattr(value, "as_numpy", None)
     return np.asarray(as_numpy() if callable(as_numpy) else value)
 
@@ -560,7 +563,7 @@ class VisionRunner:
         count = tokens.shape[1]
         self._bind_decoder(tokens, {}, count)
         # the mask, positions and each row's last token, bound by the loop
-        failed = self.loop.bind_prompt_inputs(tokens, inputs.get(grid_name), self._mrope_error)
+        failed = self.loop.bind_prompt_inputs(inputs.get(grid_name), self._mrope_error)
         if failed:
             assert self.mrope is not None
             _mrope_failure(failed, self._mrope_error, count, self.mrope.spatial_merge_size)
@@ -591,7 +594,7 @@ class VisionRunner:
         """The vision graph's inputs from ``pending`` (a first prompt's), None when it has no
         images."""
         tokens = pending.get("num_image_tokens")
-        if tokens is None or int(np.sum(tokens)) <= 0:
+        if tokens is None or int(tokens.sum()) <= 0:
             return None
         graphs = self.graphs
         if self.vision is None or graphs.vision is None:

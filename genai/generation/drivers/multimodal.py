@@ -96,14 +96,16 @@ class VisionDriver(RunnerSessions):
         """Run the pending tokens so the logits rows are current: the loop runs a one-token
         decode step natively, the runner every other run (`_run_python`; a prompt goes
         there at once)."""
-        if prompt:
-            self._run_python(True)
-        else:
+        if not prompt:
             self.loop.run(False)
+        elif not self._feed(True):  # (True: a native prompt run made the logits ready)
+            self._logits_written()
 
     def _run_python(self, prompt: bool) -> None:
-        if self._feed(prompt):
-            return  # a prompt's native run made the loop's logits ready itself
+        if not self._feed(prompt):  # (True: a native prompt run made the logits ready)
+            self._logits_written()
+
+    def _logits_written(self) -> None:
         if self.settings.sampler is not None:
             self.settings.sampler.forget_logits()  # rows rewritten outside the loop
         self.loop.set_logits_ready()
