@@ -10,6 +10,7 @@ from pathlib import Path
 
 import genai
 from genai import hub
+from genai.boolean_words import parse_bool_word
 from genai.errors import InvalidArgumentError
 from genai.generation.search import SearchOptions
 
@@ -117,11 +118,10 @@ def _search_value(name: str, text: str) -> object:
         return [text]
     try:
         if kind == "bool":
-            if text.lower() in ("true", "1", "yes", "on"):
-                return True
-            if text.lower() in ("false", "0", "no", "off"):
-                return False
-            raise ValueError(text)
+            word = parse_bool_word(text)
+            if word is None:
+                raise ValueError(text)
+            return word
         if kind == "int":
             return int(text)
         return float(text)

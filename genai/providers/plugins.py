@@ -39,6 +39,7 @@ from typing import Any
 import pluggy
 
 from genai._version import __version__
+from genai.boolean_words import parse_bool_word
 from genai.errors import GenaiError
 from genai.providers import hookspecs
 from genai.providers.hookspecs import PROJECT, hookimpl
@@ -154,7 +155,8 @@ def _changed() -> None:
 
 
 def _truthy(value: str | None) -> bool:
-    return bool(value) and value.strip().lower() not in ("0", "false", "no", "off")
+    """An environment switch is on when set to anything but an empty string or a false word."""
+    return bool(value) and parse_bool_word(value) is not False
 
 
 def _allow_list() -> set[str] | None:

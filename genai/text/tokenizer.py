@@ -25,6 +25,7 @@ from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import pre_tokenizers as _hf_pre_tokenizers
 from tokenizers.models import BPE as _HFBPE
 
+from genai.boolean_words import parse_bool_word
 from genai.errors import ArgumentTypeError, InvalidArgumentError, ModelError
 from genai.text.chat_template import (
     ChatTemplateError,
@@ -45,8 +46,6 @@ GENAI_CONFIG_FILE = "genai_config.json"
 
 _REPLACEMENT = "\ufffd"
 _OPTION_NAMES = ("add_special_tokens", "skip_special_tokens")
-_TRUE_STRINGS = frozenset({"true", "1", "yes", "on"})
-_FALSE_STRINGS = frozenset({"false", "0", "no", "off"})
 
 
 _SPM_SPACE = "\u2581"
@@ -241,12 +240,8 @@ def _as_bool_option(name: str, value: Any) -> bool:
         return bool(value)
     if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
         return bool(value)
-    if isinstance(value, str):
-        lowered = value.strip().lower()
-        if lowered in _TRUE_STRINGS:
-            return True
-        if lowered in _FALSE_STRINGS:
-            return False
+    if isinstance(value, str) and (word := parse_bool_word(value)) is not None:
+        return word
     raise InvalidArgumentError(
         f"tokenizer option {name!r} must be a boolean or 'true'/'false', not {value!r}"
     )
