@@ -296,7 +296,7 @@ class VisionRunner:
                 ones_mask=self.mrope is not None or batch == 1,
             )
         self._rope_deltas: np.ndarray | None = None
-        #: a first prompt's three runs are one native call (`_run_prompt`): the outputs are
+        #: a first prompt's three runs are one native call (`prepare_prompt`): the outputs are
         #: bound where ORT leaves them as the next graph's inputs, so their dtypes must match
         self._chain = self._fast_ok and (
             graphs.vision is None
@@ -504,20 +504,24 @@ class VisionRunner:
         self.next_position = np.full(self.batch, length - 1, np.int64)
 
     # --- runs ---------------------------------------------------------------------------------
-    def feed(self, tokens: np.ndarray, prompt: bool) -> bool:
+    def feed(self, tokens: np.ndarray, prompt: bool, chain: bool = True) -> bool:
         """Run the graphs on ``tokens`` ``[batch, count]``, every row's pending tokens
         (``prompt``: the first tokens of the sequences, rows right-padded), writing the logits
         rows; returns True when the loop's logits are marked ready too (a first prompt's
-        native run), False when the caller marks them."""
+        native run, `prepare_prompt`; ``chain`` False: not tried), False when the caller
+        marks them."""
         count = tokens.shape[1]
         if not prompt and self.batch > 1 and count > 1:
             for column in range(count):
                 self.feed(tokens[:, column : column + 1], False)
             return False
-        if prompt and count > 1 and self._chain:
-            ready = self._run_prompt(tokens)
-            if ready is not None:
-                return ready
+        if prompt and chain:
+            images = self.prepare_prompt(tokens)
+            if images is not None:
+                if self.loop.run_prompt(count, images):
+                    return True  # (the loop counted the tokens and made its logits ready)
+                self.finish_prompt(count)
+                return False
         first_run = prompt  # a new sequence (also after rewind_to(0)): images, positions
         features = self._features(first_run)
         embeds = self._embed(tokens, features)
@@ -525,14 +529,19 @@ class VisionRunner:
         self._decode(tokens, embeds, fed, last, count)
         return False
 
-    def _run_prompt(self, tokens: np.ndarray) -> bool | None:
-        """Run a first prompt's graphs in one native call (`EmbedDecoderLoop.run_prompt`:
-        vision, embedding and decoder, each output bound where ORT left it as the next
-        graph's input), every input bound and the runner's records written beforehand (Python
-        right after the runs is slow: cold caches). Returns True when the loop's rows and
-        state are current (its logits ready), False when the rows are but the caller marks
-        the logits ready, None when nothing ran: images of different grids run one by one
-        (`feed`'s Python path)."""
+    def prepare_prompt(self, tokens: np.ndarray) -> bool | None:
+        """Bind every input of a first prompt's runs (``tokens``: the loop's pending ones)
+        and write the runner's records of them, for the loop's one native call of its
+        graphs (`EmbedDecoderLoop.run_prompt`: vision, embedding and decoder, each output
+        bound where ORT left it as the next graph's input; then `finish_prompt` if it
+        returns False). Returns whether the prompt has images (run_prompt's
+        ``with_images``), or None, nothing done, when the prompt runs from Python (`feed`):
+        a one-token prompt, a loop that runs no steps natively, images of different grids
+        (run one by one). The caller makes the native call at once, with as little Python
+        as possible after it (right after the runs Python costs 10-20x: cold caches)."""
+        count = tokens.shape[1]
+        if count < 2 or not self._chain:
+            return None
         graphs, embedding, io = self.graphs, self.embedding, self.io
         pending, self.pending = self.pending, {}
         fed = self._vision_inputs(pending)
@@ -560,7 +569,6 @@ class VisionRunner:
         if self._step_embeds_bound:
             embedding.bind_output_to_device(graphs.embedding_output)
             self._step_embeds_bound = False
-        count = tokens.shape[1]
         self._bind_decoder(tokens, {}, count)
         # the mask, positions and each row's last token, bound by the loop
         failed = self.loop.bind_prompt_inputs(inputs.get(grid_name), self._mrope_error)
@@ -581,14 +589,17 @@ class VisionRunner:
         outputs[io.logits] = _IN_BINDING
         self.last_run_count = count
         self.fast = False
-        if self.loop.run_prompt(count, fed is not None):
-            return True  # (the loop counted the tokens and made its logits ready)
-        # an unexpected logits shape: copy_last_rows names it
+        return fed is not None
+
+    def finish_prompt(self, count: int) -> None:
+        """After `EmbedDecoderLoop.run_prompt` returned False (a logits output of an
+        unexpected shape): read the rows from the output (`copy_last_rows` names the
+        problem) and count the ``count`` tokens."""
+        io = self.io
         logits = _output_view(self.decoder, io.logits, io.logits_dtype)
         last = self.loop.array("last_index")
         copy_last_rows(logits, self.logits_rows, last, count, io.logits)
         self.computed += count
-        return False
 
     def _vision_inputs(self, pending: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """The vision graph's inputs from ``pending`` (a first prompt's), None when it has no

@@ -94,12 +94,22 @@ class VisionDriver(RunnerSessions):
 
     def run(self, prompt: bool = False) -> None:
         """Run the pending tokens so the logits rows are current: the loop runs a one-token
-        decode step natively, the runner every other run (`_run_python`; a prompt goes
-        there at once)."""
+        decode step natively, the runner every other run (`_run_python`); a first prompt's
+        graphs run in one native call of the loop once the runner bound their inputs, the
+        last thing before returning (Python right after the runs is slow: cold caches)."""
         if not prompt:
             self.loop.run(False)
-        elif not self._feed(True):  # (True: a native prompt run made the logits ready)
-            self._logits_written()
+            return
+        runner, loop = self.runner, self.loop
+        tokens = self._sequences[:, runner.computed : loop.length]
+        images = runner.prepare_prompt(tokens)
+        if images is None:
+            runner.feed(tokens, True, chain=False)
+        elif loop.run_prompt(tokens.shape[1], images):
+            return  # (the loop counted the tokens and made its logits ready)
+        else:
+            runner.finish_prompt(tokens.shape[1])
+        self._logits_written()
 
     def _run_python(self, prompt: bool) -> None:
         if not self._feed(prompt):  # (True: a native prompt run made the logits ready)
