@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import genai
-from genai.errors import InvalidArgumentError, UnsupportedFeatureError
+from genai.errors import GenerationError, InvalidArgumentError, UnsupportedFeatureError
 from genai.generation.vision_runner import MRopeSpec, mrope_positions
 from genai.testing.vision import write_gemma3, write_phi3v, write_qwen2_5_vl
 
@@ -343,3 +343,149 @@ def test_a_small_shared_cache_is_allocated_whole_and_an_explicit_capacity_grows(
         generator.set_inputs(_ours(_arrays(named)))
         _assert_same_steps(_steps(generator, 5), expected)
     assert explicit._driver.kv.capacity >= n
+
+
+# --- a first prompt's runs: one native call -------------------------------------------------
+READ_BACK_INPUTS = ("input_ids", "attention_mask", "position_ids", "inputs_embeds")
+READ_BACK_INPUTS += ("image_features",)
+
+
+def _reference_reads(generator, names, read) -> dict[str, np.ndarray]:
+    """What the reference returns for each of ``names`` (the names it has)."""
+    values = {}
+    for name in names:
+        try:
+            values[name] = np.asarray(getattr(generator, read)(name))
+        except Exception:  # the reference has no such input / output on this model
+            continue
+    return values
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl", "gemma3"])
+def test_a_prompt_s_inputs_and_outputs_read_back_as_the_reference_s(folders, images, kind):
+    """After set_inputs (the prompt's graphs in one native call, the ids, mask, mRoPE
+    positions written by the loop, features and embeddings used where ORT left them) every
+    input and output the reference reads back is the reference's."""
+    folder = folders[kind]
+    named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + 4)
+    reference.set_inputs(named)
+    ours = _generator(genai, folder, max_length=n + 4)
+    ours.set_inputs(_ours(_arrays(named)))
+    expected_inputs = _reference_reads(reference, READ_BACK_INPUTS, "get_input")
+    assert {"input_ids", "attention_mask", "inputs_embeds"} <= set(expected_inputs)
+    assert ("position_ids" in expected_inputs) == (kind == "qwen2_5_vl")
+    for name, expected in expected_inputs.items():
+        got = ours.get_input(name)
+        assert got.shape == expected.shape, name
+        np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0, err_msg=name)
+    expected_outputs = _reference_reads(
+        reference, ("logits", "inputs_embeds", "image_features"), "get_output"
+    )
+    assert "logits" in expected_outputs
+    for name, expected in expected_outputs.items():
+        np.testing.assert_allclose(ours.get_output(name), expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl", "gemma3"])
+def test_a_first_prompt_runs_its_graphs_without_the_python_runs(folders, images, kind):
+    """A first prompt (one image, or none) never goes through the runner's Python runs of
+    the vision, embedding and decoder graphs (they raise here); its first token and logits
+    are the reference's. The step after it runs from Python as before."""
+    folder = folders[kind]
+    for paths in (images[:1], []):
+        named = _reference_inputs(folder, _prompt(kind, len(paths)), paths)
+        n = named["input_ids"].as_numpy().shape[1]
+        reference = _generator(og, folder, max_length=n + 3)
+        reference.set_inputs(named)
+        ours = _generator(genai, folder, max_length=n + 3)
+        runner = ours._driver.runner
+        calls: list[str] = []
+
+        def refuse(*args, name, calls=calls, **kwargs):
+            calls.append(name)
+            raise AssertionError(f"{name} ran from Python")
+
+        for name in ("_features", "_embed", "_decode"):
+            setattr(runner, name, lambda *a, name=name, **k: refuse(*a, name=name, **k))
+        ours.set_inputs(_ours(_arrays(named)))
+        assert calls == []
+        for name in ("_features", "_embed", "_decode"):
+            delattr(runner, name)
+        _assert_same_steps(_steps(ours, 2), _steps(reference, 2))
+
+
+def test_images_of_different_grids_still_run_one_by_one(folders, images):
+    """Qwen-VL images of different grids are not one vision run: the prompt takes the
+    runner's Python path (the vision graph once per image, as the reference) with the
+    reference's logits."""
+    folder = folders["qwen2_5_vl"]
+    named = _reference_inputs(folder, _prompt("qwen2_5_vl", 2), images[1:3])
+    grids = named["image_grid_thw"].as_numpy()
+    assert len(np.unique(grids, axis=0)) == 2
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + 3)
+    reference.set_inputs(named)
+    ours = _generator(genai, folder, max_length=n + 3)
+    runner = ours._driver.runner
+    python_runs = []
+    features = runner._features
+    runner._features = lambda first_run: python_runs.append(first_run) or features(first_run)
+    ours.set_inputs(_ours(_arrays(named)))
+    assert python_runs == [True]
+    _assert_same_steps(_steps(ours, 2), _steps(reference, 2))
+
+
+def test_a_prompt_s_mrope_failures_are_mrope_positions_errors(folders, images):
+    """A video token, or an image grid needing more tokens than the prompt has, raise the
+    errors of mrope_positions from set_inputs (the loop's failure codes named), and the
+    decoder has not run."""
+    folder = folders["qwen2_5_vl"]
+    model = genai.Model(folder)
+    spec = MRopeSpec(model.config)
+    arrays = _arrays(_reference_inputs(folder, _prompt("qwen2_5_vl", 1), images[:1]))
+    too_big = dict(arrays, image_grid_thw=np.array([[1, 40, 40]], np.int64))
+    video = {
+        "input_ids": np.array([[5, spec.vision_start_token_id, spec.video_token_id, 6]], np.int64),
+        "num_image_tokens": np.array([0], np.int64),
+    }
+    for inputs, error, match in (
+        (too_big, InvalidArgumentError, r"needs 400 tokens"),
+        (video, UnsupportedFeatureError, "video"),
+    ):
+        generator = genai.Generator(model, genai.GeneratorParams(model))
+        with pytest.raises(error, match=match):
+            generator.set_inputs(_ours(inputs))
+        with pytest.raises(GenerationError, match="has not run"):
+            generator.get_output("logits")
+
+
+def test_a_vision_graph_failure_in_the_native_prompt_names_its_input(folders, images):
+    """The vision graph's own error (pixel_values of the wrong width) comes out of the
+    native prompt call, not an error of the embedding or decoder run after it."""
+    from genai._core.ort_api import OrtError
+
+    folder = folders["qwen2_5_vl"]
+    arrays = _arrays(_reference_inputs(folder, _prompt("qwen2_5_vl", 1), images[:1]))
+    arrays["pixel_values"] = np.ascontiguousarray(arrays["pixel_values"][:, :100])
+    ours = _generator(genai, folder, max_length=arrays["input_ids"].shape[1] + 2)
+    with pytest.raises(OrtError, match="pixel_values"):
+        ours.set_inputs(_ours(arrays))
+
+
+def test_prompt_ids_bounds_and_copy_are_numpy_s():
+    """vision_loop.prompt_ids: the int32 copy, smallest and largest id of int64 / int32
+    arrays (strided too) as NumPy computes them; None for other dtypes and empty arrays."""
+    from genai._core.vision_loop import prompt_ids
+
+    rng = np.random.default_rng(7)
+    wide = rng.integers(-5, 70000, size=(3, 41), dtype=np.int64)
+    narrow = rng.integers(-3, 900, size=(2, 30), dtype=np.int32)[:, ::3]  # strided rows
+    for ids in (wide, narrow, wide[:1, :1]):
+        copy, low, high = prompt_ids(ids)
+        assert copy.dtype == np.int32 and copy.flags.c_contiguous
+        np.testing.assert_array_equal(copy, ids.astype(np.int32))
+        assert (low, high) == (int(ids.min()), int(ids.max()))
+    assert prompt_ids(wide.astype(np.uint8)) is None
+    assert prompt_ids(np.zeros((1, 0), np.int64)) is None
