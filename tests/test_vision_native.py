@@ -489,3 +489,31 @@ def test_prompt_ids_bounds_and_copy_are_numpy_s():
         assert (low, high) == (int(ids.min()), int(ids.max()))
     assert prompt_ids(wide.astype(np.uint8)) is None
     assert prompt_ids(np.zeros((1, 0), np.int64)) is None
+
+
+def test_a_growing_cache_takes_the_prompt_s_kv_when_first_needed(folders, images):
+    """Qwen-VL's past/present cache: the prompt's presents become the pasts after the
+    prompt's native call, when first read, rewound or run (as the reference swaps them at
+    its next run): the presents read back as the reference's, and a rewind right after the
+    prompt, or plain steps, continue with the reference's logits."""
+    folder = folders["qwen2_5_vl"]
+    named = _reference_inputs(folder, _prompt("qwen2_5_vl", 1), images[:1])
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + 4)
+    reference.set_inputs(named)
+    expected_present = np.asarray(reference.get_output("present.0.key"))
+    expected = _steps(reference, 3)
+    for action in ("read", "rewind", "step"):
+        ours = _generator(genai, folder, max_length=n + 4)
+        ours.set_inputs(_ours(_arrays(named)))
+        assert ours._driver.loop.kv_pending  # (left for later)
+        if action == "read":
+            got = ours.get_output("present.0.key")
+            np.testing.assert_allclose(got, expected_present, atol=1e-5, rtol=0)
+            np.testing.assert_allclose(
+                ours.get_input("past_key_values.0.key"), expected_present, atol=1e-5, rtol=0
+            )
+        elif action == "rewind":
+            ours.rewind_to(n)
+        _assert_same_steps(_steps(ours, 3), expected)
+        assert not ours._driver.loop.kv_pending

@@ -27,6 +27,8 @@ cdef class EmbedDecoderLoop(DecoderLoop):
     # it); a prompt's mRoPE positions [3, batch, seq] (the loop's prompt_positions, or NULL)
     cdef Py_ssize_t emb_ids_in
     cdef void* prompt_positions
+    # run_prompt left a growing cache's presents -> pasts hand-over to hand_over_kv
+    cdef readonly bint kv_pending
     cdef bint mrope
     cdef int64_t mrope_ids[5]
     # the runner's one-token buffers, bound once by its first one-token run (see attach):
@@ -50,7 +52,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
     cdef int run_embedded_step(self) noexcept nogil
     # a prompt's decoder run and KV hand-over; the logits output's shape and data
     cdef int decoder_prompt_run(self, Py_ssize_t logits_index, int64_t* shape, size_t* ndim,
-                                void** data) noexcept nogil
+                                void** data, bint defer_kv) noexcept nogil
     cdef _check_prompt_call(self, Py_ssize_t logits_index)
     cdef object _copy_prompt_rows(self, const int64_t* shape, size_t ndim, void* data,
                                   const int32_t* last, Py_ssize_t count)

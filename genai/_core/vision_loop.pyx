@@ -90,6 +90,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         self.dec_pos_in = -1
         self.emb_ids_in = -1
         self.prompt_positions = NULL
+        self.kv_pending = False
         self.mrope = False
         self.prompt_vision = None
         self.features_out = self.features_in = self.embeds_out = self.embeds_in = -1
@@ -238,7 +239,8 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         return made
 
     cdef int run_pending(self, bint prompt) noexcept nogil:
-        if prompt or self.length - self.computed != 1 or not self.step_ready:
+        if (prompt or self.length - self.computed != 1 or not self.step_ready
+                or self.kv_pending):
             return NEED_PYTHON
         if not self.ones_mask and self.mask_length != self.computed:
             return NEED_PYTHON  # (never: the runner's mask covers the computed tokens)
@@ -308,7 +310,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         if last.shape[0] != self.batch:
             raise ValueError(f"last must have {self.batch} entries, got {last.shape[0]}")
         with nogil:
-            rc = self.decoder_prompt_run(logits_index, shape, &ndim, &data)
+            rc = self.decoder_prompt_run(logits_index, shape, &ndim, &data, False)
         if rc != 0:
             self.raise_error(rc)
         return self._copy_prompt_rows(shape, ndim, data, &last[0], count)
@@ -477,8 +479,10 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         runner bound (`bind_prompt_inputs`, the pixel inputs, the ids): the vision graph when
         ``with_images`` (else the embedding's features input is bound already), its output
         bound where ORT left it as the embedding's input, the embedding graph, its output
-        bound as the decoder's input, then the decoder as `run_prompt_decoder` (KV
-        hand-over, each row's logits at its ``last_index`` copied) for ``count`` tokens. No
+        bound as the decoder's input, then the decoder as `run_prompt_decoder` (each row's
+        logits at its ``last_index`` copied) for ``count`` tokens; a growing cache's presents
+        become its pasts later, at `hand_over_kv` (as the reference swaps them before the
+        next run: the caller calls it before anything else runs or reads the KV). No
         Python runs between the graphs (right after a long run it is 10-20x slower than
         warm). The bound features and embeddings are ORT's outputs, valid until their
         binding runs again or re-binds them. Returns True: the rows copied, the tokens
@@ -513,7 +517,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
                 rc = _pass_output(embedding, self.embeds_out, 1, self.decoder, self.embeds_in,
                                   2, &self.failed)
             if rc == 0:
-                rc = self.decoder_prompt_run(self.prompt_logits, shape, &ndim, &data)
+                rc = self.decoder_prompt_run(self.prompt_logits, shape, &ndim, &data, True)
         if rc != 0:
             if self.failed == 3:
                 self.failed = 0
@@ -532,6 +536,18 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             self.sampler.maxima_valid = 0
         return True
 
+    def hand_over_kv(self):
+        """Bind a growing cache's presents of the last `run_prompt` as its pasts, if that is
+        still to do (`kv_pending`); before the decoder runs again or the KV is read."""
+        cdef int rc = 0
+        if not self.kv_pending:
+            return
+        with nogil:
+            rc = self.decoder.rebind_outputs_as_inputs(self.kv_out, self.kv_in, self.n_kv_pairs)
+        self.kv_pending = False
+        if rc != 0:
+            self.decoder.raise_last_error()
+
     cdef _check_prompt_call(self, Py_ssize_t logits_index):
         if self.decoder is None:
             raise ValueError("the loop is not attached")
@@ -541,12 +557,15 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             raise ValueError("the logits output lives in device memory")
 
     cdef int decoder_prompt_run(self, Py_ssize_t logits_index, int64_t* shape, size_t* ndim,
-                                void** data) noexcept nogil:
-        """The decoder's prompt run, the KV hand-over, the logits output's shape and data."""
+                                void** data, bint defer_kv) noexcept nogil:
+        """The decoder's prompt run, the KV hand-over (``defer_kv``: left to `hand_over_kv`,
+        `kv_pending`), the logits output's shape and data."""
         cdef int rc
         self.failed = 2
         rc = self.decoder.run_binding()
-        if rc == 0 and self.n_kv_pairs:
+        if rc == 0 and self.n_kv_pairs and defer_kv:
+            self.kv_pending = True
+        elif rc == 0 and self.n_kv_pairs:
             rc = self.decoder.rebind_outputs_as_inputs(self.kv_out, self.kv_in, self.n_kv_pairs)
         if rc == 0:
             rc = self.decoder.output_value_shape(logits_index, shape, ndim)

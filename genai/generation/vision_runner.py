@@ -462,19 +462,29 @@ class VisionRunner:
         self.fast = False  # the next run is ours (it consumes the pending inputs)
         return ids
 
+    def _settle_kv(self) -> None:
+        """A first prompt's native run leaves a growing cache's presents -> pasts hand-over
+        for later (`EmbedDecoderLoop.hand_over_kv`); make it before the KV is run, read or
+        changed."""
+        if self.loop.kv_pending:
+            self.loop.hand_over_kv()
+
     @property
     def nbytes(self) -> int:
         """Bytes of the KV cache."""
+        self._settle_kv()
         return self.kv.nbytes
 
     def used_bytes(self) -> int:
         """Bytes the computed tokens occupy."""
+        self._settle_kv()
         return self.kv.used_bytes(self.computed)
 
     def rewind(self, length: int) -> None:
         """Keep the KV of the first ``length - 1`` tokens (the next run recomputes the last
         one's logits); mRoPE deltas stay (as the reference, which only shortens its shapes)."""
         computed = min(self.computed, max(length - 1, 0))
+        self._settle_kv()
         self.kv.truncate(computed)
         self._fresh_presents = True
         self.fast = False
@@ -485,6 +495,7 @@ class VisionRunner:
 
     def snapshot(self, positions: int) -> list[np.ndarray]:
         """Copies of the KV of the first ``positions`` tokens (and the mRoPE deltas)."""
+        self._settle_kv()
         arrays = self.kv.export(positions)
         if self.mrope is not None:
             deltas = self.rope_deltas if self.rope_deltas is not None else np.zeros(self.batch)
@@ -495,6 +506,7 @@ class VisionRunner:
         """Continue from a `snapshot` of ``length - 1`` tokens; the last token runs next."""
         arrays = list(arrays)
         deltas = arrays.pop() if self.mrope is not None else None
+        self._settle_kv()  # (before the load replaces it)
         self.kv.load(arrays, length)
         self._fresh_presents = True
         self.fast = False
@@ -831,6 +843,7 @@ class VisionRunner:
         io, decoder = self.io, self.decoder
         if self.computed + count > self.max_length:
             raise GenerationError(f"the sequence would exceed max_length {self.max_length}")
+        self._settle_kv()
         self.loop.kv_capacity = self.kv.ensure(self.computed + count, self.computed)
         if self._decoder_ids:
             fed[self._decoder_ids] = np.ascontiguousarray(tokens, io.id_dtype)
@@ -861,6 +874,7 @@ class VisionRunner:
             return self._made_by[name].get_output(name)
         if value is not None:
             return value.copy()
+        self._settle_kv()
         return self.kv.read(name)
 
     def read_input(self, name: str) -> np.ndarray | None:
@@ -879,4 +893,5 @@ class VisionRunner:
             return np.array(self.loop.array(buffer)[:size].reshape(shape))
         if value is not None:
             return np.array(value)
+        self._settle_kv()
         return self.kv.read(name)
