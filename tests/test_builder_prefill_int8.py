@@ -60,8 +60,8 @@ def test_graph_is_one_if_on_the_run_length(folders):
     model = onnx.load(str(folders["prefill_int8"] / "model.onnx"), load_external_data=False)
     (branch,) = [n for n in model.graph.node if n.op_type == "If"]
     ops = {attr.name: {n.op_type for n in attr.g.node} for attr in branch.attribute if attr.g.node}
-    assert "MatMulInteger" in ops["then_branch"]
-    assert "MatMulInteger" not in ops["else_branch"]
+    assert "MatMulIntegerToFloat" in ops["then_branch"]
+    assert "MatMulIntegerToFloat" not in ops["else_branch"]
     assert "MatMulNBits" in ops["else_branch"]
     assert [o.name for o in model.graph.output] == list(branch.output)
 
@@ -108,9 +108,10 @@ def test_per_token_int8_matmul_against_numpy(tmp_path):
     x = rng.standard_normal((m, k)).astype(np.float32)
     x[0] *= 100
     (y,) = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"x": x})
-    row_scale = np.maximum(np.abs(x).max(axis=1, keepdims=True), 1e-12) / 127
-    xq = np.floor(x / row_scale + 0.5)  # ties are rare in random data
-    exact = (xq @ q.astype(np.float32)) * row_scale * scales
+    top = np.maximum(np.abs(x).max(axis=1, keepdims=True), np.float32(1e-12))
+    xq = np.floor(x * (np.float32(127) / top) + np.float32(128.5)) - 128  # round half up
+    assert np.abs(xq).max() <= 127
+    exact = (xq @ q.astype(np.float32)) * scales * (top / np.float32(127))
     np.testing.assert_allclose(y, exact, rtol=1e-4, atol=1e-3)
     expected = x @ deq
     err = np.abs(y - expected).max(axis=1) / np.abs(expected).max(axis=1)

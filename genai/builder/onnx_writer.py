@@ -17,7 +17,7 @@ With ``all_logits=True`` ``logits`` is ``[batch, sequence, vocab]``.
 
 With ``prefill_int8=True`` (int4 only) the graph is one ``If`` on the run's new tokens per row
 (``sequence_length > VERIFY_TOKENS``): a prompt (or an appended turn) of more than 17 tokens
-takes the same decoder with the layers' linears as ``MatMulInteger`` over int8 per-column
+takes the same decoder with the layers' linears as ``MatMulIntegerToFloat`` over int8 per-column
 weights (7-bit range) and uint8 activations quantized per token, whose int8 GEMM is 2-3x faster
 than ``MatMulNBits`` at 8+ rows on CPUs; every shorter run takes the int4 graph: decode steps,
 batched or not, and speculative verification, so their tokens do not depend on batching or
@@ -199,20 +199,32 @@ class _Decoder:
 
     def per_token_matmul(self, x: str, q8: str, scales8: str, out: str) -> None:
         """``out = x @ (q8 * scales8)`` with ``x`` quantized to uint8 per token (row):
-        ``scale = max|x_row| / 127``, ``xq = round(x / scale) + 128``, MatMulInteger with zero
-        point 128 (MLAS's u8 x s8 kernel), then both scales. A scale per token, not per
-        tensor (DynamicQuantizeMatMul, ~30 % faster): SmolLM2's down_proj inputs have outlier
-        tokens that one scale for the whole prompt crushes (its greedy text turned to
+        ``xq = floor(x * 127 / max|x_row| + 128.5)`` (round half up, zero point 128),
+        ``MatMulIntegerToFloat`` (MLAS's u8 x s8 GEMM with the weights' column scales applied
+        to its int32 sums), then the row's scale ``max|x_row| / 127``. A scale per token, not
+        per tensor (DynamicQuantizeMatMul, ~30 % faster): SmolLM2's down_proj inputs have
+        outlier tokens that one scale for the whole prompt crushes (its greedy text turned to
         garbage); per token, every linear included, the prompt's logits are closer to fp32's
-        than the int4 graph's (benchmarks/prefill.py, docs/benchmarks.md)."""
+        than the int4 graph's (benchmarks/prefill.py, docs/benchmarks.md). Multiplying by the
+        inverse scale and rounding in the uint8 cast (+ 128.5, truncated) saves a Div and a
+        Round per quantization, the fused GEMM a Cast and a Mul per linear: 6-8 % of the
+        linears' time at 128-512 tokens (docs/benchmarks.md)."""
         g = self.g
-        top = g.op("ReduceMax", g.op("Abs", x), g.const([-1]), keepdims=1)
-        scale = g.op("Div", g.op("Max", top, g.fconst(1e-12)), g.fconst(127.0))
-        shifted = g.op("Add", g.op("Round", g.op("Div", x, scale)), g.fconst(128.0))
+        top = g.op(
+            "Max", g.op("ReduceMax", g.op("Abs", x), g.const([-1]), keepdims=1), g.fconst(1e-12)
+        )
+        shifted = g.op("Add", g.op("Mul", x, g.op("Div", g.fconst(127.0), top)), g.fconst(128.5))
         xq = g.op("Cast", shifted, to=TensorProto.UINT8)
-        acc = g.op("MatMulInteger", xq, q8, g.const(128, np.uint8))
-        y = g.op("Mul", g.op("Cast", acc, to=TensorProto.FLOAT), scale)
-        g.op("Mul", y, scales8, out=out)
+        y = g.op(
+            "MatMulIntegerToFloat",
+            xq,
+            q8,
+            g.fconst(1.0),
+            scales8,
+            g.const(128, np.uint8),
+            domain=_MS,
+        )
+        g.op("Mul", y, g.op("Div", top, g.fconst(127.0)), out=out)
 
     def norm_weight(self, array: np.ndarray, name: str) -> str:
         return self.g.weight(name, array.astype(self.g.np_float))
