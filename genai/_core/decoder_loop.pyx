@@ -374,7 +374,8 @@ cdef class DecoderLoop:
         cdef Py_ssize_t stop = self.length
         if not (prompt and chunk > 0 and self.batch == 1 and not self.ran_once
                 and stop - self.computed > chunk):
-            return self._run_pending(prompt)
+            self._run_pending(prompt)
+            return
         try:
             self.length = self.computed + chunk
             self._run_pending(True)
@@ -383,7 +384,6 @@ cdef class DecoderLoop:
                 self._run_pending(False)
         finally:
             self.length = stop
-        return 0
 
     def _run_pending(self, bint prompt):
         cdef int rc
