@@ -211,6 +211,11 @@ class VisionRunner:
         self._features_out_dtype = (
             graphs.vision.output_dtypes[graphs.vision_features] if graphs.vision else None
         )
+        #: (set_inputs key, vision graph input, its dtype) of each vision input
+        vision_dtypes = graphs.vision.input_dtypes if graphs.vision else {}
+        self._vision_feeds = [
+            (key, name, vision_dtypes[name]) for key, name in graphs.vision_inputs.items()
+        ]
         self.kv = make_kv_cache(
             model.io,
             model.provider,
@@ -619,16 +624,14 @@ class VisionRunner:
         tokens = pending.get("num_image_tokens")
         if tokens is None or int(tokens.sum()) <= 0:
             return None
-        graphs = self.graphs
-        if self.vision is None or graphs.vision is None:
+        if self.vision is None:
             raise ModelError(f"{self.model.config.file} has no model.vision graph for images")
-        dtypes = graphs.vision.input_dtypes
         fed = {}
-        for key, name in graphs.vision_inputs.items():
+        for key, name, dtype in self._vision_feeds:
             value = pending.get(key, pending.get(name))
             if value is None:
                 raise InvalidArgumentError(f"the vision graph needs {key!r}; set_inputs has none")
-            fed[name] = np.ascontiguousarray(value, dtypes[name])
+            fed[name] = np.ascontiguousarray(value, dtype)
         return fed
 
     def _grids_differ(self, fed: dict[str, np.ndarray]) -> bool:
