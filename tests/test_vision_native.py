@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import genai
+from genai._core.ort_api import OrtError
+from genai._core.vision_loop import prompt_ids
 from genai.errors import GenerationError, InvalidArgumentError, UnsupportedFeatureError
 from genai.generation.vision_runner import MRopeSpec, mrope_positions
 from genai.testing.vision import write_gemma3, write_phi3v, write_qwen2_5_vl
@@ -464,8 +466,6 @@ def test_a_prompt_s_mrope_failures_are_mrope_positions_errors(folders, images):
 def test_a_vision_graph_failure_in_the_native_prompt_names_its_input(folders, images):
     """The vision graph's own error (pixel_values of the wrong width) comes out of the
     native prompt call, not an error of the embedding or decoder run after it."""
-    from genai._core.ort_api import OrtError
-
     folder = folders["qwen2_5_vl"]
     arrays = _arrays(_reference_inputs(folder, _prompt("qwen2_5_vl", 1), images[:1]))
     arrays["pixel_values"] = np.ascontiguousarray(arrays["pixel_values"][:, :100])
@@ -477,8 +477,6 @@ def test_a_vision_graph_failure_in_the_native_prompt_names_its_input(folders, im
 def test_prompt_ids_bounds_and_copy_are_numpy_s():
     """vision_loop.prompt_ids: the int32 copy, smallest and largest id of int64 / int32
     arrays (strided too) as NumPy computes them; None for other dtypes and empty arrays."""
-    from genai._core.vision_loop import prompt_ids
-
     rng = np.random.default_rng(7)
     wide = rng.integers(-5, 70000, size=(3, 41), dtype=np.int64)
     narrow = rng.integers(-3, 900, size=(2, 30), dtype=np.int32)[:, ::3]  # strided rows
