@@ -515,3 +515,21 @@ def test_a_growing_cache_takes_the_prompt_s_kv_when_first_needed(folders, images
             ours.rewind_to(n)
         _assert_same_steps(_steps(ours, 3), expected)
         assert not ours._driver.loop.kv_pending
+
+
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl", "gemma3"])
+def test_a_second_first_prompt_after_rewind_to_zero(folders, images, kind):
+    """Native steps re-bind the embeddings, logits and positions to their step buffers;
+    after rewind_to(0) the same generator's next prompt (one native call again) re-binds
+    them for the prompt and gives a fresh reference generator's steps."""
+    folder = folders[kind]
+    named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + 5)
+    reference.set_inputs(named)
+    ours = _generator(genai, folder, max_length=n + 5)
+    ours.set_inputs(_ours(_arrays(named)))
+    _steps(ours, 3)
+    ours.rewind_to(0)
+    ours.set_inputs(_ours(_arrays(named)))
+    _assert_same_steps(_steps(ours, 4), _steps(reference, 4))
