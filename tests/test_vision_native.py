@@ -104,6 +104,18 @@ def _generator(module, folder: Path, **search):
     return module.Generator(model, params)
 
 
+def _one_image_pair(folder: Path, kind: str, images: list[str], extra: int):
+    """(the reference's generator, ours) after both ``set_inputs`` of the same one-image
+    prompt, with room for ``extra`` more tokens."""
+    named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    n = named["input_ids"].as_numpy().shape[1]
+    reference = _generator(og, folder, max_length=n + extra)
+    reference.set_inputs(named)
+    ours = _generator(genai, folder, max_length=n + extra)
+    ours.set_inputs(_ours(_arrays(named)))
+    return reference, ours
+
+
 class _Runs:
     """Counts the runs a genai generator's loop sends back to Python (the rest are native)."""
 
@@ -368,13 +380,7 @@ def test_a_prompt_s_inputs_and_outputs_read_back_as_the_reference_s(folders, ima
     """After set_inputs (the prompt's graphs in one native call, the ids, mask, mRoPE
     positions written by the loop, features and embeddings used where ORT left them) every
     input and output the reference reads back is the reference's."""
-    folder = folders[kind]
-    named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
-    n = named["input_ids"].as_numpy().shape[1]
-    reference = _generator(og, folder, max_length=n + 4)
-    reference.set_inputs(named)
-    ours = _generator(genai, folder, max_length=n + 4)
-    ours.set_inputs(_ours(_arrays(named)))
+    reference, ours = _one_image_pair(folders[kind], kind, images, 4)
     expected_inputs = _reference_reads(reference, READ_BACK_INPUTS, "get_input")
     assert {"input_ids", "attention_mask", "inputs_embeds"} <= set(expected_inputs)
     assert ("position_ids" in expected_inputs) == (kind == "qwen2_5_vl")
@@ -522,14 +528,9 @@ def test_a_second_first_prompt_after_rewind_to_zero(folders, images, kind):
     """Native steps re-bind the embeddings, logits and positions to their step buffers;
     after rewind_to(0) the same generator's next prompt (one native call again) re-binds
     them for the prompt and gives a fresh reference generator's steps."""
-    folder = folders[kind]
-    named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
-    n = named["input_ids"].as_numpy().shape[1]
-    reference = _generator(og, folder, max_length=n + 5)
-    reference.set_inputs(named)
-    ours = _generator(genai, folder, max_length=n + 5)
-    ours.set_inputs(_ours(_arrays(named)))
+    reference, ours = _one_image_pair(folders[kind], kind, images, 5)
     _steps(ours, 3)
     ours.rewind_to(0)
+    named = _reference_inputs(folders[kind], _prompt(kind, 1), images[:1])
     ours.set_inputs(_ours(_arrays(named)))
     _assert_same_steps(_steps(ours, 4), _steps(reference, 4))
