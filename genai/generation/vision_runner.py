@@ -521,30 +521,21 @@ class VisionRunner:
         self.next_position = np.full(self.batch, length - 1, np.int64)
 
     # --- runs ---------------------------------------------------------------------------------
-    def feed(self, tokens: np.ndarray, prompt: bool, chain: bool = True) -> bool:
+    def feed(self, tokens: np.ndarray, prompt: bool) -> None:
         """Run the graphs on ``tokens`` ``[batch, count]``, every row's pending tokens
-        (``prompt``: the first tokens of the sequences, rows right-padded), writing the logits
-        rows; returns True when the loop's logits are marked ready too (a first prompt's
-        native run, `prepare_prompt`; ``chain`` False: not tried), False when the caller
-        marks them."""
+        (``prompt``: the first tokens of the sequences, rows right-padded), from Python,
+        writing the logits rows (the caller marks them ready). A first prompt the loop can
+        run in one native call goes there instead (`prepare_prompt`, by the driver)."""
         count = tokens.shape[1]
         if not prompt and self.batch > 1 and count > 1:
             for column in range(count):
                 self.feed(tokens[:, column : column + 1], False)
-            return False
-        if prompt and chain:
-            images = self.prepare_prompt(tokens)
-            if images is not None:
-                if self.loop.run_prompt(count, images):
-                    return True  # (the loop counted the tokens and made its logits ready)
-                self.finish_prompt(count)
-                return False
+            return
         first_run = prompt  # a new sequence (also after rewind_to(0)): images, positions
         features = self._features(first_run)
         embeds = self._embed(tokens, features)
         fed, last = self._positions(tokens, prompt, first_run)
         self._decode(tokens, embeds, fed, last, count)
-        return False
 
     def prepare_prompt(self, tokens: np.ndarray) -> bool | None:
         """Bind every input of a first prompt's runs (``tokens``: the loop's pending ones)

@@ -110,6 +110,10 @@ class RunnerRuns:
     def run(self, prompt: bool = False) -> None:
         """Feed the pending tokens through the runner; the logits rows are current."""
         self._feed(prompt)
+        self._logits_written()
+
+    def _logits_written(self) -> None:
+        """The runner rewrote the loop's logits rows: they are current."""
         if self.settings.sampler is not None:
             self.settings.sampler.forget_logits()  # rows rewritten outside the loop
         self.loop.set_logits_ready()

@@ -88,9 +88,9 @@ class VisionDriver(RunnerSessions):
         """The tokens as given."""
         return tokens
 
-    def _feed(self, prompt: bool) -> bool:
+    def _feed(self, prompt: bool) -> None:
         runner = self.runner
-        return runner.feed(self._sequences[:, runner.computed : self.loop.length], prompt)
+        runner.feed(self._sequences[:, runner.computed : self.loop.length], prompt)
 
     def run(self, prompt: bool = False) -> None:
         """Run the pending tokens so the logits rows are current: the loop runs a one-token
@@ -104,7 +104,7 @@ class VisionDriver(RunnerSessions):
         tokens = self._sequences[:, runner.computed : loop.length]
         images = runner.prepare_prompt(tokens)
         if images is None:
-            runner.feed(tokens, True, chain=False)
+            runner.feed(tokens, True)
         elif loop.run_prompt(tokens.shape[1], images):
             return  # (the loop counted the tokens and made its logits ready)
         else:
@@ -112,13 +112,7 @@ class VisionDriver(RunnerSessions):
         self._logits_written()
 
     def _run_python(self, prompt: bool) -> None:
-        if not self._feed(prompt):  # (True: a native prompt run made the logits ready)
-            self._logits_written()
-
-    def _logits_written(self) -> None:
-        if self.settings.sampler is not None:
-            self.settings.sampler.forget_logits()  # rows rewritten outside the loop
-        self.loop.set_logits_ready()
+        RunnerSessions.run(self, prompt)
 
     def step(self) -> None:
         """One step: the loop runs the pending token if the logits are stale (natively, or
