@@ -26,8 +26,10 @@ __all__ = ["RunLengthSplit", "split_by_run_length"]
 
 log = logging.getLogger(__name__)
 
-#: The name genai's builder gives the ``If`` (a cheap test before parsing the graph).
+#: The name genai's builder gives the ``If`` (a cheap test before parsing the graph), and how
+#: far into the file it is looked for.
 _MARKER = b"prefill_or_decode"
+_MARKER_WITHIN = 1 << 20
 
 # ONNX field numbers (onnx.proto3) of what the split reads or rewrites
 _MODEL_GRAPH = 7
@@ -198,10 +200,15 @@ def split_by_run_length(path: str | Path) -> RunLengthSplit | None:
     from the bytes needs the model folder as its external-data folder)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            # protobuf writes a model's fields in number order and a graph's nodes before its
+            # initializers: the outer If's name lies in the first kilobytes, so a graph
+            # without it (with its weights inline, maybe gigabytes) is not read whole
+            if _MARKER not in f.read(_MARKER_WITHIN):
+                return None
+            f.seek(0)
+            data = f.read()
     except OSError:
-        return None
-    if _MARKER not in data:
         return None
     try:
         return _split(data, path)
