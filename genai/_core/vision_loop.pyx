@@ -153,30 +153,6 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             self.n_kv_pairs = len(kv_pairs)
 
     # ------------------------------------------------------------------ state the runner sets
-    def append(self, tokens):
-        """`DecoderLoop.append`, copying a C-contiguous int32 [batch, n] array by rows in C
-        (a prompt's ids; NumPy's slice assignment costs ~10 us there, right after the
-        previous runs emptied the caches); other arrays go to `DecoderLoop.append`."""
-        cdef cnp.ndarray array
-        cdef Py_ssize_t n, b
-        cdef const int32_t* src
-        if not isinstance(tokens, np.ndarray):
-            return DecoderLoop.append(self, tokens)
-        array = <cnp.ndarray>tokens
-        if (cnp.PyArray_TYPE(array) != cnp.NPY_INT32 or cnp.PyArray_NDIM(array) != 2
-                or not cnp.PyArray_IS_C_CONTIGUOUS(array) or array.shape[0] != self.batch
-                or self.length + array.shape[1] > self.max_length):
-            return DecoderLoop.append(self, tokens)
-        n = array.shape[1]
-        src = <const int32_t*>_data(array)
-        if n:
-            for b in range(self.batch):
-                memcpy(&self.sequences[b, self.length], src + b * n, n * sizeof(int32_t))
-        self.length += n
-        self.prompt_length = self.length
-        self.done[:] = 0
-        self.all_done = False
-
     def set_computed(self, Py_ssize_t computed):
         """Tokens whose KV the cache holds (the Python runner's runs)."""
         if computed < 0 or computed > self.max_length:
