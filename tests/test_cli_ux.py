@@ -137,7 +137,13 @@ def test_chat_ctrl_c_stops_the_reply_not_the_chat(fixture_folders, monkeypatch, 
 
     monkeypatch.setattr(genai.Generator, "generate_next_token", interrupted)
     monkeypatch.setattr(sys, "stdin", io.StringIO("abc de\n/help\n"))
-    assert main(["chat", "-m", str(folder), "--max-new-tokens", "20"]) == 0
+    # Python's own Ctrl-C handler, also where the run was started with SIGINT ignored (a
+    # background job of a non-interactive shell)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main(["chat", "-m", str(folder), "--max-new-tokens", "20"]) == 0
+    finally:
+        signal.signal(signal.SIGINT, before)
     out = capsys.readouterr().out
     assert out.split("\n")[0].endswith("[stopped]")
     assert "/reset" in out  # the chat went on to the next line
