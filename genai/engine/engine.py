@@ -16,6 +16,11 @@ it; the next turn then runs the whole conversation again, whose prompt the prefi
 still hold). `TurnUsage.prompt_tokens` counts a turn's own tokens, as the reference, and
 `TurnUsage.cached_prompt_tokens` those of them whose KV came from the prefix cache.
 
+Exactness: a lone request decodes one row per step, as the reference's Engine runs it, so
+its tokens are the reference's on any CPU (ORT's one-row kernels round otherwise than its
+several-row ones). ``genai serve`` instead never runs a one-row step, so that a request's
+tokens do not depend on what else runs (`Scheduler.min_decode_rows`).
+
 Threads: as in the reference, the thread that made the engine owns it; engine, request and
 turn-options operations from any other thread raise "Engine operations must be called from
 the Engine owner thread."
@@ -630,6 +635,8 @@ class Engine:
                 prefix_cache=shared,
                 prefix_cache_bytes=PREFIX_CACHE_BYTES,
                 overlap_prefill=lanes == 1,
+                # a lone request decodes one row, as the reference's Engine runs it
+                min_decode_rows=1,
             )
             for runner in self._runners
         ]

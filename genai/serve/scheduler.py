@@ -302,8 +302,13 @@ class Scheduler:
         metrics: Any = None,
         prefix_cache: PrefixCache | None = None,
         speculative: SpeculativeServing | None = None,
+        min_decode_rows: int = 2,
     ) -> None:
         self.runner = runner
+        #: Rows a batched decode step runs at least (idle slots fill in): 2 keeps a request's
+        #: tokens independent of what else runs (module docstring); 1 runs a lone sequence
+        #: as the reference's Engine does (the same M = 1 kernels, hence its exact tokens).
+        self.min_decode_rows = max(1, int(min_decode_rows))
         self.tokenizer = tokenizer
         self.eos = np.asarray(list(eos_token_ids), np.int32)
         self._eos_set = {int(e) for e in self.eos}
@@ -953,8 +958,8 @@ class Scheduler:
     def _decode_inputs(self, decoding: list[_Sequence]) -> tuple[np.ndarray, np.ndarray]:
         """Tokens and advance flags of a decode step over slots 0..max(decoding slot)."""
         rows = 1 + max(s.slot for s in decoding)
-        if rows < 2 and self.runner.batched:
-            rows = min(2, self.runner.max_slots)  # see the module docstring: never a 1-row step
+        if rows < self.min_decode_rows and self.runner.batched:
+            rows = min(self.min_decode_rows, self.runner.max_slots)  # see the module docstring
         tokens = np.zeros(rows, np.int64)
         advance = np.zeros(rows, bool)
         for seq in decoding:
