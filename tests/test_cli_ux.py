@@ -100,6 +100,7 @@ def _chat(folder: Path, script: str, *flags: str) -> subprocess.CompletedProcess
         capture_output=True,
         text=True,
         check=True,
+        timeout=120,
     )
 
 
@@ -165,13 +166,22 @@ def test_chat_ctrl_d_leaves_with_a_newline(fixture_folders):
             seen += os.read(main_fd, 1024)
     os.write(main_fd, b"\x04")  # Ctrl-D on an empty line
     assert proc.wait(timeout=60) == 0
-    with pytest.raises(OSError):  # read what is left until the terminal closes
-        while True:
+    # read what is left until the terminal closes (EIO), never blocking: a read with nothing
+    # to read would wait for ever if anything still held the terminal open
+    closed = False
+    deadline = time.monotonic() + 60
+    while not closed and time.monotonic() < deadline:
+        if not select.select([main_fd], [], [], 1)[0]:
+            continue
+        try:
             chunk = os.read(main_fd, 1024)
-            if not chunk:
-                break
+        except OSError:
+            closed = True
+        else:
+            closed = not chunk
             seen += chunk
     os.close(main_fd)
+    assert closed, "the chat's terminal stayed open after it exited"
     assert seen.endswith(b"> \r\n") or seen.endswith(b"> \n")
 
 
