@@ -2,8 +2,9 @@
 built by `genai build` (fp32 and int8) and run by the reference engine (onnxruntime-genai) on
 speech espeak-ng made of known text: a sentence keeps at least 4 of its 5 content words, a
 60-second clip of thirteen sentences keeps nearly all of them. genai runs the same folders:
-its tokens equal the reference's on the same audio (the clips are 16 kHz, so both front ends
-read the same samples), and its whole-recording `transcribe` keeps the clip's words.
+fed the reference's features its tokens equal the reference's at every precision, its own
+front end's features are the reference's within 1e-4 (the clips are 16 kHz, so both front
+ends read the same samples), and its whole-recording `transcribe` keeps the clip's words.
 
 The model and espeak-ng come from .ci/run: missing in CI is a failure, elsewhere a skip."""
 
@@ -77,11 +78,18 @@ def folder(
     )
 
 
-def greedy(engine, folder: Path, wav: Path) -> tuple[list[int], str]:
-    """Greedy decoding of one 30 s window through ``engine``'s own processor and generator."""
+def greedy(
+    engine, folder: Path, wav: Path, features: np.ndarray | None = None
+) -> tuple[list[int], str, np.ndarray]:
+    """Greedy decoding of one 30 s window through ``engine``'s own processor and generator
+    (fed ``features`` instead of the processor's when given): tokens, text, the features."""
     model = engine.Model(str(folder))
     processor = model.create_multimodal_processor()
     inputs = processor(PROMPT, audios=engine.Audios.open(str(wav)))
+    if features is None:
+        features = inputs["audio_features"].as_numpy().copy()
+    else:
+        inputs = {"audio_features": features, "input_ids": inputs["input_ids"].as_numpy()}
     params = engine.GeneratorParams(model)
     params.set_search_options(max_length=448)
     generator = engine.Generator(model, params)
@@ -89,7 +97,35 @@ def greedy(engine, folder: Path, wav: Path) -> tuple[list[int], str]:
     while not generator.is_done():
         generator.generate_next_token()
     tokens = [int(t) for t in generator.get_sequence(0)]
-    return tokens, processor.decode(np.array(tokens, dtype=np.int32))
+    return tokens, processor.decode(np.array(tokens, dtype=np.int32)), features
+
+
+def genai_like_reference(folder: Path, wav: Path, expected: str) -> tuple[list[int], str]:
+    """The reference's and genai's greedy decoding of ``wav``; asserts that they agree and
+    that the reference's transcript keeps ``expected``'s content words (4 in 5). Returns the
+    reference's (tokens, text).
+
+    genai fed the reference's features makes the reference's ONNX runs (same input shapes,
+    bit-identical logits at every step), so the tokens are equal at every precision. The two
+    front ends' features differ by float rounding (up to ~3e-5). An fp32 model carries that
+    through as ~1e-5 in the logits, so genai's own tokens are the reference's too; an int8
+    encoder rounds each block of 32 activations to int8 at run time (MatMulNBits,
+    accuracy_level 4), which turns it into ~1% of the cross-attention keys and values, and
+    the two token sequences may part at a near tie (tiny.en int8 on the clip's first window:
+    top-2 logits 0.03 apart, a margin that N(0, 1e-6) noise on the features moved to between
+    0.008 and 0.11; genai's features to -0.002). There genai's own transcript must keep the
+    words as the reference's does."""
+    tokens, text, theirs = greedy(og, folder, wav)
+    assert recall(expected, text) >= 0.8, text
+    same, _, _ = greedy(genai, folder, wav, features=theirs)
+    assert same == tokens
+    ours, our_text, mine = greedy(genai, folder, wav)
+    np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=0)
+    if folder.name == "fp32":
+        assert ours == tokens
+    else:
+        assert recall(expected, our_text) >= 0.8, our_text
+    return tokens, text
 
 
 def recall(expected: str, transcript: str) -> float:
@@ -115,10 +151,7 @@ def test_folder_is_whisper_tiny_en(folder: Path) -> None:
 
 
 def test_sentence(folder: Path, speech: dict) -> None:
-    tokens, text = greedy(og, folder, speech["sentence"])
-    assert sum(w in content_words(text) for w in content_words(SENTENCE)) >= 4, text
-    ours, _ = greedy(genai, folder, speech["sentence"])
-    assert ours == tokens
+    genai_like_reference(folder, speech["sentence"], SENTENCE)  # 4 of its 5 content words
 
 
 def test_sixty_second_clip(folder: Path, speech: dict) -> None:
@@ -126,10 +159,8 @@ def test_sixty_second_clip(folder: Path, speech: dict) -> None:
     assert len(speech["windows"]) == 2 and len(texts) == 2
     heard = []
     for wav, sentences in zip(speech["windows"], texts, strict=True):
-        tokens, text = greedy(og, folder, wav)
-        ours, _ = greedy(genai, folder, wav)
-        assert ours == tokens
-        assert recall(" ".join(sentences), text) >= 0.8, text  # every window, not just some
+        # every window keeps its words, not just some
+        _, text = genai_like_reference(folder, wav, " ".join(sentences))
         heard.append(text)
     expected = " ".join(s for window in texts for s in window)
     assert recall(expected, " ".join(heard)) >= 0.9, heard
