@@ -12,8 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import genai
 from genai.cli import main
 from genai.providers import plugins
