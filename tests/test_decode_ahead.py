@@ -429,3 +429,55 @@ def test_dropped_generator_with_a_run_in_flight_at_exit(fixture_folders, tmp_pat
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_a_woken_waiter_never_holds_the_worker_mutex_while_it_waits_for_the_gil(
+    smollm2_path, tmp_path
+):
+    """A thread waiting for the worker (here `fill`, as `wait_idle`, `take` and `settle` wait)
+    is woken while another thread holds the GIL and then takes the worker's mutex
+    (`in_flight`, as `_stop_all`'s `abandon` does at exit). The woken waiter must not hold the
+    mutex while it waits for the GIL: that deadlocked both. A 10 s switch interval keeps the
+    GIL with the main thread while the waiter wakes; a deadlock shows as the subprocess's
+    timeout."""
+    script = tmp_path / "woken.py"
+    script.write_text(
+        "import sys, threading, time\n"
+        "import numpy as np\n"
+        "import genai\n"
+        "model = genai.Model(sys.argv[1])\n"
+        "params = genai.GeneratorParams(model)\n"
+        "params.set_search_options(max_length=64)\n"
+        "g = genai.Generator(model, params)\n"
+        "g.append_tokens(np.array([[5, 9, 12, 7]], np.int32))\n"
+        "for _ in range(2):  # the second step starts the worker\n"
+        "    g.generate_next_token()\n"
+        "worker = g._ahead\n"
+        "waited = []\n"
+        "def fill():\n"
+        "    start = time.perf_counter()\n"
+        "    worker.fill()\n"
+        "    waited.append(time.perf_counter() - start)\n"
+        "waiter = threading.Thread(target=fill)\n"
+        "waiter.start()\n"
+        "time.sleep(0.002)  # the waiter takes the GIL, finds the ring not full, waits\n"
+        "sys.setswitchinterval(10)\n"
+        "end = time.perf_counter() + 1.0\n"
+        "while time.perf_counter() < end:  # the ring fills, the waiter wakes\n"
+        "    pass\n"
+        "busy = worker.in_flight\n"
+        "sys.setswitchinterval(0.005)\n"
+        "waiter.join()\n"
+        "print('ok', busy, waited[0])\n"
+    )
+    env = dict(os.environ, GENAI_DECODE_AHEAD="1")
+    done = subprocess.run(
+        [sys.executable, str(script), str(smollm2_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[:2] == ["ok", "False"]  # the ring was full: nothing in flight
+    assert float(done.stdout.split()[2]) >= 0.9  # the waiter did wait for the GIL

@@ -176,13 +176,17 @@ cdef class AheadWorker:
             self.t_signal = _now_ns()
             PyThread_release_lock(self.wake_caller)
 
-    cdef inline void _wait_signal_locked(self) noexcept nogil:
-        # (the mutex held) wait for the worker's next signal to the caller; the mutex is held
-        # again on return
+    cdef inline void _wait_signal_unlocking(self) noexcept nogil:
+        # (the mutex held, the GIL not) wait for the worker's next signal to the caller; the
+        # mutex is NOT held on return. The caller takes it again once it holds the GIL: no
+        # thread may wait for the GIL while it holds the mutex, because the callers' side
+        # (`in_flight`, `abandon`, `take`, ...) takes the mutex with the GIL held; a waiter
+        # woken here that took the mutex first and then waited for the GIL deadlocked with
+        # such a thread (at exit: `_stop_all`'s `abandon` beside a dropped generator's
+        # `wait_idle` thread).
         self.caller_waiting = True
         PyThread_release_lock(self.mutex)
         PyThread_acquire_lock(self.wake_caller, 1)
-        PyThread_acquire_lock(self.mutex, 1)
 
     cdef void work(self) noexcept nogil:
         cdef Py_ssize_t slot, b, batch = self.batch
@@ -301,9 +305,10 @@ cdef class AheadWorker:
         while self.produced - self.consumed < need and not self.finished:
             t0 = _now_ns()
             with nogil:
-                self._wait_signal_locked()
+                self._wait_signal_unlocking()
                 t1 = _now_ns()
             t2 = _now_ns()
+            PyThread_acquire_lock(self.mutex, 1)
             self.ns_wait_token += t1 - t0
             self.ns_wait_gil += t2 - t1
         if self.consumed == self.produced:
@@ -369,7 +374,8 @@ cdef class AheadWorker:
         self.caller_need = self.ring
         while self.produced - self.consumed < self.ring and not self.finished:
             with nogil:
-                self._wait_signal_locked()
+                self._wait_signal_unlocking()
+            PyThread_acquire_lock(self.mutex, 1)
         PyThread_release_lock(self.mutex)
 
     def settle(self):
@@ -383,7 +389,8 @@ cdef class AheadWorker:
         self.cmd = CMD_PAUSE
         while self.busy:
             with nogil:
-                self._wait_signal_locked()
+                self._wait_signal_unlocking()
+            PyThread_acquire_lock(self.mutex, 1)
         self.running = False
         dropped = self.produced - self.consumed
         slot = self.consumed % self.ring
@@ -431,7 +438,8 @@ cdef class AheadWorker:
         PyThread_acquire_lock(self.mutex, 1)
         while self.busy:
             with nogil:
-                self._wait_signal_locked()
+                self._wait_signal_unlocking()
+            PyThread_acquire_lock(self.mutex, 1)
         PyThread_release_lock(self.mutex)
 
     def replay_last_run(self):
