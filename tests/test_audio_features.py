@@ -70,6 +70,20 @@ def _features(processors: tuple[object, object], path: Path) -> tuple[np.ndarray
     return np.asarray(ours), expected.as_numpy()
 
 
+def _assert_matches_reference(ours: np.ndarray, expected: np.ndarray, share: float = 1e-3) -> None:
+    """Within 1e-4 everywhere, and off by more than 1e-6 in under ``share`` of the values.
+
+    What is left is the reference's float32 FFT (dlib's kissfft) against our float64 one: up
+    to 1.6e-5 on these clips, ~2e-5 on speech, more in a pure tone's quiet bins. Measured
+    with the mel filters in the reference's float32 order (`mel_filters`): at most 149 of
+    the 240,000 values (0.06%, 44.1 kHz stereo 31 s) off by more than 1e-6, none by more
+    than 1.6e-5; espeak-ng's speech 391 (0.16%). With NumPy's float32 ``exp`` in the filters
+    it was up to 4,653 (1.9%), and 907 (0.38%) on the speech."""
+    np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
+    off = np.abs(ours.astype(np.float64) - expected) > 1e-6
+    assert off.mean() < share, f"{off.sum()} of {off.size} features differ by more than 1e-6"
+
+
 @pytest.mark.parametrize(
     ("rate", "seconds", "channels", "subtype"),
     [
@@ -102,7 +116,7 @@ def test_features_of_each_rate_match_the_reference_processor(
     ours, expected = _features(processors, path)
     assert ours.shape == expected.shape == (1, 80, 3000)
     assert ours.dtype == np.float32
-    np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
+    _assert_matches_reference(ours, expected)
 
 
 def test_flac_at_44_1_khz_matches_the_reference_processor(
@@ -111,7 +125,7 @@ def test_flac_at_44_1_khz_matches_the_reference_processor(
     path = tmp_path / "clip.flac"
     sf.write(path, _signal(44100, 2.0, seed=3, channels=2), 44100, subtype="PCM_16")
     ours, expected = _features(processors, path)
-    np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
+    _assert_matches_reference(ours, expected)
 
 
 def test_espeak_speech_at_its_native_rate_matches_the_reference_processor(
@@ -131,7 +145,7 @@ def test_espeak_speech_at_its_native_rate_matches_the_reference_processor(
     sf.write(path, pcm, rate, subtype="PCM_16")
     ours, expected = _features(processors, path)
     assert np.ptp(expected) > 1.0  # speech, not silence
-    np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
+    _assert_matches_reference(ours, expected, share=2.5e-3)
 
 
 @pytest.mark.parametrize("rate", [8000, 11025])
