@@ -113,12 +113,30 @@ def test_controlled_model_matches_the_reference_tokens_trace_and_stats(tables, c
     got = _run(genai, tables[case], prompt, max_length, spec)
     assert got[0] == want[0]
     assert got[1] == want[1]  # one token per call, same counts and done flags
-    skip = set()
     if spec.get("min_adaptive_k"):
-        skip.add("effective_k")  # adapted by measured throughput
-    stats = {k: v for k, v in got[2].items() if k not in skip}
-    reference = {k: want[2][k] for k in stats}
-    assert stats == pytest.approx(reference)
+        # Both engines adapt K by measured throughput (a clock): how many rounds of which K
+        # they make depends on timing, so their counts cannot be compared (a loaded machine
+        # gave genai 9 rounds and the reference 7); each engine's must agree with itself.
+        for stats in (got[2], want[2]):
+            _assert_consistent(stats, spec["min_adaptive_k"])
+        return
+    reference = {k: want[2][k] for k in got[2]}
+    assert got[2] == pytest.approx(reference)
+
+
+def _assert_consistent(stats: dict, min_k: int) -> None:
+    """The speculative stats of an n-gram run agree with each other."""
+    assert stats["rounds"] > 0
+    assert stats["completed_rounds"] + stats["interrupted_rounds"] == stats["rounds"]
+    assert stats["full_accept_rounds"] <= stats["completed_rounds"]
+    accepted, evaluated = stats["draft_tokens_accepted"], stats["draft_tokens_evaluated"]
+    assert accepted <= evaluated <= stats["draft_tokens_proposed"]
+    assert stats["ngram_lookup_tokens_proposed"] == stats["draft_tokens_proposed"]
+    assert stats["tokens_queued"] == accepted + stats["bonus_tokens"]
+    assert stats["avg_draft_tokens_per_round"] == pytest.approx(
+        stats["draft_tokens_proposed"] / stats["rounds"]
+    )
+    assert min_k <= stats["effective_k"] <= 16
 
 
 @pytest.mark.parametrize("case", ["partial-accept", "chained-cycle", "eos-correction"])
