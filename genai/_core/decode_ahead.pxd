@@ -55,5 +55,5 @@ cdef class AheadWorker:
     cdef _new_locks(self)
     cdef inline void _wake_worker_locked(self) noexcept nogil
     cdef inline void _wake_caller_locked(self) noexcept nogil
-    cdef inline void _wait_signal_unlocking(self) noexcept nogil
+    cdef int64_t _wait_signal(self) noexcept
     cdef void work(self) noexcept nogil

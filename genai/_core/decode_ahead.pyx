@@ -176,17 +176,22 @@ cdef class AheadWorker:
             self.t_signal = _now_ns()
             PyThread_release_lock(self.wake_caller)
 
-    cdef inline void _wait_signal_unlocking(self) noexcept nogil:
-        # (the mutex held, the GIL not) wait for the worker's next signal to the caller; the
-        # mutex is NOT held on return. The caller takes it again once it holds the GIL: no
-        # thread may wait for the GIL while it holds the mutex, because the callers' side
-        # (`in_flight`, `abandon`, `take`, ...) takes the mutex with the GIL held; a waiter
-        # woken here that took the mutex first and then waited for the GIL deadlocked with
-        # such a thread (at exit: `_stop_all`'s `abandon` beside a dropped generator's
-        # `wait_idle` thread).
-        self.caller_waiting = True
-        PyThread_release_lock(self.mutex)
-        PyThread_acquire_lock(self.wake_caller, 1)
+    cdef int64_t _wait_signal(self) noexcept:
+        # (the mutex held, the GIL held) wait without the GIL for the worker's next signal to
+        # the caller; returns the time it came, with the mutex held again. The mutex is taken
+        # back only once the GIL is: no thread may wait for the GIL while it holds the mutex,
+        # because the callers' side (`in_flight`, `abandon`, `take`, ...) takes the mutex with
+        # the GIL held; a waiter woken here that took the mutex first and then waited for the
+        # GIL deadlocked with such a thread (at exit: `_stop_all`'s `abandon` beside a dropped
+        # generator's `wait_idle` thread).
+        cdef int64_t woken
+        with nogil:
+            self.caller_waiting = True
+            PyThread_release_lock(self.mutex)
+            PyThread_acquire_lock(self.wake_caller, 1)
+            woken = _now_ns()
+        PyThread_acquire_lock(self.mutex, 1)
+        return woken
 
     cdef void work(self) noexcept nogil:
         cdef Py_ssize_t slot, b, batch = self.batch
@@ -304,11 +309,8 @@ cdef class AheadWorker:
         self.caller_need = need
         while self.produced - self.consumed < need and not self.finished:
             t0 = _now_ns()
-            with nogil:
-                self._wait_signal_unlocking()
-                t1 = _now_ns()
+            t1 = self._wait_signal()
             t2 = _now_ns()
-            PyThread_acquire_lock(self.mutex, 1)
             self.ns_wait_token += t1 - t0
             self.ns_wait_gil += t2 - t1
         if self.consumed == self.produced:
@@ -373,9 +375,7 @@ cdef class AheadWorker:
         PyThread_acquire_lock(self.mutex, 1)
         self.caller_need = self.ring
         while self.produced - self.consumed < self.ring and not self.finished:
-            with nogil:
-                self._wait_signal_unlocking()
-            PyThread_acquire_lock(self.mutex, 1)
+            self._wait_signal()
         PyThread_release_lock(self.mutex)
 
     def settle(self):
@@ -388,9 +388,7 @@ cdef class AheadWorker:
         PyThread_acquire_lock(self.mutex, 1)
         self.cmd = CMD_PAUSE
         while self.busy:
-            with nogil:
-                self._wait_signal_unlocking()
-            PyThread_acquire_lock(self.mutex, 1)
+            self._wait_signal()
         self.running = False
         dropped = self.produced - self.consumed
         slot = self.consumed % self.ring
@@ -437,9 +435,7 @@ cdef class AheadWorker:
         time: others poll `in_flight`)."""
         PyThread_acquire_lock(self.mutex, 1)
         while self.busy:
-            with nogil:
-                self._wait_signal_unlocking()
-            PyThread_acquire_lock(self.mutex, 1)
+            self._wait_signal()
         PyThread_release_lock(self.mutex)
 
     def replay_last_run(self):
