@@ -128,7 +128,7 @@ def check_together_and_alone(
       the `genai serve` rule, each gets the tokens it gets alone under that rule.
     Returns the conversations run together."""
     theirs = on_reference_alone(ref_model, conversations)
-    for a, b in zip(theirs, on_genai_alone(our_model, conversations), strict=True):
+    for a, b in zip(theirs, alone(genai, our_model, conversations), strict=True):
         assert without_cached(b) == without_cached(a)
     return check_together_as_alone(our_model, conversations, run)
 
@@ -139,15 +139,10 @@ def check_together_as_alone(
     """The second check of `check_together_and_alone`."""
     together = copy(conversations)
     (run or converse)(genai, our_model, together, min_decode_rows=2)
-    alone = on_genai_alone(our_model, conversations, min_decode_rows=2)
-    for a, b in zip(alone, together, strict=True):
+    each = alone(genai, our_model, conversations, min_decode_rows=2)
+    for a, b in zip(each, together, strict=True):
         assert without_cached(b) == without_cached(a)
     return together
-
-
-def on_genai_alone(model: Any, conversations: list[list[Turn]], **kw: Any) -> list[list[Turn]]:
-    """Each conversation on its own genai Engine."""
-    return [converse(genai, model, [c], **kw)[0] for c in copy(conversations)]
 
 
 def copy(conversations: list[list[Turn]]) -> list[list[Turn]]:
@@ -160,9 +155,16 @@ def copy(conversations: list[list[Turn]]) -> list[list[Turn]]:
     ]
 
 
+def alone(
+    og: ModuleType, model: Any, conversations: list[list[Turn]], **kw: Any
+) -> list[list[Turn]]:
+    """Each conversation on its own ``og.Engine``."""
+    return [converse(og, model, [c], **kw)[0] for c in copy(conversations)]
+
+
 def on_reference_alone(model: Any, conversations: list[list[Turn]], **kw: Any) -> list[list[Turn]]:
     """Each conversation on its own reference Engine (it holds one request between turns)."""
-    return [converse(ref, model, [c], **kw)[0] for c in copy(conversations)]
+    return alone(ref, model, conversations, **kw)
 
 
 def by_reference_generator(
@@ -372,7 +374,7 @@ def test_default_model_conversations_match_the_reference_generator(default_model
     ]
     eos = eos_ids(folder)
     expected = [by_reference_generator(ref_model, eos, c) for c in conversations]
-    ours = on_genai_alone(our_model, conversations)
+    ours = alone(genai, our_model, conversations)
     assert [[(t.generated, t.finish[1]) for t in c] for c in ours] == expected
     check_together_as_alone(our_model, conversations)
     assert {r for c in expected for _, r in c} == {
