@@ -1,0 +1,314 @@
+"""The ONNX protobuf wire format, read and written by hand for the few fields genai's load-time
+graph rewrites touch (`genai.runtime.run_length_split`, `genai.runtime.trimmed_logits`).
+
+Every field a rewrite does not touch is copied byte for byte, and loading a folder does not
+import the ``onnx`` package (whose import takes most of a second). Field numbers are those of
+``onnx.proto3``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = [
+    "MalformedProto",
+    "dims",
+    "elem_type",
+    "encode_varint",
+    "external_locations",
+    "fields",
+    "int64_tensor",
+    "len_field",
+    "node",
+    "opset",
+    "payloads",
+    "read_value_info",
+    "relocated",
+    "scalar",
+    "strings",
+    "value_info",
+    "varint",
+]
+
+# ModelProto, GraphProto, NodeProto, AttributeProto, ValueInfoProto, TensorProto fields
+MODEL_GRAPH, MODEL_OPSET_IMPORT = 7, 8
+GRAPH_NODE, GRAPH_NAME, GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT = 1, 2, 5, 11, 12
+NODE_INPUT, NODE_OUTPUT, NODE_NAME, NODE_OP_TYPE, NODE_ATTRIBUTE, NODE_DOMAIN = 1, 2, 3, 4, 5, 7
+ATTR_NAME, ATTR_INT, ATTR_GRAPH, ATTR_INTS, ATTR_GRAPHS, ATTR_TYPE = 1, 3, 6, 8, 11, 20
+VALUE_NAME, VALUE_TYPE = 1, 2
+TENSOR_DIMS, TENSOR_TYPE, TENSOR_INT32, TENSOR_INT64 = 1, 2, 5, 7
+TENSOR_NAME, TENSOR_RAW, TENSOR_EXTERNAL_DATA, TENSOR_LOCATION = 8, 9, 13, 14
+# TypeProto.tensor_type; TypeProto.Tensor's elem_type and shape; TensorShapeProto.dim;
+# its Dimension's dim_value and dim_param
+TYPE_TENSOR, TENSOR_ELEM_TYPE, TENSOR_SHAPE, SHAPE_DIM, DIM_VALUE, DIM_PARAM = 1, 1, 2, 1, 1, 2
+INT32, INT64, EXTERNAL = 6, 7, 1
+ATTR_KIND_INT, ATTR_KIND_INTS = 2, 7
+VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
+
+
+class MalformedProto(ValueError):
+    """Bytes that are not the protobuf a rewrite expects (the graph then loads as it is)."""
+
+
+def varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it."""
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise MalformedProto("truncated varint")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, pos
+
+
+def encode_varint(value: int) -> bytes:
+    """``value`` (>= 0, or a negative int64 as its two's complement) as a varint."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def len_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (a string, bytes or a message)."""
+    return encode_varint(number << 3 | LEN) + encode_varint(len(payload)) + payload
+
+
+def _varint_field(number: int, value: int) -> bytes:
+    return encode_varint(number << 3 | VARINT) + encode_varint(value)
+
+
+def fields(data: bytes) -> list[tuple[int, int, int | bytes, bytes]]:
+    """``(number, wire type, value, the field's own bytes)`` of every field of a message:
+    the value is an int (varint) or the payload bytes."""
+    out: list[tuple[int, int, int | bytes, bytes]] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        start = pos
+        key = data[pos]
+        if key < 0x80:  # (one-byte keys: every field number below 16)
+            pos += 1
+        else:
+            key, pos = varint(data, pos)
+        number, wire = key >> 3, key & 7
+        value: int | bytes
+        if wire == LEN:
+            size = data[pos] if pos < end else 0x80
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = varint(data, pos)
+            if pos + size > end:
+                raise MalformedProto("truncated field")
+            value, pos = data[pos : pos + size], pos + size
+        elif wire == VARINT:
+            value, pos = varint(data, pos)
+        elif wire in (FIXED64, FIXED32):
+            size = 8 if wire == FIXED64 else 4
+            value, pos = data[pos : pos + size], pos + size
+        else:
+            raise MalformedProto(f"wire type {wire}")
+        out.append((number, wire, value, data[start:pos]))
+    return out
+
+
+def strings(message: list, number: int) -> list[str]:
+    """The string fields ``number`` of a message's `fields`."""
+    return [v.decode() for n, w, v, _ in message if n == number and w == LEN]
+
+
+def payloads(message: list, number: int) -> list[bytes]:
+    """The length-delimited fields ``number`` of a message's `fields`."""
+    return [v for n, w, v, _ in message if n == number and w == LEN]
+
+
+def _varints(message: list, number: int) -> list[int]:
+    return [v for n, w, v, _ in message if n == number and w == VARINT]
+
+
+def elem_type(tensor: bytes) -> int:
+    """A TensorProto's element type (TensorProto.DataType; 0 when unset)."""
+    return next(iter(_varints(fields(tensor), TENSOR_TYPE)), 0)
+
+
+def dims(tensor: bytes) -> list[int]:
+    """A TensorProto's dimensions."""
+    out: list[int] = []
+    for number, wire, value, _ in fields(tensor):
+        if number != TENSOR_DIMS:
+            continue
+        if wire == VARINT:
+            out.append(int(value))  # type: ignore[arg-type]
+        elif wire == LEN:  # packed
+            pos = 0
+            while pos < len(value):  # type: ignore[arg-type]
+                item, pos = varint(value, pos)  # type: ignore[arg-type]
+                out.append(item)
+    return out
+
+
+def scalar(tensor: bytes) -> int | None:
+    """The one integer a TensorProto holds in the file (int32 / int64), else None."""
+    message = fields(tensor)
+    kind = next(iter(_varints(message, TENSOR_TYPE)), 0)
+    location = next(iter(_varints(message, TENSOR_LOCATION)), 0)
+    if kind not in (INT32, INT64) or location == EXTERNAL:
+        return None
+    values: list[int] = []
+    for number, wire, value, _ in message:
+        if number == TENSOR_RAW and wire == LEN:
+            fmt = "<q" if kind == INT64 else "<i"
+            values += [v for (v,) in struct.iter_unpack(fmt, value)]  # type: ignore[arg-type]
+        elif number in (TENSOR_INT32, TENSOR_INT64):
+            if wire == VARINT:
+                values.append(value)  # type: ignore[arg-type]
+            elif wire == LEN:  # packed
+                pos = 0
+                while pos < len(value):  # type: ignore[arg-type]
+                    item, pos = varint(value, pos)  # type: ignore[arg-type]
+                    values.append(item)
+    if len(values) != 1:
+        return None
+    found = values[0]
+    return found - (1 << 64) if found >= 1 << 63 else found
+
+
+def int64_tensor(name: str, values: list[int], shape: list[int] | None = None) -> bytes:
+    """A TensorProto of int64 ``values`` (1-D unless ``shape``; ``[]`` for a scalar)."""
+    out = bytearray()
+    for size in [len(values)] if shape is None else shape:
+        out += _varint_field(TENSOR_DIMS, size)
+    out += _varint_field(TENSOR_TYPE, INT64)
+    out += len_field(TENSOR_NAME, name.encode())
+    out += len_field(TENSOR_RAW, struct.pack(f"<{len(values)}q", *values))
+    return bytes(out)
+
+
+def node(
+    op_type: str,
+    inputs: list[str],
+    outputs: list[str],
+    name: str,
+    *,
+    domain: str = "",
+    ints: dict[str, int | list[int]] | None = None,
+) -> bytes:
+    """A NodeProto with integer (or integer-list) attributes."""
+    out = bytearray()
+    for value in inputs:
+        out += len_field(NODE_INPUT, value.encode())
+    for value in outputs:
+        out += len_field(NODE_OUTPUT, value.encode())
+    out += len_field(NODE_NAME, name.encode())
+    out += len_field(NODE_OP_TYPE, op_type.encode())
+    for key, value in (ints or {}).items():
+        attr = bytearray(len_field(ATTR_NAME, key.encode()))
+        if isinstance(value, list):
+            for item in value:
+                attr += _varint_field(ATTR_INTS, item)
+            attr += _varint_field(ATTR_TYPE, ATTR_KIND_INTS)
+        else:
+            attr += _varint_field(ATTR_INT, value)
+            attr += _varint_field(ATTR_TYPE, ATTR_KIND_INT)
+        out += len_field(NODE_ATTRIBUTE, bytes(attr))
+    if domain:
+        out += len_field(NODE_DOMAIN, domain.encode())
+    return bytes(out)
+
+
+def value_info(name: str, elem: int, shape: list[int | str]) -> bytes:
+    """A ValueInfoProto of a tensor: ``shape`` entries are sizes or symbolic names."""
+    shape_bytes = bytearray()
+    for dim in shape:
+        if isinstance(dim, str):
+            shape_bytes += len_field(SHAPE_DIM, len_field(DIM_PARAM, dim.encode()))
+        else:
+            shape_bytes += len_field(SHAPE_DIM, _varint_field(DIM_VALUE, dim))
+    tensor = _varint_field(TENSOR_ELEM_TYPE, elem) + len_field(TENSOR_SHAPE, bytes(shape_bytes))
+    return len_field(VALUE_NAME, name.encode()) + len_field(
+        VALUE_TYPE, len_field(TYPE_TENSOR, tensor)
+    )
+
+
+def read_value_info(info: bytes) -> tuple[str, int, list[int | str]]:
+    """``(name, element type, shape)`` of a tensor's ValueInfoProto (a dimension without a
+    size or a name reads as ``""``)."""
+    message = fields(info)
+    name = (strings(message, VALUE_NAME) or [""])[0]
+    elem, shape = 0, []
+    for kind in payloads(message, VALUE_TYPE):
+        for tensor in payloads(fields(kind), TYPE_TENSOR):
+            tensor_fields = fields(tensor)
+            elem = next(iter(_varints(tensor_fields, TENSOR_ELEM_TYPE)), 0)
+            for shape_bytes in payloads(tensor_fields, TENSOR_SHAPE):
+                for dim in payloads(fields(shape_bytes), SHAPE_DIM):
+                    dim_fields = fields(dim)
+                    sizes = _varints(dim_fields, DIM_VALUE)
+                    named = strings(dim_fields, DIM_PARAM)
+                    shape.append(sizes[0] if sizes else named[0] if named else "")
+    return name, elem, shape
+
+
+def opset(model: list, domain: str = "") -> int:
+    """The opset version a ModelProto's `fields` import for ``domain`` (0 when none)."""
+    for entry in payloads(model, MODEL_OPSET_IMPORT):
+        entry_fields = fields(entry)
+        if (strings(entry_fields, 1) or [""])[0] == domain:
+            return next(iter(_varints(entry_fields, 2)), 0)
+    return 0
+
+
+def _tensor_locations(tensor: bytes) -> list[str]:
+    out = []
+    for entry in payloads(fields(tensor), TENSOR_EXTERNAL_DATA):
+        entry_fields = fields(entry)
+        if strings(entry_fields, 1) == ["location"]:
+            out += strings(entry_fields, 2)
+    return out
+
+
+def external_locations(model: bytes) -> set[str]:
+    """The external-data files the top graph's initializers name (``location``)."""
+    found: set[str] = set()
+    for graph in payloads(fields(model), MODEL_GRAPH):
+        for tensor in payloads(fields(graph), GRAPH_INITIALIZER):
+            found.update(_tensor_locations(tensor))
+    return found
+
+
+def relocated(model: bytes, locations: dict[str, str]) -> bytes:
+    """``model`` with its top graph's initializers' external-data ``location`` renamed by
+    ``locations`` (names it does not hold stay)."""
+
+    def tensor_bytes(tensor: bytes) -> bytes:
+        out = bytearray()
+        for number, kind, value, raw in fields(tensor):
+            if number == TENSOR_EXTERNAL_DATA and kind == LEN:
+                entry_fields = fields(value)  # type: ignore[arg-type]
+                named = strings(entry_fields, 2)
+                if strings(entry_fields, 1) == ["location"] and named and named[0] in locations:
+                    entry = len_field(1, b"location") + len_field(2, locations[named[0]].encode())
+                    raw = len_field(number, entry)
+            out += raw
+        return bytes(out)
+
+    model_out = bytearray()
+    for number, kind, value, raw in fields(model):
+        if number == MODEL_GRAPH and kind == LEN:
+            graph_out = bytearray()
+            for g_number, g_kind, g_value, g_raw in fields(value):  # type: ignore[arg-type]
+                if g_number == GRAPH_INITIALIZER and g_kind == LEN:
+                    g_raw = len_field(g_number, tensor_bytes(g_value))  # type: ignore[arg-type]
+                graph_out += g_raw
+            raw = len_field(number, bytes(graph_out))
+        model_out += raw
+    return bytes(model_out)
