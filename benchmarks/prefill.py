@@ -13,7 +13,10 @@ call = a new generator, ``append_tokens(prompt)``, ``generate_next_token()`` (ge
 reference), or ``generate(prompt, max_new_tokens=1)`` (OpenVINO GenAI): the time to the first
 token. Printed per engine, length and thread count: the median wall ms with its range, the
 median process CPU ms (on a loaded machine the CPU time of a 1-thread run is the steadier
-measure) and the ratio of medians to OpenVINO GenAI's.
+measure) and the ratio of medians to OpenVINO GenAI's (``--baseline LABEL``: to another
+engine's; without OpenVINO GenAI, to the reference's). ``--untrimmed`` adds genai with
+``GENAI_TRIM_LOGITS=0`` on ``-m``'s folder (every position's logits computed, as the
+reference does; `genai.runtime.trimmed_logits`).
 
 OpenVINO GenAI runs in its own virtual environment with the model converted by
 ``scripts/setup_openvino_bench.sh`` (its defaults are this script's defaults; ``--openvino ''``
@@ -62,6 +65,10 @@ def _worker(engine: str, folder: str, threads: int, chunk: int = 0) -> None:
         if engine == "reference":
             import onnxruntime_genai as lib  # lazy: the reference is a test dependency
         else:
+            if (
+                engine == "genai-untrimmed"
+            ):  # every position's logits (genai.runtime.trimmed_logits)
+                os.environ["GENAI_TRIM_LOGITS"] = "0"
             sys.path.insert(0, str(ROOT))
             import genai as lib  # lazy: not in the OpenVINO venv
         config = lib.Config(folder)
@@ -169,6 +176,16 @@ def main() -> None:
     ap.add_argument("--openvino", default=str(OV_IR), help="OpenVINO IR folder ('' = skip)")
     ap.add_argument("--openvino-python", default=str(OV_VENV / "bin" / "python"))
     ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument(
+        "--untrimmed",
+        action="store_true",
+        help="also genai with GENAI_TRIM_LOGITS=0 on -m's folder (every position's logits)",
+    )
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        help="the engine label the ratios divide by (default: openvino-genai, else reference)",
+    )
     ap.add_argument("--lengths", type=int, nargs="+", default=[32, 128, 512, 2048])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=5)
@@ -202,6 +219,8 @@ def main() -> None:
     for item in args.also:
         label, _, folder = item.partition("=")
         engines.append((label, "genai", folder, sys.executable, 0))
+    if args.untrimmed:
+        engines.append(("genai-untrimmed", "genai-untrimmed", str(args.model), sys.executable, 0))
     if not args.no_reference:
         engines.append(("reference", "reference", str(args.model), sys.executable, 0))
     if args.openvino:
@@ -234,16 +253,17 @@ def main() -> None:
             w.close()
 
     labels = [e[0] for e in engines]
+    baseline = args.baseline or ("openvino-genai" if args.openvino else "reference")
     print(f"prefill = time to the first token; {args.rounds} interleaved rounds; medians "
           "(wall range); load average at the end "
           f"{os.getloadavg()[0]:.1f}")  # fmt: skip
     print(
-        "| prompt | threads | engine | wall ms | CPU ms | wall / openvino-genai | CPU / openvino |"
+        f"| prompt | threads | engine | wall ms | CPU ms | wall / {baseline} | CPU / {baseline} |"
     )
     print("|---|---|---|---|---|---|---|")
     for n in args.lengths:
         for t in args.threads:
-            base = results.get(("openvino-genai", t, n))
+            base = results.get((baseline, t, n))
             base_wall = statistics.median(x["wall"] for x in base) if base else None
             base_cpu = statistics.median(x["cpu"] for x in base) if base else None
             for label in labels:

@@ -2,14 +2,14 @@
 onnxruntime-genai (the reference) on the same folder and the same processor output.
 
     PYTHONPATH=. python benchmarks/vision.py [--kinds phi3v qwen2_5_vl] [--repeat 5]
-        [--hidden 256] [--layers 4] [--new-tokens 64] [--folder DIR] [--ttft-rounds 41]
+        [--hidden 256] [--layers 4] [--vocab 64] [--new-tokens 64] [--folder DIR] [--ttft-rounds 41]
 
 For each kind, tiny random folders are written with `genai.testing.vision` (``--hidden`` and
-``--layers`` size the decoder; ``--folder`` runs a real folder instead), and a 336x336 and a
-1344x1344 synthetic image are turned into model inputs once by the reference's processor (so
-both engines run the same arrays; the processors are compared elsewhere). TTFT is
-``set_inputs`` (vision, embedding and decoder prompt runs) plus the first
-``generate_next_token``; decode is ``--new-tokens`` greedy steps after it. Each engine's own
+``--layers`` size the decoder, ``--vocab`` its base vocabulary; ``--folder`` runs a real folder
+instead), and a 336x336 and a 1344x1344 synthetic image are turned into model inputs once by
+the reference's processor (so both engines run the same arrays; the processors are compared
+elsewhere). TTFT is ``set_inputs`` (vision, embedding and decoder prompt runs) plus the
+first ``generate_next_token``; decode is ``--new-tokens`` greedy steps after it. Each engine's own
 processor is timed apart (``proc``: opening the image file and making the inputs;
 ``--no-processor`` skips it). The engines run interleaved (their order alternating), ``--repeat``
 times each, after one warm-up run; medians are reported with the ratio genai / reference (TTFT:
@@ -203,6 +203,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument(
+        "--vocab",
+        type=int,
+        default=64,
+        help="the fixtures' base vocabulary (their markers come on top; e.g. 32000 as Phi-3's)",
+    )
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--sides", type=int, nargs="+", default=[336, 1344])
     parser.add_argument("--folder", type=Path, help="a real model folder (its prompt: --kinds)")
@@ -233,6 +239,7 @@ def main() -> None:
                     num_layers=args.layers,
                     num_heads=max(4, args.hidden // 64),
                     num_kv_heads=max(2, args.hidden // 128),
+                    base_vocab=args.vocab,
                 )
             for side, image in images.items():
                 row = bench(

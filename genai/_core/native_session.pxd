@@ -164,6 +164,9 @@ cdef class NativeSession:
     cdef object long_owner
     cdef Py_ssize_t long_ids_index
     cdef int64_t long_above
+    # How the graph's logits were trimmed at load (genai.runtime.trimmed_logits.TrimmedLogits),
+    # or None: bindings share it.
+    cdef public object trimmed
     cdef dict _input_index
     cdef dict _output_index
     cdef tuple _input_shapes

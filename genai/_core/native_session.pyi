@@ -71,6 +71,9 @@ class NativeSession:
     """An onnxruntime session with one IoBinding (`new_binding` gives another on the same
     session). Names and types are read once, when the session is created."""
 
+    #: How the graph's logits were trimmed at load (a ``TrimmedLogits``), or None.
+    trimmed: Any
+
     @property
     def graph_id(self) -> int | None: ...
     @property

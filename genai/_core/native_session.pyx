@@ -842,6 +842,7 @@ cdef class NativeSession:
         other.long_owner = self.long_owner
         other.long_ids_index = self.long_ids_index
         other.long_above = self.long_above
+        other.trimmed = self.trimmed
         other._init_binding_state()
         return other
 

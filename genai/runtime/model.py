@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -16,11 +17,12 @@ import numpy as np
 
 from genai._core.native_session import NativeSession
 from genai.compat import logging_options
-from genai.errors import ConfigError, ModelError, UnsupportedFeatureError
-from genai.kv.windowed_cache import static_shape_overrides
+from genai.errors import ConfigError, GenerationError, ModelError, UnsupportedFeatureError
+from genai.kv.windowed_cache import engine_slides, static_shape_overrides
 from genai.multimodal.processor import MultiModalProcessor
 from genai.providers import ExecutionProvider, get_provider, plugins
 from genai.runtime import hugepages
+from genai.runtime import onnx_wire as wire
 from genai.runtime.config import Config, normalize_provider_name
 from genai.runtime.draft import load_draft
 from genai.runtime.encoder import ENCODER_DECODER_TYPES, EncoderGraph, load_encoder
@@ -32,6 +34,7 @@ from genai.runtime.pipeline_stages import (
     stage_session_options,
 )
 from genai.runtime.run_length_split import split_by_run_length
+from genai.runtime.trimmed_logits import TrimmedLogits, trim_logits
 from genai.runtime.vision import (
     VISION_TYPES,
     EmbeddedDecoderIO,
@@ -123,6 +126,9 @@ _PRESET_INPUT_NAMES = frozenset(["num_logits_to_keep"])
 
 #: ORT's session config key for the folder of external-data files of a model loaded from memory.
 _EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
+#: The largest graph file whose logits are trimmed (read whole into memory to rewrite): graphs
+#: with their weights in an external-data file are a few megabytes at most.
+_TRIM_MAX_BYTES = 256 << 20
 
 
 def refuse_unsupported_features(config: Config) -> None:
@@ -250,6 +256,9 @@ class Model:
     def __init__(self, config: str | os.PathLike[str] | Config) -> None:
         started = time.perf_counter()
         self.config = config if isinstance(config, Config) else Config(config)
+        # the lm_head graph of a trimmed decoder (`full_logits`), loaded on first use
+        self._head: NativeSession | None = None
+        self._head_lock = threading.Lock()
         refuse_unsupported_features(self.config)
         model_type = self.config.get("model.type")
         pipelined = model_type == PIPELINE_TYPE
@@ -305,7 +314,10 @@ class Model:
                     self.shape_sessions[count] = self._create_session(shapes[count])
                 self.session = self.shape_sessions[1]
             else:
-                self.session = self._create_session()
+                # a decoder run by the native loop, the vision runner or the server computes its
+                # long runs' lm_head for the rows it reads (genai.runtime.trimmed_logits)
+                trim = not (encoder_decoder or engine_slides(self.config))
+                self.session = self._create_session(trim=trim)
             if vision:
                 self.vision = load_vision_graphs(self.config, self._graph_session, self.session)
             if encoder_decoder:
@@ -474,10 +486,12 @@ class Model:
         provider: ExecutionProvider | None = None,
         provider_options: dict[str, str] | None = None,
         run_options: dict[str, str] | None = None,
+        trim: bool = False,
     ) -> NativeSession:
         """The decoder's session; ``fixed``: symbolic dimensions to fix beyond the provider's
         (they take precedence). A pipeline stage passes its own session options, file,
-        provider and run options (defaults: the decoder's)."""
+        provider and run options (defaults: the decoder's). ``trim``: trim the logits of long
+        runs where the graph allows it (`genai.runtime.trimmed_logits`)."""
         config = self.config
         if session_cfg is None:
             session_cfg = config.get("model.decoder.session_options", {}) or {}
@@ -540,17 +554,38 @@ class Model:
         split = None
         if model_bytes is None and os.environ.get("GENAI_RUN_LENGTH_SPLIT", "1") != "0":
             split = split_by_run_length(path)
+        trimmed = None
+        if trim and split is None and self._can_trim(provider, provider_options):
+            trimmed = _trimmed(path, model_bytes, config)
+        graphs = (
+            [split.short_graph, split.long_graph] if split else [trimmed.graph] if trimmed else []
+        )
+        if graphs and not model_bytes:
+            # graphs rewritten in memory read their external data from the folder
+            moved = in_memory_graphs(path.parent, [*graphs, *([trimmed.head] if trimmed else [])])
+            if moved is None:
+                split = trimmed = None
+                graphs = []
+            else:
+                graphs, folder = moved
+                entries[_EXTERNAL_DATA_FOLDER] = folder
+                if trimmed is not None:
+                    trimmed = replace(trimmed, graph=graphs[0], head=graphs[1], data_folder=folder)
         try:
             if split is None:
-                return NativeSession(
-                    str(path), model_bytes=model_bytes, config_entries=entries, **options
+                session = NativeSession(
+                    str(path),
+                    model_bytes=trimmed.graph if trimmed else model_bytes,
+                    config_entries=entries,
+                    **options,
                 )
+                session.trimmed = trimmed
+                return session
             # One session per branch of the graph's run-length If, so that a decode step does
             # not pay for the If; the branches' own kernels, so the If graph's numbers.
-            entries[_EXTERNAL_DATA_FOLDER] = str(path.parent.resolve())
             short, long = (
                 NativeSession(str(path), model_bytes=graph, config_entries=entries, **options)
-                for graph in (split.short_graph, split.long_graph)
+                for graph in graphs[:2]
             )
             short.route_long_runs(long, split.ids, split.above)
             return short
@@ -558,6 +593,43 @@ class Model:
             raise
         except Exception as exc:  # ORT's own errors: name the file
             raise ModelError(f"onnxruntime could not load {path}: {exc}") from exc
+
+    @staticmethod
+    def _can_trim(provider: ExecutionProvider, options: dict[str, str]) -> bool:
+        """Whether a trimmed graph runs on ``provider``: not with static shapes, a KV cache
+        the session keeps or graph capture (their outputs have fixed shapes)."""
+        return not (
+            provider.static_shapes
+            or provider.session_kv is not None
+            or provider.graph_capture_enabled(options)
+        )
+
+    def full_logits(self, hidden: np.ndarray) -> np.ndarray:
+        """Every row's logits of a trimmed run from its pre-head hidden state (the head graph
+        of `genai.runtime.trimmed_logits`, loaded on first use)."""
+        trimmed: TrimmedLogits | None = self.session.trimmed
+        if trimmed is None:
+            raise GenerationError("the model's logits are not trimmed")
+        with self._head_lock:
+            if self._head is None:
+                path = self.config.resolve_file(
+                    self.config.decoder.get("filename", "model.onnx"), "model.decoder.filename"
+                )
+                entries = {_EXTERNAL_DATA_FOLDER: trimmed.data_folder or str(self.config.path)}
+                self._head = NativeSession(
+                    str(path),
+                    model_bytes=trimmed.head,
+                    config_entries=entries,
+                    intra_op_num_threads=default_intra_op_threads(),
+                    providers=self.provider.session_spec(
+                        self.provider_options, self.config
+                    ).providers,
+                )
+            head = self._head.new_binding()
+        head.bind_input(trimmed.hidden, np.ascontiguousarray(hidden))
+        head.bind_output_to_device(self.io.logits)
+        head.run()
+        return head.get_output(self.io.logits)
 
     def bind_extra_inputs(self, session: NativeSession) -> None:
         """Bind the inputs a run needs beyond ids, mask, positions and KV on a new binding:
@@ -869,6 +941,51 @@ def preset_input_values(session: Any, claimed: frozenset[str]) -> dict[str, np.n
         value.flags.writeable = False
         found[name] = value
     return found
+
+
+def in_memory_graphs(folder: Path, graphs: list[bytes]) -> tuple[list[bytes], str] | None:
+    """``graphs`` (serialized models of the folder's files, rewritten in memory) and the folder
+    onnxruntime reads their external data from: the model folder, or, where its files link out
+    of it (a Hugging Face cache's snapshot links into ``blobs/``, which onnxruntime refuses for
+    a model given as bytes), the one folder every linked file is in, with each initializer's
+    ``location`` renamed to its file there. None when the files are in several folders or
+    missing."""
+    inside = folder.resolve()
+    locations = set().union(*(wire.external_locations(graph) for graph in graphs))
+    targets = {name: (folder / name).resolve() for name in locations}
+    if all(target.is_relative_to(inside) for target in targets.values()):
+        return graphs, str(inside)
+    parents = {target.parent for target in targets.values()}
+    if len(parents) != 1 or not all(target.is_file() for target in targets.values()):
+        log.debug("%s: external data in several folders; graphs not rewritten", folder)
+        return None
+    renamed = {name: target.name for name, target in targets.items()}
+    return [wire.relocated(graph, renamed) for graph in graphs], str(parents.pop())
+
+
+def _trimmed(path: Path, model_bytes: bytes | None, config: Config) -> TrimmedLogits | None:
+    """The trimmed graph of the decoder (`genai.runtime.trimmed_logits`), or None: turned
+    off (``GENAI_TRIM_LOGITS=0``), a graph file too large to rewrite in memory (weights
+    inside it), or a graph the rewrite does not apply to."""
+    if os.environ.get("GENAI_TRIM_LOGITS", "1") == "0":
+        return None
+    if model_bytes is None:
+        try:
+            if path.stat().st_size > _TRIM_MAX_BYTES:
+                return None
+            model_bytes = path.read_bytes()
+        except OSError:
+            return None
+    names_in = config.decoder.get("inputs", {})
+    names_out = config.decoder.get("outputs", {})
+    trimmed = trim_logits(
+        model_bytes,
+        logits=names_out.get("logits", "logits"),
+        mask=names_in.get("attention_mask", "attention_mask"),
+    )
+    if trimmed is not None:
+        log.debug("%s: runs of more than %d tokens compute one logits row", path, trimmed.above)
+    return trimmed
 
 
 def extra_output_names(io: DecoderIO, session: Any) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from genai.generation.drivers.base import LoopSettings, new_loop
 from genai.generation.drivers.common import SessionInputs, bind_outputs
 from genai.kv.kv_cache import make_kv_cache
 from genai.runtime.model import PREFILL_CHUNK_TYPES
+from genai.runtime.trimmed_logits import VERIFY_TOKENS
 
 if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
@@ -28,7 +29,6 @@ __all__ = ["NEW_TOKEN_LOGITS", "VERIFY_TOKENS", "NativeDriver", "verify_output"]
 #: The output genai's builder writes beside last-token ``logits``: the logits of every new token
 #: of a run on top of a past of at most `VERIFY_TOKENS` tokens.
 NEW_TOKEN_LOGITS = "new_token_logits"
-VERIFY_TOKENS = 17
 
 
 def verify_output(session: NativeSession, logits: str) -> tuple[str, int] | None:
@@ -37,6 +37,8 @@ def verify_output(session: NativeSession, logits: str) -> tuple[str, int] | None
     `NEW_TOKEN_LOGITS`; None when the graph returns the last position's only."""
     if NEW_TOKEN_LOGITS in session.output_dtypes:
         return NEW_TOKEN_LOGITS, VERIFY_TOKENS
+    if session.trimmed is not None:  # every row up to `above` tokens (genai.runtime.trimmed_logits)
+        return logits, session.trimmed.above
     shape = session.output_shapes.get(logits) or []
     if len(shape) == 3 and shape[1] == 1:
         return None
@@ -170,6 +172,10 @@ class NativeDriver(SessionInputs):
         if name == self.io.logits:
             if loop.last_run_count == 1:
                 return loop.array("step_logits").copy()
+            trimmed = self.session.trimmed
+            if trimmed is not None and loop.last_run_count > trimmed.above:
+                # a long run computed one row: every row from its hidden state, on demand
+                return self.model.full_logits(self.session.get_output(trimmed.hidden))
             return self.session.get_output(name)
         if name in self.extra_outputs:
             return self.session.get_output(name)

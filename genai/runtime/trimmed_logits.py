@@ -1,0 +1,294 @@
+"""A decoder graph whose long runs compute the lm_head for the rows genai reads, not for every
+position.
+
+A decoder exported by the reference's builder returns ``logits`` for every position of a run:
+a 512-token prompt of a 49k-vocabulary model computes (and writes) 512 x 49152 logits to use one
+row. The lm_head is then a large share of the prompt's time (a fifth of SmolLM2-135M's
+weights) and the logits its largest buffer. `trim_logits` rewrites such a graph at load time:
+
+* a run of at most `VERIFY_TOKENS` new tokens per row (decode steps, speculative verification,
+  short appended turns) computes every row, exactly as before;
+* a longer run gathers, per row, its last real token (the last new position whose mask is 1)
+  and the one before it, runs the lm_head chain on those 2 rows and returns the last:
+  ``logits`` is ``[batch, 1, vocab]``, the row the generator samples from. Two rows, not one,
+  because onnxruntime's ``MatMulNBits`` takes another kernel for a single row whose last bits
+  differ; from two rows on each row's result does not depend on the row count, so the row is
+  bit-identical to the reference's run of the whole graph.
+
+The pre-head hidden state (the lm_head's input, ``[batch, sequence, hidden]``) becomes an
+extra output, and `TrimmedLogits.head` is a graph of the lm_head chain alone: a caller that
+asks for a long run's every row (`Generator.get_output("logits")`, as perplexity scripts do)
+gets them from the head graph over the hidden state, the reference's values.
+
+The rewrite applies when the graph's ``logits`` output is made by a ``MatMul`` /
+``MatMulNBits`` over constant weights followed only by elementwise ops with constants (a
+softcap, a cast), the graph takes the attention mask as an input and imports opset 13 or
+later; other graphs load as they are. It reads and writes the protobuf itself
+(`genai.runtime.onnx_wire`). ``GENAI_TRIM_LOGITS=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from genai.runtime import onnx_wire as wire
+
+__all__ = ["VERIFY_TOKENS", "TrimmedLogits", "trim_logits"]
+
+log = logging.getLogger(__name__)
+
+#: Runs of at most this many new tokens per row keep every row's logits (16 proposals + the
+#: pending token: the reference's largest max_draft_tokens + 1, what speculative decoding
+#: verifies in one run).
+VERIFY_TOKENS = 17
+
+#: The ops that may make the lm_head, and the elementwise ops that may follow it.
+_HEADS = {("", "MatMul"), ("com.microsoft", "MatMulNBits"), ("com.microsoft", "FusedMatMul")}
+_ELEMENTWISE = {"Cast", "Mul", "Div", "Add", "Sub", "Tanh"}
+_PREFIX = "genai_trim/"
+_INT64 = 7
+
+
+@dataclass(frozen=True)
+class TrimmedLogits:
+    """A trimmed decoder (see the module docstring): ``graph`` and ``head`` are serialized
+    ModelProtos (their initializers keep their external-data references); ``hidden`` names
+    the pre-head hidden state, an output of ``graph`` and the input of ``head``; runs of more
+    than ``above`` tokens return one logits row per batch row. ``data_folder``: where the
+    loader found the external data (None: the model folder)."""
+
+    graph: bytes
+    head: bytes
+    hidden: str
+    above: int
+    data_folder: str | None = None
+
+
+@dataclass
+class _Node:
+    raw: bytes
+    op: str
+    domain: str
+    inputs: list[str]
+    outputs: list[str]
+
+
+def _node(raw: bytes) -> _Node:
+    message = wire.fields(raw)
+    return _Node(
+        raw,
+        (wire.strings(message, wire.NODE_OP_TYPE) or [""])[0],
+        (wire.strings(message, wire.NODE_DOMAIN) or [""])[0],
+        wire.strings(message, wire.NODE_INPUT),
+        wire.strings(message, wire.NODE_OUTPUT),
+    )
+
+
+def _renamed(
+    node: _Node, *, inputs: dict[str, str] | None = None, outputs: dict[str, str] | None = None
+) -> bytes:
+    """``node``'s bytes with inputs / outputs renamed."""
+    out = bytearray()
+    for number, kind, value, raw in wire.fields(node.raw):
+        table = (
+            inputs if number == wire.NODE_INPUT else outputs if number == wire.NODE_OUTPUT else None
+        )
+        if table and kind == wire.LEN:
+            name = value.decode()  # type: ignore[union-attr]
+            out += wire.len_field(number, table.get(name, name).encode())
+        else:
+            out += raw
+    return bytes(out)
+
+
+def trim_logits(
+    data: bytes, *, logits: str = "logits", mask: str = "attention_mask"
+) -> TrimmedLogits | None:
+    """The trimmed graph of the serialized model ``data`` (see the module docstring), or None
+    when its graph is not one the rewrite applies to."""
+    try:
+        return _trim(data, logits, mask)
+    except (wire.MalformedProto, UnicodeDecodeError, ValueError) as exc:
+        log.debug("logits not trimmed: %s", exc)
+        return None
+
+
+def _trim(data: bytes, logits: str, mask: str) -> TrimmedLogits | None:
+    model = wire.fields(data)
+    graphs = wire.payloads(model, wire.MODEL_GRAPH)
+    if len(graphs) != 1 or wire.opset(model) < 13:
+        return None
+    graph = wire.fields(graphs[0])
+    nodes = [_node(raw) for raw in wire.payloads(graph, wire.GRAPH_NODE)]
+    inits = {}
+    for tensor in wire.payloads(graph, wire.GRAPH_INITIALIZER):
+        names = wire.strings(wire.fields(tensor), wire.TENSOR_NAME)
+        if names:
+            inits[names[0]] = tensor
+    inputs = {wire.read_value_info(v)[0] for v in wire.payloads(graph, wire.GRAPH_INPUT)}
+    outputs = {wire.read_value_info(v)[0]: v for v in wire.payloads(graph, wire.GRAPH_OUTPUT)}
+    if logits not in outputs or mask not in inputs:
+        return None
+    producer = {name: i for i, node in enumerate(nodes) for name in node.outputs}
+    uses: dict[str, int] = {}
+    for node in nodes:
+        for name in node.inputs:
+            uses[name] = uses.get(name, 0) + 1
+    constants = set(inits) | {
+        name for node in nodes if node.op == "Constant" and not node.domain for name in node.outputs
+    }
+
+    # walk back from the logits through elementwise ops to the lm_head
+    chain: list[int] = []
+    name = logits
+    while True:
+        if name not in producer or (chain and (uses.get(name) != 1 or name in outputs)):
+            return None
+        index = producer[name]
+        node = nodes[index]
+        chain.append(index)
+        if (node.domain, node.op) in _HEADS:
+            break
+        variable = [x for x in node.inputs if x and x not in constants]
+        if node.domain or node.op not in _ELEMENTWISE or len(variable) != 1 or len(chain) > 8:
+            return None
+        name = variable[0]
+    head = nodes[chain[-1]]
+    hidden = head.inputs[0]
+    weights = [x for x in head.inputs[1:] if x]
+    if uses.get(logits) or hidden in inputs or not all(x in inits for x in weights):
+        return None
+    # the hidden state's type: the weights' (MatMul's B; MatMulNBits' scales)
+    typed = weights[1] if head.op == "MatMulNBits" and len(weights) > 1 else weights[0]
+    hidden_type = wire.elem_type(inits[typed])
+    _, logits_type, logits_shape = wire.read_value_info(outputs[logits])
+    if not hidden_type or len(logits_shape) != 3:
+        return None
+
+    new_nodes, new_inits = _trim_nodes(hidden, mask)
+    rows = _PREFIX + "rows"
+    all_rows = _PREFIX + "logits_rows"
+    top = bytearray()
+    for number, _, _, raw in graph:
+        if number in (wire.GRAPH_NODE, wire.GRAPH_OUTPUT):
+            continue
+        top += raw
+    for i, node in enumerate(nodes):
+        if i == chain[-1]:
+            for raw in new_nodes:
+                top += wire.len_field(wire.GRAPH_NODE, raw)
+        raw = node.raw
+        if i in (chain[0], chain[-1]):
+            raw = _renamed(
+                node,
+                inputs={hidden: rows} if i == chain[-1] else None,
+                outputs={logits: all_rows} if i == chain[0] else None,
+            )
+        top += wire.len_field(wire.GRAPH_NODE, raw)
+    top += wire.len_field(
+        wire.GRAPH_NODE,
+        wire.node(
+            "Slice",
+            [all_rows, _PREFIX + "from", _PREFIX + "big", _PREFIX + "one"],
+            [logits],
+            _PREFIX + "last_row",
+        ),
+    )
+    for raw in new_inits:
+        top += wire.len_field(wire.GRAPH_INITIALIZER, raw)
+    for name, info in outputs.items():
+        if name == logits:
+            info = wire.value_info(
+                logits, logits_type, [logits_shape[0], "logits_rows", logits_shape[2]]
+            )
+        top += wire.len_field(wire.GRAPH_OUTPUT, info)
+    hidden_shape: list[int | str] = [logits_shape[0], "sequence_length", "hidden_size"]
+    top += wire.len_field(wire.GRAPH_OUTPUT, wire.value_info(hidden, hidden_type, hidden_shape))
+
+    # the head alone: the chain's nodes, the constants they use, and nothing else
+    used = {x for i in chain for x in nodes[i].inputs}
+    head_graph = bytearray()
+    for i, node in enumerate(nodes):
+        if i in chain or (node.op == "Constant" and set(node.outputs) & used):
+            head_graph += wire.len_field(wire.GRAPH_NODE, node.raw)
+    head_graph += wire.len_field(wire.GRAPH_NAME, b"genai_lm_head")
+    for name, tensor in inits.items():
+        if name in used:
+            head_graph += wire.len_field(wire.GRAPH_INITIALIZER, tensor)
+    head_graph += wire.len_field(
+        wire.GRAPH_INPUT, wire.value_info(hidden, hidden_type, hidden_shape)
+    )
+    head_graph += wire.len_field(wire.GRAPH_OUTPUT, outputs[logits])
+    return TrimmedLogits(
+        graph=_with_graph(model, bytes(top)),
+        head=_with_graph(model, bytes(head_graph)),
+        hidden=hidden,
+        above=VERIFY_TOKENS,
+    )
+
+
+def _with_graph(model: list, graph: bytes) -> bytes:
+    out = bytearray()
+    for number, _, _, raw in model:
+        if number != wire.MODEL_GRAPH:
+            out += raw
+    out += wire.len_field(wire.MODEL_GRAPH, graph)
+    return bytes(out)
+
+
+def _trim_nodes(hidden: str, mask: str) -> tuple[list[bytes], list[bytes]]:
+    """The nodes (and their constants) that gather each row's rows for the lm_head into
+    ``genai_trim/rows``: every new position for a run of at most `VERIFY_TOKENS` tokens, else
+    the row's last real token and the one before it."""
+    p = _PREFIX
+    consts = {
+        "one_s": ([1], []),  # scalars
+        "two_s": ([2], []),
+        "above_s": ([VERIFY_TOKENS], []),
+        "one": ([1], None),  # 1-D
+        "axis1": ([1], None),
+        "from_long": ([-1], None),
+        "from_short": ([0], None),
+        "big": ([1 << 62], None),
+        "zero": ([0], None),
+        "ones2": ([1, 1], None),
+        "two_d": ([-1, 1], None),
+        "three_d": ([0, -1, 1], None),
+        "hidden_at": ([2], None),
+        "hidden_end": ([3], None),
+        "axis0": ([0], None),
+    }
+    inits = [wire.int64_tensor(p + name, values, shape) for name, (values, shape) in consts.items()]
+    n: list[bytes] = []
+
+    def op(kind: str, inputs: list[str], out: str, **ints: int | list[int]) -> None:
+        n.append(wire.node(kind, inputs, [p + out], p + out, ints=ints or None))
+
+    op("Shape", [hidden], "hidden_shape")
+    op("Gather", [p + "hidden_shape", p + "one_s"], "count", axis=0)  # new tokens per row
+    op("Shape", [mask], "mask_shape")
+    op("Gather", [p + "mask_shape", p + "one_s"], "total", axis=0)
+    op("Sub", [p + "total", p + "count"], "past")
+    op("Cast", [mask], "mask64", to=_INT64)
+    op("ReduceSum", [p + "mask64", p + "axis1"], "length", keepdims=0)  # (opset 13: axes input)
+    op("Sub", [p + "length", p + "one_s"], "last_absolute")
+    op("Sub", [p + "last_absolute", p + "past"], "last_new")  # [batch]
+    op("Sub", [p + "count", p + "one_s"], "count_less_one")
+    op("Min", [p + "last_new", p + "count_less_one"], "last_clamped")
+    op("Max", [p + "last_clamped", p + "zero"], "last")
+    op("Greater", [p + "count", p + "above_s"], "long")
+    op("Where", [p + "long", p + "two_s", p + "count"], "keep")
+    op("Where", [p + "long", p + "last", p + "count_less_one"], "base")  # [batch]
+    op("Sub", [p + "one_s", p + "keep"], "start")
+    op("Range", [p + "start", p + "one_s", p + "one_s"], "offsets")  # [keep]
+    op("Reshape", [p + "base", p + "two_d"], "base_column")  # [batch, 1]
+    op("Add", [p + "base_column", p + "offsets"], "index_raw")
+    op("Max", [p + "index_raw", p + "zero"], "index")  # [batch, keep]
+    op("Reshape", [p + "index", p + "three_d"], "index3")  # [batch, keep, 1]
+    op("Slice", [p + "hidden_shape", p + "hidden_at", p + "hidden_end", p + "axis0"], "width")
+    op("Concat", [p + "ones2", p + "width"], "expand_to", axis=0)
+    op("Expand", [p + "index3", p + "expand_to"], "index_rows")
+    op("GatherElements", [hidden, p + "index_rows"], "rows", axis=1)
+    op("Where", [p + "long", p + "from_long", p + "from_short"], "from")
+    return n, inits
