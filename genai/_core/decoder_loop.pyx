@@ -588,12 +588,14 @@ cdef class DecoderLoop:
             if rc != 0:
                 return rc
             if (out_ndim != 3 or out_shape[0] != batch or out_shape[2] != self.vocab
-                    or (out_shape[1] != count and out_shape[1] != 1)):
+                    or out_shape[1] < 1 or out_shape[1] > count):
                 self.error_message = b"logits output has an unexpected shape"
                 return LOOP_ERR_LOGITS
             total = out_shape[1]
             for b in range(batch):
-                i = self.last_index[b] if total == count else 0
+                # fewer rows than tokens (a last-position or trimmed graph): the last row is
+                # the run's last token's
+                i = self.last_index[b] if total == count else total - 1
                 copy_logits_row(out_data, self.logits_elem, (b * total + i) * self.vocab,
                                 &self.logits_rows[b, 0], self.vocab)
         self.computed = stop

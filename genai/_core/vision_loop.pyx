@@ -297,11 +297,11 @@ cdef class EmbedDecoderLoop(DecoderLoop):
                            Py_ssize_t count):
         """Run the decoder on the inputs the runner bound (a run of ``count`` tokens whose
         logits output, float32 in host memory, ORT allocates), hand a growing cache's presents
-        to its pasts, and copy each row's logits at position ``last[row]`` (0 when the graph
-        returned the last position only) into the logits rows: in one call, as the work right
-        after a long run is slow from Python (cold caches). Returns False, the rows untouched,
-        when the output is not ``[batch, count or 1, vocab]`` (the runner then reads it itself
-        and names the problem)."""
+        to its pasts, and copy each row's logits at position ``last[row]`` (the output's last
+        row when it has fewer rows than the run: a last-position or trimmed graph) into the
+        logits rows: in one call, as the work right after a long run is slow from Python (cold
+        caches). Returns False, the rows untouched, when the output is not ``[batch, 1 to
+        count, vocab]`` (the runner then reads it itself and names the problem)."""
         cdef int rc
         cdef int64_t shape[NS_MAX_DIMS]
         cdef size_t ndim = 0
@@ -579,14 +579,16 @@ cdef class EmbedDecoderLoop(DecoderLoop):
                                   const int32_t* last, Py_ssize_t count):
         cdef Py_ssize_t b, pos, batch = self.batch, vocab = self.vocab
         if (ndim != 3 or shape[0] != batch or shape[2] != vocab
-                or (shape[1] != count and shape[1] != 1) or data == NULL):
+                or shape[1] < 1 or shape[1] > count or data == NULL):
             return False
+        # fewer rows than tokens (a last-position or trimmed graph): the last row is the run's
+        # last token's
         for b in range(batch):
-            pos = last[b] if shape[1] == count else 0
+            pos = last[b] if shape[1] == count else shape[1] - 1
             if pos < 0 or pos >= shape[1]:
                 raise ValueError(f"last[{b}] = {pos} is outside the run's {shape[1]} positions")
         for b in range(batch):
-            pos = last[b] if shape[1] == count else 0
+            pos = last[b] if shape[1] == count else shape[1] - 1
             memcpy(&self.logits_rows[b, 0], <const float*>data + (b * shape[1] + pos) * vocab,
                    vocab * sizeof(float))
         return True

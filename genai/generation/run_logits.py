@@ -14,14 +14,15 @@ def copy_last_rows(
     logits: np.ndarray, out: np.ndarray, last: np.ndarray, count: int, name: str
 ) -> None:
     """Copy into ``out`` ``[rows, vocab]`` each row's logits at position ``last`` (``[rows]``)
-    of a run of ``count`` tokens (position 0 when the graph returned the last position only);
-    ``logits`` of another shape than ``[rows, count or 1, vocab]`` is a `ModelError` naming
-    the output ``name``."""
+    of a run of ``count`` tokens (the output's last row when it has fewer rows than the run: a
+    last-position or trimmed graph, `genai.runtime.trimmed_logits`); ``logits`` of another
+    shape than ``[rows, 1 to count, vocab]`` is a `ModelError` naming the output ``name``."""
     rows = last.shape[0]
-    if logits.ndim != 3 or logits.shape[0] != rows or logits.shape[1] not in (count, 1):
+    if logits.ndim != 3 or logits.shape[0] != rows or not 1 <= logits.shape[1] <= count:
         raise ModelError(
             f"logits output {name!r} has shape {list(logits.shape)}; expected "
-            f"[{rows}, {count} or 1, vocab]"
+            f"[{rows}, 1 to {count}, vocab]"
         )
-    positions = last if logits.shape[1] == count else np.zeros(rows, np.int64)
+    kept = logits.shape[1]
+    positions = last if kept == count else np.full(rows, kept - 1, np.int64)
     out[:] = logits[np.arange(rows), positions, :]

@@ -261,7 +261,7 @@ class VisionRunner:
             self._handover = ([p for p, _ in pairs], [q for _, q in pairs])
         self.decoder.bind_output_to_device(io.logits)
         self._logits_index = self.decoder.output_index(io.logits)
-        # a trimmed decoder's long runs give one logits row; its hidden state gives every row
+        # a trimmed decoder's long runs give their last rows; its hidden state gives every row
         # on demand (`read_output`, genai.runtime.trimmed_logits)
         self._trimmed = self.decoder.trimmed
         if self._trimmed is not None:
@@ -869,11 +869,13 @@ class VisionRunner:
         """A copy of the last run's output ``name`` (logits, inputs_embeds, image_features, a
         present); None when there is none."""
         value = self.last_outputs.get(name)
-        trimmed = self._trimmed
-        if name == self.io.logits and trimmed is not None and self.last_run_count > trimmed.above:
-            return self.model.full_logits(self.decoder.get_output(trimmed.hidden))
         if value is _IN_BINDING:
-            return self._made_by[name].get_output(name)
+            output = self._made_by[name].get_output(name)
+            trimmed = self._trimmed
+            if name == self.io.logits and trimmed and output.shape[1] != self.last_run_count:
+                # a long run computed its last rows: every row from its hidden state
+                return self.model.full_logits(self.decoder.get_output(trimmed.hidden))
+            return output
         if value is not None:
             return value.copy()
         self._settle_kv()

@@ -17,7 +17,7 @@ __all__ = [
     "encode_varint",
     "external_locations",
     "fields",
-    "int64_tensor",
+    "int_tensor",
     "len_field",
     "node",
     "opset",
@@ -182,14 +182,18 @@ def scalar(tensor: bytes) -> int | None:
     return found - (1 << 64) if found >= 1 << 63 else found
 
 
-def int64_tensor(name: str, values: list[int], shape: list[int] | None = None) -> bytes:
-    """A TensorProto of int64 ``values`` (1-D unless ``shape``; ``[]`` for a scalar)."""
+def int_tensor(
+    name: str, values: list[int], shape: list[int] | None = None, elem: int = INT64
+) -> bytes:
+    """A TensorProto of integer ``values``, int64 or (``elem`` `INT32`) int32 (1-D unless
+    ``shape``; ``[]`` for a scalar)."""
     out = bytearray()
     for size in [len(values)] if shape is None else shape:
         out += _varint_field(TENSOR_DIMS, size)
-    out += _varint_field(TENSOR_TYPE, INT64)
+    out += _varint_field(TENSOR_TYPE, elem)
     out += len_field(TENSOR_NAME, name.encode())
-    out += len_field(TENSOR_RAW, struct.pack(f"<{len(values)}q", *values))
+    fmt = "q" if elem == INT64 else "i"
+    out += len_field(TENSOR_RAW, struct.pack(f"<{len(values)}{fmt}", *values))
     return bytes(out)
 
 

@@ -7,13 +7,18 @@ row. The lm_head is then a large share of the prompt's time (a fifth of SmolLM2-
 weights) and the logits its largest buffer. `trim_logits` rewrites such a graph at load time:
 
 * a run of at most `VERIFY_TOKENS` new tokens per row (decode steps, speculative verification,
-  short appended turns) computes every row, exactly as before;
-* a longer run gathers, per row, its last real token (the last new position whose mask is 1)
-  and the one before it, runs the lm_head chain on those 2 rows and returns the last:
-  ``logits`` is ``[batch, 1, vocab]``, the row the generator samples from. Two rows, not one,
+  short appended turns), or a run whose attention mask has a zero (a padded batch), computes
+  every row, exactly as before;
+* a longer run without padding runs the lm_head chain on its last two positions: ``logits`` is
+  ``[batch, 2, vocab]``, its last row each batch row's next-token logits. Two rows, not one,
   because onnxruntime's ``MatMulNBits`` takes another kernel for a single row whose last bits
   differ; from two rows on each row's result does not depend on the row count, so the row is
   bit-identical to the reference's run of the whole graph.
+
+So a reader takes a run's row for its last token from position ``count - 1`` when the output
+has ``count`` rows (per batch row, its last real token when padded), else from the output's
+last row. The rewrite adds ten small nodes, which a decode step runs too (about a
+microsecond of work each, plus onnxruntime's per-node cost).
 
 The pre-head hidden state (the lm_head's input, ``[batch, sequence, hidden]``) becomes an
 extra output, and `TrimmedLogits.head` is a graph of the lm_head chain alone: a caller that
@@ -47,7 +52,6 @@ VERIFY_TOKENS = 17
 _HEADS = {("", "MatMul"), ("com.microsoft", "MatMulNBits"), ("com.microsoft", "FusedMatMul")}
 _ELEMENTWISE = {"Cast", "Mul", "Div", "Add", "Sub", "Tanh"}
 _PREFIX = "genai_trim/"
-_INT64 = 7
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,8 @@ class TrimmedLogits:
     """A trimmed decoder (see the module docstring): ``graph`` and ``head`` are serialized
     ModelProtos (their initializers keep their external-data references); ``hidden`` names
     the pre-head hidden state, an output of ``graph`` and the input of ``head``; runs of more
-    than ``above`` tokens return one logits row per batch row. ``data_folder``: where the
-    loader found the external data (None: the model folder)."""
+    than ``above`` tokens without padding return the logits of their last two positions.
+    ``data_folder``: where the loader found the external data (None: the model folder)."""
 
     graph: bytes
     head: bytes
@@ -126,7 +130,7 @@ def _trim(data: bytes, logits: str, mask: str) -> TrimmedLogits | None:
         names = wire.strings(wire.fields(tensor), wire.TENSOR_NAME)
         if names:
             inits[names[0]] = tensor
-    inputs = {wire.read_value_info(v)[0] for v in wire.payloads(graph, wire.GRAPH_INPUT)}
+    inputs = {wire.read_value_info(v)[0]: v for v in wire.payloads(graph, wire.GRAPH_INPUT)}
     outputs = {wire.read_value_info(v)[0]: v for v in wire.payloads(graph, wire.GRAPH_OUTPUT)}
     if logits not in outputs or mask not in inputs:
         return None
@@ -166,9 +170,11 @@ def _trim(data: bytes, logits: str, mask: str) -> TrimmedLogits | None:
     if not hidden_type or len(logits_shape) != 3:
         return None
 
-    new_nodes, new_inits = _trim_nodes(hidden, mask)
+    mask_type = wire.read_value_info(inputs[mask])[1]
+    if mask_type not in (wire.INT32, wire.INT64):
+        return None
+    new_nodes, new_inits = _trim_nodes(hidden, mask, mask_type)
     rows = _PREFIX + "rows"
-    all_rows = _PREFIX + "logits_rows"
     top = bytearray()
     for number, _, _, raw in graph:
         if number in (wire.GRAPH_NODE, wire.GRAPH_OUTPUT):
@@ -178,30 +184,15 @@ def _trim(data: bytes, logits: str, mask: str) -> TrimmedLogits | None:
         if i == chain[-1]:
             for raw in new_nodes:
                 top += wire.len_field(wire.GRAPH_NODE, raw)
-        raw = node.raw
-        if i in (chain[0], chain[-1]):
-            raw = _renamed(
-                node,
-                inputs={hidden: rows} if i == chain[-1] else None,
-                outputs={logits: all_rows} if i == chain[0] else None,
-            )
-        top += wire.len_field(wire.GRAPH_NODE, raw)
-    top += wire.len_field(
-        wire.GRAPH_NODE,
-        wire.node(
-            "Slice",
-            [all_rows, _PREFIX + "from", _PREFIX + "big", _PREFIX + "one"],
-            [logits],
-            _PREFIX + "last_row",
-        ),
-    )
+            top += wire.len_field(wire.GRAPH_NODE, _renamed(node, inputs={hidden: rows}))
+        else:
+            top += wire.len_field(wire.GRAPH_NODE, node.raw)
     for raw in new_inits:
         top += wire.len_field(wire.GRAPH_INITIALIZER, raw)
     for name, info in outputs.items():
         if name == logits:
-            info = wire.value_info(
-                logits, logits_type, [logits_shape[0], "logits_rows", logits_shape[2]]
-            )
+            dims = [logits_shape[0], "logits_rows", logits_shape[2]]
+            info = wire.value_info(logits, logits_type, dims)
         top += wire.len_field(wire.GRAPH_OUTPUT, info)
     hidden_shape: list[int | str] = [logits_shape[0], "sequence_length", "hidden_size"]
     top += wire.len_field(wire.GRAPH_OUTPUT, wire.value_info(hidden, hidden_type, hidden_shape))
@@ -237,58 +228,33 @@ def _with_graph(model: list, graph: bytes) -> bytes:
     return bytes(out)
 
 
-def _trim_nodes(hidden: str, mask: str) -> tuple[list[bytes], list[bytes]]:
-    """The nodes (and their constants) that gather each row's rows for the lm_head into
-    ``genai_trim/rows``: every new position for a run of at most `VERIFY_TOKENS` tokens, else
-    the row's last real token and the one before it."""
+def _trim_nodes(hidden: str, mask: str, mask_type: int) -> tuple[list[bytes], list[bytes]]:
+    """The nodes (and their constants) that slice the lm_head's rows into ``genai_trim/rows``:
+    every position, or the last two of a run of more than `VERIFY_TOKENS` tokens whose
+    attention mask is all ones."""
     p = _PREFIX
-    consts = {
-        "one_s": ([1], []),  # scalars
-        "two_s": ([2], []),
-        "above_s": ([VERIFY_TOKENS], []),
-        "one": ([1], None),  # 1-D
-        "axis1": ([1], None),
-        "from_long": ([-1], None),
-        "from_short": ([0], None),
-        "big": ([1 << 62], None),
-        "zero": ([0], None),
-        "ones2": ([1, 1], None),
-        "two_d": ([-1, 1], None),
-        "three_d": ([0, -1, 1], None),
-        "hidden_at": ([2], None),
-        "hidden_end": ([3], None),
-        "axis0": ([0], None),
-    }
-    inits = [wire.int64_tensor(p + name, values, shape) for name, (values, shape) in consts.items()]
+    inits = [
+        wire.int_tensor(p + "zero_mask", [0], [], elem=mask_type),
+        wire.int_tensor(p + "one", [1], []),
+        wire.int_tensor(p + "two", [2], []),
+        wire.int_tensor(p + "zero", [0], []),
+        wire.int_tensor(p + "above", [VERIFY_TOKENS], []),
+        wire.int_tensor(p + "one_d", [1]),
+        wire.int_tensor(p + "big", [1 << 62]),
+    ]
     n: list[bytes] = []
 
     def op(kind: str, inputs: list[str], out: str, **ints: int | list[int]) -> None:
         n.append(wire.node(kind, inputs, [p + out], p + out, ints=ints or None))
 
     op("Shape", [hidden], "hidden_shape")
-    op("Gather", [p + "hidden_shape", p + "one_s"], "count", axis=0)  # new tokens per row
-    op("Shape", [mask], "mask_shape")
-    op("Gather", [p + "mask_shape", p + "one_s"], "total", axis=0)
-    op("Sub", [p + "total", p + "count"], "past")
-    op("Cast", [mask], "mask64", to=_INT64)
-    op("ReduceSum", [p + "mask64", p + "axis1"], "length", keepdims=0)  # (opset 13: axes input)
-    op("Sub", [p + "length", p + "one_s"], "last_absolute")
-    op("Sub", [p + "last_absolute", p + "past"], "last_new")  # [batch]
-    op("Sub", [p + "count", p + "one_s"], "count_less_one")
-    op("Min", [p + "last_new", p + "count_less_one"], "last_clamped")
-    op("Max", [p + "last_clamped", p + "zero"], "last")
-    op("Greater", [p + "count", p + "above_s"], "long")
-    op("Where", [p + "long", p + "two_s", p + "count"], "keep")
-    op("Where", [p + "long", p + "last", p + "count_less_one"], "base")  # [batch]
-    op("Sub", [p + "one_s", p + "keep"], "start")
-    op("Range", [p + "start", p + "one_s", p + "one_s"], "offsets")  # [keep]
-    op("Reshape", [p + "base", p + "two_d"], "base_column")  # [batch, 1]
-    op("Add", [p + "base_column", p + "offsets"], "index_raw")
-    op("Max", [p + "index_raw", p + "zero"], "index")  # [batch, keep]
-    op("Reshape", [p + "index", p + "three_d"], "index3")  # [batch, keep, 1]
-    op("Slice", [p + "hidden_shape", p + "hidden_at", p + "hidden_end", p + "axis0"], "width")
-    op("Concat", [p + "ones2", p + "width"], "expand_to", axis=0)
-    op("Expand", [p + "index3", p + "expand_to"], "index_rows")
-    op("GatherElements", [hidden, p + "index_rows"], "rows", axis=1)
-    op("Where", [p + "long", p + "from_long", p + "from_short"], "from")
+    op("Gather", [p + "hidden_shape", p + "one"], "count", axis=0)  # new tokens per row
+    op("Greater", [p + "count", p + "above"], "long")
+    op("ReduceMin", [mask], "mask_min", keepdims=0)  # 0: a padded row
+    op("Greater", [p + "mask_min", p + "zero_mask"], "unpadded")
+    op("And", [p + "long", p + "unpadded"], "trim")
+    op("Sub", [p + "count", p + "two"], "count_less_two")
+    op("Where", [p + "trim", p + "count_less_two", p + "zero"], "start")
+    op("Reshape", [p + "start", p + "one_d"], "starts")
+    op("Slice", [hidden, p + "starts", p + "big", p + "one_d"], "rows")
     return n, inits

@@ -219,8 +219,9 @@ class SlotBatchRunner(BatchRunner):
         # Graphs built for last-position logits (the builder's default) declare a sequence
         # dim of 1 and give one row per run; the others give one row per new token.
         self._last_only = model.session.output_shapes[io.logits][1] == 1
-        # A trimmed graph (genai.runtime.trimmed_logits) gives one row for a run of more than
-        # `_trim_above` tokens, one per token for shorter ones.
+        # A trimmed graph (genai.runtime.trimmed_logits) gives its last two positions' rows
+        # for a run of more than `_trim_above` tokens (the mask is all ones), one per token for
+        # shorter ones.
         trimmed = model.session.trimmed
         self._trim_above = trimmed.above if trimmed is not None else 1 << 30
         rows = 1 if self._last_only else max_chunk
@@ -303,7 +304,7 @@ class SlotBatchRunner(BatchRunner):
         ids[:count] = tokens
         session.bind_input(io.input_ids, ids, (1, count))
         session.bind_input(io.attention_mask, self._prefill_mask, (1, total))
-        rows = 1 if self._last_only or count > self._trim_above else count
+        rows = 1 if self._last_only else 2 if count > self._trim_above else count
         session.bind_output(io.logits, logits, (1, rows, self.vocab_size))
         session.run()
         self.lengths[slot] = total

@@ -172,11 +172,12 @@ class NativeDriver(SessionInputs):
         if name == self.io.logits:
             if loop.last_run_count == 1:
                 return loop.array("step_logits").copy()
+            logits = self.session.get_output(name)
             trimmed = self.session.trimmed
-            if trimmed is not None and loop.last_run_count > trimmed.above:
-                # a long run computed one row: every row from its hidden state, on demand
+            if trimmed is not None and logits.shape[1] != loop.last_run_count:
+                # a long run computed its last rows: every row from its hidden state, on demand
                 return self.model.full_logits(self.session.get_output(trimmed.hidden))
-            return self.session.get_output(name)
+            return logits
         if name in self.extra_outputs:
             return self.session.get_output(name)
         value = self.kv.read(name)
