@@ -521,3 +521,30 @@ def test_images_after_the_first_prompt_are_refused(folders, images):
     _, text = _reference_inputs(folder, "and then?", [])
     generator.set_inputs(_ours(text))  # text alone continues the sequence
     generator.generate_next_token()
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "qwen2_5_vl"])
+def test_a_large_lm_head_is_trimmed_and_matches_the_reference(tmp_path, images, kind):
+    """A decoder whose lm_head is worth trimming (hidden 128 x a 32,768-token vocabulary,
+    `genai.runtime.trimmed_logits`): the prompt's run computes its last two positions, yet
+    the first logits, the greedy tokens and get_output("logits") (every prompt position, on
+    demand) are the reference's."""
+    writer = write_gemma3 if kind == "gemma3" else write_qwen2_5_vl
+    folder = writer(tmp_path, hidden_size=128, num_heads=4, num_kv_heads=2, base_vocab=32768)
+    model = genai.Model(folder)
+    assert model.session.trimmed is not None
+    ref_model, named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    prompt_length = named["input_ids"].as_numpy().shape[1]
+    assert prompt_length > model.session.trimmed.above
+    max_length = prompt_length + NEW_TOKENS
+    ref_logits, ref_seqs, _ = _generate(og, ref_model, named, max_length)
+    our_logits, our_seqs, _ = _generate(genai, model, _ours(named), max_length)
+    np.testing.assert_array_equal(our_seqs[0], ref_seqs[0])
+    np.testing.assert_allclose(our_logits, ref_logits, atol=1e-4, rtol=0)
+    reference = _generator(og, ref_model, max_length=max_length)
+    reference.set_inputs(named)
+    ours = _generator(genai, model, max_length=max_length)
+    ours.set_inputs(_ours(named))
+    every = ours.get_output("logits")
+    assert every.shape == (1, prompt_length, model.config.get("model.vocab_size"))
+    np.testing.assert_allclose(every, reference.get_output("logits"), atol=1e-4, rtol=0)

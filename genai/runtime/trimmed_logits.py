@@ -26,9 +26,10 @@ asks for a long run's every row (`Generator.get_output("logits")`, as perplexity
 gets them from the head graph over the hidden state, the reference's values.
 
 The rewrite applies when the graph's ``logits`` output is made by a ``MatMul`` /
-``MatMulNBits`` over constant weights followed only by elementwise ops with constants (a
-softcap, a cast), the graph takes the attention mask as an input and imports opset 13 or
-later; other graphs load as they are. It reads and writes the protobuf itself
+``MatMulNBits`` over constant weights (at least `MIN_HEAD_SIZE` of them: a smaller lm_head
+saves less than the nodes cost) followed only by elementwise ops with constants (a softcap, a
+cast), the graph takes the attention mask as an input and imports opset 13 or later; other
+graphs load as they are. It reads and writes the protobuf itself
 (`genai.runtime.onnx_wire`). ``GENAI_TRIM_LOGITS=0`` turns it off.
 """
 
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 
 from genai.runtime import onnx_wire as wire
 
-__all__ = ["VERIFY_TOKENS", "TrimmedLogits", "trim_logits"]
+__all__ = ["MIN_HEAD_SIZE", "VERIFY_TOKENS", "TrimmedLogits", "trim_logits"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,10 @@ log = logging.getLogger(__name__)
 #: pending token: the reference's largest max_draft_tokens + 1, what speculative decoding
 #: verifies in one run).
 VERIFY_TOKENS = 17
+
+#: The smallest lm_head (hidden x vocabulary weights) worth trimming: the ten nodes cost a
+#: decode step some microseconds, what a prompt row of a 4M-weight lm_head takes.
+MIN_HEAD_SIZE = 1 << 22
 
 #: The ops that may make the lm_head, and the elementwise ops that may follow it.
 _HEADS = {("", "MatMul"), ("com.microsoft", "MatMulNBits"), ("com.microsoft", "FusedMatMul")}
@@ -107,18 +112,23 @@ def _renamed(
 
 
 def trim_logits(
-    data: bytes, *, logits: str = "logits", mask: str = "attention_mask"
+    data: bytes,
+    *,
+    logits: str = "logits",
+    mask: str = "attention_mask",
+    min_head_size: int = MIN_HEAD_SIZE,
 ) -> TrimmedLogits | None:
     """The trimmed graph of the serialized model ``data`` (see the module docstring), or None
-    when its graph is not one the rewrite applies to."""
+    when its graph is not one the rewrite applies to or its lm_head has fewer than
+    ``min_head_size`` weights."""
     try:
-        return _trim(data, logits, mask)
+        return _trim(data, logits, mask, min_head_size)
     except (wire.MalformedProto, UnicodeDecodeError, ValueError) as exc:
         log.debug("logits not trimmed: %s", exc)
         return None
 
 
-def _trim(data: bytes, logits: str, mask: str) -> TrimmedLogits | None:
+def _trim(data: bytes, logits: str, mask: str, min_head_size: int) -> TrimmedLogits | None:
     model = wire.fields(data)
     graphs = wire.payloads(model, wire.MODEL_GRAPH)
     if len(graphs) != 1 or wire.opset(model) < 13:
@@ -169,6 +179,8 @@ def _trim(data: bytes, logits: str, mask: str) -> TrimmedLogits | None:
     _, logits_type, logits_shape = wire.read_value_info(outputs[logits])
     if not hidden_type or len(logits_shape) != 3:
         return None
+    if _head_size(head, inits[weights[0]]) < min_head_size:
+        return None  # too small to pay for the nodes every decode step runs too
 
     mask_type = wire.read_value_info(inputs[mask])[1]
     if mask_type not in (wire.INT32, wire.INT64):
@@ -217,6 +229,23 @@ def _trim(data: bytes, logits: str, mask: str) -> TrimmedLogits | None:
         hidden=hidden,
         above=VERIFY_TOKENS,
     )
+
+
+def _head_size(head: _Node, weight: bytes) -> int:
+    """The lm_head's weight count: ``K x N`` of a ``MatMulNBits``, else its weight's size."""
+    if head.op == "MatMulNBits":
+        sizes = {}
+        for attr in wire.payloads(wire.fields(head.raw), wire.NODE_ATTRIBUTE):
+            attr_fields = wire.fields(attr)
+            name = (wire.strings(attr_fields, wire.ATTR_NAME) or [""])[0]
+            value = [v for n, w, v, _ in attr_fields if n == wire.ATTR_INT and w == wire.VARINT]
+            if name in ("K", "N") and value:
+                sizes[name] = int(value[0])  # type: ignore[arg-type]
+        return sizes.get("K", 0) * sizes.get("N", 0)
+    size = 1
+    for dim in wire.dims(weight):
+        size *= dim
+    return size
 
 
 def _with_graph(model: list, graph: bytes) -> bytes:
