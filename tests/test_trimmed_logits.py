@@ -12,6 +12,8 @@ import onnxruntime as ort
 import pytest
 
 import genai
+from genai.builder.build import build
+from genai.builder.testing import ARCH_CONFIGS, random_weights, write_hf_checkpoint
 from genai.runtime import onnx_wire as wire
 from genai.runtime.model import in_memory_graphs
 from genai.runtime.trimmed_logits import VERIFY_TOKENS, trim_logits
@@ -253,3 +255,13 @@ def test_external_data_in_two_folders_is_not_moved(full_logits_smollm2_path, tmp
     other = wire.relocated(data, {"model.onnx.data": "other.data"})
     assert in_memory_graphs(folder, [data]) == ([data], str(tmp_path / "a"))
     assert in_memory_graphs(folder, [data, other]) is None
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_our_builders_all_logits_graphs_are_trimmed(tmp_path, arch):
+    """genai build --all-logits: the lm_head's Identity and Gemma 2's softcap (Div, Tanh, Mul)
+    are part of the head chain."""
+    pytest.importorskip("safetensors", reason="the safetensors package is a test dependency")
+    cfg = ARCH_CONFIGS[arch]
+    source = write_hf_checkpoint(tmp_path / "hf", cfg, random_weights(cfg))
+    _check_runs(build(source, tmp_path / arch, precision="int4", all_logits=True))

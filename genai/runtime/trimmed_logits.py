@@ -55,7 +55,7 @@ MIN_HEAD_SIZE = 1 << 22
 
 #: The ops that may make the lm_head, and the elementwise ops that may follow it.
 _HEADS = {("", "MatMul"), ("com.microsoft", "MatMulNBits"), ("com.microsoft", "FusedMatMul")}
-_ELEMENTWISE = {"Cast", "Mul", "Div", "Add", "Sub", "Tanh"}
+_ELEMENTWISE = {"Identity", "Cast", "Mul", "Div", "Add", "Sub", "Tanh"}
 _PREFIX = "genai_trim/"
 
 
