@@ -128,7 +128,10 @@ _PRESET_INPUT_NAMES = frozenset(["num_logits_to_keep"])
 _EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 #: The largest graph file whose logits are trimmed (read whole into memory to rewrite): graphs
 #: with their weights in an external-data file are a few megabytes at most.
-_TRIM_MAX_BYTES = 256 << 20
+_TRIM_MAX_BYTES = 64 << 20
+#: The largest head graph (`TrimmedLogits.head`) a model keeps: one whose weights are in an
+#: external-data file is a few kilobytes; a larger one is rewritten again when needed.
+_KEPT_HEAD_BYTES = 1 << 20
 
 
 def refuse_unsupported_features(config: Config) -> None:
@@ -579,6 +582,11 @@ class Model:
                     config_entries=entries,
                     **options,
                 )
+                if trimmed is not None:
+                    # keep no copy of the graph, nor of a head graph that holds its weights
+                    # (`full_logits` rebuilds that one when asked)
+                    small = len(trimmed.head) <= _KEPT_HEAD_BYTES
+                    trimmed = replace(trimmed, graph=b"", head=trimmed.head if small else b"")
                 session.trimmed = trimmed
                 return session
             # One session per branch of the graph's run-length If, so that a decode step does
@@ -618,7 +626,7 @@ class Model:
                 entries = {_EXTERNAL_DATA_FOLDER: trimmed.data_folder or str(self.config.path)}
                 self._head = NativeSession(
                     str(path),
-                    model_bytes=trimmed.head,
+                    model_bytes=trimmed.head or self._rebuilt_head(path),
                     config_entries=entries,
                     intra_op_num_threads=default_intra_op_threads(),
                     providers=self.provider.session_spec(
@@ -630,6 +638,21 @@ class Model:
         head.bind_output_to_device(self.io.logits)
         head.run()
         return head.get_output(self.io.logits)
+
+    def _rebuilt_head(self, path: Path) -> bytes:
+        """The head graph of the decoder at ``path``, rewritten again from the file (a head
+        graph with its weights inside is not kept)."""
+        filename = self.config.decoder.get("filename", "model.onnx")
+        model_bytes = self.config.model_data(filename)
+        trimmed = _trimmed(path, model_bytes, self.config)
+        if trimmed is None:
+            raise GenerationError(f"{path} no longer has the graph the model loaded")
+        if model_bytes is None:
+            moved = in_memory_graphs(path.parent, [trimmed.head])
+            if moved is None:
+                raise GenerationError(f"{path}: its external data moved since it loaded")
+            return moved[0][0]
+        return trimmed.head
 
     def bind_extra_inputs(self, session: NativeSession) -> None:
         """Bind the inputs a run needs beyond ids, mask, positions and KV on a new binding:

@@ -65,7 +65,9 @@ class TrimmedLogits:
     ModelProtos (their initializers keep their external-data references); ``hidden`` names
     the pre-head hidden state, an output of ``graph`` and the input of ``head``; runs of more
     than ``above`` tokens without padding return the logits of their last two positions.
-    ``data_folder``: where the loader found the external data (None: the model folder)."""
+    ``data_folder``: where the loader found the external data (None: the model folder). A
+    loaded model's copy keeps neither graph (empty bytes) but a head graph of a few kilobytes
+    (its weights in an external-data file)."""
 
     graph: bytes
     head: bytes
