@@ -557,23 +557,19 @@ class Model:
         split = None
         if model_bytes is None and os.environ.get("GENAI_RUN_LENGTH_SPLIT", "1") != "0":
             split = split_by_run_length(path)
+        graphs: list[bytes] = []
+        if split is not None:
+            # graphs rewritten in memory read their external data from the folder
+            moved = in_memory_graphs(path.parent, [split.short_graph, split.long_graph])
+            if moved is None:
+                split = None
+            else:
+                graphs, entries[_EXTERNAL_DATA_FOLDER] = moved
         trimmed = None
         if trim and split is None and self._can_trim(provider, provider_options):
             trimmed = _trimmed(path, model_bytes, config)
-        graphs = (
-            [split.short_graph, split.long_graph] if split else [trimmed.graph] if trimmed else []
-        )
-        if graphs and not model_bytes:
-            # graphs rewritten in memory read their external data from the folder
-            moved = in_memory_graphs(path.parent, [*graphs, *([trimmed.head] if trimmed else [])])
-            if moved is None:
-                split = trimmed = None
-                graphs = []
-            else:
-                graphs, folder = moved
-                entries[_EXTERNAL_DATA_FOLDER] = folder
-                if trimmed is not None:
-                    trimmed = replace(trimmed, graph=graphs[0], head=graphs[1], data_folder=folder)
+            if trimmed is not None and trimmed.data_folder is not None:
+                entries[_EXTERNAL_DATA_FOLDER] = trimmed.data_folder
         try:
             if split is None:
                 session = NativeSession(
@@ -593,7 +589,7 @@ class Model:
             # not pay for the If; the branches' own kernels, so the If graph's numbers.
             short, long = (
                 NativeSession(str(path), model_bytes=graph, config_entries=entries, **options)
-                for graph in graphs[:2]
+                for graph in graphs
             )
             short.route_long_runs(long, split.ids, split.above)
             return short
@@ -642,16 +638,10 @@ class Model:
     def _rebuilt_head(self, path: Path) -> bytes:
         """The head graph of the decoder at ``path``, rewritten again from the file (a head
         graph with its weights inside is not kept)."""
-        filename = self.config.decoder.get("filename", "model.onnx")
-        model_bytes = self.config.model_data(filename)
+        model_bytes = self.config.model_data(self.config.decoder.get("filename", "model.onnx"))
         trimmed = _trimmed(path, model_bytes, self.config)
         if trimmed is None:
             raise GenerationError(f"{path} no longer has the graph the model loaded")
-        if model_bytes is None:
-            moved = in_memory_graphs(path.parent, [trimmed.head])
-            if moved is None:
-                raise GenerationError(f"{path}: its external data moved since it loaded")
-            return moved[0][0]
         return trimmed.head
 
     def bind_extra_inputs(self, session: NativeSession) -> None:
@@ -987,27 +977,37 @@ def in_memory_graphs(folder: Path, graphs: list[bytes]) -> tuple[list[bytes], st
 
 
 def _trimmed(path: Path, model_bytes: bytes | None, config: Config) -> TrimmedLogits | None:
-    """The trimmed graph of the decoder (`genai.runtime.trimmed_logits`), or None: turned
-    off (``GENAI_TRIM_LOGITS=0``), a graph file too large to rewrite in memory (weights
-    inside it), or a graph the rewrite does not apply to."""
+    """The trimmed graph of the decoder (`genai.runtime.trimmed_logits`) at ``path`` (or of
+    ``model_bytes``, a model given as bytes: its external data in the model folder), its
+    external data placed by `in_memory_graphs`; or None: turned off (``GENAI_TRIM_LOGITS=0``),
+    a graph file too large to rewrite in memory (weights inside it), a graph the rewrite does
+    not apply to, or external data in several folders."""
     if os.environ.get("GENAI_TRIM_LOGITS", "1") == "0":
         return None
-    if model_bytes is None:
+    data = model_bytes
+    if data is None:
         try:
             if path.stat().st_size > _TRIM_MAX_BYTES:
                 return None
-            model_bytes = path.read_bytes()
+            data = path.read_bytes()
         except OSError:
             return None
     names_in = config.decoder.get("inputs", {})
     names_out = config.decoder.get("outputs", {})
     trimmed = trim_logits(
-        model_bytes,
+        data,
         logits=names_out.get("logits", "logits"),
         mask=names_in.get("attention_mask", "attention_mask"),
     )
+    if trimmed is not None and model_bytes is None:
+        moved = in_memory_graphs(path.parent, [trimmed.graph, trimmed.head])
+        if moved is None:
+            return None
+        (graph, head), folder = moved
+        trimmed = replace(trimmed, graph=graph, head=head, data_folder=folder)
     if trimmed is not None:
-        log.debug("%s: runs of more than %d tokens compute one logits row", path, trimmed.above)
+        log.debug("%s: runs of more than %d tokens compute their last two rows' logits", path,
+                  trimmed.above)  # fmt: skip
     return trimmed
 
 
