@@ -96,18 +96,13 @@ def _node(raw: bytes) -> _Node:
     )
 
 
-def _renamed(
-    node: _Node, *, inputs: dict[str, str] | None = None, outputs: dict[str, str] | None = None
-) -> bytes:
-    """``node``'s bytes with inputs / outputs renamed."""
+def _with_inputs_renamed(node: _Node, rename: dict[str, str]) -> bytes:
+    """``node``'s bytes with its inputs renamed by ``rename``."""
     out = bytearray()
     for number, kind, value, raw in wire.fields(node.raw):
-        table = (
-            inputs if number == wire.NODE_INPUT else outputs if number == wire.NODE_OUTPUT else None
-        )
-        if table and kind == wire.LEN:
+        if number == wire.NODE_INPUT and kind == wire.LEN:
             name = value.decode()  # type: ignore[union-attr]
-            out += wire.len_field(number, table.get(name, name).encode())
+            out += wire.len_field(number, rename.get(name, name).encode())
         else:
             out += raw
     return bytes(out)
@@ -198,7 +193,7 @@ def _trim(data: bytes, logits: str, mask: str, min_head_size: int) -> TrimmedLog
         if i == chain[-1]:
             for raw in new_nodes:
                 top += wire.len_field(wire.GRAPH_NODE, raw)
-            top += wire.len_field(wire.GRAPH_NODE, _renamed(node, inputs={hidden: rows}))
+            top += wire.len_field(wire.GRAPH_NODE, _with_inputs_renamed(node, {hidden: rows}))
         else:
             top += wire.len_field(wire.GRAPH_NODE, node.raw)
     for raw in new_inits:
