@@ -3,6 +3,7 @@ onnxruntime-genai side by side, with the tokens checked identical.
 
     python benchmarks/speculative.py [-m MODEL_DIR]... [--rounds 3] [--new-tokens 120]
                                      [--threads 1] [--tasks repeat rewrite ...]
+                                     [--configs "ngram 3/3" "ngram 3/adaptive" ...]
 
 For each model folder (default: genai's default model, as our builder writes it, and the
 reference-built SmolLM2 in ../shared when present) and each task (a chat prompt: repeat a
@@ -134,6 +135,8 @@ def bench_folder(folder: Path, args: argparse.Namespace) -> list[dict]:
             for name, engine in order:
                 model = models[name]
                 for label, spec in CONFIGS:
+                    if label not in args.configs and spec:
+                        continue
                     if spec and not can_verify(engine, model):
                         continue
                     tokens, elapsed, stats = run(engine, model, ids, args.new_tokens, spec)
@@ -187,6 +190,10 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=120)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    labels = [label for label, spec in CONFIGS if spec]
+    parser.add_argument(
+        "--configs", nargs="+", default=labels, choices=labels, help="(plain always runs)"
+    )
     parser.add_argument("--build", action="store_true", help="build a current default model")
     parser.add_argument("--no-reference", action="store_true")
     args = parser.parse_args()

@@ -37,7 +37,7 @@ import numpy as np
 
 from genai.compat.engine_enums import FinishReason
 from genai.generation.speculative.options import SpeculativeOptions
-from genai.generation.speculative.policy import AdaptiveK, Cooldown
+from genai.generation.speculative.policy import AdaptiveK, Backoff, Cooldown
 from genai.generation.speculative.stats import SpeculativeCounters
 
 if TYPE_CHECKING:
@@ -78,9 +78,12 @@ class SpeculativeDecoder:
         self.proposer = proposer
         #: a proposer that reads the target's runs (an MTP head: its hidden states)
         self._observe = getattr(proposer, "observe", None)
+        #: a cheap check whether the proposer has a proposal (prompt lookup), None otherwise
+        self._would_propose = getattr(proposer, "would_propose", None)
         self.counters = counters
         self.adaptive = AdaptiveK(options.max_draft_tokens, options.min_adaptive_k)
         self.cooldown = Cooldown(options.cooldown)
+        self.backoff = Backoff(self.adaptive.enabled)
         self._eos = frozenset(int(t) for t in generator._eos)
         chain: LogitsChain = generator._chain
         self._chain = chain
@@ -99,6 +102,8 @@ class SpeculativeDecoder:
         self._after_round = False
         #: the last round's K
         self._last_k = 0
+        #: adaptive K's record of a completed round of one proposal, until its last token runs
+        self._unrecorded: tuple[Any, ...] | None = None
 
     # --- what the generator asks ----------------------------------------------------------------
     @property
@@ -130,6 +135,7 @@ class SpeculativeDecoder:
             effective_k=self.adaptive.k,
             adaptive=self.adaptive,
             cooldown=self.cooldown,
+            backoff=self.backoff,
         )
 
     # --- steps ----------------------------------------------------------------------------------
@@ -169,44 +175,53 @@ class SpeculativeDecoder:
         return True
 
     def step(self) -> None:
-        """A new round (or a plain step: cooldown, nothing proposed); emits its first
+        """A new round (or a plain step: cooldown, backoff, nothing proposed); emits its first
         token."""
         g = self.g
         loop = g._loop
         length = loop.length
+        step_started = time.perf_counter()
         after_round, self._after_round = self._after_round, False
+        if not after_round:
+            self._reanchored(0.0)
         if g._constraints is not None:
             # guidance: plain guided steps (a round's tokens would pass the grammar unchecked)
             self._plain_step(after_round)
             return
-        if self.cooldown.active:
-            self._plain_step(after_round)
-            self.cooldown.complete_step()
+        if self.cooldown.active or self.backoff.active:
+            if self.cooldown.active:
+                self.cooldown.complete_step()
+            elif self._would_propose is None or self._would_propose(g._sequences[0, :length]):
+                self.backoff.skip()
+            if self._plain_step(after_round):
+                self.backoff.plain_step((time.perf_counter() - step_started) * 1e3)
             return
-        if not loop.logits_ready and (not after_round or self._last_k == 1):
-            # As the reference: after a plain step (and after a round of one proposal) the
-            # pending token runs alone (what a plain step would run), and a round then
-            # verifies the proposals only; after a wider round the pending token is verified
-            # with the next proposals. The run shapes, and so the kernels' numerics, are the
-            # reference's: on int8-activation int4 graphs a one-token run and a wider one
-            # differ in the last bits, so the same shapes give the reference's tokens.
-            first = loop.computed
-            g._driver.run()
-            if after_round:
-                self.counters.target_reanchor_forward_passes += 1
-            if self._observe is not None:
-                self._observe(first)
+        # As the reference: after a plain step (and after a round of one proposal) the pending
+        # token runs alone (what a plain step would run), and a round then verifies the
+        # proposals only; after a wider round the pending token is verified with the next
+        # proposals. The run shapes, and so the kernels' numerics, are the reference's: on
+        # int8-activation int4 graphs a one-token run and a wider one differ in the last bits,
+        # so the same shapes give the reference's tokens.
+        alone = not loop.logits_ready and (not after_round or self._last_k == 1)
         budget = self.adaptive.k
         room = g._stop_length - length
-        # the verify run feeds the pending token(s) and the proposals
-        k = min(budget, room, g._driver.verify_tokens - (length - loop.computed))
+        # the verify run feeds the pending token(s) not run alone and the proposals
+        pending = 0 if alone else length - loop.computed
+        k = min(budget, room, g._driver.verify_tokens - pending)
+        ran = alone and self._observe is not None
+        if ran:
+            self._run_alone(after_round)  # an MTP head proposes from this run's hidden state
+            alone = False
         started = time.perf_counter()
         proposal = self.proposer.propose(g._sequences[0, :length], k)[:k]
         propose_ms = (time.perf_counter() - started) * 1e3
         self.counters.total_draft_ms += propose_ms
-        if not proposal:
-            self._plain_step(after_round)
+        if not proposal:  # a plain step (it runs the pending token, if not run yet)
+            if self._plain_step(after_round) or ran:
+                self.backoff.plain_step((time.perf_counter() - step_started) * 1e3)
             return
+        if alone:
+            self._run_alone(after_round)
         k = len(proposal)
         filled = k == budget
         # logits already current (after a prompt, or set_logits) judge the first proposal
@@ -250,6 +265,7 @@ class SpeculativeDecoder:
             "target_ms": target_ms,
             "queued": len(emitted),
             "cut": cut,
+            "step_ms": (time.perf_counter() - step_started) * 1e3,
         }
         self.queue = list(emitted)
         self.drain()
@@ -265,23 +281,46 @@ class SpeculativeDecoder:
         """A new sequence (rewind to 0, a new prompt): the policies and the proposer start
         over."""
         self.settle()
+        self._unrecorded = None
         self.adaptive.reset()
         self.cooldown.reset()
+        self.backoff.reset()
         self.proposer.invalidate()
 
     # --- the parts of a round -------------------------------------------------------------------
-    def _plain_step(self, after_round: bool) -> None:
+    def _run_alone(self, after_round: bool) -> None:
+        """Run the pending token alone (a re-anchor run after a round)."""
+        g = self.g
+        first = g._loop.computed
+        started = time.perf_counter()
+        g._driver.run()
+        milliseconds = (time.perf_counter() - started) * 1e3
+        self.backoff.plain_step(milliseconds)  # a one-token run: what a plain step costs
+        if after_round:
+            self.counters.target_reanchor_forward_passes += 1
+            self.counters.total_target_reanchor_ms += milliseconds
+            self._reanchored(milliseconds)
+        if self._observe is not None:
+            self._observe(first)
+
+    def _plain_step(self, after_round: bool) -> bool:
+        """One plain step; True when it ran the model."""
         g = self.g
         ran, first = not g._loop.logits_ready, g._loop.computed
-        if after_round and ran:
-            self.counters.target_reanchor_forward_passes += 1
+        started = time.perf_counter()
         if g._python_stage:
             g._guided_step()
         else:
             g._driver.step()
+        if after_round and ran:
+            milliseconds = (time.perf_counter() - started) * 1e3
+            self.counters.target_reanchor_forward_passes += 1
+            self.counters.total_target_reanchor_ms += milliseconds
+            self._reanchored(milliseconds)
         if ran and self._observe is not None:
             self._observe(first)
         self.counters.standard_fallback_steps += 1
+        return ran
 
     def _choose(self, row: np.ndarray, length: int) -> int:
         """The chain's choice from ``row`` for the token at ``length``."""
@@ -360,7 +399,8 @@ class SpeculativeDecoder:
             else:
                 counters.partial_accept_rounds += 1
         self.cooldown.record(k, self.adaptive.minimum, evaluated, accepted)
-        self.adaptive.record(
+        self.backoff.record(info["queued"], accepted, evaluated, info["step_ms"])
+        record = (
             k,
             evaluated,
             accepted,
@@ -369,3 +409,18 @@ class SpeculativeDecoder:
             info["propose_ms"],
             info["target_ms"],
         )
+        if k == 1:
+            # The round's last token will run alone (see `step`); the reference runs it as the
+            # round ends and counts it in the round's time for adaptive K, so the record waits
+            # for that run (`_reanchored`).
+            self._unrecorded = record
+        else:
+            self.adaptive.record(*record)
+
+    def _reanchored(self, milliseconds: float) -> None:
+        """The last token of the previous round ran alone in ``milliseconds`` (0: it did not
+        run): adaptive K records that round now."""
+        record, self._unrecorded = self._unrecorded, None
+        if record is not None:
+            *head, target_ms = record
+            self.adaptive.record(*head, target_ms + milliseconds)

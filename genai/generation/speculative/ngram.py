@@ -107,6 +107,11 @@ class NGramProposer:
         counters.ngram_history_tokens_synced += synced
         counters.total_ngram_history_sync_ms += (time.perf_counter() - started) * 1e3
 
+    def would_propose(self, committed: np.ndarray) -> bool:
+        """True when `propose` would find a proposal (not counted as a lookup)."""
+        self._sync(committed)
+        return bool(self.lookup.propose(1))
+
     def propose(self, committed: np.ndarray, count: int) -> list[int]:
         """Up to ``count`` tokens that followed the last ``ngram_size - 1`` committed ones."""
         self._sync(committed)

@@ -12,14 +12,29 @@ abandoned at once. A kept probe waits one round before the next, a rejected one 
 
 `Cooldown` (``cooldown``): three completed rounds in a row at the minimum K that accept
 nothing make the next step a plain one.
+
+`Backoff` (genai's own rule, with adaptive K only): adaptive K cannot go below its minimum, and
+at the minimum a round can still cost more than the plain steps it replaces (a round after a
+plain step runs the pending token alone, then verifies: two runs for 1 + accepted tokens).
+After each completed round it compares the tokens emitted per millisecond by the rounds since
+the last pause (at most `Backoff.WINDOW`; their whole steps: proposal, runs, choosing) with a
+plain step's (the median of the last plain steps that ran the model and of the one-token runs
+before rounds). At or above it, nothing changes. Below it, with an acceptance under 0.75 (where
+adaptive K would not grow) or a full window, the next ``pause`` rounds are not made: the steps
+are plain ones. With prompt lookup a pause counts the lookups that found a proposal, so it
+spans as many chances to speculate whatever their rate; with a draft model, every step. The
+pause starts at `Backoff.FIRST_PAUSE` and doubles up to `Backoff.LONGEST_PAUSE` while rounds
+keep losing, and goes back to the first length once they pay.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["MAX_K", "AdaptiveK", "Cooldown"]
+__all__ = ["MAX_K", "AdaptiveK", "Backoff", "Cooldown"]
 
 #: The largest K adaptive speculation reaches (and max_draft_tokens' upper bound).
 MAX_K = 16
@@ -194,5 +209,76 @@ class Cooldown:
 
     def complete_step(self) -> None:
         """The plain step was made."""
+        self.remaining -= 1
+        self.steps += 1
+
+
+class Backoff:
+    """Plain steps while rounds emit fewer tokens per millisecond than plain steps (see the
+    module docstring)."""
+
+    WINDOW = 8
+    PLAIN_SAMPLES = 16
+    FIRST_PAUSE = 4
+    LONGEST_PAUSE = 64
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.entries = self.steps = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the measurements and any pause (the counters stay)."""
+        self.remaining = 0
+        self.pause = self.FIRST_PAUSE
+        self._plain: deque[float] = deque(maxlen=self.PLAIN_SAMPLES)
+        #: the rounds since the last pause: (emitted, accepted, evaluated, milliseconds)
+        self._rounds: deque[tuple[int, int, int, float]] = deque(maxlen=self.WINDOW)
+
+    @property
+    def active(self) -> bool:
+        """True while rounds are paused."""
+        return self.remaining > 0
+
+    @property
+    def plain_ms(self) -> float:
+        """The median plain step's milliseconds (0 before the first)."""
+        return statistics.median(self._plain) if self._plain else 0.0
+
+    @property
+    def gain(self) -> float:
+        """Tokens per millisecond of the recent rounds over a plain step's (0 when unknown)."""
+        plain = self.plain_ms
+        milliseconds = sum(round_[3] for round_ in self._rounds)
+        if plain <= 0 or milliseconds <= 0:
+            return 0.0
+        return sum(round_[0] for round_ in self._rounds) * plain / milliseconds
+
+    def plain_step(self, milliseconds: float) -> None:
+        """A plain step that ran the model took ``milliseconds``."""
+        if self.enabled and math.isfinite(milliseconds) and milliseconds > 0:
+            self._plain.append(milliseconds)
+
+    def record(self, emitted: int, accepted: int, evaluated: int, milliseconds: float) -> None:
+        """A completed round judged ``evaluated`` proposals, accepted ``accepted`` and emitted
+        ``emitted`` tokens; its step took ``milliseconds``."""
+        if not self.enabled or not math.isfinite(milliseconds) or milliseconds <= 0:
+            return
+        self._rounds.append((emitted, accepted, evaluated, milliseconds))
+        if not self._plain:
+            return
+        if self.gain >= 1.0:
+            self.pause = self.FIRST_PAUSE
+            return
+        judged = sum(round_[2] for round_ in self._rounds)
+        acceptance = sum(round_[1] for round_ in self._rounds) / judged if judged else 0.0
+        if acceptance < _HIGH_ACCEPTANCE or len(self._rounds) == self.WINDOW:
+            self.remaining = self.pause
+            self.pause = min(self.pause * 2, self.LONGEST_PAUSE)
+            self.entries += 1
+            self._rounds.clear()
+
+    def skip(self) -> None:
+        """A round was not made (one step, or a proposal not looked for)."""
         self.remaining -= 1
         self.steps += 1

@@ -384,6 +384,7 @@ class RowSpeculation:
         names = [n for n in vars(total) if n != "k_counts"]
         adaptive = SimpleNamespace(increases=0, decreases=0, observations=0, probes=0)
         cooldown = SimpleNamespace(entries=0, steps=0, remaining=0)
+        backoff = SimpleNamespace(entries=0, steps=0)
         buffered = effective_k = 0
         throughput: list[float] = []
         for sub in self.rows:
@@ -397,11 +398,17 @@ class RowSpeculation:
                 setattr(adaptive, name, getattr(adaptive, name) + getattr(spec.adaptive, name))
             for name in vars(cooldown):
                 setattr(cooldown, name, getattr(cooldown, name) + getattr(spec.cooldown, name))
+            for name in vars(backoff):
+                setattr(backoff, name, getattr(backoff, name) + getattr(spec.backoff, name))
             throughput.append(spec.adaptive.throughput)
             buffered += len(spec.queue)
             effective_k = max(effective_k, spec.adaptive.k)
         adaptive.throughput = float(np.mean(throughput)) if throughput else 0.0
         total.standard_fallback_steps += self.fallback
         return total.as_reference_dict(
-            buffered=buffered, effective_k=effective_k, adaptive=adaptive, cooldown=cooldown
+            buffered=buffered,
+            effective_k=effective_k,
+            adaptive=adaptive,
+            cooldown=cooldown,
+            backoff=backoff,
         )

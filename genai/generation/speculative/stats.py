@@ -46,6 +46,8 @@ class SpeculativeCounters:
     ngram_history_tokens_synced: int = 0
     total_draft_ms: float = 0.0
     total_target_verify_ms: float = 0.0
+    #: the one-token runs of a round's last token (``target_reanchor_forward_passes``)
+    total_target_reanchor_ms: float = 0.0
     total_ngram_history_sync_ms: float = 0.0
     total_ngram_lookup_ms: float = 0.0
     #: rounds by their K (for the expected tokens per round)
@@ -58,9 +60,15 @@ class SpeculativeCounters:
         effective_k: int = 0,
         adaptive: Any = None,
         cooldown: Any = None,
+        backoff: Any = None,
     ) -> dict[str, Any]:
-        """The reference's stats dict; ``buffered``: tokens queued and not emitted yet;
-        ``adaptive`` / ``cooldown``: the `AdaptiveK` / `Cooldown` policies, if any."""
+        """The reference's stats dict, plus genai's ``backoff_entries`` / ``backoff_steps``;
+        ``buffered``: tokens queued and not emitted yet; ``adaptive`` / ``cooldown`` /
+        ``backoff``: the `AdaptiveK` / `Cooldown` / `Backoff` policies, if any.
+
+        As the reference: ``total_target_ms`` is the verify and re-anchor runs' time,
+        ``target_baseline_ms_per_token`` a re-anchor run's (one token), and the speed-up
+        estimates divide tokens per round by a round's cost in baseline runs."""
         active = 1 if buffered else 0
         evaluated = self.draft_tokens_evaluated
         acceptance = self.draft_tokens_accepted / evaluated if evaluated else 0.0
@@ -76,7 +84,22 @@ class SpeculativeCounters:
                 )
                 total += per_round * count
             expected = total / self.rounds
-        target_ms = self.total_target_verify_ms
+        verify_ms, reanchor_ms = self.total_target_verify_ms, self.total_target_reanchor_ms
+        target_ms = verify_ms + reanchor_ms
+        reanchors = self.target_reanchor_forward_passes
+        baseline = reanchor_ms / reanchors if reanchors else 0.0
+        per_round = target_ms / self.rounds if self.rounds else 0.0
+        draft_per_token = (
+            self.total_draft_ms / self.draft_tokens_proposed if self.draft_tokens_proposed else 0.0
+        )
+        draft_per_round = self.draft_tokens_proposed / self.rounds if self.rounds else 0.0
+        emitted_per_round = self.tokens_emitted / self.rounds if self.rounds else 0.0
+        overhead = estimated = observed = 0.0
+        if self.rounds and baseline > 0:
+            overhead = per_round / baseline - 1.0
+            denominator = 1.0 + draft_per_round * (draft_per_token / baseline) + overhead
+            if denominator > 0:
+                estimated, observed = expected / denominator, emitted_per_round / denominator
         return {
             "rounds": self.rounds,
             "completed_rounds": completed,
@@ -125,28 +148,22 @@ class SpeculativeCounters:
             "total_draft_ms": self.total_draft_ms,
             "total_target_ms": target_ms,
             "total_reconciliation_ms": 0.0,
-            "total_target_verify_ms": target_ms,
-            "total_target_reanchor_ms": 0.0,
+            "total_target_verify_ms": verify_ms,
+            "total_target_reanchor_ms": reanchor_ms,
             "total_ngram_history_sync_ms": self.total_ngram_history_sync_ms,
             "total_ngram_lookup_ms": self.total_ngram_lookup_ms,
-            "avg_draft_ms_per_token": (
-                self.total_draft_ms / self.draft_tokens_proposed
-                if self.draft_tokens_proposed
-                else 0.0
-            ),
+            "avg_draft_ms_per_token": draft_per_token,
             "acceptance_rate": acceptance,
-            "avg_draft_tokens_per_round": (
-                self.draft_tokens_proposed / self.rounds if self.rounds else 0.0
-            ),
-            "mean_emitted_tokens_per_round": (
-                self.tokens_emitted / self.rounds if self.rounds else 0.0
-            ),
+            "avg_draft_tokens_per_round": draft_per_round,
+            "mean_emitted_tokens_per_round": emitted_per_round,
             "expected_tokens_per_round": expected,
-            "avg_target_ms_per_round": target_ms / self.rounds if self.rounds else 0.0,
-            "target_baseline_ms_per_token": 0.0,
-            "target_overhead_ratio": 0.0,
-            "estimated_speedup": 0.0,
-            "observed_speedup": 0.0,
+            "avg_target_ms_per_round": per_round,
+            "target_baseline_ms_per_token": baseline,
+            "target_overhead_ratio": overhead,
+            "estimated_speedup": estimated,
+            "observed_speedup": observed,
             "adaptive_k_throughput": adaptive.throughput if adaptive else 0.0,
             "acceptance_length_histogram": [0] * 8,
+            "backoff_entries": backoff.entries if backoff else 0,
+            "backoff_steps": backoff.steps if backoff else 0,
         }
