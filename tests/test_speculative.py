@@ -362,7 +362,16 @@ def _looping_prompt(folder, length=12):
     ],
     ids=str,
 )
-@pytest.mark.parametrize("spec", [{"ngram_size": 2}, {"ngram_size": 3, "max_draft_tokens": 7}])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"ngram_size": 2},
+        {"ngram_size": 3, "max_draft_tokens": 7},
+        # adaptive K: genai's run shapes (the pending token always verified with the proposals)
+        {"ngram_size": 2, "max_draft_tokens": 3, "min_adaptive_k": 1},
+    ],
+    ids=["k4", "k7", "adaptive"],
+)
 def test_gqa_greedy_equals_the_references_plain_decoding(gqa, search, spec):
     prompt = _looping_prompt(gqa)
     reference_search = {k: v for k, v in search.items() if k != "max_new_tokens"}

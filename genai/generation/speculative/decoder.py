@@ -84,6 +84,9 @@ class SpeculativeDecoder:
         self.adaptive = AdaptiveK(options.max_draft_tokens, options.min_adaptive_k)
         self.cooldown = Cooldown(options.cooldown)
         self.backoff = Backoff(self.adaptive.enabled)
+        #: genai's own run shapes (adaptive K): the pending token is always verified with the
+        #: proposals, never run alone first (an MTP head needs that run's hidden state)
+        self._fold = self.adaptive.enabled and self._observe is None
         self._eos = frozenset(int(t) for t in generator._eos)
         chain: LogitsChain = generator._chain
         self._chain = chain
@@ -102,8 +105,6 @@ class SpeculativeDecoder:
         self._after_round = False
         #: the last round's K
         self._last_k = 0
-        #: adaptive K's record of a completed round of one proposal, until its last token runs
-        self._unrecorded: tuple[Any, ...] | None = None
 
     # --- what the generator asks ----------------------------------------------------------------
     @property
@@ -182,27 +183,30 @@ class SpeculativeDecoder:
         length = loop.length
         step_started = time.perf_counter()
         after_round, self._after_round = self._after_round, False
-        if not after_round:
-            self._reanchored(0.0)
         if g._constraints is not None:
             # guidance: plain guided steps (a round's tokens would pass the grammar unchecked)
             self._plain_step(after_round)
             return
-        if self.cooldown.active or self.backoff.active:
+        backoff = self.backoff
+        if self.cooldown.active or backoff.active or backoff.wants_plain_step:
             if self.cooldown.active:
                 self.cooldown.complete_step()
+            elif not backoff.active:
+                pass  # a plain step to measure (`Backoff.wants_plain_step`)
             elif self._would_propose is None or self._would_propose(g._sequences[0, :length]):
-                self.backoff.skip()
+                backoff.skip()
             if self._plain_step(after_round):
-                self.backoff.plain_step((time.perf_counter() - step_started) * 1e3)
+                backoff.plain_step((time.perf_counter() - step_started) * 1e3)
             return
-        # As the reference: after a plain step (and after a round of one proposal) the pending
-        # token runs alone (what a plain step would run), and a round then verifies the
-        # proposals only; after a wider round the pending token is verified with the next
-        # proposals. The run shapes, and so the kernels' numerics, are the reference's: on
-        # int8-activation int4 graphs a one-token run and a wider one differ in the last bits,
-        # so the same shapes give the reference's tokens.
-        alone = not loop.logits_ready and (not after_round or self._last_k == 1)
+        # With a fixed K, as the reference: after a plain step (and after a round of one
+        # proposal) the pending token runs alone (what a plain step would run), and a round
+        # then verifies the proposals only; after a wider round the pending token is verified
+        # with the next proposals. The run shapes, and so the kernels' numerics, are the
+        # reference's: on int8-activation int4 graphs a one-token run and a wider one differ in
+        # the last bits, so the same shapes give the reference's tokens (and a fixed K of 1
+        # plain decoding's). With adaptive K (`_fold`) the pending token is always verified
+        # with the proposals: one run per round instead of two after a plain step.
+        alone = not loop.logits_ready and not self._fold and (not after_round or self._last_k == 1)
         budget = self.adaptive.k
         room = g._stop_length - length
         # the verify run feeds the pending token(s) not run alone and the proposals
@@ -281,7 +285,6 @@ class SpeculativeDecoder:
         """A new sequence (rewind to 0, a new prompt): the policies and the proposer start
         over."""
         self.settle()
-        self._unrecorded = None
         self.adaptive.reset()
         self.cooldown.reset()
         self.backoff.reset()
@@ -299,7 +302,6 @@ class SpeculativeDecoder:
         if after_round:
             self.counters.target_reanchor_forward_passes += 1
             self.counters.total_target_reanchor_ms += milliseconds
-            self._reanchored(milliseconds)
         if self._observe is not None:
             self._observe(first)
 
@@ -316,7 +318,6 @@ class SpeculativeDecoder:
             milliseconds = (time.perf_counter() - started) * 1e3
             self.counters.target_reanchor_forward_passes += 1
             self.counters.total_target_reanchor_ms += milliseconds
-            self._reanchored(milliseconds)
         if ran and self._observe is not None:
             self._observe(first)
         self.counters.standard_fallback_steps += 1
@@ -400,7 +401,7 @@ class SpeculativeDecoder:
                 counters.partial_accept_rounds += 1
         self.cooldown.record(k, self.adaptive.minimum, evaluated, accepted)
         self.backoff.record(info["queued"], accepted, evaluated, info["step_ms"])
-        record = (
+        self.adaptive.record(
             k,
             evaluated,
             accepted,
@@ -409,18 +410,3 @@ class SpeculativeDecoder:
             info["propose_ms"],
             info["target_ms"],
         )
-        if k == 1:
-            # The round's last token will run alone (see `step`); the reference runs it as the
-            # round ends and counts it in the round's time for adaptive K, so the record waits
-            # for that run (`_reanchored`).
-            self._unrecorded = record
-        else:
-            self.adaptive.record(*record)
-
-    def _reanchored(self, milliseconds: float) -> None:
-        """The last token of the previous round ran alone in ``milliseconds`` (0: it did not
-        run): adaptive K records that round now."""
-        record, self._unrecorded = self._unrecorded, None
-        if record is not None:
-            *head, target_ms = record
-            self.adaptive.record(*head, target_ms + milliseconds)

@@ -13,18 +13,18 @@ abandoned at once. A kept probe waits one round before the next, a rejected one 
 `Cooldown` (``cooldown``): three completed rounds in a row at the minimum K that accept
 nothing make the next step a plain one.
 
-`Backoff` (genai's own rule, with adaptive K only): adaptive K cannot go below its minimum, and
-at the minimum a round can still cost more than the plain steps it replaces (a round after a
-plain step runs the pending token alone, then verifies: two runs for 1 + accepted tokens).
-After each completed round it compares the tokens emitted per millisecond by the rounds since
-the last pause (at most `Backoff.WINDOW`; their whole steps: proposal, runs, choosing) with a
-plain step's (the median of the last plain steps that ran the model and of the one-token runs
-before rounds). At or above it, nothing changes. Below it, with an acceptance under 0.75 (where
-adaptive K would not grow) or a full window, the next ``pause`` rounds are not made: the steps
-are plain ones. With prompt lookup a pause counts the lookups that found a proposal, so it
-spans as many chances to speculate whatever their rate; with a draft model, every step. The
-pause starts at `Backoff.FIRST_PAUSE` and doubles up to `Backoff.LONGEST_PAUSE` while rounds
-keep losing, and goes back to the first length once they pay.
+`Backoff` (genai's own rule, with adaptive K only): at adaptive K's minimum a round can still
+cost more than the plain steps it replaces. After each completed round it compares the tokens
+emitted per millisecond by the rounds since the last pause (at most `Backoff.WINDOW`; their
+whole steps: proposal, run, choosing) with a plain step's (the median of the last plain steps
+that ran the model and of the one-token runs before rounds; after a round, while none was
+measured, the next step is a plain one: `Backoff.wants_plain_step`). At or above it, nothing
+changes. Below it, with an acceptance under 0.75 (where adaptive K would not grow) or a full
+window, the next ``pause`` rounds are not made: the steps are plain ones. With prompt lookup a
+pause counts the lookups that found a proposal, so it spans as many chances to speculate
+whatever their rate; with a draft model, every step. The pause starts at `Backoff.FIRST_PAUSE`
+and doubles up to `Backoff.LONGEST_PAUSE` while rounds keep losing, and goes back to the first
+length once they pay.
 """
 
 from __future__ import annotations
@@ -239,6 +239,12 @@ class Backoff:
     def active(self) -> bool:
         """True while rounds are paused."""
         return self.remaining > 0
+
+    @property
+    def wants_plain_step(self) -> bool:
+        """True when a round was made and no plain step measured yet: the next step is a plain
+        one, to have a rate to compare with."""
+        return self.enabled and not self._plain and bool(self._rounds)
 
     @property
     def plain_ms(self) -> float:
