@@ -194,6 +194,18 @@ def test_gqa_pairs_equal_the_references_plain_decoding_of_the_target(gqa_pairs, 
         assert got[2]["acceptance_rate"] == 1.0
 
 
+@pytest.mark.parametrize("kind", ["small-draft", "unrelated-draft", "growing-kv"])
+def test_gqa_pairs_under_adaptive_k_equal_plain_decoding(gqa_pairs, kind):
+    """Adaptive K: genai verifies the pending token with the draft's proposals in one run and
+    may back off to plain steps; the tokens stay the target's plain ones."""
+    prompt = [5, 9, 12, 3, 30]
+    plain = _run(og, gqa_pairs["target"], prompt, 44)
+    spec = {"max_draft_tokens": 4, "min_adaptive_k": 1}
+    got = _run(genai, gqa_pairs[kind], prompt, 44, spec)
+    assert got[0] == plain[0]
+    assert got[2]["rounds"] > 0
+
+
 def test_gqa_self_speculation_matches_the_references_stats(gqa_pairs):
     prompt = [5, 9, 12, 3, 30]
     want = _run(og, gqa_pairs["small-draft"], prompt, 40, {"max_draft_tokens": 4})
