@@ -439,3 +439,96 @@ def test_ray_replicas_take_the_speculative_options(fixture_folders):
     engine.shutdown()
     spec = replica_engine_options(folder, {"speculative": f"draft:{folder}"})["speculative"]
     assert spec.draft is not None and spec.draft.io.vocab_size == 64
+
+
+# --- backing off ------------------------------------------------------------------------------
+
+_CYCLE = 63  # the table model: token t is followed by (t + 1) % 63; 63 is EOS
+#: Every token once, each followed by t + 5: the lookup proposes what the model rejects.
+_WRONG = [(5 * i) % _CYCLE for i in range(_CYCLE)]
+#: The cycle, then its start again: every proposal is what the model says.
+_RIGHT = list(range(_CYCLE)) + list(range(10))
+
+
+@pytest.fixture(scope="module")
+def cycle_model(tmp_path_factory):
+    folder = write_table_decoder(
+        tmp_path_factory.mktemp("cycle"), transition_table(_CYCLE + 1), context_length=160
+    )
+    return genai.Model(str(folder))
+
+
+def _serve_timed(model, monkeypatch, prompt, spec, new_tokens=40):
+    """Serve ``prompt`` alone with a fake clock: a decode step takes 1 ms, a verify run
+    1 ms + 0.25 ms per token beyond the first. Returns (tokens, scheduler stats)."""
+    import genai.serve.scheduler as scheduler_module
+
+    now = [0.0]
+    real = scheduler_module.time
+    fake = type(
+        "FakeTime",
+        (),
+        {
+            "perf_counter": staticmethod(lambda: now[0]),
+            "thread_time": staticmethod(lambda: now[0]),
+            "monotonic": staticmethod(real.monotonic),
+        },
+    )
+    monkeypatch.setattr(scheduler_module, "time", fake)
+    runner = make_batch_runner(model, 1, initial_capacity=128)
+    decode, verify_many = runner.decode, runner.verify_many
+
+    def timed_decode(*args, **kwargs):
+        now[0] += 1e-3
+        return decode(*args, **kwargs)
+
+    def timed_verify_many(batch):
+        for _, tokens in batch:
+            now[0] += (1.0 + 0.25 * (len(tokens) - 1)) * 1e-3
+        return verify_many(batch)
+
+    runner.decode, runner.verify_many = timed_decode, timed_verify_many
+    scheduler = Scheduler(runner, _Tokens(), [_CYCLE], speculative=spec, overlap_prefill=False)
+
+    class Handle:
+        cancelled = False
+
+    scheduler.enqueue(Handle(), [GenerationRequest(np.asarray(prompt, np.int32), new_tokens)])
+    got: list[int] = []
+    while scheduler.has_work():
+        for _, event in scheduler.step():
+            got.extend(event.tokens)
+    return got, scheduler.stats
+
+
+def _cycle_after(prompt, count=40):
+    return [(prompt[-1] + 1 + i) % _CYCLE for i in range(count)]
+
+
+def test_verify_runs_slower_than_plain_steps_back_off(cycle_model, monkeypatch):
+    """Rejected proposals: each verify run (5 tokens, 2 ms) emits one token where a plain step
+    (1 ms) would; after the first round a plain step is measured, the second round starts a
+    pause of 4 proposals, the next ones 8, 16 ... The tokens are the model's either way."""
+    spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4)
+    tokens, stats = _serve_timed(cycle_model, monkeypatch, _WRONG, spec)
+    assert tokens == _cycle_after(_WRONG)
+    assert stats["speculative_accepted_tokens"] == 0
+    # token 1 from the prompt; rounds 1-5 with a measured plain step after round 1 and pauses
+    # of 4, 8, 16 and (cut by the end) 4 proposals; the last step has no room to propose
+    assert stats["speculative_target_runs"] == 5
+    assert stats["speculative_backoff_steps"] == 4 + 8 + 16 + 4
+    # without backing off every step verifies
+    monkeypatch.undo()
+    spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4, backoff=False)
+    tokens, stats = _serve_timed(cycle_model, monkeypatch, _WRONG, spec)
+    assert tokens == _cycle_after(_WRONG)
+    assert stats["speculative_backoff_steps"] == 0
+    assert stats["speculative_target_runs"] >= 35
+
+
+def test_verify_runs_that_pay_never_back_off(cycle_model, monkeypatch):
+    spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4)
+    tokens, stats = _serve_timed(cycle_model, monkeypatch, _RIGHT, spec)
+    assert tokens == _cycle_after(_RIGHT)
+    assert stats["speculative_backoff_steps"] == 0
+    assert stats["speculative_accepted_tokens"] == stats["speculative_proposed_tokens"] > 20

@@ -263,9 +263,9 @@ class VisionRunner:
         self._logits_index = self.decoder.output_index(io.logits)
         # a trimmed decoder's long runs give their last rows; its hidden state gives every row
         # on demand (`read_output`, genai.runtime.trimmed_logits)
-        self._trimmed = self.decoder.trimmed
-        if self._trimmed is not None:
-            self.decoder.bind_output_to_device(self._trimmed.hidden)
+        trimmed = self.decoder.trimmed
+        if trimmed is not None:
+            self.decoder.bind_output_to_device(trimmed.hidden)
         self._step_ids = np.zeros((batch, 1), self._ids_dtype)
         # one-token runs write their logits here (float32 models), not in a new array
         self._step_logits = (
@@ -871,10 +871,8 @@ class VisionRunner:
         value = self.last_outputs.get(name)
         if value is _IN_BINDING:
             output = self._made_by[name].get_output(name)
-            trimmed = self._trimmed
-            if name == self.io.logits and trimmed and output.shape[1] != self.last_run_count:
-                # a long run computed its last rows: every row from its hidden state
-                return self.model.full_logits(self.decoder.get_output(trimmed.hidden))
+            if name == self.io.logits:  # a trimmed run's every row, from its hidden state
+                return self.model.every_logits_row(self.decoder, output, self.last_run_count)
             return output
         if value is not None:
             return value.copy()

@@ -608,6 +608,17 @@ class Model:
             or provider.graph_capture_enabled(options)
         )
 
+    def every_logits_row(
+        self, session: NativeSession, logits: np.ndarray, run_count: int
+    ) -> np.ndarray:
+        """``logits`` as ``session`` returned them after a run of ``run_count`` tokens, with a
+        row per token: a trimmed run's (fewer rows) recomputed from its hidden state
+        (`full_logits`)."""
+        trimmed = session.trimmed
+        if trimmed is None or logits.shape[1] == run_count:
+            return logits
+        return self.full_logits(session.get_output(trimmed.hidden))
+
     def full_logits(self, hidden: np.ndarray) -> np.ndarray:
         """Every row's logits of a trimmed run from its pre-head hidden state (the head graph
         of `genai.runtime.trimmed_logits`, loaded on first use)."""

@@ -23,6 +23,10 @@ _SPECULATIVE = (
     ("accepted_tokens", "Proposed tokens the model agreed with"),
     ("emitted_tokens", "Tokens emitted by verify runs (accepted + one of the model's own each)"),
     ("target_runs", "Verify runs of the model (each checks a sequence's proposals)"),
+    (
+        "backoff_steps",
+        "Plain steps made instead of verify runs that were slower than plain steps",
+    ),
 )
 
 

@@ -59,6 +59,7 @@ from genai.constraints.stop import StopStringMatcher
 from genai.errors import GenaiError
 from genai.generation.logits import LogitsChain, ProcessorLike
 from genai.generation.search import SearchOptions
+from genai.generation.speculative.policy import Backoff
 from genai.serve.batch_runner import BatchRunner
 from genai.serve.speculative import DraftSlotProposer, SlotProposer, SpeculativeServing
 
@@ -211,6 +212,8 @@ class _Sequence:
     proposer: SlotProposer | DraftSlotProposer | None = None
     #: False once its proposer failed (the turn goes on with plain steps).
     speculate: bool = True
+    #: Pauses its verify runs while they are slower than plain steps (made with the proposer).
+    backoff: Backoff | None = None
 
 
 class PrefixCache:
@@ -378,6 +381,7 @@ class Scheduler:
                 "speculative_accepted_tokens",
                 "speculative_emitted_tokens",
                 "speculative_target_runs",
+                "speculative_backoff_steps",
             ),
             0,
         )
@@ -640,9 +644,14 @@ class Scheduler:
             if plan:
                 prefilled = self._run_prefill(plan)
             if inputs is not None:
-                decode_cpu = time.thread_time()
+                decode_cpu, decode_started = time.thread_time(), time.perf_counter()
                 logits = self.runner.decode(*inputs)
                 decode_cpu = time.thread_time() - decode_cpu
+                if not plan:  # a plain step's time, for the speculating sequences' backoff
+                    decode_ms = (time.perf_counter() - decode_started) * 1e3
+                    for seq in decoding:
+                        if seq.backoff is not None:
+                            seq.backoff.plain_step(decode_ms)
         self.stats["model_cpu_seconds"] += decode_cpu  # after the prefill thread added its own
         self._account(started, plan, inputs)
         self._prefilled(prefilled)
@@ -682,7 +691,18 @@ class Scheduler:
         try:
             if seq.proposer is None:
                 seq.proposer = spec.proposer(request.sampling, self.eos, self.runner.max_length)
-            return seq.proposer.propose(seq.history[0, : seq.length], count)
+                seq.backoff = Backoff(spec.backoff)
+            history = seq.history[0, : seq.length]
+            backoff = seq.backoff
+            assert backoff is not None
+            if backoff.active:  # a prompt lookup counts the proposals it skips, a draft steps
+                if not isinstance(seq.proposer, SlotProposer) or seq.proposer.propose(history, 1):
+                    backoff.skip()
+                    self.stats["speculative_backoff_steps"] += 1
+                return []
+            if backoff.wants_plain_step:
+                return []
+            return seq.proposer.propose(history, count)
         except Exception as exc:  # a failing draft: this turn goes on with plain steps
             log.warning("speculative proposals failed, plain steps follow: %s", exc)
             seq.speculate = False
@@ -699,20 +719,26 @@ class Scheduler:
         ]
         started, cpu = time.perf_counter(), time.thread_time()
         found = runner.verify_many(batch)
-        stats["model_seconds"] += time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        stats["model_seconds"] += elapsed
         stats["model_cpu_seconds"] += time.thread_time() - cpu
         stats["speculative_target_runs"] += len(found)
+        run_ms = elapsed * 1e3 / max(len(found), 1)  # the runs are one per sequence
         for (seq, proposal), base, rows in zip(speculating, bases, found, strict=True):
             try:
-                self._speculate(seq, proposal, base, rows)
+                self._speculate(seq, proposal, base, rows, run_ms)
             except Exception as exc:
                 log.warning("sequence failed: %s", exc)
                 self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
 
-    def _speculate(self, seq: _Sequence, proposal: list[int], base: int, rows: np.ndarray) -> None:
+    def _speculate(
+        self, seq: _Sequence, proposal: list[int], base: int, rows: np.ndarray, run_ms: float
+    ) -> None:
         """Emit the tokens of ``seq``'s verified ``proposal`` the request's chain agrees with,
         plus its own next one, and keep their KV (``base``: the slot's length before the
-        verify run; ``rows``: its logits after the pending token and each proposal)."""
+        verify run; ``rows``: its logits after the pending token and each proposal; ``run_ms``:
+        the verify run's milliseconds)."""
+        started = time.perf_counter()
         runner, stats = self.runner, self.stats
         chain = seq.chain
         assert chain is not None
@@ -734,6 +760,10 @@ class Scheduler:
         stats["speculative_proposed_tokens"] += len(proposal)
         stats["speculative_accepted_tokens"] += accepted
         stats["speculative_emitted_tokens"] += len(emitted)
+        if seq.backoff is not None:
+            milliseconds = run_ms + (time.perf_counter() - started) * 1e3
+            judged = min(len(emitted), len(proposal))
+            seq.backoff.record(len(emitted), accepted, judged, milliseconds)
         self._emit(seq, emitted, None, verified=True)
         # the KV keeps the pending token and the accepted proposals (those in the history:
         # a stop string or max_tokens may have cut them)

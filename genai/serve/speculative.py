@@ -50,6 +50,10 @@ class SpeculativeServing:
     draft: Any = None
     #: The folder of ``draft:DIR`` (`parse`), loaded by `loaded`.
     draft_dir: str | None = None
+    #: Pause a sequence's verify runs while they emit fewer tokens per millisecond than its
+    #: plain steps (`genai.generation.speculative.policy.Backoff`, as adaptive K does in
+    #: `genai.Generator`).
+    backoff: bool = True
 
     def __post_init__(self) -> None:
         if not 2 <= self.ngram_size <= 16:

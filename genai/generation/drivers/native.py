@@ -181,11 +181,7 @@ class NativeDriver(SessionInputs):
             if loop.last_run_count == 1:
                 return loop.array("step_logits").copy()
             logits = self.session.get_output(name)
-            trimmed = self.session.trimmed
-            if trimmed is not None and logits.shape[1] != loop.last_run_count:
-                # a long run computed its last rows: every row from its hidden state, on demand
-                return self.model.full_logits(self.session.get_output(trimmed.hidden))
-            return logits
+            return self.model.every_logits_row(self.session, logits, loop.last_run_count)
         if name in self.extra_outputs:
             return self.session.get_output(name)
         value = self.kv.read(name)
