@@ -384,7 +384,7 @@ class RowSpeculation:
         names = [n for n in vars(total) if n != "k_counts"]
         adaptive = SimpleNamespace(increases=0, decreases=0, observations=0, probes=0)
         cooldown = SimpleNamespace(entries=0, steps=0, remaining=0)
-        backoff = SimpleNamespace(entries=0, steps=0)
+        backoff = SimpleNamespace(entries=0, steps=0, enabled=False)
         buffered = effective_k = 0
         throughput: list[float] = []
         for sub in self.rows:
@@ -398,8 +398,9 @@ class RowSpeculation:
                 setattr(adaptive, name, getattr(adaptive, name) + getattr(spec.adaptive, name))
             for name in vars(cooldown):
                 setattr(cooldown, name, getattr(cooldown, name) + getattr(spec.cooldown, name))
-            for name in vars(backoff):
+            for name in ("entries", "steps"):
                 setattr(backoff, name, getattr(backoff, name) + getattr(spec.backoff, name))
+            backoff.enabled = backoff.enabled or spec.backoff.enabled
             throughput.append(spec.adaptive.throughput)
             buffered += len(spec.queue)
             effective_k = max(effective_k, spec.adaptive.k)

@@ -62,7 +62,8 @@ class SpeculativeCounters:
         cooldown: Any = None,
         backoff: Any = None,
     ) -> dict[str, Any]:
-        """The reference's stats dict, plus genai's ``backoff_entries`` / ``backoff_steps``;
+        """The reference's stats dict, plus genai's ``backoff_entries`` / ``backoff_steps``
+        where ``backoff`` is enabled (adaptive K);
         ``buffered``: tokens queued and not emitted yet; ``adaptive`` / ``cooldown`` /
         ``backoff``: the `AdaptiveK` / `Cooldown` / `Backoff` policies, if any.
 
@@ -100,7 +101,7 @@ class SpeculativeCounters:
             denominator = 1.0 + draft_per_round * (draft_per_token / baseline) + overhead
             if denominator > 0:
                 estimated, observed = expected / denominator, emitted_per_round / denominator
-        return {
+        stats = {
             "rounds": self.rounds,
             "completed_rounds": completed,
             "interrupted_rounds": self.interrupted_rounds,
@@ -164,6 +165,8 @@ class SpeculativeCounters:
             "observed_speedup": observed,
             "adaptive_k_throughput": adaptive.throughput if adaptive else 0.0,
             "acceptance_length_histogram": [0] * 8,
-            "backoff_entries": backoff.entries if backoff else 0,
-            "backoff_steps": backoff.steps if backoff else 0,
         }
+        if backoff is not None and backoff.enabled:  # genai's keys, where it backs off
+            stats["backoff_entries"] = backoff.entries
+            stats["backoff_steps"] = backoff.steps
+        return stats
