@@ -129,7 +129,7 @@ def test_fixed_k_keeps_the_references_rounds_and_run_shapes(table, clock):
     spec = {"ngram_size": 2, "max_draft_tokens": 1}
     tokens, stats = _generate(table, WRONG, spec, clock, runs=runs)
     assert tokens == _follows(WRONG)
-    assert stats["backoff_entries"] == stats["backoff_steps"] == 0
+    assert "backoff_entries" not in stats and "backoff_steps" not in stats  # the reference's keys
     assert stats["rounds"] == NEW_TOKENS - 1
     assert runs == [1] * (2 * stats["rounds"])  # step 1 chose from the prompt run
 
