@@ -5,6 +5,7 @@ interleaved.
     python benchmarks/serve_speculative.py [-m MODEL_DIR] [--rounds 3] [--new-tokens 120]
                                            [--streams 1] [--spec ngram:3:4] [--threads 1]
                                            [--tasks repeat chat ...] [--max-streams 1]
+                                           [--also-no-backoff]
 
 For each configuration: median wall time of a round (every request finished), generated
 tokens/s, the speed-up over plain serving, acceptance (accepted / proposed), tokens per verify
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import sys
@@ -80,6 +82,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--spec", action="append", default=[])
     parser.add_argument("--max-streams", type=int, default=1, help="SpeculativeServing's")
+    parser.add_argument(
+        "--also-no-backoff",
+        action="store_true",
+        help="each --spec also without backing off (SpeculativeServing.backoff=False)",
+    )
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     args = parser.parse_args()
     folder = args.model
@@ -94,9 +101,12 @@ def main() -> int:
         )
         prompts += [np.asarray(tokenizer.encode(text), np.int32)] * args.streams
     slots = max(2, len(prompts))
-    configs = [("plain", None)] + [
-        (s, SpeculativeServing.parse(s, args.max_streams)) for s in args.spec or ["ngram"]
-    ]
+    configs = [("plain", None)]
+    for text in args.spec or ["ngram"]:
+        spec = SpeculativeServing.parse(text, args.max_streams)
+        configs.append((text, spec))
+        if args.also_no_backoff:
+            configs.append((f"{text} no-bo", dataclasses.replace(spec, backoff=False)))
     times: dict[str, list[float]] = {label: [] for label, _ in configs}
     outputs: dict[str, list[list[int]]] = {}
     stats: dict[str, dict[str, float]] = {}

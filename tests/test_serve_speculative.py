@@ -507,16 +507,17 @@ def _cycle_after(prompt, count=40):
 
 def test_verify_runs_slower_than_plain_steps_back_off(cycle_model, monkeypatch):
     """Rejected proposals: each verify run (5 tokens, 2 ms) emits one token where a plain step
-    (1 ms) would; after the first round a plain step is measured, the second round starts a
-    pause of 4 proposals, the next ones 8, 16 ... The tokens are the model's either way."""
+    (1 ms) would; after two such rounds a plain step is measured, the third round starts a
+    pause of 4 proposals, every two more rounds one of 8, 16 ... The tokens are the model's
+    either way."""
     spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4)
     tokens, stats = _serve_timed(cycle_model, monkeypatch, _WRONG, spec)
     assert tokens == _cycle_after(_WRONG)
     assert stats["speculative_accepted_tokens"] == 0
-    # token 1 from the prompt; rounds 1-5 with a measured plain step after round 1 and pauses
-    # of 4, 8, 16 and (cut by the end) 4 proposals; the last step has no room to propose
-    assert stats["speculative_target_runs"] == 5
-    assert stats["speculative_backoff_steps"] == 4 + 8 + 16 + 4
+    # token 1 from the prompt; rounds 1 and 2, a measured plain step, round 3, a pause of 4,
+    # rounds 4-5, 8, rounds 6-7, 16, rounds 8-9; the last step has no room to propose
+    assert stats["speculative_target_runs"] == 9
+    assert stats["speculative_backoff_steps"] == 4 + 8 + 16
     # without backing off every step verifies
     monkeypatch.undo()
     spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4, backoff=False)

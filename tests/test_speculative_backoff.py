@@ -93,32 +93,34 @@ ADAPTIVE = {"ngram_size": 2, "max_draft_tokens": 4, "min_adaptive_k": 1}
 
 
 def test_losing_rounds_pause_for_doubling_stretches(table, clock):
-    """Step 1 has no proposal (the prompt's last token never occurred before). Step 2 is a
-    round: the pending token and one proposal in one run (1.25 ms), one token. Step 3 is a
-    plain step, to measure one (1 ms). Every later round is 0.8x a plain step's rate at
-    acceptance 0, so each starts a pause of 4, 8, 16, then 32 proposals (5 left when the 40
-    tokens end)."""
+    """Step 1 has no proposal (the prompt's last token never occurred before). Steps 2 and 3
+    are rounds: the pending token and one proposal in one run (1.25 ms), one token each. Two
+    rounds at acceptance 0 are weighed, and no plain step was measured: step 4 is a plain one
+    (1 ms). Rounds are 0.8x a plain step's rate: round 3 starts a pause of 4 proposals; then
+    every two rounds start one of 8, 16, then 32 (1 left when the 40 tokens end)."""
     runs: list[int] = []
     tokens, stats = _generate(table, WRONG, ADAPTIVE, clock, runs=runs)
     assert tokens == _follows(WRONG)
-    assert stats["rounds"] == 5
+    assert stats["rounds"] == 9
     assert stats["draft_tokens_accepted"] == 0
     assert stats["backoff_entries"] == 4
-    assert stats["backoff_steps"] == 4 + 8 + 16 + 5
+    assert stats["backoff_steps"] == 4 + 8 + 16 + 1
     assert stats["standard_fallback_steps"] == 2 + stats["backoff_steps"]
     assert stats["rounds"] + stats["standard_fallback_steps"] == NEW_TOKENS
     # adaptive K: every round verifies the pending token with its proposal, one run each
     assert runs.count(2) == stats["rounds"] and set(runs) == {1, 2}
-    # The reference's timing stats, by its formula: five verify runs of 1.25 ms; the plain
-    # step after each round re-anchors (1 ms): a round costs 2.25 baseline runs
-    assert stats["total_target_verify_ms"] == pytest.approx(5 * 1.25)
+    # The reference's timing stats, by its formula: nine verify runs of 1.25 ms; a plain step
+    # after a round re-anchors (1 ms; five of them: after rounds 2, 3, 5, 7 and 9), a round
+    # after a round folds: a round costs (11.25 + 5) / 9 baseline runs
+    per_round = (9 * 1.25 + 5.0) / 9
+    assert stats["total_target_verify_ms"] == pytest.approx(9 * 1.25)
     assert stats["total_target_reanchor_ms"] == pytest.approx(5.0)
-    assert stats["total_target_ms"] == pytest.approx(11.25)
+    assert stats["total_target_ms"] == pytest.approx(9 * 1.25 + 5.0)
     assert stats["target_baseline_ms_per_token"] == pytest.approx(1.0)
-    assert stats["target_overhead_ratio"] == pytest.approx(1.25)
+    assert stats["target_overhead_ratio"] == pytest.approx(per_round - 1.0)
     assert stats["expected_tokens_per_round"] == pytest.approx(1.0)
-    assert stats["estimated_speedup"] == pytest.approx(1 / 2.25)
-    assert stats["observed_speedup"] == pytest.approx(1 / 2.25)
+    assert stats["estimated_speedup"] == pytest.approx(1 / per_round)
+    assert stats["observed_speedup"] == pytest.approx(1 / per_round)
 
 
 def test_fixed_k_keeps_the_references_rounds_and_run_shapes(table, clock):
@@ -162,14 +164,18 @@ def test_policy_rules():
         backoff.skip()
     assert not backoff.active and backoff.steps == Backoff.FIRST_PAUSE
     backoff.record(emitted=1, accepted=0, evaluated=1, milliseconds=6.0)
+    assert not backoff.active  # one round is no trend (`MIN_ROUNDS`)
+    backoff.record(emitted=1, accepted=0, evaluated=1, milliseconds=6.0)
     assert backoff.remaining == 2 * Backoff.FIRST_PAUSE  # lost again: twice as long
     backoff.remaining = 0
     backoff.record(emitted=5, accepted=4, evaluated=4, milliseconds=6.0)
     assert not backoff.active and backoff.pause == Backoff.FIRST_PAUSE  # paid: back to 4
     while backoff.pause < Backoff.LONGEST_PAUSE:
-        backoff.record(emitted=1, accepted=0, evaluated=1, milliseconds=60.0)
+        for _ in range(Backoff.MIN_ROUNDS):
+            backoff.record(emitted=1, accepted=0, evaluated=1, milliseconds=60.0)
         backoff.remaining = 0
-    backoff.record(emitted=1, accepted=0, evaluated=1, milliseconds=60.0)
+    for _ in range(Backoff.MIN_ROUNDS):
+        backoff.record(emitted=1, accepted=0, evaluated=1, milliseconds=60.0)
     assert backoff.remaining == Backoff.LONGEST_PAUSE
 
 

@@ -17,14 +17,14 @@ nothing make the next step a plain one.
 cost more than the plain steps it replaces. After each completed round it compares the tokens
 emitted per millisecond by the rounds since the last pause (at most `Backoff.WINDOW`; their
 whole steps: proposal, run, choosing) with a plain step's (the median of the last plain steps
-that ran the model and of the one-token runs before rounds; after a round, while none was
-measured, the next step is a plain one: `Backoff.wants_plain_step`). At or above it, nothing
-changes. Below it, with an acceptance under 0.75 (where adaptive K would not grow) or a full
-window, the next ``pause`` rounds are not made: the steps are plain ones. With prompt lookup a
-pause counts the lookups that found a proposal, so it spans as many chances to speculate
-whatever their rate; with a draft model, every step. The pause starts at `Backoff.FIRST_PAUSE`
-and doubles up to `Backoff.LONGEST_PAUSE` while rounds keep losing, and goes back to the first
-length once they pay.
+that ran the model and of the one-token runs before rounds; while none was measured, rounds that
+would be weighed make the next step a plain one: `Backoff.wants_plain_step`). At or above it,
+nothing changes. Below it over at least `Backoff.MIN_ROUNDS` rounds, with an acceptance under
+0.75 (where adaptive K would not grow) or a full window, the next ``pause`` rounds are not made:
+the steps are plain ones. With prompt lookup a pause counts the lookups that found a proposal,
+so it spans as many chances to speculate whatever their rate; with a draft model, every step.
+The pause starts at `Backoff.FIRST_PAUSE` and doubles up to `Backoff.LONGEST_PAUSE` while rounds
+keep losing, and goes back to the first length once they pay.
 """
 
 from __future__ import annotations
@@ -218,6 +218,7 @@ class Backoff:
     module docstring)."""
 
     WINDOW = 8
+    MIN_ROUNDS = 2
     PLAIN_SAMPLES = 16
     FIRST_PAUSE = 4
     LONGEST_PAUSE = 64
@@ -241,10 +242,22 @@ class Backoff:
         return self.remaining > 0
 
     @property
+    def acceptance(self) -> float:
+        """The acceptance of the rounds since the last pause (1 before any)."""
+        judged = sum(round_[2] for round_ in self._rounds)
+        return sum(round_[1] for round_ in self._rounds) / judged if judged else 1.0
+
+    @property
     def wants_plain_step(self) -> bool:
-        """True when a round was made and no plain step measured yet: the next step is a plain
-        one, to have a rate to compare with."""
-        return self.enabled and not self._plain and bool(self._rounds)
+        """True when rounds would be weighed (`MIN_ROUNDS` of them, acceptance under 0.75)
+        and no plain step was measured yet: the next step is a plain one, to have a rate to
+        compare with."""
+        return (
+            self.enabled
+            and not self._plain
+            and len(self._rounds) >= self.MIN_ROUNDS
+            and self.acceptance < _HIGH_ACCEPTANCE
+        )
 
     @property
     def plain_ms(self) -> float:
@@ -276,9 +289,9 @@ class Backoff:
         if self.gain >= 1.0:
             self.pause = self.FIRST_PAUSE
             return
-        judged = sum(round_[2] for round_ in self._rounds)
-        acceptance = sum(round_[1] for round_ in self._rounds) / judged if judged else 0.0
-        if acceptance < _HIGH_ACCEPTANCE or len(self._rounds) == self.WINDOW:
+        if len(self._rounds) < self.MIN_ROUNDS:
+            return  # one unlucky round is no trend
+        if self.acceptance < _HIGH_ACCEPTANCE or len(self._rounds) == self.WINDOW:
             self.remaining = self.pause
             self.pause = min(self.pause * 2, self.LONGEST_PAUSE)
             self.entries += 1
