@@ -76,8 +76,6 @@ class SpeculativeDecoder:
         self.g = generator
         self.options = options
         self.proposer = proposer
-        #: a proposer that reads the target's runs (an MTP head: its hidden states)
-        self._observe = getattr(proposer, "observe", None)
         #: a cheap check whether the proposer has a proposal (prompt lookup), None otherwise
         self._would_propose = getattr(proposer, "would_propose", None)
         self.counters = counters
@@ -85,8 +83,8 @@ class SpeculativeDecoder:
         self.cooldown = Cooldown(options.cooldown)
         self.backoff = Backoff(self.adaptive.enabled)
         #: genai's own run shapes (adaptive K): the pending token is always verified with the
-        #: proposals, never run alone first (an MTP head needs that run's hidden state)
-        self._fold = self.adaptive.enabled and self._observe is None
+        #: proposals, never run alone first
+        self._fold = self.adaptive.enabled
         self._eos = frozenset(int(t) for t in generator._eos)
         chain: LogitsChain = generator._chain
         self._chain = chain
@@ -189,11 +187,12 @@ class SpeculativeDecoder:
             return
         backoff = self.backoff
         if self.cooldown.active or backoff.active or backoff.wants_plain_step:
+            # (neither: a plain step to measure, `Backoff.wants_plain_step`)
             if self.cooldown.active:
                 self.cooldown.complete_step()
-            elif not backoff.active:
-                pass  # a plain step to measure (`Backoff.wants_plain_step`)
-            elif self._would_propose is None or self._would_propose(g._sequences[0, :length]):
+            elif backoff.active and (
+                self._would_propose is None or self._would_propose(g._sequences[0, :length])
+            ):
                 backoff.skip()
             if self._plain_step(after_round):
                 backoff.plain_step((time.perf_counter() - step_started) * 1e3)
@@ -212,17 +211,13 @@ class SpeculativeDecoder:
         # the verify run feeds the pending token(s) not run alone and the proposals
         pending = 0 if alone else length - loop.computed
         k = min(budget, room, g._driver.verify_tokens - pending)
-        ran = alone and self._observe is not None
-        if ran:
-            self._run_alone(after_round)  # an MTP head proposes from this run's hidden state
-            alone = False
         started = time.perf_counter()
         proposal = self.proposer.propose(g._sequences[0, :length], k)[:k]
         propose_ms = (time.perf_counter() - started) * 1e3
         self.counters.total_draft_ms += propose_ms
         if not proposal:  # a plain step (it runs the pending token, if not run yet)
-            if self._plain_step(after_round) or ran:
-                self.backoff.plain_step((time.perf_counter() - step_started) * 1e3)
+            if self._plain_step(after_round):
+                backoff.plain_step((time.perf_counter() - step_started) * 1e3)
             return
         if alone:
             self._run_alone(after_round)
@@ -231,10 +226,7 @@ class SpeculativeDecoder:
         # logits already current (after a prompt, or set_logits) judge the first proposal
         ready = g._logits_rows[0].copy() if loop.logits_ready else None
         started = time.perf_counter()
-        first = loop.computed
         logits = g._driver.verify(np.asarray(proposal, np.int32)[None, :])[0]
-        if self._observe is not None:
-            self._observe(first)
         target_ms = (time.perf_counter() - started) * 1e3
         self.counters.target_verify_forward_passes += 1
         self.counters.total_target_verify_ms += target_ms
@@ -293,22 +285,18 @@ class SpeculativeDecoder:
     # --- the parts of a round -------------------------------------------------------------------
     def _run_alone(self, after_round: bool) -> None:
         """Run the pending token alone (a re-anchor run after a round)."""
-        g = self.g
-        first = g._loop.computed
         started = time.perf_counter()
-        g._driver.run()
+        self.g._driver.run()
         milliseconds = (time.perf_counter() - started) * 1e3
         self.backoff.plain_step(milliseconds)  # a one-token run: what a plain step costs
         if after_round:
             self.counters.target_reanchor_forward_passes += 1
             self.counters.total_target_reanchor_ms += milliseconds
-        if self._observe is not None:
-            self._observe(first)
 
     def _plain_step(self, after_round: bool) -> bool:
         """One plain step; True when it ran the model."""
         g = self.g
-        ran, first = not g._loop.logits_ready, g._loop.computed
+        ran = not g._loop.logits_ready
         started = time.perf_counter()
         if g._python_stage:
             g._guided_step()
@@ -318,8 +306,6 @@ class SpeculativeDecoder:
             milliseconds = (time.perf_counter() - started) * 1e3
             self.counters.target_reanchor_forward_passes += 1
             self.counters.total_target_reanchor_ms += milliseconds
-        if ran and self._observe is not None:
-            self._observe(first)
         self.counters.standard_fallback_steps += 1
         return ran
 
