@@ -83,6 +83,8 @@ class NativeDriver(SessionInputs):
         )
         #: the reference's ``search.chunk_size``: a longer first batch-1 prompt runs in chunks
         self.chunk_size = search.chunk_size if model.type in PREFILL_CHUNK_TYPES else 0
+        #: `verify_output` of the session (read once: speculative steps ask at every step)
+        self._verify_found = verify_output(session, io.logits)
         self._init_inputs()
 
     # --- runs -----------------------------------------------------------------------------------
@@ -120,16 +122,8 @@ class NativeDriver(SessionInputs):
     def verify_tokens(self) -> int:
         """The most tokens `verify` runs at once (0: it cannot, the model returns the last
         position's logits only)."""
-        found = self._verify_output()
+        found = self._verify_found
         return found[1] if found else 0
-
-    def _verify_output(self) -> tuple[str, int] | None:
-        """`verify_output` of this driver's session (read once: the graph does not change)."""
-        try:
-            return self._verify_found
-        except AttributeError:
-            self._verify_found: tuple[str, int] | None = verify_output(self.session, self.io.logits)
-            return self._verify_found
 
     def verify(self, tokens: np.ndarray) -> np.ndarray:
         """Append ``tokens`` (int32 [rows, n]) after the sequences and run them with the
@@ -137,7 +131,7 @@ class NativeDriver(SessionInputs):
         [rows, count, vocab] (count: pending + n). The tokens stay in the sequences and the
         KV cache; `rewind` keeps what a caller accepts."""
         loop = self.loop
-        found = self._verify_output()
+        found = self._verify_found
         if found is None:
             raise GenerationError("the model returns the last position's logits only")
         name, most = found
