@@ -5,7 +5,7 @@ interleaved.
     python benchmarks/serve_speculative.py [-m MODEL_DIR] [--rounds 3] [--new-tokens 120]
                                            [--streams 1] [--spec ngram:3:4] [--threads 1]
                                            [--tasks repeat chat ...] [--max-streams 1]
-                                           [--also-no-backoff]
+                                           [--also-backoff]
 
 For each configuration: median wall time of a round (every request finished), generated
 tokens/s, the speed-up over plain serving, acceptance (accepted / proposed), tokens per verify
@@ -83,9 +83,9 @@ def main() -> int:
     parser.add_argument("--spec", action="append", default=[])
     parser.add_argument("--max-streams", type=int, default=1, help="SpeculativeServing's")
     parser.add_argument(
-        "--also-no-backoff",
+        "--also-backoff",
         action="store_true",
-        help="each --spec also without backing off (SpeculativeServing.backoff=False)",
+        help="each --spec also with backing off (SpeculativeServing.backoff=True)",
     )
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     args = parser.parse_args()
@@ -105,8 +105,8 @@ def main() -> int:
     for text in args.spec or ["ngram"]:
         spec = SpeculativeServing.parse(text, args.max_streams)
         configs.append((text, spec))
-        if args.also_no_backoff:
-            configs.append((f"{text} no-bo", dataclasses.replace(spec, backoff=False)))
+        if args.also_backoff:
+            configs.append((f"{text} backoff", dataclasses.replace(spec, backoff=True)))
     times: dict[str, list[float]] = {label: [] for label, _ in configs}
     outputs: dict[str, list[list[int]]] = {}
     stats: dict[str, dict[str, float]] = {}

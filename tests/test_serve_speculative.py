@@ -510,7 +510,7 @@ def test_verify_runs_slower_than_plain_steps_back_off(cycle_model, monkeypatch):
     (1 ms) would; after two such rounds a plain step is measured, the third round starts a
     pause of 4 proposals, every two more rounds one of 8, 16 ... The tokens are the model's
     either way."""
-    spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4)
+    spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4, backoff=True)
     tokens, stats = _serve_timed(cycle_model, monkeypatch, _WRONG, spec)
     assert tokens == _cycle_after(_WRONG)
     assert stats["speculative_accepted_tokens"] == 0
@@ -520,7 +520,7 @@ def test_verify_runs_slower_than_plain_steps_back_off(cycle_model, monkeypatch):
     assert stats["speculative_backoff_steps"] == 4 + 8 + 16
     # without backing off every step verifies
     monkeypatch.undo()
-    spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4, backoff=False)
+    spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4)  # the default: no backing off
     tokens, stats = _serve_timed(cycle_model, monkeypatch, _WRONG, spec)
     assert tokens == _cycle_after(_WRONG)
     assert stats["speculative_backoff_steps"] == 0
@@ -528,7 +528,7 @@ def test_verify_runs_slower_than_plain_steps_back_off(cycle_model, monkeypatch):
 
 
 def test_verify_runs_that_pay_never_back_off(cycle_model, monkeypatch):
-    spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4)
+    spec = SpeculativeServing(ngram_size=2, max_draft_tokens=4, backoff=True)
     tokens, stats = _serve_timed(cycle_model, monkeypatch, _RIGHT, spec)
     assert tokens == _cycle_after(_RIGHT)
     assert stats["speculative_backoff_steps"] == 0

@@ -52,8 +52,9 @@ class SpeculativeServing:
     draft_dir: str | None = None
     #: Pause a sequence's verify runs while they emit fewer tokens per millisecond than its
     #: plain steps (`genai.generation.speculative.policy.Backoff`, as adaptive K does in
-    #: `genai.Generator`).
-    backoff: bool = True
+    #: `genai.Generator`). Off by default: serving's verify runs (K 4, the pending token
+    #: folded in) paid on every prompt measured, and pauses only cost (docs/serving.md).
+    backoff: bool = False
 
     def __post_init__(self) -> None:
         if not 2 <= self.ngram_size <= 16:
