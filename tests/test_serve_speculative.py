@@ -307,6 +307,8 @@ def test_spec_parsing():
     assert SpeculativeServing.parse("ngram") == SpeculativeServing(3, 4, 1)
     assert SpeculativeServing.parse("ngram:2:8", 3) == SpeculativeServing(2, 8, 3)
     assert SpeculativeServing.parse("draft:/a:b").draft_dir == "/a:b"
+    assert SpeculativeServing.parse("ngram", backoff=True) == SpeculativeServing(backoff=True)
+    assert SpeculativeServing.parse("draft:/d", 2, True).backoff
     for bad in ("draft", "ngram:1", "ngram:3:0", "ngram:a", "ngram:2:3:4"):
         with pytest.raises(InvalidArgumentError):
             SpeculativeServing.parse(bad)
@@ -404,21 +406,25 @@ def test_a_request_opts_out(gqa_model):
     assert bad.status_code == 400 and "speculative" in bad.text
 
 
-@pytest.mark.parametrize("kind", ["ngram:2", "draft"])
+@pytest.mark.parametrize("kind", ["ngram:2", "draft", "ngram:2 backoff"])
 def test_cli_serves_with_speculation(fixture_folders, kind):
-    """``genai serve --speculative ngram:2`` (or ``draft:DIR``, the target's own folder)
-    answers a batch-1 Generator's tokens and counts its verify runs in /metrics."""
+    """``genai serve --speculative ngram:2`` (or ``draft:DIR``, the target's own folder; or
+    with ``--speculative-backoff``) answers a batch-1 Generator's tokens and counts its verify
+    runs in /metrics (and the backoff counter, 0 or more)."""
     model = genai.Model(fixture_folders["gqa"])
     prompt = [int(t) for t in _looping_prompts(model.io.vocab_size, 1, seed=10)[0]]
     body = {"prompt": prompt, "max_tokens": 16, "temperature": 0}
     expected = [t for t in alone_greedy(model, np.asarray(prompt, np.int32), 16) if t != 2]
-    spec = kind if kind != "draft" else f"draft:{fixture_folders['gqa']}"
-    with serve_command(fixture_folders["gqa"], "--speculative", spec) as (url, _):
+    spec = kind.split()[0] if kind != "draft" else f"draft:{fixture_folders['gqa']}"
+    extra = ["--speculative-backoff"] if kind.endswith("backoff") else []
+    with serve_command(fixture_folders["gqa"], "--speculative", spec, *extra) as (url, _):
         reply = _ask(url, body)
         metrics = httpx.get(url + "/metrics").text
     assert reply["choices"][0]["text"] == genai.Tokenizer(model).decode(expected)
     runs = [m for m in metrics.splitlines() if m.startswith("genai_speculative_target_runs_total")]
     assert float(runs[0].split()[-1]) > 0
+    paused = [m for m in metrics.splitlines() if m.startswith("genai_speculative_backoff_steps")]
+    assert paused and float(paused[0].split()[-1]) >= 0
 
 
 def test_ray_replicas_take_the_speculative_options(fixture_folders):
@@ -434,6 +440,11 @@ def test_ray_replicas_take_the_speculative_options(fixture_folders):
     folder = str(fixture_folders["gqa"])
     options = replica_engine_options(folder, engine_options)
     assert options["speculative"] == SpeculativeServing(2, 3, 2)
+    backing_off = build_app({"model": "/m", "speculative": "ngram", "speculative_backoff": "true"})
+    flagged = backing_off._bound_deployment.init_args[1]
+    assert flagged == {"speculative": "ngram", "speculative_backoff": True}
+    spec = replica_engine_options(folder, flagged)["speculative"]
+    assert spec == SpeculativeServing(backoff=True)
     engine = ServeEngine.from_path(folder, **options)
     assert engine.scheduler.speculative == SpeculativeServing(2, 3, 2)
     engine.shutdown()

@@ -123,6 +123,12 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
         help="speculate only while at most N sequences of a lane are decoding (default 1: "
         "each speculating sequence takes a model run of its own, the plain step one for all)",
     )
+    serve.add_argument(
+        "--speculative-backoff",
+        action="store_true",
+        help="a sequence pauses its verify runs while they are slower than its plain steps "
+        "(off by default: served verify runs paid on every prompt measured, docs/serving.md)",
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
     ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
@@ -162,6 +168,8 @@ def _serve_ray(args: argparse.Namespace) -> int:
     if args.speculative:  # each replica loads a draft folder itself
         options["speculative"] = args.speculative
         options["speculative_max_streams"] = args.speculative_max_streams
+        if args.speculative_backoff:
+            options["speculative_backoff"] = True
     if args.api_key:
         options["api_key"] = args.api_key
     if args.max_body_bytes is not None:
@@ -194,7 +202,9 @@ def _serve_ray(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     speculative = None
     if args.speculative:
-        speculative = SpeculativeServing.parse(args.speculative, args.speculative_max_streams)
+        speculative = SpeculativeServing.parse(
+            args.speculative, args.speculative_max_streams, args.speculative_backoff
+        )
     if args.ray:
         return _serve_ray(args)
     if speculative is not None:  # a draft folder

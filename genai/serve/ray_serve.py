@@ -47,6 +47,7 @@ ENGINE_OPTIONS = (
     "lanes",
     "speculative",
     "speculative_max_streams",
+    "speculative_backoff",
 )
 #: Engine options that stay strings.
 _TEXT_OPTIONS = ("model_name", "speculative")
@@ -63,8 +64,9 @@ def replica_engine_options(model: str, engine_options: dict[str, Any]) -> dict[s
     # genai serve --speculative ngram[:N[:K]] | draft:DIR
     spec = options.pop("speculative", None)
     streams = int(options.pop("speculative_max_streams", 1))
+    backoff = bool(options.pop("speculative_backoff", False))
     if spec:
-        parsed = SpeculativeServing.parse(str(spec), streams)
+        parsed = SpeculativeServing.parse(str(spec), streams, backoff)
         options["speculative"] = parsed.loaded(lambda d: Model(str(Path(d).resolve())))
     return options
 
@@ -170,7 +172,10 @@ def build_app(args: dict[str, Any]) -> Any:
     for key in ENGINE_OPTIONS:
         if key in args:
             value = args.pop(key)
-            engine[key] = value if key in _TEXT_OPTIONS else _number(value)
+            if key == "speculative_backoff":
+                engine[key] = _flag(value)
+            else:
+                engine[key] = value if key in _TEXT_OPTIONS else _number(value)
     ray_options = {
         k: _number(v) if k != "num_replicas" or v != "auto" else v for k, v in args.items()
     }

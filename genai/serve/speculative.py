@@ -67,13 +67,13 @@ class SpeculativeServing:
             raise InvalidArgumentError(f"max_streams must be >= 1, got {self.max_streams}")
 
     @classmethod
-    def parse(cls, spec: str, max_streams: int = 1) -> SpeculativeServing:
+    def parse(cls, spec: str, max_streams: int = 1, backoff: bool = False) -> SpeculativeServing:
         """``ngram``, ``ngram:N`` (n-gram size), ``ngram:N:K`` (size, proposals per step) or
         ``draft:DIR`` (a draft model folder, K 4; `loaded` loads it), what ``genai serve
         --speculative`` takes; `InvalidArgumentError` otherwise."""
         kind, _, rest = spec.partition(":")
         if kind == "draft" and rest:
-            return cls(max_streams=max_streams, draft_dir=rest)
+            return cls(max_streams=max_streams, draft_dir=rest, backoff=backoff)
         if kind != "ngram":
             raise InvalidArgumentError(
                 f"--speculative takes ngram[:N[:K]] or draft:DIR, not {spec!r}"
@@ -82,7 +82,7 @@ class SpeculativeServing:
         if len(numbers) > 2 or not all(n.isdigit() for n in numbers):
             raise InvalidArgumentError(f"--speculative takes ngram[:N[:K]], not {spec!r}")
         values = [int(n) for n in numbers]
-        return cls(*values, max_streams=max_streams)
+        return cls(*values, max_streams=max_streams, backoff=backoff)
 
     def loaded(self, load: Callable[[str], Any]) -> SpeculativeServing:
         """This with ``draft`` = ``load(draft_dir)`` (unchanged without ``draft_dir``)."""
