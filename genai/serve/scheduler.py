@@ -696,8 +696,8 @@ class Scheduler:
             backoff = seq.backoff
             assert backoff is not None
             if backoff.active:  # a prompt lookup counts the proposals it skips, a draft steps
-                if not isinstance(seq.proposer, SlotProposer) or seq.proposer.propose(history, 1):
-                    backoff.skip()
+                check = getattr(seq.proposer, "would_propose", None)
+                if backoff.skip(None if check is None else lambda: check(history)):
                     self.stats["speculative_backoff_steps"] += 1
                 return []
             if backoff.wants_plain_step:

@@ -148,3 +148,7 @@ class SlotProposer:
         elif indexed < len(history):
             lookup.append(history[indexed:].tolist())
         return lookup.propose(count)
+
+    def would_propose(self, history: np.ndarray) -> bool:
+        """True when `propose` would find a proposal after ``history``."""
+        return bool(self.propose(history, 1))

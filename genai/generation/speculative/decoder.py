@@ -82,9 +82,6 @@ class SpeculativeDecoder:
         self.adaptive = AdaptiveK(options.max_draft_tokens, options.min_adaptive_k)
         self.cooldown = Cooldown(options.cooldown)
         self.backoff = Backoff(self.adaptive.enabled)
-        #: genai's own run shapes (adaptive K): the pending token is always verified with the
-        #: proposals, never run alone first
-        self._fold = self.adaptive.enabled
         self._eos = frozenset(int(t) for t in generator._eos)
         chain: LogitsChain = generator._chain
         self._chain = chain
@@ -190,10 +187,9 @@ class SpeculativeDecoder:
             # (neither: a plain step to measure, `Backoff.wants_plain_step`)
             if self.cooldown.active:
                 self.cooldown.complete_step()
-            elif backoff.active and (
-                self._would_propose is None or self._would_propose(g._sequences[0, :length])
-            ):
-                backoff.skip()
+            elif backoff.active:
+                check = self._would_propose
+                backoff.skip(None if check is None else lambda: check(g._sequences[0, :length]))
             if self._plain_step(after_round):
                 backoff.plain_step((time.perf_counter() - step_started) * 1e3)
             return
@@ -203,9 +199,14 @@ class SpeculativeDecoder:
         # with the next proposals. The run shapes, and so the kernels' numerics, are the
         # reference's: on int8-activation int4 graphs a one-token run and a wider one differ in
         # the last bits, so the same shapes give the reference's tokens (and a fixed K of 1
-        # plain decoding's). With adaptive K (`_fold`) the pending token is always verified
-        # with the proposals: one run per round instead of two after a plain step.
-        alone = not loop.logits_ready and not self._fold and (not after_round or self._last_k == 1)
+        # plain decoding's). With adaptive K (genai's own run shapes) the pending token is
+        # always verified with the proposals: one run per round instead of two after a plain
+        # step.
+        alone = (
+            not loop.logits_ready
+            and not self.adaptive.enabled
+            and (not after_round or self._last_k == 1)
+        )
         budget = self.adaptive.k
         room = g._stop_length - length
         # the verify run feeds the pending token(s) not run alone and the proposals

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["MAX_K", "AdaptiveK", "Backoff", "Cooldown"]
@@ -297,7 +298,12 @@ class Backoff:
             self.entries += 1
             self._rounds.clear()
 
-    def skip(self) -> None:
-        """A round was not made (one step, or a proposal not looked for)."""
+    def skip(self, found: Callable[[], bool] | None = None) -> bool:
+        """A paused step: it counts towards the pause when ``found`` (a cheap check whether
+        the proposer had a proposal: prompt lookup) says so, always without one (a draft
+        model). True when it counted."""
+        if found is not None and not found():
+            return False
         self.remaining -= 1
         self.steps += 1
+        return True
