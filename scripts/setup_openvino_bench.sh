@@ -38,6 +38,10 @@ if [ ! -f "$VENV/.ready" ]; then
     "${PYTHON:-python3}" -m venv "$VENV"
     "$PY" -m pip install --quiet torch==2.13.0 openvino-genai==2026.4.1.0 \
         openvino-tokenizers==2026.4.1.0 "optimum-intel[openvino]" nncf transformers gguf accelerate
+    # optimum-intel pulls torchvision from the index, whose build may not load beside the CPU
+    # torch ("operator torchvision::nms does not exist"); transformers then fails to import any
+    # model. Nothing here needs torchvision: drop it when it does not load.
+    "$PY" -c "import torchvision" 2>/dev/null || "$PY" -m pip uninstall --quiet -y torchvision
     touch "$VENV/.ready"
 fi
 
