@@ -45,6 +45,7 @@ MOD_NAMES = [
     "genai._core.decode_ahead",
     "genai._core.vision_loop",
     "genai._core.bookkeeping",
+    "genai._core.custom_ops",
     "genai._core.ort_api",
 ]
 # The ORT C API is loaded at run time with dlopen (no link to onnxruntime at build time).

@@ -16,7 +16,10 @@ median process CPU ms (on a loaded machine the CPU time of a 1-thread run is the
 measure) and the ratio of medians to OpenVINO GenAI's (``--baseline LABEL``: to another
 engine's; without OpenVINO GenAI, to the reference's). ``--untrimmed`` adds genai with
 ``GENAI_TRIM_LOGITS=0`` on ``-m``'s folder (every position's logits computed, as the
-reference does; `genai.runtime.trimmed_logits`).
+reference does; `genai.runtime.trimmed_logits`), ``--unchunked`` every genai folder again with
+``GENAI_CHUNKED_ATTENTION=0`` (a long prompt's attention in one call, as the reference;
+`genai.runtime.chunked_attention`), ``--unfused`` with ``GENAI_ROW_QUANTIZATION=0`` (a
+``--prefill-int8`` folder's per-row quantisation as eight ops; `genai.runtime.row_quantization`).
 
 OpenVINO GenAI runs in its own virtual environment with the model converted by
 ``scripts/setup_openvino_bench.sh`` (its defaults are this script's defaults; ``--openvino ''``
@@ -40,6 +43,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "genai"
 OV_VENV = Path(os.environ.get("GENAI_BENCH_OV_VENV") or CACHE / "bench-openvino-venv")
 OV_IR = CACHE / "bench-openvino" / "ov-int4-g32-asym"
+#: genai engines run with one of its load-time rewrites turned off: every position's logits
+#: (genai.runtime.trimmed_logits), attention in one call (genai.runtime.chunked_attention),
+#: per-row quantisation as eight ops (genai.runtime.row_quantization).
+_SWITCHED_OFF = {
+    "genai-untrimmed": {"GENAI_TRIM_LOGITS": "0"},
+    "genai-unchunked": {"GENAI_CHUNKED_ATTENTION": "0"},
+    "genai-unfused": {"GENAI_ROW_QUANTIZATION": "0"},
+}
 TEXT = (
     "The history of the city begins with a small settlement on the river, where traders from "
     "the north and the south met to exchange grain, salt, wool and stories about distant lands. "
@@ -65,10 +76,7 @@ def _worker(engine: str, folder: str, threads: int, chunk: int = 0) -> None:
         if engine == "reference":
             import onnxruntime_genai as lib  # lazy: the reference is a test dependency
         else:
-            if (
-                engine == "genai-untrimmed"
-            ):  # every position's logits (genai.runtime.trimmed_logits)
-                os.environ["GENAI_TRIM_LOGITS"] = "0"
+            os.environ.update(_SWITCHED_OFF.get(engine, {}))
             sys.path.insert(0, str(ROOT))
             import genai as lib  # lazy: not in the OpenVINO venv
         config = lib.Config(folder)
@@ -182,6 +190,16 @@ def main() -> None:
         help="also genai with GENAI_TRIM_LOGITS=0 on -m's folder (every position's logits)",
     )
     ap.add_argument(
+        "--unchunked",
+        action="store_true",
+        help="also every genai folder with GENAI_CHUNKED_ATTENTION=0 (attention in one call)",
+    )
+    ap.add_argument(
+        "--unfused",
+        action="store_true",
+        help="also every genai folder with GENAI_ROW_QUANTIZATION=0 (quantisation as 8 ops)",
+    )
+    ap.add_argument(
         "--baseline",
         default=None,
         help="the engine label the ratios divide by (default: openvino-genai, else reference)",
@@ -219,6 +237,11 @@ def main() -> None:
     for item in args.also:
         label, _, folder = item.partition("=")
         engines.append((label, "genai", folder, sys.executable, 0))
+    genai_engines = list(engines)
+    if args.unchunked:
+        engines += [(f"{lbl}-unchunked", "genai-unchunked", *r) for lbl, _, *r in genai_engines]
+    if args.unfused:
+        engines += [(f"{lbl}-unfused", "genai-unfused", *r) for lbl, _, *r in genai_engines]
     if args.untrimmed:
         engines.append(("genai-untrimmed", "genai-untrimmed", str(args.model), sys.executable, 0))
     if not args.no_reference:

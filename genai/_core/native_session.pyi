@@ -73,7 +73,9 @@ class NativeSession:
 
     #: How the graph's logits were trimmed at load (a ``TrimmedLogits``), or None.
     trimmed: Any
-
+    #: Whether genai's own op domain (``genai._core.custom_ops``) is registered on the session.
+    @property
+    def genai_ops(self) -> bool: ...
     @property
     def graph_id(self) -> int | None: ...
     @property
@@ -98,6 +100,7 @@ class NativeSession:
         run_config_entries: Mapping[str, str] | None = None,
         free_dimension_overrides: Mapping[str, int] | None = None,
         profile_file_prefix: str | None = None,
+        genai_ops: bool = False,
     ) -> None: ...
     def input_memory_info(self) -> dict[str, dict[str, Any] | None]: ...
     def output_memory_info(self) -> dict[str, dict[str, Any] | None]: ...

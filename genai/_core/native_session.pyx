@@ -17,6 +17,7 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, strlen
 from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlopen, dlsym
 
+from genai._core.custom_ops cimport add_genai_ops
 from genai._core.ort_api cimport (
     ELEM_BFLOAT16,
     ELEM_UNDEFINED,
@@ -553,7 +554,7 @@ cdef class NativeSession:
                  config_entries=None, providers=None, str log_id="genai", model_bytes=None,
                  enable_cpu_mem_arena=None, enable_mem_pattern=None, log_severity_level=None,
                  custom_ops_library=None, run_config_entries=None,
-                 free_dimension_overrides=None, profile_file_prefix=None):
+                 free_dimension_overrides=None, profile_file_prefix=None, bint genai_ops=False):
         """Create the session.
 
         ``model_path``: the .onnx file; with ``model_bytes`` (the serialized model, e.g. read
@@ -562,6 +563,8 @@ cdef class NativeSession:
         ``enable_mem_pattern``: None keeps onnxruntime's default. ``log_severity_level``: 0
         (verbose) .. 4 (fatal) for this session. ``custom_ops_library``: path of a shared
         library registered with RegisterCustomOpsLibrary_V2 (onnxruntime >= 1.14).
+        ``genai_ops``: register genai's own op domain (`genai._core.custom_ops`), which graphs
+        rewritten by `genai.runtime.chunked_attention` use.
         ``run_config_entries``: {key: value} set on the one OrtRunOptions used by every run.
         ``free_dimension_overrides``: {symbolic dimension name: value} fixed for this session
         (AddFreeDimensionOverrideByName; static shapes for EPs that need them).
@@ -628,6 +631,9 @@ cdef class NativeSession:
             blib = os.fsencode(lib)
             check_status(f.RegisterCustomOpsLibrary_V2(opts, blib),
                          f"registering custom ops library {lib}")
+        if genai_ops:
+            add_genai_ops(opts)
+            self.genai_ops = True
         for dim_name, dim_value in (free_dimension_overrides or {}).items():
             bkey = str(dim_name).encode()
             check_status(f.AddFreeDimensionOverrideByName(opts, bkey, int(dim_value)),
@@ -837,6 +843,7 @@ cdef class NativeSession:
         other.run_options = self.run_options
         other._run_config = self._run_config
         other.owner = self
+        other.genai_ops = self.genai_ops
         other.borrowed = True
         other.long_session = self.long_session
         other.long_owner = self.long_owner

@@ -27,6 +27,11 @@ cdef extern from "ort_opaque_types.h":
     ctypedef struct OrtKeyValuePairs
     ctypedef struct OrtHardwareDevice
     ctypedef struct OrtEpDevice
+    ctypedef struct OrtCustomOpDomain
+    ctypedef struct OrtKernelInfo
+    ctypedef struct OrtKernelContext
+    ctypedef struct OrtOp
+    ctypedef struct OrtOpAttr
 
 
 # The C API version we ask GetApi for: the lowest one that has every slot used below
@@ -36,6 +41,7 @@ cdef extern from "ort_opaque_types.h":
 cdef enum:
     ORT_API_VERSION_REQUIRED = 12
     ORT_API_VERSION_CUSTOM_OPS_V2 = 14   # RegisterCustomOpsLibrary_V2 (onnxruntime 1.14)
+    ORT_API_VERSION_PARALLEL_FOR = 17    # KernelContext_ParallelFor (1.17)
     ORT_API_VERSION_EP_DYNAMIC_OPTIONS = 21  # SetEpDynamicOptions (1.21)
     ORT_API_VERSION_PLUGIN_EP = 22       # plugin EP libraries, OrtEpDevice, key-value pairs (1.22)
     ORT_API_VERSION_SESSION_DEVICES = 23  # SessionGetMemoryInfoForInputs/Outputs (1.23)
@@ -125,6 +131,9 @@ cdef enum:
     ORT_SLOT_SetSessionGraphOptimizationLevel = 23
     ORT_SLOT_SetIntraOpNumThreads = 24
     ORT_SLOT_SetInterOpNumThreads = 25
+    ORT_SLOT_CreateCustomOpDomain = 26
+    ORT_SLOT_CustomOpDomain_Add = 27
+    ORT_SLOT_AddCustomOpDomain = 28
     ORT_SLOT_SessionGetInputCount = 30
     ORT_SLOT_SessionGetOutputCount = 31
     ORT_SLOT_SessionGetInputTypeInfo = 33
@@ -148,6 +157,12 @@ cdef enum:
     ORT_SLOT_MemoryInfoGetMemType = 73
     ORT_SLOT_AllocatorFree = 76
     ORT_SLOT_GetAllocatorWithDefaultOptions = 78
+    ORT_SLOT_KernelInfoGetAttribute_float = 85
+    ORT_SLOT_KernelInfoGetAttribute_int64 = 86
+    ORT_SLOT_KernelContext_GetInputCount = 88
+    ORT_SLOT_KernelContext_GetOutputCount = 89
+    ORT_SLOT_KernelContext_GetInput = 90
+    ORT_SLOT_KernelContext_GetOutput = 91
     ORT_SLOT_ReleaseEnv = 92
     ORT_SLOT_ReleaseStatus = 93
     ORT_SLOT_ReleaseMemoryInfo = 94
@@ -157,6 +172,7 @@ cdef enum:
     ORT_SLOT_ReleaseTypeInfo = 98
     ORT_SLOT_ReleaseTensorTypeAndShapeInfo = 99
     ORT_SLOT_ReleaseSessionOptions = 100
+    ORT_SLOT_ReleaseCustomOpDomain = 101
     ORT_SLOT_AddFreeDimensionOverrideByName = 124
     ORT_SLOT_GetAvailableProviders = 125
     ORT_SLOT_ReleaseAvailableProviders = 126
@@ -176,9 +192,15 @@ cdef enum:
     ORT_SLOT_CreateCUDAProviderOptions = 205
     ORT_SLOT_UpdateCUDAProviderOptions = 206
     ORT_SLOT_ReleaseCUDAProviderOptions = 208
+    ORT_SLOT_CreateOpAttr = 211
+    ORT_SLOT_ReleaseOpAttr = 212
+    ORT_SLOT_CreateOp = 213
+    ORT_SLOT_InvokeOp = 214
+    ORT_SLOT_ReleaseOp = 215
     ORT_SLOT_SessionOptionsAppendExecutionProvider = 216
     ORT_SLOT_MemoryInfoGetDeviceType = 225       # API 14 group; NULL below 14
     ORT_SLOT_RegisterCustomOpsLibrary_V2 = 228   # API 14; NULL in OrtFns below 14
+    ORT_SLOT_KernelContext_ParallelFor = 274     # API 17; NULL in OrtFns below 17
     ORT_SLOT_SetEpDynamicOptions = 284   # API 21; NULL in OrtFns below 21
     # API 22 (plugin execution providers); NULL in OrtFns below 22.
     ORT_SLOT_GetKeyValuePairs = 298
@@ -306,6 +328,44 @@ cdef struct OrtFns:
                                                         const char* const* keys,
                                                         const char* const* values,
                                                         size_t n) noexcept nogil
+    # Custom op domains and kernels (genai._core.custom_ops).
+    OrtStatus* (*CreateCustomOpDomain)(const char* domain,
+                                       OrtCustomOpDomain** out) noexcept nogil
+    OrtStatus* (*CustomOpDomain_Add)(OrtCustomOpDomain* domain, const void* op) noexcept nogil
+    OrtStatus* (*AddCustomOpDomain)(OrtSessionOptions* options,
+                                    OrtCustomOpDomain* domain) noexcept nogil
+    void (*ReleaseCustomOpDomain)(OrtCustomOpDomain* x) noexcept nogil
+    OrtStatus* (*KernelInfoGetAttribute_float)(const OrtKernelInfo* info, const char* name,
+                                               float* out) noexcept nogil
+    OrtStatus* (*KernelInfoGetAttribute_int64)(const OrtKernelInfo* info, const char* name,
+                                               int64_t* out) noexcept nogil
+    OrtStatus* (*KernelContext_GetInputCount)(const OrtKernelContext* context,
+                                              size_t* out) noexcept nogil
+    OrtStatus* (*KernelContext_GetOutputCount)(const OrtKernelContext* context,
+                                               size_t* out) noexcept nogil
+    OrtStatus* (*KernelContext_GetInput)(const OrtKernelContext* context, size_t index,
+                                         const OrtValue** out) noexcept nogil
+    OrtStatus* (*KernelContext_GetOutput)(OrtKernelContext* context, size_t index,
+                                          const int64_t* dims, size_t dim_count,
+                                          OrtValue** out) noexcept nogil
+    # type: OrtOpAttrType (1 int, 2 ints, 3 float, 4 floats, 5 string, 6 strings)
+    OrtStatus* (*CreateOpAttr)(const char* name, const void* data, int length, int type,
+                               OrtOpAttr** out) noexcept nogil
+    void (*ReleaseOpAttr)(OrtOpAttr* x) noexcept nogil
+    OrtStatus* (*CreateOp)(const OrtKernelInfo* info, const char* op_name, const char* domain,
+                           int version, const char** type_constraint_names,
+                           const int* type_constraint_values, int type_constraint_count,
+                           const OrtOpAttr* const* attr_values, int attr_count,
+                           int input_count, int output_count, OrtOp** out) noexcept nogil
+    OrtStatus* (*InvokeOp)(const OrtKernelContext* context, const OrtOp* op,
+                           const OrtValue* const* input_values, int input_count,
+                           OrtValue* const* output_values, int output_count) noexcept nogil
+    void (*ReleaseOp)(OrtOp* x) noexcept nogil
+    # fn(data, i) for i in [0, total) on the session's intra-op threads; NULL below API 17.
+    OrtStatus* (*KernelContext_ParallelFor)(const OrtKernelContext* context,
+                                            void (*fn)(void*, size_t) noexcept nogil,
+                                            size_t total, size_t num_batch,
+                                            void* data) noexcept nogil
     # NULL when the loaded library's C API is older than ORT_API_VERSION_CUSTOM_OPS_V2.
     OrtStatus* (*RegisterCustomOpsLibrary_V2)(OrtSessionOptions* options,
                                               const char* library_path) noexcept nogil

@@ -152,11 +152,29 @@ cdef void _fill(OrtFns* f, const void* const* t, uint32_t api_version) noexcept:
     _set_slot(&f.AddFreeDimensionOverrideByName, t, ORT_SLOT_AddFreeDimensionOverrideByName)
     _set_slot(&f.GetAvailableProviders, t, ORT_SLOT_GetAvailableProviders)
     _set_slot(&f.ReleaseAvailableProviders, t, ORT_SLOT_ReleaseAvailableProviders)
+    _set_slot(&f.CreateCustomOpDomain, t, ORT_SLOT_CreateCustomOpDomain)
+    _set_slot(&f.CustomOpDomain_Add, t, ORT_SLOT_CustomOpDomain_Add)
+    _set_slot(&f.AddCustomOpDomain, t, ORT_SLOT_AddCustomOpDomain)
+    _set_slot(&f.ReleaseCustomOpDomain, t, ORT_SLOT_ReleaseCustomOpDomain)
+    _set_slot(&f.KernelInfoGetAttribute_float, t, ORT_SLOT_KernelInfoGetAttribute_float)
+    _set_slot(&f.KernelInfoGetAttribute_int64, t, ORT_SLOT_KernelInfoGetAttribute_int64)
+    _set_slot(&f.KernelContext_GetInputCount, t, ORT_SLOT_KernelContext_GetInputCount)
+    _set_slot(&f.KernelContext_GetOutputCount, t, ORT_SLOT_KernelContext_GetOutputCount)
+    _set_slot(&f.KernelContext_GetInput, t, ORT_SLOT_KernelContext_GetInput)
+    _set_slot(&f.KernelContext_GetOutput, t, ORT_SLOT_KernelContext_GetOutput)
+    _set_slot(&f.CreateOpAttr, t, ORT_SLOT_CreateOpAttr)
+    _set_slot(&f.ReleaseOpAttr, t, ORT_SLOT_ReleaseOpAttr)
+    _set_slot(&f.CreateOp, t, ORT_SLOT_CreateOp)
+    _set_slot(&f.InvokeOp, t, ORT_SLOT_InvokeOp)
+    _set_slot(&f.ReleaseOp, t, ORT_SLOT_ReleaseOp)
     f.RegisterCustomOpsLibrary_V2 = NULL
     f.MemoryInfoGetDeviceType = NULL
     if api_version >= ORT_API_VERSION_CUSTOM_OPS_V2:
         _set_slot(&f.RegisterCustomOpsLibrary_V2, t, ORT_SLOT_RegisterCustomOpsLibrary_V2)
         _set_slot(&f.MemoryInfoGetDeviceType, t, ORT_SLOT_MemoryInfoGetDeviceType)
+    f.KernelContext_ParallelFor = NULL
+    if api_version >= ORT_API_VERSION_PARALLEL_FOR:
+        _set_slot(&f.KernelContext_ParallelFor, t, ORT_SLOT_KernelContext_ParallelFor)
     f.GetKeyValuePairs = NULL
     f.RegisterExecutionProviderLibrary = NULL
     f.UnregisterExecutionProviderLibrary = NULL

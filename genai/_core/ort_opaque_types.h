@@ -17,4 +17,9 @@ typedef struct OrtCUDAProviderOptionsV2 OrtCUDAProviderOptionsV2;
 typedef struct OrtKeyValuePairs OrtKeyValuePairs;
 typedef struct OrtHardwareDevice OrtHardwareDevice;
 typedef struct OrtEpDevice OrtEpDevice;
+typedef struct OrtCustomOpDomain OrtCustomOpDomain;
+typedef struct OrtKernelInfo OrtKernelInfo;
+typedef struct OrtKernelContext OrtKernelContext;
+typedef struct OrtOp OrtOp;
+typedef struct OrtOpAttr OrtOpAttr;
 #endif

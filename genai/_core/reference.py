@@ -100,3 +100,12 @@ def move_rows(rows, order, scratch, chunks=1, chunk_bytes=-1):
         cycles += bool(moved[row] and state[row] == 1)
         state[path] = 2
     return int(moved.sum()) + cycles
+
+
+def quantize_rows(x, floor_value):
+    """See `genai._core.custom_ops.quantize_rows`: float32 steps, each rounded on its own."""
+    x = np.asarray(x, np.float32)
+    top = np.maximum(np.abs(x).max(axis=-1, keepdims=True), np.float32(floor_value))
+    inverse = np.float32(127) / top
+    shifted = (x * inverse).astype(np.float32) + np.float32(128.5)
+    return shifted.astype(np.uint8), (top / np.float32(127)).astype(np.float32)

@@ -262,6 +262,10 @@ class ExecutionProvider:
     #: The EP compiles graphs with fixed shapes (QNN's HTP): a model run at several shapes (a
     #: windowed model's S = W and S = 1) gets one session per shape (see `genai.Model`).
     static_shapes: ClassVar[bool] = False
+    #: The EP is onnxruntime's CPU EP, where genai may run a decoder graph's GroupQueryAttention
+    #: in chunks of a long prompt's rows and fuse its per-row quantisations: custom ops of
+    #: genai's (`genai._core.custom_ops`) that run on the CPU EP only.
+    host_ops: ClassVar[bool] = False
     #: Conformance tests known to fail, {test function name: reason}: reported as xfail.
     known_failures: ClassVar[Mapping[str, str]] = {}
 

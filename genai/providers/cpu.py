@@ -29,6 +29,7 @@ class CPUProvider(ExecutionProvider):
     # The CPU kernel scans the whole window cache, so a little slack amortises compaction
     # (the reference's default).
     kv_window_slack = 16
+    host_ops = True
 
     def unavailable_reason(self) -> str | None:
         try:

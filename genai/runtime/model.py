@@ -21,8 +21,9 @@ from genai.errors import ConfigError, GenerationError, ModelError, UnsupportedFe
 from genai.kv.windowed_cache import engine_slides, static_shape_overrides
 from genai.multimodal.processor import MultiModalProcessor
 from genai.providers import ExecutionProvider, get_provider, plugins
-from genai.runtime import hugepages
+from genai.runtime import chunked_attention, hugepages, row_quantization
 from genai.runtime import onnx_wire as wire
+from genai.runtime.chunked_attention import chunk_attention
 from genai.runtime.config import Config, normalize_provider_name
 from genai.runtime.draft import load_draft
 from genai.runtime.encoder import ENCODER_DECODER_TYPES, EncoderGraph, load_encoder
@@ -33,6 +34,7 @@ from genai.runtime.pipeline_stages import (
     read_stages,
     stage_session_options,
 )
+from genai.runtime.row_quantization import fuse_row_quantization
 from genai.runtime.run_length_split import split_by_run_length
 from genai.runtime.trimmed_logits import TrimmedLogits, trim_logits
 from genai.runtime.vision import (
@@ -320,7 +322,7 @@ class Model:
                 # a decoder run by the native loop, the vision runner or the server computes its
                 # long runs' lm_head for the rows it reads (genai.runtime.trimmed_logits)
                 trim = not (encoder_decoder or engine_slides(self.config))
-                self.session = self._create_session(trim=trim)
+                self.session = self._create_session(trim=trim, chunk=True)
             if vision:
                 self.vision = load_vision_graphs(self.config, self._graph_session, self.session)
             if encoder_decoder:
@@ -490,11 +492,14 @@ class Model:
         provider_options: dict[str, str] | None = None,
         run_options: dict[str, str] | None = None,
         trim: bool = False,
+        chunk: bool = False,
     ) -> NativeSession:
         """The decoder's session; ``fixed``: symbolic dimensions to fix beyond the provider's
         (they take precedence). A pipeline stage passes its own session options, file,
         provider and run options (defaults: the decoder's). ``trim``: trim the logits of long
-        runs where the graph allows it (`genai.runtime.trimmed_logits`)."""
+        runs where the graph allows it (`genai.runtime.trimmed_logits`). ``chunk``: run long
+        prompts' attention in chunks of query rows where the provider and graph allow it
+        (`genai.runtime.chunked_attention`)."""
         config = self.config
         if session_cfg is None:
             session_cfg = config.get("model.decoder.session_options", {}) or {}
@@ -570,12 +575,29 @@ class Model:
             trimmed = _trimmed(path, model_bytes, config)
             if trimmed is not None and trimmed.data_folder is not None:
                 entries[_EXTERNAL_DATA_FOLDER] = trimmed.data_folder
+        # The graph the session runs (None: the file), chunked where it can be: a split's long
+        # branch only (its short one never runs a chunk).
+        graph = trimmed.graph if trimmed else model_bytes
+        long_ops = plain_ops = False
+        if chunk and provider.host_ops:
+            if split is not None:
+                rewritten = _host_ops(graphs[1])
+                if rewritten is not None:
+                    graphs[1], long_ops = rewritten, True
+            else:
+                found = _chunked(path, graph)
+                if found is not None:
+                    graph, folder = found
+                    plain_ops = True
+                    if folder is not None:
+                        entries[_EXTERNAL_DATA_FOLDER] = folder
         try:
             if split is None:
                 session = NativeSession(
                     str(path),
-                    model_bytes=trimmed.graph if trimmed else model_bytes,
+                    model_bytes=graph,
                     config_entries=entries,
+                    genai_ops=plain_ops,
                     **options,
                 )
                 if trimmed is not None:
@@ -588,8 +610,10 @@ class Model:
             # One session per branch of the graph's run-length If, so that a decode step does
             # not pay for the If; the branches' own kernels, so the If graph's numbers.
             short, long = (
-                NativeSession(str(path), model_bytes=graph, config_entries=entries, **options)
-                for graph in graphs
+                NativeSession(
+                    str(path), model_bytes=data, config_entries=entries, genai_ops=ops, **options
+                )
+                for data, ops in zip(graphs, (False, long_ops), strict=True)
             )
             short.route_long_runs(long, split.ids, split.above)
             return short
@@ -985,6 +1009,41 @@ def in_memory_graphs(folder: Path, graphs: list[bytes]) -> tuple[list[bytes], st
         return None
     renamed = {name: target.name for name, target in targets.items()}
     return [wire.relocated(graph, renamed) for graph in graphs], str(parents.pop())
+
+
+def _host_ops(graph: bytes) -> bytes | None:
+    """``graph`` with genai's CPU ops in place of what they replace: long prompts' attention in
+    chunks (`genai.runtime.chunked_attention`), per-row quantisations fused
+    (`genai.runtime.row_quantization`); None when neither applies (or both are turned off)."""
+    rewritten = None
+    if chunked_attention.enabled():
+        rewritten = chunk_attention(graph)
+    if row_quantization.enabled():
+        rewritten = fuse_row_quantization(rewritten or graph) or rewritten
+    return rewritten
+
+
+def _chunked(path: Path, graph: bytes | None) -> tuple[bytes, str | None] | None:
+    """The decoder graph ``graph`` (None: the file at ``path``) with genai's CPU ops
+    (`_host_ops`), and the folder of its external data when the file was read here (None:
+    where the given graph's already is); None when no rewrite applies or the file is too large
+    to rewrite in memory."""
+    if graph is not None:
+        rewritten = _host_ops(graph)
+        return None if rewritten is None else (rewritten, None)
+    try:
+        if path.stat().st_size > _TRIM_MAX_BYTES:
+            return None
+        rewritten = _host_ops(path.read_bytes())
+    except OSError:
+        return None
+    if rewritten is None:
+        return None
+    moved = in_memory_graphs(path.parent, [rewritten])
+    if moved is None:
+        return None
+    (rewritten,), folder = moved
+    return rewritten, folder
 
 
 def _trimmed(path: Path, model_bytes: bytes | None, config: Config) -> TrimmedLogits | None:

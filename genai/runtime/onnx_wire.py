@@ -1,5 +1,6 @@
 """The ONNX protobuf wire format, read and written by hand for the few fields genai's load-time
-graph rewrites touch (`genai.runtime.run_length_split`, `genai.runtime.trimmed_logits`).
+graph rewrites touch (`genai.runtime.run_length_split`, `genai.runtime.trimmed_logits`,
+`genai.runtime.chunked_attention`).
 
 Every field a rewrite does not touch is copied byte for byte, and loading a folder does not
 import the ``onnx`` package (whose import takes most of a second). Field numbers are those of
@@ -17,10 +18,13 @@ __all__ = [
     "encode_varint",
     "external_locations",
     "fields",
+    "float_scalar",
+    "int_attribute",
     "int_tensor",
     "len_field",
     "node",
     "opset",
+    "opset_import",
     "payloads",
     "read_value_info",
     "relocated",
@@ -36,12 +40,12 @@ GRAPH_NODE, GRAPH_NAME, GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT = 1, 2, 5, 
 NODE_INPUT, NODE_OUTPUT, NODE_NAME, NODE_OP_TYPE, NODE_ATTRIBUTE, NODE_DOMAIN = 1, 2, 3, 4, 5, 7
 ATTR_NAME, ATTR_INT, ATTR_GRAPH, ATTR_INTS, ATTR_GRAPHS, ATTR_TYPE = 1, 3, 6, 8, 11, 20
 VALUE_NAME, VALUE_TYPE = 1, 2
-TENSOR_DIMS, TENSOR_TYPE, TENSOR_INT32, TENSOR_INT64 = 1, 2, 5, 7
+TENSOR_DIMS, TENSOR_TYPE, TENSOR_FLOAT, TENSOR_INT32, TENSOR_INT64 = 1, 2, 4, 5, 7
 TENSOR_NAME, TENSOR_RAW, TENSOR_EXTERNAL_DATA, TENSOR_LOCATION = 8, 9, 13, 14
 # TypeProto.tensor_type; TypeProto.Tensor's elem_type and shape; TensorShapeProto.dim;
 # its Dimension's dim_value and dim_param
 TYPE_TENSOR, TENSOR_ELEM_TYPE, TENSOR_SHAPE, SHAPE_DIM, DIM_VALUE, DIM_PARAM = 1, 1, 2, 1, 1, 2
-INT32, INT64, EXTERNAL = 6, 7, 1
+FLOAT, INT32, INT64, EXTERNAL = 1, 6, 7, 1
 ATTR_KIND_INT, ATTR_KIND_INTS = 2, 7
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
@@ -182,6 +186,22 @@ def scalar(tensor: bytes) -> int | None:
     return found - (1 << 64) if found >= 1 << 63 else found
 
 
+def float_scalar(tensor: bytes) -> float | None:
+    """The one float32 a TensorProto holds in the file (dims ``[]`` or ``[1]``), else None."""
+    message = fields(tensor)
+    kind = next(iter(_varints(message, TENSOR_TYPE)), 0)
+    location = next(iter(_varints(message, TENSOR_LOCATION)), 0)
+    if kind != FLOAT or location == EXTERNAL or dims(tensor) not in ([], [1]):
+        return None
+    values: list[float] = []
+    for number, wire, value, _ in message:
+        if number in (TENSOR_RAW, TENSOR_FLOAT) and wire == LEN:  # raw bytes, or packed
+            values += [v for (v,) in struct.iter_unpack("<f", value)]  # type: ignore[arg-type]
+        elif number == TENSOR_FLOAT and wire == FIXED32:
+            values.append(struct.unpack("<f", value)[0])  # type: ignore[arg-type]
+    return values[0] if len(values) == 1 else None
+
+
 def int_tensor(
     name: str, values: list[int], shape: list[int] | None = None, elem: int = INT64
 ) -> bytes:
@@ -215,18 +235,29 @@ def node(
     out += len_field(NODE_NAME, name.encode())
     out += len_field(NODE_OP_TYPE, op_type.encode())
     for key, value in (ints or {}).items():
-        attr = bytearray(len_field(ATTR_NAME, key.encode()))
-        if isinstance(value, list):
-            for item in value:
-                attr += _varint_field(ATTR_INTS, item)
-            attr += _varint_field(ATTR_TYPE, ATTR_KIND_INTS)
-        else:
-            attr += _varint_field(ATTR_INT, value)
-            attr += _varint_field(ATTR_TYPE, ATTR_KIND_INT)
-        out += len_field(NODE_ATTRIBUTE, bytes(attr))
+        out += int_attribute(key, value)
     if domain:
         out += len_field(NODE_DOMAIN, domain.encode())
     return bytes(out)
+
+
+def int_attribute(name: str, value: int | list[int]) -> bytes:
+    """A NodeProto's ``attribute`` field holding an integer (or integer-list) attribute."""
+    attr = bytearray(len_field(ATTR_NAME, name.encode()))
+    if isinstance(value, list):
+        for item in value:
+            attr += _varint_field(ATTR_INTS, item)
+        attr += _varint_field(ATTR_TYPE, ATTR_KIND_INTS)
+    else:
+        attr += _varint_field(ATTR_INT, value)
+        attr += _varint_field(ATTR_TYPE, ATTR_KIND_INT)
+    return len_field(NODE_ATTRIBUTE, bytes(attr))
+
+
+def opset_import(domain: str, version: int) -> bytes:
+    """A ModelProto's ``opset_import`` field (OperatorSetIdProto) for ``domain``."""
+    entry = len_field(1, domain.encode()) + _varint_field(2, version)
+    return len_field(MODEL_OPSET_IMPORT, entry)
 
 
 def value_info(name: str, elem: int, shape: list[int | str]) -> bytes:

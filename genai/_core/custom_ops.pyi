@@ -1,0 +1,18 @@
+"""genai's own onnxruntime custom ops (domain ``genai``); see custom_ops.pyx."""
+
+from typing import Any
+
+import numpy as np
+
+DOMAIN: str
+CHUNKED_GQA: str
+CHUNK_ATTRIBUTE: str
+DEFAULT_CHUNK_ROWS: int
+QUANTIZE_ROWS: str
+FLOOR_ATTRIBUTE: str
+
+def chunked_calls() -> int: ...
+def quantize_level() -> int: ...
+def quantize_rows(
+    x: np.ndarray[Any, Any], floor_value: float, level: int = -1
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]: ...

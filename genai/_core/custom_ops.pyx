@@ -1,0 +1,677 @@
+# cython: language_level=3
+"""genai's own onnxruntime custom ops (domain ``genai``), registered on the sessions genai creates
+when the provider runs attention with onnxruntime's CPU kernels.
+
+``ChunkedGroupQueryAttention`` takes GroupQueryAttention's inputs, outputs and attributes (plus
+``genai_chunk_rows``) and runs onnxruntime's own CPU GroupQueryAttention kernel (CreateOp /
+InvokeOp) on them: in one call, or, for a long run of one row on a shared past/present buffer,
+in consecutive calls over chunks of ``genai_chunk_rows`` query rows (the last one taking the
+rest), each on the KV the previous ones wrote.
+
+The kernel computes the whole ``rows x (past + rows)`` score matrix of a call and masks the
+causal half, so a 512-token prompt in 8 chunks computes 9/16 of it; its score buffer
+(``rows x KV buffer length`` floats per head) also shrinks from megabytes to what stays in
+cache. Each row's numbers do not change: the kernel computes a row's scores, softmax and
+weighted sum over its own causal prefix in the same order whatever the rows around it, provided
+its GEMMs meet the row in the same block of rows. So chunks start at multiples of
+``genai_chunk_rows`` (64, a multiple of the 32-row blocks of onnxruntime's AVX-512 SGEMM), and
+none is a lone row, which the GEMM multiplies with another kernel.
+``tests/test_chunked_attention.py`` compares every output bit with onnxruntime's op on the whole
+run. `genai.runtime.chunked_attention` rewrites a graph's GroupQueryAttention nodes to this op.
+
+No onnxruntime header is needed: the op table is `ort_custom_op.h`, the API slots `ort_api`.
+"""
+
+cimport cython
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdlib cimport calloc, free
+
+from genai._core.ort_api cimport (
+    ELEM_FLOAT,
+    ELEM_INT32,
+    ELEM_UINT8,
+    ORT_ARENA_ALLOCATOR,
+    ORT_FAIL,
+    ORT_INVALID_ARGUMENT,
+    ORT_MEM_TYPE_DEFAULT,
+    OrtCustomOpDomain,
+    OrtFns,
+    OrtKernelContext,
+    OrtKernelInfo,
+    OrtMemoryInfo,
+    OrtOp,
+    OrtOpAttr,
+    OrtSessionOptions,
+    OrtStatus,
+    OrtTensorTypeAndShapeInfo,
+    OrtValue,
+    check_status,
+    ort_fns,
+)
+
+
+cdef extern from "ort_custom_op.h":
+    void genai_count(int64_t* counter) noexcept nogil
+    int64_t genai_read_count(const int64_t* counter) noexcept nogil
+    uint32_t GENAI_CUSTOM_OP_VERSION
+    int GENAI_IO_REQUIRED
+    int GENAI_IO_OPTIONAL
+    ctypedef struct GenaiCustomOp:
+        uint32_t version
+        void* (*CreateKernel)(const GenaiCustomOp* op, const void* api,
+                              const OrtKernelInfo* info) noexcept nogil
+        const char* (*GetName)(const GenaiCustomOp* op) noexcept nogil
+        const char* (*GetExecutionProviderType)(const GenaiCustomOp* op) noexcept nogil
+        int (*GetInputType)(const GenaiCustomOp* op, size_t index) noexcept nogil
+        size_t (*GetInputTypeCount)(const GenaiCustomOp* op) noexcept nogil
+        int (*GetOutputType)(const GenaiCustomOp* op, size_t index) noexcept nogil
+        size_t (*GetOutputTypeCount)(const GenaiCustomOp* op) noexcept nogil
+        void (*KernelCompute)(void* kernel, OrtKernelContext* context) noexcept nogil
+        void (*KernelDestroy)(void* kernel) noexcept nogil
+        int (*GetInputCharacteristic)(const GenaiCustomOp* op, size_t index) noexcept nogil
+        int (*GetOutputCharacteristic)(const GenaiCustomOp* op, size_t index) noexcept nogil
+        int (*GetInputMemoryType)(const GenaiCustomOp* op, size_t index) noexcept nogil
+        int (*GetVariadicInputMinArity)(const GenaiCustomOp* op) noexcept nogil
+        int (*GetVariadicInputHomogeneity)(const GenaiCustomOp* op) noexcept nogil
+        int (*GetVariadicOutputMinArity)(const GenaiCustomOp* op) noexcept nogil
+        int (*GetVariadicOutputHomogeneity)(const GenaiCustomOp* op) noexcept nogil
+        OrtStatus* (*CreateKernelV2)(const GenaiCustomOp* op, const void* api,
+                                     const OrtKernelInfo* info, void** kernel) noexcept nogil
+        OrtStatus* (*KernelComputeV2)(void* kernel, OrtKernelContext* context) noexcept nogil
+
+
+cdef extern from "row_quant_kernels.h":
+    int genai_row_quant_level() noexcept nogil
+    void genai_quantize_rows(const float* x, size_t first, size_t last, size_t n,
+                             float floor_value, uint8_t* q, float* scale,
+                             int level) noexcept nogil
+
+
+cdef const char* _C_DOMAIN = "genai"
+cdef const char* _C_NAME = "ChunkedGroupQueryAttention"
+cdef const char* _C_CHUNK_ATTRIBUTE = "genai_chunk_rows"
+cdef const char* _C_QUANTIZE = "QuantizeRows"
+cdef const char* _C_FLOOR_ATTRIBUTE = "floor"
+cdef enum:
+    CHUNK_ROWS_DEFAULT = 64
+
+#: The op domain and the op's name, as graphs name them (`genai.runtime.chunked_attention`).
+DOMAIN = _C_DOMAIN.decode()
+CHUNKED_GQA = _C_NAME.decode()
+#: The attribute giving the chunk size (query rows per call), and its default.
+CHUNK_ATTRIBUTE = _C_CHUNK_ATTRIBUTE.decode()
+DEFAULT_CHUNK_ROWS = CHUNK_ROWS_DEFAULT
+#: The per-row uint8 quantiser (`genai.runtime.row_quantization`) and its attribute.
+QUANTIZE_ROWS = _C_QUANTIZE.decode()
+FLOOR_ATTRIBUTE = _C_FLOOR_ATTRIBUTE.decode()
+
+# GroupQueryAttention's inputs: query, key, value, past_key, past_value, seqlens_k,
+# total_sequence_length, cos_cache, sin_cache; outputs: output, present_key, present_value.
+cdef enum:
+    GQA_INPUTS = 9
+    GQA_OUTPUTS = 3
+    IN_QUERY = 0
+    IN_KEY = 1
+    IN_VALUE = 2
+    IN_PAST_KEY = 3
+    IN_PAST_VALUE = 4
+    IN_SEQLENS = 5
+    IN_TOTAL = 6
+    N_INT_ATTRS = 6
+    N_FLOAT_ATTRS = 2
+    ATTR_NUM_HEADS = 0
+    ATTR_KV_NUM_HEADS = 1
+    ATTR_LOCAL_WINDOW = 2
+    OP_ATTR_INT = 1
+    OP_ATTR_FLOAT = 3
+
+# The attributes passed on to onnxruntime's op (the rewrite only takes nodes with no others).
+cdef const char* _INT_ATTRS[N_INT_ATTRS]
+_INT_ATTRS[0] = "num_heads"
+_INT_ATTRS[1] = "kv_num_heads"
+_INT_ATTRS[2] = "local_window_size"
+_INT_ATTRS[3] = "do_rotary"
+_INT_ATTRS[4] = "rotary_interleaved"
+_INT_ATTRS[5] = "smooth_softmax"
+cdef const char* _FLOAT_ATTRS[N_FLOAT_ATTRS]
+_FLOAT_ATTRS[0] = "scale"
+_FLOAT_ATTRS[1] = "softcap"
+cdef const char* _TYPE_NAMES[2]
+_TYPE_NAMES[0] = "T"
+_TYPE_NAMES[1] = "M"
+cdef int _TYPE_VALUES[2]
+_TYPE_VALUES[0] = ELEM_FLOAT
+_TYPE_VALUES[1] = ELEM_INT32
+
+cdef struct ChunkedGqa:
+    OrtOp* op            # onnxruntime's GroupQueryAttention kernel, made for this node
+    int64_t num_heads
+    int64_t kv_num_heads
+    int64_t local_window
+    int64_t chunk_rows
+
+cdef const OrtFns* _f = NULL
+cdef OrtMemoryInfo* _cpu = NULL
+cdef OrtCustomOpDomain* _domain = NULL
+cdef GenaiCustomOp _op
+cdef GenaiCustomOp _quantize_op
+cdef int64_t _chunked_calls = 0
+cdef int _quant_level = genai_row_quant_level()
+
+
+def quantize_level() -> int:
+    """The QuantizeRows code path this CPU runs: 2 AVX-512, 1 AVX2, 0 scalar."""
+    return _quant_level
+
+
+def chunked_calls() -> int:
+    """How many ChunkedGroupQueryAttention calls in this process ran in chunks (for tests and
+    benchmarks: a rewritten graph's long prompts should raise it)."""
+    return genai_read_count(&_chunked_calls)
+
+
+cdef const char* _name(const GenaiCustomOp* op) noexcept nogil:
+    return _C_NAME
+
+
+cdef const char* _provider(const GenaiCustomOp* op) noexcept nogil:
+    return NULL  # the CPU execution provider
+
+
+cdef int _input_type(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return ELEM_INT32 if index == IN_SEQLENS or index == IN_TOTAL else ELEM_FLOAT
+
+
+cdef size_t _input_count(const GenaiCustomOp* op) noexcept nogil:
+    return GQA_INPUTS
+
+
+cdef int _output_type(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return ELEM_FLOAT
+
+
+cdef size_t _output_count(const GenaiCustomOp* op) noexcept nogil:
+    return GQA_OUTPUTS
+
+
+cdef int _input_characteristic(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    if index == IN_QUERY or index == IN_SEQLENS or index == IN_TOTAL:
+        return GENAI_IO_REQUIRED
+    return GENAI_IO_OPTIONAL
+
+
+cdef int _output_characteristic(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return GENAI_IO_REQUIRED
+
+
+cdef int _memory_type(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return 0  # OrtMemTypeDefault
+
+
+cdef int _one(const GenaiCustomOp* op) noexcept nogil:
+    return 1
+
+
+cdef OrtStatus* _error(int code, const char* message) noexcept nogil:
+    return _f.CreateStatus(code, message)
+
+
+cdef OrtStatus* _create(const GenaiCustomOp* op, const void* api, const OrtKernelInfo* info,
+                        void** out) noexcept nogil:
+    """One kernel per graph node: its attributes, and onnxruntime's kernel made with them."""
+    cdef const OrtFns* f = _f
+    cdef OrtOpAttr* attrs[N_INT_ATTRS + N_FLOAT_ATTRS]
+    cdef int n = 0, i
+    cdef int64_t ivalue
+    cdef float fvalue
+    cdef OrtStatus* st = NULL
+    cdef ChunkedGqa* k = <ChunkedGqa*>calloc(1, sizeof(ChunkedGqa))
+    if k == NULL:
+        return _error(ORT_FAIL, "ChunkedGroupQueryAttention: out of memory")
+    k.local_window = -1
+    k.chunk_rows = CHUNK_ROWS_DEFAULT
+    st = f.KernelInfoGetAttribute_int64(info, _C_CHUNK_ATTRIBUTE, &ivalue)
+    if st == NULL:
+        k.chunk_rows = ivalue
+    else:
+        f.ReleaseStatus(st)
+        st = NULL
+    for i in range(N_INT_ATTRS):
+        st = f.KernelInfoGetAttribute_int64(info, _INT_ATTRS[i], &ivalue)
+        if st != NULL:  # absent: onnxruntime's default
+            f.ReleaseStatus(st)
+            st = NULL
+            continue
+        if i == ATTR_NUM_HEADS:
+            k.num_heads = ivalue
+        elif i == ATTR_KV_NUM_HEADS:
+            k.kv_num_heads = ivalue
+        elif i == ATTR_LOCAL_WINDOW:
+            k.local_window = ivalue
+        st = f.CreateOpAttr(_INT_ATTRS[i], &ivalue, 1, OP_ATTR_INT, &attrs[n])
+        if st != NULL:
+            break
+        n += 1
+    if st == NULL:
+        for i in range(N_FLOAT_ATTRS):
+            st = f.KernelInfoGetAttribute_float(info, _FLOAT_ATTRS[i], &fvalue)
+            if st != NULL:
+                f.ReleaseStatus(st)
+                st = NULL
+                continue
+            st = f.CreateOpAttr(_FLOAT_ATTRS[i], &fvalue, 1, OP_ATTR_FLOAT, &attrs[n])
+            if st != NULL:
+                break
+            n += 1
+    if st == NULL and (k.num_heads <= 0 or k.kv_num_heads <= 0 or k.chunk_rows <= 0
+                       or k.num_heads % k.kv_num_heads != 0):
+        st = _error(ORT_INVALID_ARGUMENT, "ChunkedGroupQueryAttention: num_heads and "
+                    "kv_num_heads must be positive, num_heads a multiple of kv_num_heads, "
+                    "genai_chunk_rows positive")
+    if st == NULL:
+        st = f.CreateOp(info, "GroupQueryAttention", "com.microsoft", 1, _TYPE_NAMES,
+                        _TYPE_VALUES, 2, <const OrtOpAttr* const*>attrs, n, GQA_INPUTS,
+                        GQA_OUTPUTS, &k.op)
+    for i in range(n):
+        f.ReleaseOpAttr(attrs[i])
+    if st != NULL:
+        free(k)
+        return st
+    out[0] = k
+    return NULL
+
+
+cdef void _destroy(void* kernel) noexcept nogil:
+    cdef ChunkedGqa* k = <ChunkedGqa*>kernel
+    if k == NULL:
+        return
+    if k.op != NULL:
+        _f.ReleaseOp(k.op)
+    free(k)
+
+
+cdef OrtStatus* _dims(const OrtValue* value, int64_t* out, size_t rank) noexcept nogil:
+    """``value``'s dimensions into ``out``, which has room for ``rank``: an error unless the
+    tensor has exactly that rank."""
+    cdef const OrtFns* f = _f
+    cdef OrtTensorTypeAndShapeInfo* info = NULL
+    cdef size_t count = 0
+    cdef OrtStatus* st = f.GetTensorTypeAndShape(value, &info)
+    if st != NULL:
+        return st
+    st = f.GetDimensionsCount(info, &count)
+    if st == NULL and count != rank:
+        st = _error(ORT_INVALID_ARGUMENT, "ChunkedGroupQueryAttention: an input has the wrong "
+                    "rank (query: 3, past key/value: 4)")
+    if st == NULL:
+        st = f.GetDimensions(info, out, rank)
+    f.ReleaseTensorTypeAndShapeInfo(info)
+    return st
+
+
+cdef inline char* _data(const OrtValue* value) noexcept nogil:
+    cdef void* p = NULL
+    if _f.GetTensorMutableData(<OrtValue*>value, &p) != NULL:
+        return NULL  # (only on a non-tensor, which the schema's types rule out)
+    return <char*>p
+
+
+cdef OrtStatus* _view(char* data, int64_t rows, int64_t width, int elem, size_t elem_bytes,
+                      OrtValue** out) noexcept nogil:
+    """A ``[1, rows, width]`` tensor over ``data`` (no copy)."""
+    cdef int64_t shape[3]
+    shape[0] = 1
+    shape[1] = rows
+    shape[2] = width
+    return _f.CreateTensorWithDataAsOrtValue(_cpu, data, <size_t>(rows * width) * elem_bytes,
+                                             shape, 3, elem, out)
+
+
+cdef OrtStatus* _run_chunks(ChunkedGqa* k, OrtKernelContext* ctx, const OrtValue** ins,
+                            OrtValue** outs, int64_t rows, int64_t q_width, int64_t kv_width,
+                            int64_t out_width, int32_t last_seqlen) noexcept nogil:
+    """onnxruntime's kernel over consecutive chunks of the query rows of a one-row batch, each
+    on the shared past/present buffer the chunks before it filled."""
+    cdef const OrtFns* f = _f
+    cdef int64_t start = 0, count, end
+    cdef int32_t seqlen[1]
+    cdef int32_t total[1]
+    cdef int64_t one = 1
+    cdef const OrtValue* chunk_in[GQA_INPUTS]
+    cdef OrtValue* chunk_out[GQA_OUTPUTS]
+    cdef OrtValue* views[6]
+    cdef int n_views, i
+    cdef OrtStatus* st = NULL
+    cdef char* q = _data(ins[IN_QUERY])
+    cdef char* key = _data(ins[IN_KEY]) if ins[IN_KEY] != NULL else NULL
+    cdef char* value = _data(ins[IN_VALUE]) if ins[IN_VALUE] != NULL else NULL
+    cdef char* out = _data(outs[0])
+    cdef size_t fbytes = sizeof(float)
+    for i in range(GQA_INPUTS):
+        chunk_in[i] = ins[i]
+    chunk_out[1] = outs[1]
+    chunk_out[2] = outs[2]
+    while start < rows:
+        # Chunks of exactly chunk_rows from the first row, the last one taking what remains
+        # (chunk_rows to 2 chunk_rows - 1 rows): the kernel's GEMMs then meet each row in the
+        # same block of rows as in one call, and no chunk is a single row (onnxruntime's GEMM
+        # takes another kernel for a one-row product, whose last bits differ).
+        count = rows - start if rows - start < 2 * k.chunk_rows else k.chunk_rows
+        end = start + count
+        seqlen[0] = last_seqlen - <int32_t>(rows - end)
+        total[0] = seqlen[0] + 1
+        n_views = 0
+        st = _view(q + start * q_width * fbytes, count, q_width, ELEM_FLOAT, fbytes,
+                   &views[n_views])
+        if st == NULL:
+            chunk_in[IN_QUERY] = views[n_views]
+            n_views += 1
+        if st == NULL and key != NULL:
+            st = _view(key + start * kv_width * fbytes, count, kv_width, ELEM_FLOAT, fbytes,
+                       &views[n_views])
+            if st == NULL:
+                chunk_in[IN_KEY] = views[n_views]
+                n_views += 1
+        if st == NULL and value != NULL:
+            st = _view(value + start * kv_width * fbytes, count, kv_width, ELEM_FLOAT, fbytes,
+                       &views[n_views])
+            if st == NULL:
+                chunk_in[IN_VALUE] = views[n_views]
+                n_views += 1
+        if st == NULL:
+            st = f.CreateTensorWithDataAsOrtValue(_cpu, seqlen, sizeof(int32_t), &one, 1,
+                                                  ELEM_INT32, &views[n_views])
+            if st == NULL:
+                chunk_in[IN_SEQLENS] = views[n_views]
+                n_views += 1
+        if st == NULL:
+            st = f.CreateTensorWithDataAsOrtValue(_cpu, total, sizeof(int32_t), NULL, 0,
+                                                  ELEM_INT32, &views[n_views])
+            if st == NULL:
+                chunk_in[IN_TOTAL] = views[n_views]
+                n_views += 1
+        if st == NULL:
+            st = _view(out + start * out_width * fbytes, count, out_width, ELEM_FLOAT, fbytes,
+                       &views[n_views])
+            if st == NULL:
+                chunk_out[0] = views[n_views]
+                n_views += 1
+        if st == NULL:
+            st = f.InvokeOp(ctx, k.op, chunk_in, GQA_INPUTS, chunk_out, GQA_OUTPUTS)
+        for i in range(n_views):
+            f.ReleaseValue(views[i])
+        if st != NULL:
+            return st
+        start = end
+    return NULL
+
+
+cdef OrtStatus* _compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
+    cdef ChunkedGqa* k = <ChunkedGqa*>kernel
+    cdef const OrtFns* f = _f
+    cdef const OrtValue* ins[GQA_INPUTS]
+    cdef OrtValue* outs[GQA_OUTPUTS]
+    cdef size_t n_in = 0, i
+    cdef int64_t q_dims[3]
+    cdef int64_t past_dims[4]
+    cdef int64_t out_dims[3]
+    cdef int64_t kv_dims[4]
+    cdef int64_t batch, rows, width, heads, head_size, present_len
+    cdef int32_t total, last_seqlen
+    cdef OrtStatus* st = f.KernelContext_GetInputCount(ctx, &n_in)
+    if st != NULL:
+        return st
+    if n_in > GQA_INPUTS:
+        return _error(ORT_INVALID_ARGUMENT, "ChunkedGroupQueryAttention takes 9 inputs at most")
+    for i in range(GQA_INPUTS):
+        ins[i] = NULL
+        if i < n_in:
+            st = f.KernelContext_GetInput(ctx, i, &ins[i])
+            if st != NULL:
+                return st
+    if ins[IN_QUERY] == NULL or ins[IN_SEQLENS] == NULL or ins[IN_TOTAL] == NULL:
+        return _error(ORT_INVALID_ARGUMENT, "ChunkedGroupQueryAttention needs query, seqlens_k "
+                      "and total_sequence_length")
+    st = _dims(ins[IN_QUERY], q_dims, 3)
+    if st != NULL:
+        return st
+    batch = q_dims[0]
+    rows = q_dims[1]
+    width = q_dims[2]
+    heads = k.num_heads + (2 * k.kv_num_heads if ins[IN_KEY] == NULL else 0)
+    if width % heads != 0:
+        return _error(ORT_INVALID_ARGUMENT, "ChunkedGroupQueryAttention: the query's width is "
+                      "not a multiple of its heads")
+    head_size = width // heads
+    total = (<int32_t*>_data(ins[IN_TOTAL]))[0]
+    present_len = total
+    if ins[IN_PAST_KEY] != NULL:
+        st = _dims(ins[IN_PAST_KEY], past_dims, 4)
+        if st != NULL:
+            return st
+        if past_dims[2] > present_len:
+            present_len = past_dims[2]
+    out_dims[0] = batch
+    out_dims[1] = rows
+    out_dims[2] = k.num_heads * head_size
+    kv_dims[0] = batch
+    kv_dims[1] = k.kv_num_heads
+    kv_dims[2] = present_len
+    kv_dims[3] = head_size
+    st = f.KernelContext_GetOutput(ctx, 0, out_dims, 3, &outs[0])
+    if st == NULL:
+        st = f.KernelContext_GetOutput(ctx, 1, kv_dims, 4, &outs[1])
+    if st == NULL:
+        st = f.KernelContext_GetOutput(ctx, 2, kv_dims, 4, &outs[2])
+    if st != NULL:
+        return st
+    if (batch == 1 and rows >= 2 * k.chunk_rows and k.local_window <= 0
+            and ins[IN_PAST_KEY] != NULL and ins[IN_PAST_VALUE] != NULL
+            and _data(ins[IN_PAST_KEY]) == _data(outs[1])
+            and _data(ins[IN_PAST_VALUE]) == _data(outs[2])):
+        last_seqlen = (<int32_t*>_data(ins[IN_SEQLENS]))[0]
+        if last_seqlen + 1 == total and total >= rows and total <= present_len:
+            genai_count(&_chunked_calls)
+            return _run_chunks(k, ctx, ins, outs, rows, width, k.kv_num_heads * head_size,
+                               out_dims[2], last_seqlen)
+    return f.InvokeOp(ctx, k.op, ins, GQA_INPUTS, outs, GQA_OUTPUTS)
+
+
+# --- QuantizeRows -----------------------------------------------------------------------------
+# x (float32 [..., n]) -> q (uint8, x's shape), scale (float32 [..., 1]): row_quant_kernels.h.
+
+cdef enum:
+    QUANT_BLOCK_ELEMENTS = 16384  # elements per parallel task (a few microseconds of work)
+    MAX_RANK = 8
+
+cdef struct RowQuant:
+    float floor_value
+
+cdef struct RowQuantJob:
+    const float* x
+    uint8_t* q
+    float* scale
+    size_t rows
+    size_t n
+    size_t block
+    float floor_value
+
+
+cdef const char* _quantize_name(const GenaiCustomOp* op) noexcept nogil:
+    return _C_QUANTIZE
+
+
+cdef int _float_type(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return ELEM_FLOAT
+
+
+cdef size_t _one_count(const GenaiCustomOp* op) noexcept nogil:
+    return 1
+
+
+cdef int _quantize_output_type(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return ELEM_UINT8 if index == 0 else ELEM_FLOAT
+
+
+cdef size_t _two_count(const GenaiCustomOp* op) noexcept nogil:
+    return 2
+
+
+cdef int _required(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return GENAI_IO_REQUIRED
+
+
+cdef OrtStatus* _quantize_create(const GenaiCustomOp* op, const void* api,
+                                 const OrtKernelInfo* info, void** out) noexcept nogil:
+    cdef RowQuant* k = <RowQuant*>calloc(1, sizeof(RowQuant))
+    cdef float value = 0
+    if k == NULL:
+        return _error(ORT_FAIL, "QuantizeRows: out of memory")
+    cdef OrtStatus* st = _f.KernelInfoGetAttribute_float(info, _C_FLOOR_ATTRIBUTE, &value)
+    if st != NULL or not value > 0:
+        if st != NULL:
+            _f.ReleaseStatus(st)
+        free(k)
+        return _error(ORT_INVALID_ARGUMENT, "QuantizeRows needs a positive float attribute "
+                      "'floor'")
+    k.floor_value = value
+    out[0] = k
+    return NULL
+
+
+cdef void _quantize_destroy(void* kernel) noexcept nogil:
+    free(kernel)
+
+
+cdef void _quantize_block(void* data, size_t index) noexcept nogil:
+    cdef RowQuantJob* job = <RowQuantJob*>data
+    cdef size_t first = index * job.block
+    cdef size_t last = first + job.block
+    if last > job.rows:
+        last = job.rows
+    genai_quantize_rows(job.x, first, last, job.n, job.floor_value, job.q, job.scale,
+                        _quant_level)
+
+
+@cython.cdivision(True)
+cdef OrtStatus* _quantize_compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
+    cdef RowQuant* k = <RowQuant*>kernel
+    cdef const OrtFns* f = _f
+    cdef const OrtValue* x = NULL
+    cdef OrtValue* q = NULL
+    cdef OrtValue* scale = NULL
+    cdef OrtTensorTypeAndShapeInfo* info = NULL
+    cdef int64_t dims[MAX_RANK]
+    cdef size_t rank = 0, i, blocks
+    cdef RowQuantJob job
+    cdef OrtStatus* st = f.KernelContext_GetInput(ctx, 0, &x)
+    if st != NULL:
+        return st
+    st = f.GetTensorTypeAndShape(x, &info)
+    if st != NULL:
+        return st
+    st = f.GetDimensionsCount(info, &rank)
+    if st == NULL and (rank < 1 or rank > MAX_RANK):
+        st = _error(ORT_INVALID_ARGUMENT, "QuantizeRows takes a tensor of rank 1 to 8")
+    if st == NULL:
+        st = f.GetDimensions(info, dims, rank)
+    f.ReleaseTensorTypeAndShapeInfo(info)
+    if st != NULL:
+        return st
+    job.n = <size_t>dims[rank - 1]
+    job.rows = 1
+    for i in range(rank - 1):
+        job.rows *= <size_t>dims[i]
+    st = f.KernelContext_GetOutput(ctx, 0, dims, rank, &q)
+    if st != NULL:
+        return st
+    dims[rank - 1] = 1
+    st = f.KernelContext_GetOutput(ctx, 1, dims, rank, &scale)
+    if st != NULL or job.rows == 0 or job.n == 0:
+        return st
+    job.x = <const float*>_data(x)
+    job.q = <uint8_t*>_data(q)
+    job.scale = <float*>_data(scale)
+    job.floor_value = k.floor_value
+    job.block = QUANT_BLOCK_ELEMENTS // job.n
+    if job.block < 1:
+        job.block = 1
+    blocks = (job.rows + job.block - 1) // job.block
+    if blocks > 1 and f.KernelContext_ParallelFor != NULL:
+        return f.KernelContext_ParallelFor(ctx, _quantize_block, blocks, 0, &job)
+    for i in range(blocks):
+        _quantize_block(&job, i)
+    return NULL
+
+
+def quantize_rows(const float[:, ::1] x, float floor_value, int level=-1):
+    """The QuantizeRows kernel on a ``[rows, n]`` matrix: ``(q, scale)``, uint8 ``[rows, n]``
+    and float32 ``[rows, 1]`` (for tests and its NumPy twin, `genai._core.reference`).
+    ``level``: the code path, 2 AVX-512, 1 AVX2, 0 scalar (-1: this CPU's best, what the op
+    runs; a level above it is refused)."""
+    import numpy as np
+
+    if level < 0:
+        level = _quant_level
+    elif level > _quant_level:
+        raise ValueError(f"this CPU runs quantisation level {_quant_level} at most, not {level}")
+    cdef Py_ssize_t rows = x.shape[0], n = x.shape[1]
+    q_array = np.empty((rows, n), np.uint8)
+    scale_array = np.empty((rows, 1), np.float32)
+    cdef uint8_t[:, ::1] q = q_array
+    cdef float[:, ::1] scale = scale_array
+    if rows and n:
+        with nogil:
+            genai_quantize_rows(&x[0, 0], 0, <size_t>rows, <size_t>n, floor_value, &q[0, 0],
+                                &scale[0, 0], level)
+    return q_array, scale_array
+
+
+cdef void _fill_common(GenaiCustomOp* op) noexcept:
+    op.version = GENAI_CUSTOM_OP_VERSION
+    op.CreateKernel = NULL
+    op.GetExecutionProviderType = _provider
+    op.KernelCompute = NULL
+    op.GetInputMemoryType = _memory_type
+    op.GetVariadicInputMinArity = _one
+    op.GetVariadicInputHomogeneity = _one
+    op.GetVariadicOutputMinArity = _one
+    op.GetVariadicOutputHomogeneity = _one
+
+
+cdef int add_genai_ops(OrtSessionOptions* options) except -1:
+    global _f, _cpu, _domain
+    cdef OrtCustomOpDomain* domain = NULL
+    if _domain == NULL:
+        _f = ort_fns()
+        if _cpu == NULL:
+            check_status(_f.CreateCpuMemoryInfo(ORT_ARENA_ALLOCATOR, ORT_MEM_TYPE_DEFAULT, &_cpu),
+                         "CreateCpuMemoryInfo")
+        _fill_common(&_op)
+        _op.GetName = _name
+        _op.GetInputType = _input_type
+        _op.GetInputTypeCount = _input_count
+        _op.GetOutputType = _output_type
+        _op.GetOutputTypeCount = _output_count
+        _op.KernelDestroy = _destroy
+        _op.GetInputCharacteristic = _input_characteristic
+        _op.GetOutputCharacteristic = _output_characteristic
+        _op.CreateKernelV2 = _create
+        _op.KernelComputeV2 = _compute
+        _fill_common(&_quantize_op)
+        _quantize_op.GetName = _quantize_name
+        _quantize_op.GetInputType = _float_type
+        _quantize_op.GetInputTypeCount = _one_count
+        _quantize_op.GetOutputType = _quantize_output_type
+        _quantize_op.GetOutputTypeCount = _two_count
+        _quantize_op.KernelDestroy = _quantize_destroy
+        _quantize_op.GetInputCharacteristic = _required
+        _quantize_op.GetOutputCharacteristic = _required
+        _quantize_op.CreateKernelV2 = _quantize_create
+        _quantize_op.KernelComputeV2 = _quantize_compute
+        check_status(_f.CreateCustomOpDomain(_C_DOMAIN, &domain), "CreateCustomOpDomain")
+        check_status(_f.CustomOpDomain_Add(domain, &_op), "CustomOpDomain_Add")
+        check_status(_f.CustomOpDomain_Add(domain, &_quantize_op), "CustomOpDomain_Add")
+        _domain = domain
+    check_status(_f.AddCustomOpDomain(options, _domain), "AddCustomOpDomain")
+    return 0

@@ -1,0 +1,135 @@
+"""A decoder graph whose GroupQueryAttention runs a long prompt in chunks of query rows.
+
+onnxruntime's CPU GroupQueryAttention computes, for each head, the whole ``rows x (past + rows)``
+score matrix of a run (the causal half is then masked to zero) in a buffer of ``rows x KV
+buffer length`` floats. For a 512-token prompt on a 8192-position cache that is 9 x 16 MB of
+scores per layer, twice the arithmetic the causal half needs, and the largest single cost of
+the prompt once its linears are int8 (docs/benchmarks.md). `chunk_attention` rewrites each
+such node to genai's ``ChunkedGroupQueryAttention`` (`genai._core.custom_ops`), which calls
+onnxruntime's own kernel on chunks of about `DEFAULT_CHUNK_ROWS` query rows in turn, each on
+the KV the chunks before it wrote to the shared past/present buffer: the same numbers, bit for
+bit (a row's scores, softmax and weighted sum cover its own causal prefix in the same order
+whatever rows share its call), a little over half the work and a score buffer that stays in
+cache. Runs it does not chunk (decode steps, speculative verification, batches of several rows,
+caches that are not one shared buffer, sliding windows) call the kernel once, as before.
+
+The rewrite applies to nodes with GroupQueryAttention's nine inputs at most (no position ids,
+attention bias or head sink), its three outputs, only the attributes the custom op passes on,
+and a float32 past key that is a graph input (the KV cache genai binds); other nodes stay. It
+needs the provider to run attention with onnxruntime's CPU kernels
+(`ExecutionProvider.host_ops`), reads and writes the protobuf itself
+(`genai.runtime.onnx_wire`), and ``GENAI_CHUNKED_ATTENTION=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from genai._core.custom_ops import CHUNK_ATTRIBUTE, CHUNKED_GQA, DEFAULT_CHUNK_ROWS, DOMAIN
+from genai.runtime import onnx_wire as wire
+
+__all__ = ["DEFAULT_CHUNK_ROWS", "chunk_attention", "enabled"]
+
+log = logging.getLogger(__name__)
+
+_GQA = ("com.microsoft", "GroupQueryAttention")
+#: The attributes the custom op passes on to onnxruntime's kernel.
+_PASSED_ON = frozenset(
+    {
+        "num_heads",
+        "kv_num_heads",
+        "scale",
+        "softcap",
+        "do_rotary",
+        "rotary_interleaved",
+        "local_window_size",
+        "smooth_softmax",
+    }
+)
+_MAX_INPUTS = 9
+
+
+def enabled() -> bool:
+    """False when ``GENAI_CHUNKED_ATTENTION=0`` turns the rewrite off."""
+    return os.environ.get("GENAI_CHUNKED_ATTENTION", "1") != "0"
+
+
+def chunk_attention(data: bytes, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> bytes | None:
+    """The serialized model ``data`` with its eligible GroupQueryAttention nodes (see the
+    module docstring) run in chunks of about ``chunk_rows`` query rows, or None when it has
+    none."""
+    if chunk_rows <= 0:
+        raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+    try:
+        return _rewrite(data, chunk_rows)
+    except (wire.MalformedProto, UnicodeDecodeError, ValueError) as exc:
+        log.debug("attention not chunked: %s", exc)
+        return None
+
+
+def _eligible(node: list, float_inputs: set[str]) -> bool:
+    domain = (wire.strings(node, wire.NODE_DOMAIN) or [""])[0]
+    op = (wire.strings(node, wire.NODE_OP_TYPE) or [""])[0]
+    if (domain, op) != _GQA:
+        return False
+    inputs = wire.strings(node, wire.NODE_INPUT)
+    outputs = wire.strings(node, wire.NODE_OUTPUT)
+    if len(inputs) > _MAX_INPUTS or len(inputs) < 7 or len(outputs) != 3 or not all(outputs):
+        return False
+    if inputs[3] not in float_inputs or inputs[4] not in float_inputs:
+        return False
+    names = {
+        (wire.strings(wire.fields(attr), wire.ATTR_NAME) or [""])[0]
+        for attr in wire.payloads(node, wire.NODE_ATTRIBUTE)
+    }
+    return names <= _PASSED_ON
+
+
+def _chunked_node(node: list, chunk_rows: int) -> bytes:
+    out = bytearray()
+    for number, kind, _, raw in node:
+        if number == wire.NODE_OP_TYPE and kind == wire.LEN:
+            out += wire.len_field(wire.NODE_OP_TYPE, CHUNKED_GQA.encode())
+        elif number == wire.NODE_DOMAIN and kind == wire.LEN:
+            out += wire.len_field(wire.NODE_DOMAIN, DOMAIN.encode())
+        else:
+            out += raw
+    out += wire.int_attribute(CHUNK_ATTRIBUTE, chunk_rows)
+    return bytes(out)
+
+
+def _rewrite(data: bytes, chunk_rows: int) -> bytes | None:
+    model = wire.fields(data)
+    graphs = wire.payloads(model, wire.MODEL_GRAPH)
+    if len(graphs) != 1:
+        return None
+    graph = wire.fields(graphs[0])
+    float_inputs = set()
+    for info in wire.payloads(graph, wire.GRAPH_INPUT):
+        name, elem, _ = wire.read_value_info(info)
+        if elem == wire.FLOAT:
+            float_inputs.add(name)
+    top = bytearray()
+    rewritten = 0
+    for number, kind, value, raw in graph:
+        if number == wire.GRAPH_NODE and kind == wire.LEN:
+            node = wire.fields(value)  # type: ignore[arg-type]
+            if _eligible(node, float_inputs):
+                top += wire.len_field(wire.GRAPH_NODE, _chunked_node(node, chunk_rows))
+                rewritten += 1
+                continue
+        top += raw
+    if not rewritten:
+        return None
+    out = bytearray()
+    for number, kind, _, raw in model:
+        if number == wire.MODEL_GRAPH and kind == wire.LEN:
+            out += wire.len_field(wire.MODEL_GRAPH, bytes(top))
+        else:
+            out += raw
+    if not wire.opset(model, DOMAIN):
+        out += wire.opset_import(DOMAIN, 1)
+    log.debug("%d GroupQueryAttention nodes run long prompts in chunks of %d rows", rewritten,
+              chunk_rows)  # fmt: skip
+    return bytes(out)
