@@ -22,13 +22,16 @@ from genai.testing.models import write_gqa_decoder
 HEADS, KV_HEADS, HEAD_SIZE, CACHE = 6, 2, 16, 1024
 
 
-def _gqa_model(*, packed: bool = True, extra: dict | None = None, shaped: bool = True) -> bytes:
-    """One GroupQueryAttention node over a shared past/present buffer, rotary inside."""
+def _gqa_model(
+    *, packed: bool = True, extra: dict | None = None, shaped: bool = True, empty_tail: int = 0
+) -> bytes:
+    """One GroupQueryAttention node over a shared past/present buffer, rotary inside;
+    ``empty_tail`` empty input names after the nine (as the reference's builder writes)."""
     width = (HEADS + 2 * KV_HEADS) * HEAD_SIZE if packed else HEADS * HEAD_SIZE
     names = ["query", "", ""] if packed else ["query", "key", "value"]
     node = helper.make_node(
         "GroupQueryAttention",
-        [*names, "past_key", "past_value", "seqlens_k", "total", "cos", "sin"],
+        [*names, "past_key", "past_value", "seqlens_k", "total", "cos", "sin"] + [""] * empty_tail,
         ["out", "present_key", "present_value"],
         domain="com.microsoft",
         num_heads=HEADS,
@@ -167,6 +170,9 @@ def test_rewrite_takes_only_nodes_it_can_run() -> None:
     assert attrs[custom_ops.CHUNK_ATTRIBUTE] == 32
     assert attrs["num_heads"] == HEADS and attrs["do_rotary"] == 1
     assert {(o.domain, o.version) for o in model.opset_import} >= {(custom_ops.DOMAIN, 1)}
+    # the reference builder's twelve inputs, the last three empty: the nine kept
+    (node,) = onnx.load_from_string(chunk_attention(_gqa_model(empty_tail=3))).graph.node
+    assert node.op_type == custom_ops.CHUNKED_GQA and len(node.input) == 9
     # an attribute the op does not pass on, or a non-positive chunk size
     assert chunk_attention(_gqa_model(extra={"qk_output": 1})) is None
     with pytest.raises(ValueError, match="chunk_rows"):
@@ -219,3 +225,19 @@ def test_model_prompt_is_the_references_bit_for_bit(long_folder, length: int) ->
 def test_switch_turns_the_rewrite_off(long_folder, monkeypatch) -> None:
     monkeypatch.setenv("GENAI_CHUNKED_ATTENTION", "0")
     assert not genai.Model(long_folder).session.genai_ops
+
+
+def test_reference_built_real_model_is_the_reference(reference_built_smollm2_path) -> None:
+    """SmolLM2-135M as the reference's builder wrote it (GroupQueryAttention with twelve
+    inputs): a 300-token prompt runs in chunks, and its next-token logits and greedy tokens are
+    the reference engine's, bit for bit."""
+    folder = reference_built_smollm2_path
+    model = genai.Model(folder)
+    assert model.session.genai_ops
+    ids = np.random.default_rng(3).integers(100, 40000, (1, 300)).astype(np.int64)
+    before = custom_ops.chunked_calls()
+    ours = _greedy(genai, model, ids, steps=6)
+    assert custom_ops.chunked_calls() > before
+    ref = _greedy(og, og.Model(str(folder)), ids, steps=6)
+    np.testing.assert_array_equal(ours[0], ref[0])
+    np.testing.assert_array_equal(ours[1], ref[1])

@@ -14,10 +14,10 @@ cache. Runs it does not chunk (decode steps, speculative verification, batches o
 caches that are not one shared buffer, sliding windows) call the kernel once, as before.
 
 The rewrite applies to nodes with GroupQueryAttention's nine inputs at most (no position ids,
-attention bias or head sink), its three outputs, only the attributes the custom op passes on,
-and a float32 past key that is a graph input (the KV cache genai binds); other nodes stay. It
-needs the provider to run attention with onnxruntime's CPU kernels
-(`ExecutionProvider.host_ops`), reads and writes the protobuf itself
+attention bias or head sink; empty names after them are dropped), its three outputs, only the
+attributes the custom op passes on, and a float32 past key that is a graph input (the KV cache
+genai binds); other nodes stay. It needs the provider to run attention with onnxruntime's CPU
+kernels (`ExecutionProvider.host_ops`), reads and writes the protobuf itself
 (`genai.runtime.onnx_wire`), and ``GENAI_CHUNKED_ATTENTION=0`` turns it off.
 """
 
@@ -73,7 +73,7 @@ def _eligible(node: list, float_inputs: set[str]) -> bool:
     op = (wire.strings(node, wire.NODE_OP_TYPE) or [""])[0]
     if (domain, op) != _GQA:
         return False
-    inputs = wire.strings(node, wire.NODE_INPUT)
+    inputs = _given(wire.strings(node, wire.NODE_INPUT))
     outputs = wire.strings(node, wire.NODE_OUTPUT)
     if len(inputs) > _MAX_INPUTS or len(inputs) < 7 or len(outputs) != 3 or not all(outputs):
         return False
@@ -86,10 +86,25 @@ def _eligible(node: list, float_inputs: set[str]) -> bool:
     return names <= _PASSED_ON
 
 
+def _given(inputs: list[str]) -> list[str]:
+    """``inputs`` without trailing empty names (optional inputs left out: the reference's
+    builder writes GroupQueryAttention with twelve, the last three empty)."""
+    while inputs and not inputs[-1]:
+        inputs = inputs[:-1]
+    return inputs
+
+
 def _chunked_node(node: list, chunk_rows: int) -> bytes:
     out = bytearray()
+    kept = len(_given(wire.strings(node, wire.NODE_INPUT)))
+    seen = 0
     for number, kind, _, raw in node:
-        if number == wire.NODE_OP_TYPE and kind == wire.LEN:
+        if number == wire.NODE_INPUT and kind == wire.LEN:
+            seen += 1
+            if seen > kept:
+                continue
+            out += raw
+        elif number == wire.NODE_OP_TYPE and kind == wire.LEN:
             out += wire.len_field(wire.NODE_OP_TYPE, CHUNKED_GQA.encode())
         elif number == wire.NODE_DOMAIN and kind == wire.LEN:
             out += wire.len_field(wire.NODE_DOMAIN, DOMAIN.encode())

@@ -1,0 +1,81 @@
+"""What genai's CPU ops cost a decode step: one folder loaded with them (its GroupQueryAttention
+run through `genai.runtime.chunked_attention`'s op, which a one-token step passes straight to
+onnxruntime's kernel) and without (``GENAI_CHUNKED_ATTENTION=0 GENAI_ROW_QUANTIZATION=0``),
+plus a second copy with them, to show the spread between identical models.
+
+    python benchmarks/host_ops_decode.py [-m MODEL_DIR] [--threads 1] [--rounds 21] [--steps 64]
+
+All three models load in this process; the rounds are interleaved (the order alternating). Per
+round and model: a fresh generator, a 73-token prompt, then ``--steps`` greedy steps (wall
+tok/s). Medians, and the ratio to the model without the ops; the greedy tokens must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import genai
+
+_SWITCHES = ("GENAI_CHUNKED_ATTENTION", "GENAI_ROW_QUANTIZATION")
+
+
+def load(folder: str, ops: bool, threads: int) -> genai.Model:
+    for name in _SWITCHES:
+        os.environ[name] = "1" if ops else "0"
+    config = genai.Config(folder)
+    options = {"intra_op_num_threads": threads}
+    config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
+    return genai.Model(config)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-m", "--model", default=None, help="model folder (default: genai pull's)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--steps", type=int, default=64)
+    args = ap.parse_args()
+    folder = args.model or genai.default_model()
+    models = {
+        "with ops": load(folder, True, args.threads),
+        "without": load(folder, False, args.threads),
+        "with ops (copy)": load(folder, True, args.threads),
+    }
+    tokenizer = genai.Tokenizer(models["without"])
+    prompt = tokenizer.encode("Write a long story about a robot who learns to paint. " * 6)
+    rates: dict[str, list[float]] = {name: [] for name in models}
+    tokens: dict[str, list[int]] = {}
+    for r in range(args.rounds):
+        order = list(models) if r % 2 == 0 else list(reversed(models))
+        for name in order:
+            params = genai.GeneratorParams(models[name])
+            params.set_search_options(max_length=len(prompt) + args.steps + 1, do_sample=False)
+            generator = genai.Generator(models[name], params)
+            generator.append_tokens(prompt)
+            generator.generate_next_token()
+            start = time.perf_counter()
+            for _ in range(args.steps - 1):
+                generator.generate_next_token()
+            rates[name].append((args.steps - 1) / (time.perf_counter() - start))
+            tokens[name] = list(generator.get_sequence(0))
+    base = statistics.median(rates["without"])
+    print(f"{folder}, {args.threads} thread(s), {args.rounds} rounds of {args.steps} steps")
+    print("| model | decode tok/s | ratio to without |")
+    print("|---|---|---|")
+    for name, values in rates.items():
+        rate = statistics.median(values)
+        print(f"| {name} | {rate:.1f} | {rate / base:.3f} |")
+    if len({tuple(t) for t in tokens.values()}) != 1:
+        raise SystemExit("the models' greedy tokens differ")
+
+
+if __name__ == "__main__":
+    main()
