@@ -342,11 +342,13 @@ cdef OrtStatus* _run_chunks(ChunkedGqa* k, OrtKernelContext* ctx, const OrtValue
     cdef OrtValue* views[6]
     cdef int n_views, i
     cdef OrtStatus* st = NULL
-    cdef char* q = _data(ins[IN_QUERY])
-    cdef char* key = _data(ins[IN_KEY]) if ins[IN_KEY] != NULL else NULL
-    cdef char* value = _data(ins[IN_VALUE]) if ins[IN_VALUE] != NULL else NULL
+    cdef char* bases[3]
+    cdef int64_t widths[3]
     cdef char* out = _data(outs[0])
     cdef size_t fbytes = sizeof(float)
+    for i in range(3):
+        bases[i] = _data(ins[IN_QUERY + i]) if ins[IN_QUERY + i] != NULL else NULL
+        widths[i] = q_width if i == 0 else kv_width
     for i in range(GQA_INPUTS):
         chunk_in[i] = ins[i]
     chunk_out[1] = outs[1]
@@ -361,22 +363,13 @@ cdef OrtStatus* _run_chunks(ChunkedGqa* k, OrtKernelContext* ctx, const OrtValue
         seqlen[0] = last_seqlen - <int32_t>(rows - end)
         total[0] = seqlen[0] + 1
         n_views = 0
-        st = _view(q + start * q_width * fbytes, count, q_width, ELEM_FLOAT, fbytes,
-                   &views[n_views])
-        if st == NULL:
-            chunk_in[IN_QUERY] = views[n_views]
-            n_views += 1
-        if st == NULL and key != NULL:
-            st = _view(key + start * kv_width * fbytes, count, kv_width, ELEM_FLOAT, fbytes,
-                       &views[n_views])
+        for i in range(3):  # the query, key and value rows of the chunk (key, value: if given)
+            if st != NULL or bases[i] == NULL:
+                continue
+            st = _view(bases[i] + start * widths[i] * fbytes, count, widths[i], ELEM_FLOAT,
+                       fbytes, &views[n_views])
             if st == NULL:
-                chunk_in[IN_KEY] = views[n_views]
-                n_views += 1
-        if st == NULL and value != NULL:
-            st = _view(value + start * kv_width * fbytes, count, kv_width, ELEM_FLOAT, fbytes,
-                       &views[n_views])
-            if st == NULL:
-                chunk_in[IN_VALUE] = views[n_views]
+                chunk_in[IN_QUERY + i] = views[n_views]
                 n_views += 1
         if st == NULL:
             st = f.CreateTensorWithDataAsOrtValue(_cpu, seqlen, sizeof(int32_t), &one, 1,

@@ -137,14 +137,6 @@ def _rewrite(data: bytes, chunk_rows: int) -> bytes | None:
         top += raw
     if not rewritten:
         return None
-    out = bytearray()
-    for number, kind, _, raw in model:
-        if number == wire.MODEL_GRAPH and kind == wire.LEN:
-            out += wire.len_field(wire.MODEL_GRAPH, bytes(top))
-        else:
-            out += raw
-    if not wire.opset(model, DOMAIN):
-        out += wire.opset_import(DOMAIN, 1)
     log.debug("%d GroupQueryAttention nodes run long prompts in chunks of %d rows", rewritten,
               chunk_rows)  # fmt: skip
-    return bytes(out)
+    return wire.with_graph(model, bytes(top), DOMAIN)

@@ -10,9 +10,11 @@ import the ``onnx`` package (whose import takes most of a second). Field numbers
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 
 __all__ = [
     "MalformedProto",
+    "Node",
     "dims",
     "elem_type",
     "encode_varint",
@@ -25,6 +27,7 @@ __all__ = [
     "node",
     "opset",
     "opset_import",
+    "parse_node",
     "payloads",
     "read_value_info",
     "relocated",
@@ -32,6 +35,7 @@ __all__ = [
     "strings",
     "value_info",
     "varint",
+    "with_graph",
 ]
 
 # ModelProto, GraphProto, NodeProto, AttributeProto, ValueInfoProto, TensorProto fields
@@ -258,6 +262,53 @@ def opset_import(domain: str, version: int) -> bytes:
     """A ModelProto's ``opset_import`` field (OperatorSetIdProto) for ``domain``."""
     entry = len_field(1, domain.encode()) + _varint_field(2, version)
     return len_field(MODEL_OPSET_IMPORT, entry)
+
+
+@dataclass
+class Node:
+    """What a rewrite reads of a NodeProto: its bytes, op, domain, inputs, outputs and integer
+    attributes (``ints``: an int, or a list for an ints attribute)."""
+
+    raw: bytes
+    op: str
+    domain: str
+    inputs: list[str]
+    outputs: list[str]
+    ints: dict[str, int | list[int]] = field(default_factory=dict)
+
+
+def parse_node(raw: bytes) -> Node:
+    """The `Node` of a NodeProto's bytes."""
+    message = fields(raw)
+    ints: dict[str, int | list[int]] = {}
+    for attr in payloads(message, NODE_ATTRIBUTE):
+        attr_fields = fields(attr)
+        name = (strings(attr_fields, ATTR_NAME) or [""])[0]
+        single = _varints(attr_fields, ATTR_INT)
+        listed = _varints(attr_fields, ATTR_INTS)
+        if single:
+            ints[name] = single[0]
+        elif listed:
+            ints[name] = listed
+    return Node(
+        raw,
+        (strings(message, NODE_OP_TYPE) or [""])[0],
+        (strings(message, NODE_DOMAIN) or [""])[0],
+        strings(message, NODE_INPUT),
+        strings(message, NODE_OUTPUT),
+        ints,
+    )
+
+
+def with_graph(model: list, graph: bytes, domain: str = "") -> bytes:
+    """A ModelProto's `fields` rebuilt with ``graph`` as its graph, importing ``domain``
+    (version 1) if it names one the model does not import yet."""
+    out = bytearray()
+    for number, kind, _, raw in model:
+        out += len_field(MODEL_GRAPH, graph) if number == MODEL_GRAPH and kind == LEN else raw
+    if domain and not opset(model, domain):
+        out += opset_import(domain, 1)
+    return bytes(out)
 
 
 def value_info(name: str, elem: int, shape: list[int | str]) -> bytes:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from dataclasses import dataclass
 
 from genai._core.custom_ops import DOMAIN, FLOOR_ATTRIBUTE, QUANTIZE_ROWS
 from genai.runtime import onnx_wire as wire
@@ -38,38 +37,6 @@ def enabled() -> bool:
     return os.environ.get("GENAI_ROW_QUANTIZATION", "1") != "0"
 
 
-@dataclass
-class _Node:
-    raw: bytes
-    op: str
-    domain: str
-    inputs: list[str]
-    outputs: list[str]
-    ints: dict[str, int | list[int]]
-
-
-def _node(raw: bytes) -> _Node:
-    message = wire.fields(raw)
-    ints: dict[str, int | list[int]] = {}
-    for attr in wire.payloads(message, wire.NODE_ATTRIBUTE):
-        attr_fields = wire.fields(attr)
-        name = (wire.strings(attr_fields, wire.ATTR_NAME) or [""])[0]
-        values = [v for n, w, v, _ in attr_fields if n == wire.ATTR_INT and w == wire.VARINT]
-        listed = [v for n, w, v, _ in attr_fields if n == wire.ATTR_INTS and w == wire.VARINT]
-        if values:
-            ints[name] = int(values[0])  # type: ignore[arg-type]
-        elif listed:
-            ints[name] = [int(v) for v in listed]  # type: ignore[arg-type]
-    return _Node(
-        raw,
-        (wire.strings(message, wire.NODE_OP_TYPE) or [""])[0],
-        (wire.strings(message, wire.NODE_DOMAIN) or [""])[0],
-        wire.strings(message, wire.NODE_INPUT),
-        wire.strings(message, wire.NODE_OUTPUT),
-        ints,
-    )
-
-
 def fuse_row_quantization(data: bytes) -> bytes | None:
     """The serialized model ``data`` with its per-row quantisation chains (see the module
     docstring) fused into ``QuantizeRows`` nodes, or None when it has none."""
@@ -82,7 +49,7 @@ def fuse_row_quantization(data: bytes) -> bytes | None:
 
 class _Graph:
     def __init__(self, graph: list) -> None:
-        self.nodes = [_node(raw) for raw in wire.payloads(graph, wire.GRAPH_NODE)]
+        self.nodes = [wire.parse_node(raw) for raw in wire.payloads(graph, wire.GRAPH_NODE)]
         self.floats: dict[str, float] = {}
         self.int_lists: dict[str, list[int]] = {}
         for tensor in wire.payloads(graph, wire.GRAPH_INITIALIZER):
@@ -218,13 +185,5 @@ def _rewrite(data: bytes) -> bytes | None:
                 nodes_written = True
             continue
         top += raw
-    out = bytearray()
-    for number, kind, _, raw in model:
-        if number == wire.MODEL_GRAPH and kind == wire.LEN:
-            out += wire.len_field(wire.MODEL_GRAPH, bytes(top))
-        else:
-            out += raw
-    if not wire.opset(model, DOMAIN):
-        out += wire.opset_import(DOMAIN, 1)
     log.debug("%d per-row quantisations fused into %s", len(fused), QUANTIZE_ROWS)
-    return bytes(out)
+    return wire.with_graph(model, bytes(top), DOMAIN)

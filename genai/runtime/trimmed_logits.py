@@ -76,27 +76,7 @@ class TrimmedLogits:
     data_folder: str | None = None
 
 
-@dataclass
-class _Node:
-    raw: bytes
-    op: str
-    domain: str
-    inputs: list[str]
-    outputs: list[str]
-
-
-def _node(raw: bytes) -> _Node:
-    message = wire.fields(raw)
-    return _Node(
-        raw,
-        (wire.strings(message, wire.NODE_OP_TYPE) or [""])[0],
-        (wire.strings(message, wire.NODE_DOMAIN) or [""])[0],
-        wire.strings(message, wire.NODE_INPUT),
-        wire.strings(message, wire.NODE_OUTPUT),
-    )
-
-
-def _with_inputs_renamed(node: _Node, rename: dict[str, str]) -> bytes:
+def _with_inputs_renamed(node: wire.Node, rename: dict[str, str]) -> bytes:
     """``node``'s bytes with its inputs renamed by ``rename``."""
     out = bytearray()
     for number, kind, value, raw in wire.fields(node.raw):
@@ -131,7 +111,7 @@ def _trim(data: bytes, logits: str, mask: str, min_head_size: int) -> TrimmedLog
     if len(graphs) != 1 or wire.opset(model) < 13:
         return None
     graph = wire.fields(graphs[0])
-    nodes = [_node(raw) for raw in wire.payloads(graph, wire.GRAPH_NODE)]
+    nodes = [wire.parse_node(raw) for raw in wire.payloads(graph, wire.GRAPH_NODE)]
     inits = {}
     for tensor in wire.payloads(graph, wire.GRAPH_INITIALIZER):
         names = wire.strings(wire.fields(tensor), wire.TENSOR_NAME)
@@ -228,7 +208,7 @@ def _trim(data: bytes, logits: str, mask: str, min_head_size: int) -> TrimmedLog
     )
 
 
-def _head_size(head: _Node, weight: bytes) -> int:
+def _head_size(head: wire.Node, weight: bytes) -> int:
     """The lm_head's weight count: ``K x N`` of a ``MatMulNBits``, else its weight's size."""
     if head.op == "MatMulNBits":
         sizes = {}
