@@ -129,6 +129,14 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
         help="a sequence pauses its verify runs while they are slower than its plain steps "
         "(off by default: served verify runs paid on every prompt measured, docs/serving.md)",
     )
+    serve.add_argument(
+        "--single-row-steps",
+        action="store_true",
+        help="a decode step with one sequence decoding runs one row (faster for a lone "
+        "stream; its tokens then follow the generator's one-row steps, and may differ in the "
+        "last bits from the same request served beside others); default: at least two rows, "
+        "so that a request's tokens never depend on what else runs",
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
     ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
@@ -170,6 +178,8 @@ def _serve_ray(args: argparse.Namespace) -> int:
         options["speculative_max_streams"] = args.speculative_max_streams
         if args.speculative_backoff:
             options["speculative_backoff"] = True
+    if args.single_row_steps:
+        options["single_row_steps"] = True
     if args.api_key:
         options["api_key"] = args.api_key
     if args.max_body_bytes is not None:
@@ -230,6 +240,7 @@ def _serve(args: argparse.Namespace) -> int:
         overlap_prefill=not args.no_overlap,
         lanes=args.lanes,
         speculative=speculative,
+        single_row_steps=args.single_row_steps,
     )
     # a runner that cannot verify serves plainly (the scheduler logs why)
     speculates = speculative is not None and engine.runner.verify_tokens >= 2

@@ -137,7 +137,9 @@ class ServeEngine:
     a second thread beside its decode steps). ``edge_workers``: threads that render chat
     templates, tokenize prompts and compile grammars for the event loop (`off_loop`).
     ``speculative``: prompt-lookup speculation in the schedulers (`genai.serve.speculative`;
-    a request's ``"speculative": false`` opts out)."""
+    a request's ``"speculative": false`` opts out). ``single_row_steps``: a decode step with
+    one sequence decoding runs that one row (default: at least two, an idle slot filling in,
+    so that a request's tokens never depend on what else runs; `Scheduler.min_decode_rows`)."""
 
     def __init__(
         self,
@@ -156,6 +158,7 @@ class ServeEngine:
         lanes: int | None = None,
         edge_workers: int = 2,
         speculative: SpeculativeServing | None = None,
+        single_row_steps: bool = False,
     ) -> None:
         if max_slots < 2:
             raise InvalidArgumentError("max_slots must be >= 2")
@@ -188,6 +191,9 @@ class ServeEngine:
             "prefix_cache_bytes": prefix_cache_mb << 20,
             "metrics": self.metrics,
             "speculative": speculative,
+            # a lone decoding sequence runs one row, not two (faster; its tokens then depend
+            # on whether others run: Scheduler.min_decode_rows)
+            "min_decode_rows": 1 if single_row_steps else 2,
         }
         # Lanes: one scheduler per lane, each with its own slots (genai.serve.scheduler_group)
         lanes = max(1, min(lanes, max_slots // 2))

@@ -48,7 +48,10 @@ ENGINE_OPTIONS = (
     "speculative",
     "speculative_max_streams",
     "speculative_backoff",
+    "single_row_steps",
 )
+#: Engine options that are booleans.
+_FLAG_OPTIONS = ("speculative_backoff", "single_row_steps")
 #: Engine options that stay strings.
 _TEXT_OPTIONS = ("model_name", "speculative")
 
@@ -172,7 +175,7 @@ def build_app(args: dict[str, Any]) -> Any:
     for key in ENGINE_OPTIONS:
         if key in args:
             value = args.pop(key)
-            if key == "speculative_backoff":
+            if key in _FLAG_OPTIONS:
                 engine[key] = _flag(value)
             else:
                 engine[key] = value if key in _TEXT_OPTIONS else _number(value)
