@@ -41,12 +41,22 @@ struct GenaiCustomOp {
 };
 
 /* A counter bumped from onnxruntime's threads (relaxed: a statistic, not a lock). */
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+static inline void genai_count(int64_t* counter) {
+    _InterlockedExchangeAdd64((volatile long long*)counter, 1);
+}
+static inline int64_t genai_read_count(const int64_t* counter) {
+    return *(const volatile int64_t*)counter;
+}
+#else
 static inline void genai_count(int64_t* counter) {
     __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
 }
 static inline int64_t genai_read_count(const int64_t* counter) {
     return __atomic_load_n(counter, __ATOMIC_RELAXED);
 }
+#endif
 
 /* The offsets onnxruntime reads (x86-64 and other LP64 targets: 8-byte pointers). */
 _Static_assert(offsetof(GenaiCustomOp, GetInputMemoryType) == 12 * sizeof(void*),
