@@ -570,13 +570,17 @@ class Model:
                 split = None
             else:
                 graphs, entries[_EXTERNAL_DATA_FOLDER] = moved
+        # The graph's bytes for the rewrites below, read once (None: the file is too large).
+        data = model_bytes
+        if data is None and split is None and (trim or chunk):
+            data = _small_graph(path)
         trimmed = None
-        if trim and split is None and self._can_trim(provider, provider_options):
-            trimmed = _trimmed(path, model_bytes, config)
+        if trim and data is not None and self._can_trim(provider, provider_options):
+            trimmed = _trimmed(path, data, model_bytes is None, config)
             if trimmed is not None and trimmed.data_folder is not None:
                 entries[_EXTERNAL_DATA_FOLDER] = trimmed.data_folder
-        # The graph the session runs (None: the file), chunked where it can be: a split's long
-        # branch only (its short one never runs a chunk).
+        # The graph the session runs (None: the file), with genai's CPU ops where they apply:
+        # in a split, the long branch only (its short one never runs a chunk).
         graph = trimmed.graph if trimmed else model_bytes
         long_ops = plain_ops = False
         if chunk and provider.host_ops:
@@ -584,8 +588,11 @@ class Model:
                 rewritten = _host_ops(graphs[1])
                 if rewritten is not None:
                     graphs[1], long_ops = rewritten, True
-            else:
-                found = _chunked(path, graph)
+            elif data is not None:
+                # the file's own bytes need their external data placed; a trimmed graph's and
+                # given bytes' already are
+                from_file = trimmed is None and model_bytes is None
+                found = _with_host_ops(path, trimmed.graph if trimmed else data, from_file)
                 if found is not None:
                     graph, folder = found
                     plain_ops = True
@@ -674,7 +681,8 @@ class Model:
         """The head graph of the decoder at ``path``, rewritten again from the file (a head
         graph with its weights inside is not kept)."""
         model_bytes = self.config.model_data(self.config.decoder.get("filename", "model.onnx"))
-        trimmed = _trimmed(path, model_bytes, self.config)
+        data = model_bytes if model_bytes is not None else _small_graph(path)
+        trimmed = None if data is None else _trimmed(path, data, model_bytes is None, self.config)
         if trimmed is None:
             raise GenerationError(f"{path} no longer has the graph the model loaded")
         return trimmed.head
@@ -1023,22 +1031,24 @@ def _host_ops(graph: bytes) -> bytes | None:
     return rewritten
 
 
-def _chunked(path: Path, graph: bytes | None) -> tuple[bytes, str | None] | None:
-    """The decoder graph ``graph`` (None: the file at ``path``) with genai's CPU ops
-    (`_host_ops`), and the folder of its external data when the file was read here (None:
-    where the given graph's already is); None when no rewrite applies or the file is too large
-    to rewrite in memory."""
-    if graph is not None:
-        rewritten = _host_ops(graph)
-        return None if rewritten is None else (rewritten, None)
+def _small_graph(path: Path) -> bytes | None:
+    """The bytes of the graph file at ``path``, or None when it is too large to rewrite in
+    memory (weights inside it) or cannot be read."""
     try:
         if path.stat().st_size > _TRIM_MAX_BYTES:
             return None
-        rewritten = _host_ops(path.read_bytes())
+        return path.read_bytes()
     except OSError:
         return None
-    if rewritten is None:
-        return None
+
+
+def _with_host_ops(path: Path, graph: bytes, from_file: bool) -> tuple[bytes, str | None] | None:
+    """``graph`` with genai's CPU ops (`_host_ops`) and, for the bytes of the file at ``path``
+    (``from_file``), the folder its external data is read from (`in_memory_graphs`; else None:
+    where the given graph's already is); None when no rewrite applies."""
+    rewritten = _host_ops(graph)
+    if rewritten is None or not from_file:
+        return None if rewritten is None else (rewritten, None)
     moved = in_memory_graphs(path.parent, [rewritten])
     if moved is None:
         return None
@@ -1046,22 +1056,14 @@ def _chunked(path: Path, graph: bytes | None) -> tuple[bytes, str | None] | None
     return rewritten, folder
 
 
-def _trimmed(path: Path, model_bytes: bytes | None, config: Config) -> TrimmedLogits | None:
-    """The trimmed graph of the decoder (`genai.runtime.trimmed_logits`) at ``path`` (or of
-    ``model_bytes``, a model given as bytes: its external data in the model folder), its
-    external data placed by `in_memory_graphs`; or None: turned off (``GENAI_TRIM_LOGITS=0``),
-    a graph file too large to rewrite in memory (weights inside it), a graph the rewrite does
-    not apply to, or external data in several folders."""
+def _trimmed(path: Path, data: bytes, from_file: bool, config: Config) -> TrimmedLogits | None:
+    """The trimmed graph (`genai.runtime.trimmed_logits`) of the decoder ``data``: the bytes of
+    the file at ``path`` (``from_file``: its external data then placed by `in_memory_graphs`) or
+    of a model given as bytes (its external data in the model folder); or None: turned off
+    (``GENAI_TRIM_LOGITS=0``), a graph the rewrite does not apply to, or external data in
+    several folders."""
     if os.environ.get("GENAI_TRIM_LOGITS", "1") == "0":
         return None
-    data = model_bytes
-    if data is None:
-        try:
-            if path.stat().st_size > _TRIM_MAX_BYTES:
-                return None
-            data = path.read_bytes()
-        except OSError:
-            return None
     names_in = config.decoder.get("inputs", {})
     names_out = config.decoder.get("outputs", {})
     trimmed = trim_logits(
@@ -1069,7 +1071,7 @@ def _trimmed(path: Path, model_bytes: bytes | None, config: Config) -> TrimmedLo
         logits=names_out.get("logits", "logits"),
         mask=names_in.get("attention_mask", "attention_mask"),
     )
-    if trimmed is not None and model_bytes is None:
+    if trimmed is not None and from_file:
         moved = in_memory_graphs(path.parent, [trimmed.graph, trimmed.head])
         if moved is None:
             return None
