@@ -6,12 +6,13 @@ buffer length`` floats. For a 512-token prompt on a 8192-position cache that is 
 scores per layer, twice the arithmetic the causal half needs, and the largest single cost of
 the prompt once its linears are int8 (docs/benchmarks.md). `chunk_attention` rewrites each
 such node to genai's ``ChunkedGroupQueryAttention`` (`genai._core.custom_ops`), which calls
-onnxruntime's own kernel on chunks of about `DEFAULT_CHUNK_ROWS` query rows in turn, each on
-the KV the chunks before it wrote to the shared past/present buffer: the same numbers, bit for
-bit (a row's scores, softmax and weighted sum cover its own causal prefix in the same order
-whatever rows share its call), a little over half the work and a score buffer that stays in
-cache. Runs it does not chunk (decode steps, speculative verification, batches of several rows,
-caches that are not one shared buffer, sliding windows) call the kernel once, as before.
+onnxruntime's own kernel on chunks of `DEFAULT_CHUNK_ROWS` query rows in turn (the last one
+taking the rest, never a lone row), each on the KV the chunks before it wrote to the shared
+past/present buffer: the same numbers, bit for bit (a row's scores, softmax and weighted sum
+cover its own causal prefix in the same order whatever rows share its call), a little over half
+the work and a score buffer that stays in cache. Runs it does not chunk (decode steps,
+speculative verification, batches of several rows, caches that are not one shared buffer,
+sliding windows) call the kernel once, as before.
 
 The rewrite applies to nodes with GroupQueryAttention's nine inputs at most (no position ids,
 attention bias or head sink; empty names after them are dropped), its three outputs, only the
@@ -57,8 +58,8 @@ def enabled() -> bool:
 
 def chunk_attention(data: bytes, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> bytes | None:
     """The serialized model ``data`` with its eligible GroupQueryAttention nodes (see the
-    module docstring) run in chunks of about ``chunk_rows`` query rows, or None when it has
-    none."""
+    module docstring) run in chunks of ``chunk_rows`` query rows (keep it a multiple of 32, the
+    row blocks of onnxruntime's SGEMM, for bit-identical results), or None when it has none."""
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
     try:

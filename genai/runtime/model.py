@@ -618,9 +618,9 @@ class Model:
             # not pay for the If; the branches' own kernels, so the If graph's numbers.
             short, long = (
                 NativeSession(
-                    str(path), model_bytes=data, config_entries=entries, genai_ops=ops, **options
+                    str(path), model_bytes=branch, config_entries=entries, genai_ops=ops, **options
                 )
-                for data, ops in zip(graphs, (False, long_ops), strict=True)
+                for branch, ops in zip(graphs, (False, long_ops), strict=True)
             )
             short.route_long_runs(long, split.ids, split.above)
             return short
