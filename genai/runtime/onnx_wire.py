@@ -1,6 +1,6 @@
 """The ONNX protobuf wire format, read and written by hand for the few fields genai's load-time
 graph rewrites touch (`genai.runtime.run_length_split`, `genai.runtime.trimmed_logits`,
-`genai.runtime.chunked_attention`).
+`genai.runtime.chunked_attention`, `genai.runtime.row_quantization`, `genai.runtime.gated_silu`).
 
 Every field a rewrite does not touch is copied byte for byte, and loading a folder does not
 import the ``onnx`` package (whose import takes most of a second). Field numbers are those of
@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass, field
 
 __all__ = [
+    "GraphIndex",
     "MalformedProto",
     "Node",
     "dims",
@@ -20,6 +21,7 @@ __all__ = [
     "encode_varint",
     "external_locations",
     "fields",
+    "float_attribute",
     "float_scalar",
     "int_attribute",
     "int_tensor",
@@ -36,13 +38,15 @@ __all__ = [
     "value_info",
     "varint",
     "with_graph",
+    "with_inputs",
 ]
 
 # ModelProto, GraphProto, NodeProto, AttributeProto, ValueInfoProto, TensorProto fields
 MODEL_GRAPH, MODEL_OPSET_IMPORT = 7, 8
 GRAPH_NODE, GRAPH_NAME, GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT = 1, 2, 5, 11, 12
 NODE_INPUT, NODE_OUTPUT, NODE_NAME, NODE_OP_TYPE, NODE_ATTRIBUTE, NODE_DOMAIN = 1, 2, 3, 4, 5, 7
-ATTR_NAME, ATTR_INT, ATTR_GRAPH, ATTR_INTS, ATTR_GRAPHS, ATTR_TYPE = 1, 3, 6, 8, 11, 20
+ATTR_NAME, ATTR_FLOAT, ATTR_INT, ATTR_GRAPH, ATTR_INTS, ATTR_GRAPHS = 1, 2, 3, 6, 8, 11
+ATTR_TYPE = 20
 VALUE_NAME, VALUE_TYPE = 1, 2
 TENSOR_DIMS, TENSOR_TYPE, TENSOR_FLOAT, TENSOR_INT32, TENSOR_INT64 = 1, 2, 4, 5, 7
 TENSOR_NAME, TENSOR_RAW, TENSOR_EXTERNAL_DATA, TENSOR_LOCATION = 8, 9, 13, 14
@@ -50,7 +54,7 @@ TENSOR_NAME, TENSOR_RAW, TENSOR_EXTERNAL_DATA, TENSOR_LOCATION = 8, 9, 13, 14
 # its Dimension's dim_value and dim_param
 TYPE_TENSOR, TENSOR_ELEM_TYPE, TENSOR_SHAPE, SHAPE_DIM, DIM_VALUE, DIM_PARAM = 1, 1, 2, 1, 1, 2
 FLOAT, INT32, INT64, EXTERNAL = 1, 6, 7, 1
-ATTR_KIND_INT, ATTR_KIND_INTS = 2, 7
+ATTR_KIND_FLOAT, ATTR_KIND_INT, ATTR_KIND_INTS = 1, 2, 7
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
 
@@ -258,6 +262,14 @@ def int_attribute(name: str, value: int | list[int]) -> bytes:
     return len_field(NODE_ATTRIBUTE, bytes(attr))
 
 
+def float_attribute(name: str, value: float) -> bytes:
+    """A NodeProto's ``attribute`` field holding a float attribute."""
+    attr = len_field(ATTR_NAME, name.encode())
+    attr += encode_varint(ATTR_FLOAT << 3 | FIXED32) + struct.pack("<f", value)
+    attr += _varint_field(ATTR_TYPE, ATTR_KIND_FLOAT)
+    return len_field(NODE_ATTRIBUTE, attr)
+
+
 def opset_import(domain: str, version: int) -> bytes:
     """A ModelProto's ``opset_import`` field (OperatorSetIdProto) for ``domain``."""
     entry = len_field(1, domain.encode()) + _varint_field(2, version)
@@ -266,8 +278,8 @@ def opset_import(domain: str, version: int) -> bytes:
 
 @dataclass
 class Node:
-    """What a rewrite reads of a NodeProto: its bytes, op, domain, inputs, outputs and integer
-    attributes (``ints``: an int, or a list for an ints attribute)."""
+    """What a rewrite reads of a NodeProto: its bytes, op, domain, inputs, outputs, integer
+    attributes (``ints``: an int, or a list for an ints attribute) and float attributes."""
 
     raw: bytes
     op: str
@@ -275,12 +287,14 @@ class Node:
     inputs: list[str]
     outputs: list[str]
     ints: dict[str, int | list[int]] = field(default_factory=dict)
+    floats: dict[str, float] = field(default_factory=dict)
 
 
 def parse_node(raw: bytes) -> Node:
     """The `Node` of a NodeProto's bytes."""
     message = fields(raw)
     ints: dict[str, int | list[int]] = {}
+    floats: dict[str, float] = {}
     for attr in payloads(message, NODE_ATTRIBUTE):
         attr_fields = fields(attr)
         name = (strings(attr_fields, ATTR_NAME) or [""])[0]
@@ -290,6 +304,9 @@ def parse_node(raw: bytes) -> Node:
             ints[name] = single[0]
         elif listed:
             ints[name] = listed
+        for number, wire, value, _ in attr_fields:
+            if number == ATTR_FLOAT and wire == FIXED32:
+                floats[name] = struct.unpack("<f", value)[0]  # type: ignore[arg-type]
     return Node(
         raw,
         (strings(message, NODE_OP_TYPE) or [""])[0],
@@ -297,7 +314,85 @@ def parse_node(raw: bytes) -> Node:
         strings(message, NODE_INPUT),
         strings(message, NODE_OUTPUT),
         ints,
+        floats,
     )
+
+
+def with_inputs(raw: bytes, renamed: dict[str, str]) -> bytes:
+    """The NodeProto ``raw`` reading ``renamed[name]`` in place of each input ``name`` there."""
+    out = bytearray()
+    for number, kind, value, field_raw in fields(raw):
+        if number == NODE_INPUT and kind == LEN and value.decode() in renamed:  # type: ignore[union-attr]
+            out += len_field(NODE_INPUT, renamed[value.decode()].encode())  # type: ignore[union-attr]
+        else:
+            out += field_raw
+    return bytes(out)
+
+
+class GraphIndex:
+    """A GraphProto's `fields` indexed for a rewrite that replaces chains of nodes: its nodes
+    (`Node`), float32 scalar initializers by name, output names, and each value's producer and
+    readers (node indices)."""
+
+    def __init__(self, graph: list) -> None:
+        self.graph = graph
+        self.nodes = [parse_node(raw) for raw in payloads(graph, GRAPH_NODE)]
+        self.floats: dict[str, float] = {}
+        self.initializers: list[bytes] = payloads(graph, GRAPH_INITIALIZER)
+        for tensor in self.initializers:
+            value = float_scalar(tensor)
+            if value is not None:
+                self.floats[(strings(fields(tensor), TENSOR_NAME) or [""])[0]] = value
+        self.outputs = {read_value_info(v)[0] for v in payloads(graph, GRAPH_OUTPUT)}
+        self.producer = {name: i for i, node in enumerate(self.nodes) for name in node.outputs}
+        self.users: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            for name in node.inputs:
+                self.users.setdefault(name, []).append(i)
+
+    def only_user(self, name: str, op: str, domain: str = "") -> int | None:
+        """The one node reading ``name`` when it is ``op`` (of ``domain``) and ``name`` is not a
+        graph output."""
+        users = self.users.get(name, [])
+        if len(users) != 1 or name in self.outputs:
+            return None
+        node = self.nodes[users[0]]
+        return users[0] if (node.domain, node.op) == (domain, op) else None
+
+    def is_float(self, name: str, value: float) -> bool:
+        """Whether ``name`` is a float32 scalar initializer holding exactly ``value``."""
+        found = self.floats.get(name)
+        return found is not None and struct.pack("<f", found) == struct.pack("<f", value)
+
+    def rewritten(self, replaced: dict[int, bytes], dropped: set[int]) -> bytes:
+        """The graph's bytes with node ``i`` replaced by the NodeProto ``replaced[i]``, the
+        nodes in ``dropped`` left out, and the initializers only they read left out too
+        (onnxruntime warns of each unused one); every other field as it was."""
+        kept = (node for i, node in enumerate(self.nodes) if i not in dropped)
+        used = {name for node in kept for name in node.inputs}
+        used |= {name for raw in replaced.values() for name in parse_node(raw).inputs}
+        gone = {name for i in dropped for name in self.nodes[i].inputs} - used - self.outputs
+        out = bytearray()
+        nodes_written = False
+        for number, kind, value, raw in self.graph:
+            tensor_name = (
+                (strings(fields(value), TENSOR_NAME) or [""])[0]  # type: ignore[arg-type]
+                if number == GRAPH_INITIALIZER and kind == LEN
+                else None
+            )
+            if tensor_name in gone:
+                continue
+            if number == GRAPH_NODE and kind == LEN:
+                if not nodes_written:  # (a graph's nodes are one run of fields in practice)
+                    for i, node in enumerate(self.nodes):
+                        if i in replaced:
+                            out += len_field(GRAPH_NODE, replaced[i])
+                        elif i not in dropped:
+                            out += len_field(GRAPH_NODE, node.raw)
+                    nodes_written = True
+                continue
+            out += raw
+        return bytes(out)
 
 
 def with_graph(model: list, graph: bytes, domain: str = "") -> bytes:

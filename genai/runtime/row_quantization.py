@@ -12,7 +12,9 @@ Each op reads and writes the whole ``[tokens, hidden]`` tensor: 10-20 % of a lon
 ``QuantizeRows`` (`genai._core.custom_ops`), one pass per row that rounds each step as the ops
 do, so ``q`` and ``scale`` are the same bytes (``tests/test_row_quantization.py``). It applies to
 the chains whose intermediate values nothing else reads, with the constants above (``floor``
-any positive float32); other graphs load as they are. ``GENAI_ROW_QUANTIZATION=0`` turns it off.
+any positive float32); other graphs load as they are. Chains over the same ``x`` (an MLP's gate
+and up projections read the same rows) become one node. ``GENAI_ROW_QUANTIZATION=0`` turns it
+off.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ __all__ = ["enabled", "fuse_row_quantization"]
 log = logging.getLogger(__name__)
 
 _UINT8 = 2  # TensorProto.UINT8
-_ATTR_FLOAT, _ATTR_KIND_FLOAT = 2, 1  # AttributeProto.f, AttributeType.FLOAT
 
 
 def enabled() -> bool:
@@ -47,39 +48,16 @@ def fuse_row_quantization(data: bytes) -> bytes | None:
         return None
 
 
-class _Graph:
+class _Graph(wire.GraphIndex):
     def __init__(self, graph: list) -> None:
-        self.nodes = [wire.parse_node(raw) for raw in wire.payloads(graph, wire.GRAPH_NODE)]
-        self.floats: dict[str, float] = {}
+        super().__init__(graph)
         self.int_lists: dict[str, list[int]] = {}
-        for tensor in wire.payloads(graph, wire.GRAPH_INITIALIZER):
-            name = (wire.strings(wire.fields(tensor), wire.TENSOR_NAME) or [""])[0]
-            value = wire.float_scalar(tensor)
-            if value is not None:
-                self.floats[name] = value
-            elif wire.elem_type(tensor) == wire.INT64 and wire.dims(tensor) == [1]:
+        for tensor in self.initializers:
+            if wire.elem_type(tensor) == wire.INT64 and wire.dims(tensor) == [1]:
                 found = wire.scalar(tensor)
                 if found is not None:
+                    name = (wire.strings(wire.fields(tensor), wire.TENSOR_NAME) or [""])[0]
                     self.int_lists[name] = [found]
-        self.outputs = {wire.read_value_info(v)[0] for v in wire.payloads(graph, wire.GRAPH_OUTPUT)}
-        self.producer = {name: i for i, node in enumerate(self.nodes) for name in node.outputs}
-        self.users: dict[str, list[int]] = {}
-        for i, node in enumerate(self.nodes):
-            for name in node.inputs:
-                self.users.setdefault(name, []).append(i)
-
-    def only_user(self, name: str, op: str) -> int | None:
-        """The one node reading ``name`` when it is an ``op`` and ``name`` is not a graph
-        output."""
-        users = self.users.get(name, [])
-        if len(users) != 1 or name in self.outputs:
-            return None
-        node = self.nodes[users[0]]
-        return users[0] if (node.domain, node.op) == ("", op) else None
-
-    def is_float(self, name: str, value: float) -> bool:
-        found = self.floats.get(name)
-        return found is not None and struct.pack("<f", found) == struct.pack("<f", value)
 
     def chain(self, abs_index: int) -> tuple[list[int], str, float, str, str] | None:
         """``(nodes, x, floor, q, scale)`` of the quantisation chain starting at the Abs node
@@ -135,14 +113,12 @@ class _Graph:
 
 
 def _quantize_node(x: str, q: str, scale: str, floor: float, index: int) -> bytes:
-    out = bytearray(wire.node(QUANTIZE_ROWS, [x], [q, scale], f"genai_quantize_rows/{index}"))
-    attr = wire.len_field(wire.ATTR_NAME, FLOOR_ATTRIBUTE.encode())
-    attr += wire.encode_varint(_ATTR_FLOAT << 3 | wire.FIXED32) + struct.pack("<f", floor)
-    attr += wire.encode_varint(wire.ATTR_TYPE << 3 | wire.VARINT)
-    attr += wire.encode_varint(_ATTR_KIND_FLOAT)
-    out += wire.len_field(wire.NODE_ATTRIBUTE, attr)
-    out += wire.len_field(wire.NODE_DOMAIN, DOMAIN.encode())
-    return bytes(out)
+    out = wire.node(QUANTIZE_ROWS, [x], [q, scale], f"genai_quantize_rows/{index}")
+    return (
+        out
+        + wire.float_attribute(FLOOR_ATTRIBUTE, floor)
+        + wire.len_field(wire.NODE_DOMAIN, DOMAIN.encode())
+    )
 
 
 def _rewrite(data: bytes) -> bytes | None:
@@ -150,10 +126,11 @@ def _rewrite(data: bytes) -> bytes | None:
     graphs = wire.payloads(model, wire.MODEL_GRAPH)
     if len(graphs) != 1:
         return None
-    graph_fields = wire.fields(graphs[0])
-    g = _Graph(graph_fields)
-    fused: dict[int, bytes] = {}  # Abs node index -> the QuantizeRows node
+    g = _Graph(wire.fields(graphs[0]))
+    replaced: dict[int, bytes] = {}  # Abs node index -> the QuantizeRows node
     dropped: set[int] = set()
+    first: dict[tuple[str, bytes], tuple[str, str]] = {}  # (x, floor) -> its (q, scale)
+    renamed: dict[str, str] = {}  # a repeated chain's q and scale -> the first one's
     for i, node in enumerate(g.nodes):
         if (node.domain, node.op) != ("", "Abs") or len(node.inputs) != 1:
             continue
@@ -161,29 +138,24 @@ def _rewrite(data: bytes) -> bytes | None:
         if found is None:
             continue
         chain, x, floor, q, scale = found
-        fused[i] = _quantize_node(x, q, scale, floor, len(fused))
         dropped.update(chain)
-    if not fused:
-        return None
-    # the chains' constants nothing else reads go too (onnxruntime warns of each one left)
-    used = {name for i, node in enumerate(g.nodes) if i not in dropped for name in node.inputs}
-    gone = {name for i in dropped for name in g.nodes[i].inputs} - used - g.outputs
-    top = bytearray()
-    nodes_written = False
-    for number, kind, value, raw in graph_fields:
-        if number == wire.GRAPH_INITIALIZER and kind == wire.LEN:
-            name = (wire.strings(wire.fields(value), wire.TENSOR_NAME) or [""])[0]  # type: ignore[arg-type]
-            if name in gone:
-                continue
-        if number == wire.GRAPH_NODE and kind == wire.LEN:
-            if not nodes_written:  # (a graph's nodes are one run of fields in practice)
-                for i, node in enumerate(g.nodes):
-                    if i in fused:
-                        top += wire.len_field(wire.GRAPH_NODE, fused[i])
-                    elif i not in dropped:
-                        top += wire.len_field(wire.GRAPH_NODE, node.raw)
-                nodes_written = True
+        key = (x, struct.pack("<f", floor))
+        # the same rows quantised again (an MLP's gate and up): once
+        if key in first and not {q, scale} & g.outputs:
+            renamed[q], renamed[scale] = first[key]
             continue
-        top += raw
-    log.debug("%d per-row quantisations fused into %s", len(fused), QUANTIZE_ROWS)
-    return wire.with_graph(model, bytes(top), DOMAIN)
+        first[key] = (q, scale)
+        replaced[i] = _quantize_node(x, q, scale, floor, len(replaced))
+    if not replaced:
+        return None
+    for name in renamed:
+        for user in g.users.get(name, []):
+            if user not in dropped:
+                replaced[user] = wire.with_inputs(replaced.get(user, g.nodes[user].raw), renamed)
+    log.debug(
+        "%d per-row quantisations fused into %d %s nodes",
+        len(first) + len(renamed) // 2,
+        len(first),
+        QUANTIZE_ROWS,
+    )
+    return wire.with_graph(model, g.rewritten(replaced, dropped), DOMAIN)
