@@ -1,7 +1,8 @@
 """What genai's CPU ops cost a decode step: one folder loaded with them (its GroupQueryAttention
 run through `genai.runtime.chunked_attention`'s op, which a one-token step passes straight to
-onnxruntime's kernel) and without (``GENAI_CHUNKED_ATTENTION=0 GENAI_ROW_QUANTIZATION=0``),
-plus a second copy with them, to show the spread between identical models.
+onnxruntime's kernel; its MLP's gated SiLU through `genai.runtime.gated_silu`'s) and without
+(``GENAI_CHUNKED_ATTENTION=0 GENAI_ROW_QUANTIZATION=0 GENAI_GATED_SILU=0``), plus a second
+copy with them, to show the spread between identical models.
 
     python benchmarks/host_ops_decode.py [-m MODEL_DIR] [--threads 1] [--rounds 21] [--steps 64]
 
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import genai
 
-_SWITCHES = ("GENAI_CHUNKED_ATTENTION", "GENAI_ROW_QUANTIZATION")
+_SWITCHES = ("GENAI_CHUNKED_ATTENTION", "GENAI_ROW_QUANTIZATION", "GENAI_GATED_SILU")
 
 
 def load(folder: str, ops: bool, threads: int) -> genai.Model:

@@ -20,7 +20,9 @@ engine's; without OpenVINO GenAI, to the reference's). ``--untrimmed`` adds gena
 reference does; `genai.runtime.trimmed_logits`), ``--unchunked`` every genai folder again with
 ``GENAI_CHUNKED_ATTENTION=0`` (a long prompt's attention in one call, as the reference;
 `genai.runtime.chunked_attention`), ``--unfused`` with ``GENAI_ROW_QUANTIZATION=0`` (a
-``--prefill-int8`` folder's per-row quantisation as eight ops; `genai.runtime.row_quantization`).
+``--prefill-int8`` folder's per-row quantisation as eight ops; `genai.runtime.row_quantization`),
+``--ungated`` with ``GENAI_GATED_SILU=0`` (the MLP's gated SiLU product as its four to six ops;
+`genai.runtime.gated_silu`).
 
 OpenVINO GenAI runs in its own virtual environment with the model converted by
 ``scripts/setup_openvino_bench.sh`` (its defaults are this script's defaults; ``--openvino ''``
@@ -51,6 +53,7 @@ _SWITCHED_OFF = {
     "genai-untrimmed": {"GENAI_TRIM_LOGITS": "0"},
     "genai-unchunked": {"GENAI_CHUNKED_ATTENTION": "0"},
     "genai-unfused": {"GENAI_ROW_QUANTIZATION": "0"},
+    "genai-ungated": {"GENAI_GATED_SILU": "0"},
 }
 TEXT = (
     "The history of the city begins with a small settlement on the river, where traders from "
@@ -234,6 +237,11 @@ def main() -> None:
         help="also every genai folder with GENAI_ROW_QUANTIZATION=0 (quantisation as 8 ops)",
     )
     ap.add_argument(
+        "--ungated",
+        action="store_true",
+        help="also every genai folder with GENAI_GATED_SILU=0 (the MLP's gate as 4-6 ops)",
+    )
+    ap.add_argument(
         "--baseline",
         default=None,
         help="the engine label the ratios divide by (default: openvino-genai, else reference)",
@@ -281,6 +289,8 @@ def main() -> None:
         engines += [(f"{lbl}-unchunked", "genai-unchunked", *r) for lbl, _, *r in genai_engines]
     if args.unfused:
         engines += [(f"{lbl}-unfused", "genai-unfused", *r) for lbl, _, *r in genai_engines]
+    if args.ungated:
+        engines += [(f"{lbl}-ungated", "genai-ungated", *r) for lbl, _, *r in genai_engines]
     if args.untrimmed:
         engines.append(("genai-untrimmed", "genai-untrimmed", str(args.model), sys.executable, 0))
     if not args.no_reference:

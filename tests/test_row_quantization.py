@@ -133,22 +133,27 @@ def _prompt(module, model, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_prefill_int8_folder_prompt_is_the_references(folder, monkeypatch) -> None:
-    """Our builder's ``--prefill-int8`` folder: the long-run session's chains are fused (and
-    its attention chunked), and a 110-token prompt's logits and greedy tokens equal the
-    reference engine's on the same folder, and genai's with the rewrite off, every bit."""
+    """Our builder's ``--prefill-int8`` folder: the long-run session's chains are fused (its
+    attention chunked, its gated SiLU products fused too: `genai.runtime.gated_silu`), and a
+    110-token prompt's logits and greedy tokens equal the reference engine's on the same
+    folder, and genai's with the rewrites off, every bit."""
     from genai.runtime import model as model_module
 
-    seen = []
-    real = model_module.fuse_row_quantization
-    monkeypatch.setattr(
-        model_module, "fuse_row_quantization", lambda g: seen.append(real(g)) or seen[-1]
-    )
+    seen: dict[str, list] = {"rows": [], "gate": []}
+    for key, name in (("rows", "fuse_row_quantization"), ("gate", "fuse_gated_silu")):
+        real = getattr(model_module, name)
+        monkeypatch.setattr(
+            model_module,
+            name,
+            lambda g, real=real, key=key: seen[key].append(real(g)) or seen[key][-1],
+        )
     ids = np.random.default_rng(7).integers(3, 320, (1, 110)).astype(np.int64)
     ours = _prompt(genai, genai.Model(folder), ids)
-    assert seen and seen[0] is not None
+    assert seen["rows"] and seen["rows"][0] is not None
+    assert seen["gate"] and seen["gate"][0] is not None
     ref = _prompt(og, og.Model(str(folder)), ids)
-    monkeypatch.setenv("GENAI_ROW_QUANTIZATION", "0")
-    monkeypatch.setenv("GENAI_CHUNKED_ATTENTION", "0")
+    for switch in ("GENAI_ROW_QUANTIZATION", "GENAI_CHUNKED_ATTENTION", "GENAI_GATED_SILU"):
+        monkeypatch.setenv(switch, "0")
     plain = _prompt(genai, genai.Model(folder), ids)
     for got in (ref, plain):
         np.testing.assert_array_equal(ours[0], got[0])

@@ -10,9 +10,13 @@ CHUNK_ATTRIBUTE: str
 DEFAULT_CHUNK_ROWS: int
 QUANTIZE_ROWS: str
 FLOOR_ATTRIBUTE: str
+SCALED_SILU_MUL: str
 
 def chunked_calls() -> int: ...
 def quantize_level() -> int: ...
 def quantize_rows(
     x: np.ndarray[Any, Any], floor_value: float, level: int = -1
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]: ...
+def row_products(
+    a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], factors: np.ndarray[Any, Any], level: int = -1
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]: ...

@@ -19,6 +19,11 @@ none is a lone row, which the GEMM multiplies with another kernel.
 ``tests/test_chunked_attention.py`` compares every output bit with onnxruntime's op on the whole
 run. `genai.runtime.chunked_attention` rewrites a graph's GroupQueryAttention nodes to this op.
 
+``QuantizeRows`` is a ``--prefill-int8`` graph's per-row uint8 quantisation in one pass
+(`genai.runtime.row_quantization`); ``ScaledSiluMul`` its MLP's row-scale products, gated SiLU
+and, optionally, the down projection's QuantizeRows in blocks of rows that stay in cache
+(`genai.runtime.gated_silu`). Both round each step as the ops they replace, so the bytes match.
+
 No onnxruntime header is needed: the op table is `ort_custom_op.h`, the API slots `ort_api`.
 """
 
@@ -87,11 +92,20 @@ cdef extern from "row_quant_kernels.h":
                              int level) noexcept nogil
 
 
+cdef extern from "row_product_kernels.h":
+    float* genai_thread_scratch(size_t count) noexcept nogil
+    void genai_scale_row(const float* x, float factor, float* out, size_t n,
+                         int level) noexcept nogil
+    void genai_gate_row(const float* a, const float* b, const float* factor, float* out,
+                        size_t n, int level) noexcept nogil
+
+
 cdef const char* _C_DOMAIN = "genai"
 cdef const char* _C_NAME = "ChunkedGroupQueryAttention"
 cdef const char* _C_CHUNK_ATTRIBUTE = "genai_chunk_rows"
 cdef const char* _C_QUANTIZE = "QuantizeRows"
 cdef const char* _C_FLOOR_ATTRIBUTE = "floor"
+cdef const char* _C_SILU_MUL = "ScaledSiluMul"
 cdef enum:
     CHUNK_ROWS_DEFAULT = 64
 
@@ -104,6 +118,8 @@ DEFAULT_CHUNK_ROWS = CHUNK_ROWS_DEFAULT
 #: The per-row uint8 quantiser (`genai.runtime.row_quantization`) and its attribute.
 QUANTIZE_ROWS = _C_QUANTIZE.decode()
 FLOOR_ATTRIBUTE = _C_FLOOR_ATTRIBUTE.decode()
+#: The gated-linear-unit product (`genai.runtime.gated_silu`).
+SCALED_SILU_MUL = _C_SILU_MUL.decode()
 
 # GroupQueryAttention's inputs: query, key, value, past_key, past_value, seqlens_k,
 # total_sequence_length, cos_cache, sin_cache; outputs: output, present_key, present_value.
@@ -155,6 +171,7 @@ cdef OrtMemoryInfo* _cpu = NULL
 cdef OrtCustomOpDomain* _domain = NULL
 cdef GenaiCustomOp _op
 cdef GenaiCustomOp _quantize_op
+cdef GenaiCustomOp _silu_op
 cdef int64_t _chunked_calls = 0
 cdef int _quant_level = genai_row_quant_level()
 
@@ -620,6 +637,321 @@ def quantize_rows(const float[:, ::1] x, float floor_value, int level=-1):
     return q_array, scale_array
 
 
+# --- ScaledSiluMul ----------------------------------------------------------------------------
+# gate, up (float32 [..., n]); gate_scale, up_scale (optional, float32, one value per row) ->
+# out = QuickGelu(g) * u, g = gate * gate_scale, u = up * up_scale: the MLP's
+#   g = Mul(gate, gate_scale); u = Mul(up, up_scale); Mul(Mul(g, Sigmoid(g)), u)
+# once onnxruntime has fused Mul(g, Sigmoid(g)) into QuickGelu (its default optimisation level).
+# Blocks of rows stay in cache: each product is rounded as its Mul op rounds it, and QuickGelu
+# is onnxruntime's own kernel (CreateOp / InvokeOp), so ``out`` is the same bytes. With the
+# ``floor`` attribute the op gives, instead of ``out`` (output 0 left out), the QuantizeRows
+# of it (outputs 1 and 2: uint8 rows and their scales), without writing ``out`` to memory.
+
+cdef enum:
+    # Elements per block of rows: its two scratch blocks (512 KB each) stay in a core's L2, and
+    # 2 threads get work enough per parallel call (65536 was 10 % faster at 1 thread, no faster
+    # at 2: docs/benchmarks.md)
+    SILU_BLOCK_ELEMENTS = 131072
+    SILU_TASK_ELEMENTS = 32768    # elements per parallel task
+    SILU_INPUTS = 4
+    SILU_OUTPUTS = 3
+    IN_GATE = 0
+    IN_UP = 1
+    IN_GATE_SCALE = 2
+    IN_UP_SCALE = 3
+
+cdef struct SiluMul:
+    OrtOp* gelu          # onnxruntime's QuickGelu kernel (alpha 1: x * sigmoid(x))
+    float floor_value    # > 0: the outputs are out's QuantizeRows
+
+cdef struct SiluJob:
+    const float* gate
+    const float* up
+    const float* gate_scale   # NULL: 1
+    const float* up_scale     # NULL: 1
+    float* out                # the product (NULL when quantised)
+    uint8_t* q                # its QuantizeRows (NULL unless quantised)
+    float* q_scale
+    float floor_value
+    float* scaled             # the block's g rows (scratch), or gate itself without a scale
+    float* gelu               # the block's QuickGelu(g) rows (scratch)
+    size_t n
+    size_t first              # the block's first row
+    size_t rows               # the block's rows
+    size_t task_rows
+
+
+cdef const char* _silu_name(const GenaiCustomOp* op) noexcept nogil:
+    return _C_SILU_MUL
+
+
+cdef size_t _silu_input_count(const GenaiCustomOp* op) noexcept nogil:
+    return SILU_INPUTS
+
+
+cdef int _silu_input_characteristic(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return GENAI_IO_REQUIRED if index == IN_GATE or index == IN_UP else GENAI_IO_OPTIONAL
+
+
+cdef size_t _three_count(const GenaiCustomOp* op) noexcept nogil:
+    return SILU_OUTPUTS
+
+
+cdef int _silu_output_type(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return ELEM_UINT8 if index == 1 else ELEM_FLOAT
+
+
+cdef int _optional(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return GENAI_IO_OPTIONAL
+
+
+cdef const char* _GELU_TYPE_NAMES[1]
+_GELU_TYPE_NAMES[0] = "T"
+cdef int _GELU_TYPE_VALUES[1]
+_GELU_TYPE_VALUES[0] = ELEM_FLOAT
+
+
+cdef OrtStatus* _silu_create(const GenaiCustomOp* op, const void* api,
+                             const OrtKernelInfo* info, void** out) noexcept nogil:
+    cdef SiluMul* k = <SiluMul*>calloc(1, sizeof(SiluMul))
+    cdef float alpha = 1.0, value = 0
+    cdef OrtOpAttr* attr = NULL
+    if k == NULL:
+        return _error(ORT_FAIL, "ScaledSiluMul: out of memory")
+    cdef OrtStatus* st = _f.KernelInfoGetAttribute_float(info, _C_FLOOR_ATTRIBUTE, &value)
+    if st != NULL:  # absent: the product itself is the output
+        _f.ReleaseStatus(st)
+        st = NULL
+    elif not value > 0:
+        st = _error(ORT_INVALID_ARGUMENT, "ScaledSiluMul: 'floor' must be positive")
+    k.floor_value = value
+    if st == NULL:
+        st = _f.CreateOpAttr("alpha", &alpha, 1, OP_ATTR_FLOAT, &attr)
+    if st == NULL:
+        st = _f.CreateOp(info, "QuickGelu", "com.microsoft", 1, _GELU_TYPE_NAMES,
+                         _GELU_TYPE_VALUES, 1, <const OrtOpAttr* const*>&attr, 1, 1, 1,
+                         &k.gelu)
+        _f.ReleaseOpAttr(attr)
+    if st != NULL:
+        free(k)
+        return st
+    out[0] = k
+    return NULL
+
+
+cdef void _silu_destroy(void* kernel) noexcept nogil:
+    cdef SiluMul* k = <SiluMul*>kernel
+    if k == NULL:
+        return
+    if k.gelu != NULL:
+        _f.ReleaseOp(k.gelu)
+    free(k)
+
+
+cdef void _silu_scale_task(void* data, size_t index) noexcept nogil:
+    """A task's rows of the block: ``scaled = gate * gate_scale``."""
+    cdef SiluJob* job = <SiluJob*>data
+    cdef size_t first = index * job.task_rows, last = first + job.task_rows, r, n = job.n
+    if last > job.rows:
+        last = job.rows
+    for r in range(first, last):
+        genai_scale_row(job.gate + (job.first + r) * n, job.gate_scale[job.first + r],
+                        job.scaled + r * n, n, _quant_level)
+
+
+cdef void _silu_product_task(void* data, size_t index) noexcept nogil:
+    """A task's rows of the block: ``out = gelu * (up * up_scale)``, each product rounded to
+    float32 on its own (as the Mul ops); quantised in cache when the op gives QuantizeRows."""
+    cdef SiluJob* job = <SiluJob*>data
+    cdef size_t first = index * job.task_rows, last = first + job.task_rows, r, n = job.n
+    cdef float* gelu
+    if last > job.rows:
+        last = job.rows
+    for r in range(first, last):
+        gelu = job.gelu + r * n
+        genai_gate_row(gelu, job.up + (job.first + r) * n,
+                       job.up_scale + job.first + r if job.up_scale != NULL else NULL,
+                       gelu if job.out == NULL else job.out + (job.first + r) * n, n,
+                       _quant_level)
+    if job.out == NULL and last > first:
+        genai_quantize_rows(job.gelu, first, last, n, job.floor_value,
+                            job.q + job.first * n, job.q_scale + job.first, _quant_level)
+
+
+cdef OrtStatus* _parallel(OrtKernelContext* ctx, void (*fn)(void*, size_t) noexcept nogil,
+                          size_t tasks, void* job) noexcept nogil:
+    cdef size_t i
+    if tasks > 1 and _f.KernelContext_ParallelFor != NULL:
+        return _f.KernelContext_ParallelFor(ctx, fn, tasks, 0, job)
+    for i in range(tasks):
+        fn(job, i)
+    return NULL
+
+
+cdef OrtStatus* _shape(const OrtValue* value, int64_t* dims, size_t* rank,
+                       const char* message) noexcept nogil:
+    """``value``'s rank (1 to MAX_RANK, else an error with ``message``) and dimensions."""
+    cdef OrtTensorTypeAndShapeInfo* info = NULL
+    cdef OrtStatus* st = _f.GetTensorTypeAndShape(value, &info)
+    if st != NULL:
+        return st
+    st = _f.GetDimensionsCount(info, rank)
+    if st == NULL and (rank[0] < 1 or rank[0] > MAX_RANK):
+        st = _error(ORT_INVALID_ARGUMENT, message)
+    if st == NULL:
+        st = _f.GetDimensions(info, dims, rank[0])
+    _f.ReleaseTensorTypeAndShapeInfo(info)
+    return st
+
+
+@cython.cdivision(True)
+cdef OrtStatus* _silu_outputs(SiluMul* k, OrtKernelContext* ctx, int64_t* dims, size_t rank,
+                              SiluJob* job) noexcept nogil:
+    """The op's outputs, ``dims`` the product's shape: the product, or its QuantizeRows."""
+    cdef OrtValue* value = NULL
+    cdef OrtStatus* st
+    job.out = NULL
+    job.q = NULL
+    job.q_scale = NULL
+    job.floor_value = k.floor_value
+    if k.floor_value == 0:
+        st = _f.KernelContext_GetOutput(ctx, 0, dims, rank, &value)
+        if st == NULL:
+            job.out = <float*>_data(value)
+        return st
+    st = _f.KernelContext_GetOutput(ctx, 1, dims, rank, &value)
+    if st != NULL:
+        return st
+    job.q = <uint8_t*>_data(value)
+    dims[rank - 1] = 1
+    st = _f.KernelContext_GetOutput(ctx, 2, dims, rank, &value)
+    if st == NULL:
+        job.q_scale = <float*>_data(value)
+    return st
+
+
+@cython.cdivision(True)
+cdef OrtStatus* _silu_compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
+    cdef SiluMul* k = <SiluMul*>kernel
+    cdef const OrtFns* f = _f
+    cdef const OrtValue* ins[SILU_INPUTS]
+    cdef OrtValue* views[2]
+    cdef int64_t dims[MAX_RANK]
+    cdef int64_t up_dims[MAX_RANK]
+    cdef int64_t scale_dims[MAX_RANK]
+    cdef size_t rank = 0, up_rank = 0, scale_rank = 0, n_in = 0, i, j, rows, block, tasks, count
+    cdef float* scratch = NULL
+    cdef SiluJob job
+    cdef OrtStatus* st = f.KernelContext_GetInputCount(ctx, &n_in)
+    if st != NULL:
+        return st
+    for i in range(SILU_INPUTS):
+        ins[i] = NULL
+        if i < n_in:
+            st = f.KernelContext_GetInput(ctx, i, &ins[i])
+            if st != NULL:
+                return st
+    if ins[IN_GATE] == NULL or ins[IN_UP] == NULL:
+        return _error(ORT_INVALID_ARGUMENT, "ScaledSiluMul needs gate and up")
+    st = _shape(ins[IN_GATE], dims, &rank, "ScaledSiluMul takes tensors of rank 1 to 8")
+    if st == NULL:
+        st = _shape(ins[IN_UP], up_dims, &up_rank, "ScaledSiluMul takes tensors of rank 1 to 8")
+    if st != NULL:
+        return st
+    if up_rank != rank:
+        return _error(ORT_INVALID_ARGUMENT, "ScaledSiluMul: gate and up differ in shape")
+    for i in range(rank):
+        if up_dims[i] != dims[i]:
+            return _error(ORT_INVALID_ARGUMENT, "ScaledSiluMul: gate and up differ in shape")
+    job.n = <size_t>dims[rank - 1]
+    rows = 1
+    for i in range(rank - 1):
+        rows *= <size_t>dims[i]
+    for i in range(IN_GATE_SCALE, SILU_INPUTS):
+        if ins[i] == NULL:
+            continue
+        st = _shape(ins[i], scale_dims, &scale_rank, "ScaledSiluMul: a scale needs one value "
+                    "per row")
+        if st != NULL:
+            return st
+        count = 1
+        for j in range(scale_rank):
+            count *= <size_t>scale_dims[j]
+        if count != rows:
+            return _error(ORT_INVALID_ARGUMENT, "ScaledSiluMul: a scale needs one value per row")
+    st = _silu_outputs(k, ctx, dims, rank, &job)
+    if st != NULL or rows == 0 or job.n == 0:
+        return st
+    job.gate = <const float*>_data(ins[IN_GATE])
+    job.up = <const float*>_data(ins[IN_UP])
+    job.gate_scale = <const float*>_data(ins[IN_GATE_SCALE]) if ins[IN_GATE_SCALE] != NULL else NULL
+    job.up_scale = <const float*>_data(ins[IN_UP_SCALE]) if ins[IN_UP_SCALE] != NULL else NULL
+    block = SILU_BLOCK_ELEMENTS // job.n
+    if block < 1:
+        block = 1
+    if block > rows:
+        block = rows
+    job.task_rows = SILU_TASK_ELEMENTS // job.n
+    if job.task_rows < 1:
+        job.task_rows = 1
+    scratch = genai_thread_scratch(2 * block * job.n)
+    if scratch == NULL:
+        return _error(ORT_FAIL, "ScaledSiluMul: out of memory")
+    job.gelu = scratch + block * job.n
+    job.first = 0
+    while job.first < rows and st == NULL:
+        job.rows = rows - job.first if rows - job.first < block else block
+        tasks = (job.rows + job.task_rows - 1) // job.task_rows
+        if job.gate_scale != NULL:
+            job.scaled = scratch
+            st = _parallel(ctx, _silu_scale_task, tasks, &job)
+        else:
+            job.scaled = <float*>(job.gate + job.first * job.n)
+        views[0] = views[1] = NULL
+        if st == NULL:
+            st = _view(<char*>job.scaled, 1, <int64_t>(job.rows * job.n), ELEM_FLOAT,
+                       sizeof(float), &views[0])
+        if st == NULL:
+            st = _view(<char*>job.gelu, 1, <int64_t>(job.rows * job.n), ELEM_FLOAT,
+                       sizeof(float), &views[1])
+        if st == NULL:
+            st = f.InvokeOp(ctx, k.gelu, <const OrtValue* const*>views, 1, &views[1], 1)
+        for i in range(2):
+            if views[i] != NULL:
+                f.ReleaseValue(views[i])
+        if st == NULL:
+            st = _parallel(ctx, _silu_product_task, tasks, &job)
+        job.first += job.rows
+    return st
+
+
+def row_products(const float[:, ::1] a, const float[:, ::1] b, const float[::1] factors,
+                 int level=-1):
+    """ScaledSiluMul's row kernels on ``[rows, n]`` matrices with one factor per row:
+    ``(a * factor, a * (b * factor), a * b)``, each product rounded to float32 (for tests
+    against NumPy). ``level``: 2 AVX-512, 1 AVX2, 0 scalar (-1: this CPU's best)."""
+    import numpy as np
+
+    if level < 0:
+        level = _quant_level
+    elif level > _quant_level:
+        raise ValueError(f"this CPU runs level {_quant_level} at most, not {level}")
+    cdef Py_ssize_t rows = a.shape[0], n = a.shape[1], r
+    if b.shape[0] != rows or b.shape[1] != n or factors.shape[0] != rows:
+        raise ValueError("a and b need the same shape, and factors one value per row")
+    out = [np.empty((rows, n), np.float32) for _ in range(3)]
+    cdef float[:, ::1] scaled = out[0]
+    cdef float[:, ::1] gated = out[1]
+    cdef float[:, ::1] plain = out[2]
+    if n:
+        with nogil:
+            for r in range(rows):
+                genai_scale_row(&a[r, 0], factors[r], &scaled[r, 0], <size_t>n, level)
+                genai_gate_row(&a[r, 0], &b[r, 0], &factors[r], &gated[r, 0], <size_t>n, level)
+                genai_gate_row(&a[r, 0], &b[r, 0], NULL, &plain[r, 0], <size_t>n, level)
+    return tuple(out)
+
+
 cdef void _fill_common(GenaiCustomOp* op) noexcept:
     op.version = GENAI_CUSTOM_OP_VERSION
     op.CreateKernel = NULL
@@ -662,9 +994,21 @@ cdef int add_genai_ops(OrtSessionOptions* options) except -1:
         _quantize_op.GetOutputCharacteristic = _required
         _quantize_op.CreateKernelV2 = _quantize_create
         _quantize_op.KernelComputeV2 = _quantize_compute
+        _fill_common(&_silu_op)
+        _silu_op.GetName = _silu_name
+        _silu_op.GetInputType = _float_type
+        _silu_op.GetInputTypeCount = _silu_input_count
+        _silu_op.GetOutputType = _silu_output_type
+        _silu_op.GetOutputTypeCount = _three_count
+        _silu_op.KernelDestroy = _silu_destroy
+        _silu_op.GetInputCharacteristic = _silu_input_characteristic
+        _silu_op.GetOutputCharacteristic = _optional
+        _silu_op.CreateKernelV2 = _silu_create
+        _silu_op.KernelComputeV2 = _silu_compute
         check_status(_f.CreateCustomOpDomain(_C_DOMAIN, &domain), "CreateCustomOpDomain")
         check_status(_f.CustomOpDomain_Add(domain, &_op), "CustomOpDomain_Add")
         check_status(_f.CustomOpDomain_Add(domain, &_quantize_op), "CustomOpDomain_Add")
+        check_status(_f.CustomOpDomain_Add(domain, &_silu_op), "CustomOpDomain_Add")
         _domain = domain
     check_status(_f.AddCustomOpDomain(options, _domain), "AddCustomOpDomain")
     return 0

@@ -21,12 +21,13 @@ from genai.errors import ConfigError, GenerationError, ModelError, UnsupportedFe
 from genai.kv.windowed_cache import engine_slides, static_shape_overrides
 from genai.multimodal.processor import MultiModalProcessor
 from genai.providers import ExecutionProvider, get_provider, plugins
-from genai.runtime import chunked_attention, hugepages, row_quantization
+from genai.runtime import chunked_attention, gated_silu, hugepages, row_quantization
 from genai.runtime import onnx_wire as wire
 from genai.runtime.chunked_attention import chunk_attention
 from genai.runtime.config import Config, normalize_provider_name
 from genai.runtime.draft import load_draft
 from genai.runtime.encoder import ENCODER_DECODER_TYPES, EncoderGraph, load_encoder
+from genai.runtime.gated_silu import fuse_gated_silu
 from genai.runtime.pipeline_stages import (
     PIPELINE_TYPE,
     PipelineStage,
@@ -585,14 +586,16 @@ class Model:
         long_ops = plain_ops = False
         if chunk and provider.host_ops:
             if split is not None:
-                rewritten = _host_ops(graphs[1])
+                rewritten = _host_ops(graphs[1], _OPT_LEVELS[level], prompts_only=True)
                 if rewritten is not None:
                     graphs[1], long_ops = rewritten, True
             elif data is not None:
                 # the file's own bytes need their external data placed; a trimmed graph's and
                 # given bytes' already are
                 from_file = trimmed is None and model_bytes is None
-                found = _with_host_ops(path, trimmed.graph if trimmed else data, from_file)
+                found = _with_host_ops(
+                    path, trimmed.graph if trimmed else data, from_file, _OPT_LEVELS[level]
+                )
                 if found is not None:
                     graph, folder = found
                     plain_ops = True
@@ -1019,15 +1022,21 @@ def in_memory_graphs(folder: Path, graphs: list[bytes]) -> tuple[list[bytes], st
     return [wire.relocated(graph, renamed) for graph in graphs], str(parents.pop())
 
 
-def _host_ops(graph: bytes) -> bytes | None:
+def _host_ops(graph: bytes, level: int, prompts_only: bool = False) -> bytes | None:
     """``graph`` with genai's CPU ops in place of what they replace: long prompts' attention in
     chunks (`genai.runtime.chunked_attention`), per-row quantisations fused
-    (`genai.runtime.row_quantization`); None when neither applies (or both are turned off)."""
+    (`genai.runtime.row_quantization`) and, in a graph that only runs prompts
+    (``prompts_only``: a run-length split's long branch), the MLP's gated SiLU products fused
+    (`genai.runtime.gated_silu`; at graph optimisation ``level`` 2 and above, where onnxruntime
+    makes the QuickGelu it keeps): it saves memory passes over many rows and costs a decode
+    step a few percent. None when none applies (or all are turned off)."""
     rewritten = None
     if chunked_attention.enabled():
         rewritten = chunk_attention(graph)
     if row_quantization.enabled():
         rewritten = fuse_row_quantization(rewritten or graph) or rewritten
+    if prompts_only and gated_silu.enabled() and level >= _OPT_LEVELS["ORT_ENABLE_EXTENDED"]:
+        rewritten = fuse_gated_silu(rewritten or graph) or rewritten
     return rewritten
 
 
@@ -1042,11 +1051,14 @@ def _small_graph(path: Path) -> bytes | None:
         return None
 
 
-def _with_host_ops(path: Path, graph: bytes, from_file: bool) -> tuple[bytes, str | None] | None:
-    """``graph`` with genai's CPU ops (`_host_ops`) and, for the bytes of the file at ``path``
-    (``from_file``), the folder its external data is read from (`in_memory_graphs`; else None:
-    where the given graph's already is); None when no rewrite applies."""
-    rewritten = _host_ops(graph)
+def _with_host_ops(
+    path: Path, graph: bytes, from_file: bool, level: int
+) -> tuple[bytes, str | None] | None:
+    """``graph`` with genai's CPU ops (`_host_ops` at optimisation ``level``) and, for the
+    bytes of the file at ``path`` (``from_file``), the folder its external data is read from
+    (`in_memory_graphs`; else None: where the given graph's already is); None when no rewrite
+    applies."""
+    rewritten = _host_ops(graph, level)
     if rewritten is None or not from_file:
         return None if rewritten is None else (rewritten, None)
     moved = in_memory_graphs(path.parent, [rewritten])
