@@ -62,10 +62,11 @@ def main() -> None:
             generator = genai.Generator(models[name], params)
             generator.append_tokens(prompt)
             generator.generate_next_token()
-            start = time.perf_counter()
-            for _ in range(args.steps - 1):
+            start, steps = time.perf_counter(), 0
+            while steps < args.steps - 1 and not generator.is_done():  # (a model may end early)
                 generator.generate_next_token()
-            rates[name].append((args.steps - 1) / (time.perf_counter() - start))
+                steps += 1
+            rates[name].append(steps / (time.perf_counter() - start))
             tokens[name] = list(generator.get_sequence(0))
     base = statistics.median(rates["without"])
     print(f"{folder}, {args.threads} thread(s), {args.rounds} rounds of {args.steps} steps")

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 import genai
 from genai._core import custom_ops
 from genai._core.native_session import NativeSession
-from genai.runtime.chunked_attention import chunk_attention
+from genai.runtime.chunked_attention import chunk_attention, single_rows
 from genai.testing.models import write_gqa_decoder
 
 HEADS, KV_HEADS, HEAD_SIZE, CACHE = 6, 2, 16, 1024
@@ -147,6 +147,38 @@ def test_kernel_is_onnxruntimes_op_bit_for_bit(packed, past, rows, chunked, thre
     want = _run_onnxruntime(_gqa_model(packed=packed), feeds, threads)
     for got, expected in zip(ours, want, strict=True):
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize(("past", "rows"), [(40, 2), (300, 5), (7, 17), (0, 9)])
+def test_single_rows_give_one_token_steps_numbers(packed, past, rows) -> None:
+    """Speculative verification (`single_rows`): a run of several tokens gives, every bit, the
+    output and KV of the same tokens run one per call (one-token steps); onnxruntime's kernel on
+    the whole run gives other last bits on most inputs."""
+    rewritten = chunk_attention(_gqa_model(packed=packed))
+    feeds = _feeds(np.random.default_rng(past * 31 + rows), 1, past, rows, packed)
+    steps = [feeds["past_key"].copy(), feeds["past_value"].copy()]
+    outs = []
+    for r in range(rows):
+        step = {
+            **{n: feeds[n][:, r : r + 1].copy() for n in ("query", "key", "value") if n in feeds},
+            "past_key": steps[0],
+            "past_value": steps[1],
+            "seqlens_k": np.array([past + r], np.int32),
+            "total": np.array(past + r + 1, np.int32),
+        }
+        out, steps[0], steps[1] = _run_onnxruntime(_gqa_model(packed=packed), step, 1)
+        outs.append(out)
+    before = custom_ops.single_row_calls()
+    with single_rows():
+        ours = _run_genai(rewritten, feeds, 2)
+    assert custom_ops.single_row_calls() == before + 1
+    for got, expected in zip(ours, [np.concatenate(outs, axis=1), *steps], strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert not custom_ops.single_row_attention(False)  # the block put the switch back
+    whole = _run_onnxruntime(_gqa_model(packed=packed), feeds, 1)
+    assert not np.array_equal(whole[0], ours[0])  # (what the switch is for)
+    np.testing.assert_array_equal(_run_genai(rewritten, feeds, 1)[0], whole[0])
 
 
 def test_batches_of_several_rows_run_whole() -> None:

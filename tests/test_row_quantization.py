@@ -149,8 +149,9 @@ def test_prefill_int8_folder_prompt_is_the_references(folder, monkeypatch) -> No
         )
     ids = np.random.default_rng(7).integers(3, 320, (1, 110)).astype(np.int64)
     ours = _prompt(genai, genai.Model(folder), ids)
-    assert seen["rows"] and seen["rows"][0] is not None
-    assert seen["gate"] and seen["gate"][0] is not None
+    # (the short-run branch has neither: its calls give None)
+    assert any(found is not None for found in seen["rows"])
+    assert any(found is not None for found in seen["gate"])
     ref = _prompt(og, og.Model(str(folder)), ids)
     for switch in ("GENAI_ROW_QUANTIZATION", "GENAI_CHUNKED_ATTENTION", "GENAI_GATED_SILU"):
         monkeypatch.setenv(switch, "0")

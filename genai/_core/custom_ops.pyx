@@ -92,8 +92,12 @@ cdef extern from "row_quant_kernels.h":
                              int level) noexcept nogil
 
 
-cdef extern from "row_product_kernels.h":
+cdef extern from "thread_state.h":
     float* genai_thread_scratch(size_t count) noexcept nogil
+    int genai_single_row_attention(int set) noexcept nogil
+
+
+cdef extern from "row_product_kernels.h":
     void genai_scale_row(const float* x, float factor, float* out, size_t n,
                          int level) noexcept nogil
     void genai_gate_row(const float* a, const float* b, const float* factor, float* out,
@@ -173,6 +177,7 @@ cdef GenaiCustomOp _op
 cdef GenaiCustomOp _quantize_op
 cdef GenaiCustomOp _silu_op
 cdef int64_t _chunked_calls = 0
+cdef int64_t _single_row_calls = 0
 cdef int _quant_level = genai_row_quant_level()
 
 
@@ -185,6 +190,20 @@ def chunked_calls() -> int:
     """How many ChunkedGroupQueryAttention calls in this process ran in chunks (for tests and
     benchmarks: a rewritten graph's long prompts should raise it)."""
     return genai_read_count(&_chunked_calls)
+
+
+def single_row_calls() -> int:
+    """How many ChunkedGroupQueryAttention calls in this process ran one query row at a time
+    (`single_row_attention`)."""
+    return genai_read_count(&_single_row_calls)
+
+
+def single_row_attention(bint on) -> bool:
+    """Whether this thread's runs from now on compute attention one query row per call, as
+    one-token steps would (each row then gets a one-token step's numbers): for speculative
+    verification, whose tokens must be plain decoding's. Runs of one row of the batch on a
+    shared past/present buffer only (genai's CPU sessions); returns the previous setting."""
+    return genai_single_row_attention(1 if on else 0) == 1
 
 
 cdef const char* _name(const GenaiCustomOp* op) noexcept nogil:
@@ -346,9 +365,11 @@ cdef OrtStatus* _view(char* data, int64_t rows, int64_t width, int elem, size_t 
 
 cdef OrtStatus* _run_chunks(ChunkedGqa* k, OrtKernelContext* ctx, const OrtValue** ins,
                             OrtValue** outs, int64_t rows, int64_t q_width, int64_t kv_width,
-                            int64_t out_width, int32_t last_seqlen) noexcept nogil:
-    """onnxruntime's kernel over consecutive chunks of the query rows of a one-row batch, each
-    on the shared past/present buffer the chunks before it filled."""
+                            int64_t out_width, int32_t last_seqlen,
+                            int64_t chunk_rows) noexcept nogil:
+    """onnxruntime's kernel over consecutive chunks of ``chunk_rows`` query rows of a one-row
+    batch (the last one taking the rest), each on the shared past/present buffer the chunks
+    before it filled."""
     cdef const OrtFns* f = _f
     cdef int64_t start = 0, count, end
     cdef int32_t seqlen[1]
@@ -375,7 +396,7 @@ cdef OrtStatus* _run_chunks(ChunkedGqa* k, OrtKernelContext* ctx, const OrtValue
         # (chunk_rows to 2 chunk_rows - 1 rows): the kernel's GEMMs then meet each row in the
         # same block of rows as in one call, and no chunk is a single row (onnxruntime's GEMM
         # takes another kernel for a one-row product, whose last bits differ).
-        count = rows - start if rows - start < 2 * k.chunk_rows else k.chunk_rows
+        count = rows - start if rows - start < 2 * chunk_rows else chunk_rows
         end = start + count
         seqlen[0] = last_seqlen - <int32_t>(rows - end)
         total[0] = seqlen[0] + 1
@@ -428,6 +449,7 @@ cdef OrtStatus* _compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
     cdef int64_t kv_dims[4]
     cdef int64_t batch, rows, width, heads, head_size, present_len
     cdef int32_t total, last_seqlen
+    cdef bint single
     cdef OrtStatus* st = f.KernelContext_GetInputCount(ctx, &n_in)
     if st != NULL:
         return st
@@ -475,15 +497,21 @@ cdef OrtStatus* _compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
         st = f.KernelContext_GetOutput(ctx, 2, kv_dims, 4, &outs[2])
     if st != NULL:
         return st
-    if (batch == 1 and rows >= 2 * k.chunk_rows and k.local_window <= 0
+    # Runs of one row of the batch on the shared past/present buffer can go in chunks: long
+    # prompts in chunks of chunk_rows, and, when the thread asks for it (speculative
+    # verification), any run in single rows: each row then gets a one-token step's numbers
+    # (onnxruntime's kernel computes a run of several rows in another order, which changes
+    # the last bits).
+    single = genai_single_row_attention(-1) == 1 and rows >= 2
+    if ((single or rows >= 2 * k.chunk_rows) and batch == 1 and k.local_window <= 0
             and ins[IN_PAST_KEY] != NULL and ins[IN_PAST_VALUE] != NULL
             and _data(ins[IN_PAST_KEY]) == _data(outs[1])
             and _data(ins[IN_PAST_VALUE]) == _data(outs[2])):
         last_seqlen = (<int32_t*>_data(ins[IN_SEQLENS]))[0]
         if last_seqlen + 1 == total and total >= rows and total <= present_len:
-            genai_count(&_chunked_calls)
+            genai_count(&_single_row_calls if single else &_chunked_calls)
             return _run_chunks(k, ctx, ins, outs, rows, width, k.kv_num_heads * head_size,
-                               out_dims[2], last_seqlen)
+                               out_dims[2], last_seqlen, 1 if single else k.chunk_rows)
     return f.InvokeOp(ctx, k.op, ins, GQA_INPUTS, outs, GQA_OUTPUTS)
 
 

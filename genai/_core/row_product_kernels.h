@@ -10,29 +10,8 @@
 #ifndef GENAI_ROW_PRODUCT_KERNELS_H
 #define GENAI_ROW_PRODUCT_KERNELS_H
 #include <stddef.h>
-#include <stdlib.h>
 
 #include "row_quant_kernels.h"
-
-#if defined(_MSC_VER)
-#define GENAI_THREAD_LOCAL __declspec(thread)
-#else
-#define GENAI_THREAD_LOCAL __thread
-#endif
-
-/* A scratch buffer of at least `count` floats owned by the calling thread, kept for its next
-   call (NULL when out of memory): a kernel's blocks, without a malloc and its fresh pages on
-   every call. Each thread keeps its largest one until it exits. */
-static inline float* genai_thread_scratch(size_t count) {
-    static GENAI_THREAD_LOCAL float* buffer = NULL;
-    static GENAI_THREAD_LOCAL size_t capacity = 0;
-    if (count > capacity) {
-        free(buffer);
-        buffer = (float*)malloc(count * sizeof(float));
-        capacity = buffer != NULL ? count : 0;
-    }
-    return buffer;
-}
 
 static void genai_scale_row_scalar(const float* x, float factor, float* out, size_t n) {
     for (size_t i = 0; i < n; i++) {

@@ -24,13 +24,21 @@ kernels (`ExecutionProvider.host_ops`), reads and writes the protobuf itself
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 
-from genai._core.custom_ops import CHUNK_ATTRIBUTE, CHUNKED_GQA, DEFAULT_CHUNK_ROWS, DOMAIN
+from genai._core.custom_ops import (
+    CHUNK_ATTRIBUTE,
+    CHUNKED_GQA,
+    DEFAULT_CHUNK_ROWS,
+    DOMAIN,
+    single_row_attention,
+)
 from genai.runtime import onnx_wire as wire
 
-__all__ = ["DEFAULT_CHUNK_ROWS", "chunk_attention", "enabled"]
+__all__ = ["DEFAULT_CHUNK_ROWS", "chunk_attention", "enabled", "single_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,21 @@ _MAX_INPUTS = 9
 def enabled() -> bool:
     """False when ``GENAI_CHUNKED_ATTENTION=0`` turns the rewrite off."""
     return os.environ.get("GENAI_CHUNKED_ATTENTION", "1") != "0"
+
+
+@contextlib.contextmanager
+def single_rows() -> Iterator[None]:
+    """The calling thread's runs inside the block compute attention one query row per call
+    (speculative verification): each row of a run then gets the numbers a one-token step
+    would give it, so a verify run's logits are the plain decoding steps' bit for bit (on
+    onnxruntime's CPU kernel, a run of several rows sums in another order). Applies where the
+    graph's attention runs as genai's op (`chunk_attention`), to runs of one row of the batch
+    on a shared past/present buffer; elsewhere runs are as before."""
+    previous = single_row_attention(True)
+    try:
+        yield
+    finally:
+        single_row_attention(previous)
 
 
 def chunk_attention(data: bytes, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> bytes | None:

@@ -581,14 +581,17 @@ class Model:
             if trimmed is not None and trimmed.data_folder is not None:
                 entries[_EXTERNAL_DATA_FOLDER] = trimmed.data_folder
         # The graph the session runs (None: the file), with genai's CPU ops where they apply:
-        # in a split, the long branch only (its short one never runs a chunk).
+        # in a split, the long branch's for prompts, and the short branch's attention (it
+        # never runs a chunk, but speculative verify runs go there: `single_rows`).
         graph = trimmed.graph if trimmed else model_bytes
-        long_ops = plain_ops = False
+        branch_ops = [False, False]
+        plain_ops = False
         if chunk and provider.host_ops:
             if split is not None:
-                rewritten = _host_ops(graphs[1], _OPT_LEVELS[level], prompts_only=True)
-                if rewritten is not None:
-                    graphs[1], long_ops = rewritten, True
+                for index in (0, 1):
+                    rewritten = _host_ops(graphs[index], _OPT_LEVELS[level], index == 1)
+                    if rewritten is not None:
+                        graphs[index], branch_ops[index] = rewritten, True
             elif data is not None:
                 # the file's own bytes need their external data placed; a trimmed graph's and
                 # given bytes' already are
@@ -623,7 +626,7 @@ class Model:
                 NativeSession(
                     str(path), model_bytes=branch, config_entries=entries, genai_ops=ops, **options
                 )
-                for branch, ops in zip(graphs, (False, long_ops), strict=True)
+                for branch, ops in zip(graphs, branch_ops, strict=True)
             )
             short.route_long_runs(long, split.ids, split.above)
             return short
