@@ -163,6 +163,9 @@ cdef int _TYPE_VALUES[2]
 _TYPE_VALUES[0] = ELEM_FLOAT
 _TYPE_VALUES[1] = ELEM_INT32
 
+cdef struct KernelWithOp:
+    OrtOp* op            # the onnxruntime kernel an op's kernel calls: each one's first field
+
 cdef struct ChunkedGqa:
     OrtOp* op            # onnxruntime's GroupQueryAttention kernel, made for this node
     int64_t num_heads
@@ -318,7 +321,8 @@ cdef OrtStatus* _create(const GenaiCustomOp* op, const void* api, const OrtKerne
 
 
 cdef void _destroy(void* kernel) noexcept nogil:
-    cdef ChunkedGqa* k = <ChunkedGqa*>kernel
+    """Release a kernel that starts with the onnxruntime kernel it calls (`KernelWithOp`)."""
+    cdef KernelWithOp* k = <KernelWithOp*>kernel
     if k == NULL:
         return
     if k.op != NULL:
@@ -437,12 +441,25 @@ cdef OrtStatus* _run_chunks(ChunkedGqa* k, OrtKernelContext* ctx, const OrtValue
     return NULL
 
 
+cdef OrtStatus* _inputs(OrtKernelContext* ctx, const OrtValue** ins, size_t count) noexcept nogil:
+    """The node's inputs into ``ins[0:count]`` (NULL for those it leaves out); an error when it
+    has more than ``count``."""
+    cdef size_t n_in = 0, i
+    cdef OrtStatus* st = _f.KernelContext_GetInputCount(ctx, &n_in)
+    if st == NULL and n_in > count:
+        st = _error(ORT_INVALID_ARGUMENT, "a genai op was given more inputs than it takes")
+    for i in range(count):
+        ins[i] = NULL
+        if st == NULL and i < n_in:
+            st = _f.KernelContext_GetInput(ctx, i, &ins[i])
+    return st
+
+
 cdef OrtStatus* _compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
     cdef ChunkedGqa* k = <ChunkedGqa*>kernel
     cdef const OrtFns* f = _f
     cdef const OrtValue* ins[GQA_INPUTS]
     cdef OrtValue* outs[GQA_OUTPUTS]
-    cdef size_t n_in = 0, i
     cdef int64_t q_dims[3]
     cdef int64_t past_dims[4]
     cdef int64_t out_dims[3]
@@ -450,17 +467,9 @@ cdef OrtStatus* _compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
     cdef int64_t batch, rows, width, heads, head_size, present_len
     cdef int32_t total, last_seqlen
     cdef bint single
-    cdef OrtStatus* st = f.KernelContext_GetInputCount(ctx, &n_in)
+    cdef OrtStatus* st = _inputs(ctx, ins, GQA_INPUTS)
     if st != NULL:
         return st
-    if n_in > GQA_INPUTS:
-        return _error(ORT_INVALID_ARGUMENT, "ChunkedGroupQueryAttention takes 9 inputs at most")
-    for i in range(GQA_INPUTS):
-        ins[i] = NULL
-        if i < n_in:
-            st = f.KernelContext_GetInput(ctx, i, &ins[i])
-            if st != NULL:
-                return st
     if ins[IN_QUERY] == NULL or ins[IN_SEQLENS] == NULL or ins[IN_TOTAL] == NULL:
         return _error(ORT_INVALID_ARGUMENT, "ChunkedGroupQueryAttention needs query, seqlens_k "
                       "and total_sequence_length")
@@ -689,7 +698,7 @@ cdef enum:
     IN_UP_SCALE = 3
 
 cdef struct SiluMul:
-    OrtOp* gelu          # onnxruntime's QuickGelu kernel (alpha 1: x * sigmoid(x))
+    OrtOp* op            # onnxruntime's QuickGelu kernel (alpha 1: x * sigmoid(x))
     float floor_value    # > 0: the outputs are out's QuantizeRows
 
 cdef struct SiluJob:
@@ -758,22 +767,13 @@ cdef OrtStatus* _silu_create(const GenaiCustomOp* op, const void* api,
     if st == NULL:
         st = _f.CreateOp(info, "QuickGelu", "com.microsoft", 1, _GELU_TYPE_NAMES,
                          _GELU_TYPE_VALUES, 1, <const OrtOpAttr* const*>&attr, 1, 1, 1,
-                         &k.gelu)
+                         &k.op)
         _f.ReleaseOpAttr(attr)
     if st != NULL:
         free(k)
         return st
     out[0] = k
     return NULL
-
-
-cdef void _silu_destroy(void* kernel) noexcept nogil:
-    cdef SiluMul* k = <SiluMul*>kernel
-    if k == NULL:
-        return
-    if k.gelu != NULL:
-        _f.ReleaseOp(k.gelu)
-    free(k)
 
 
 cdef void _silu_scale_task(void* data, size_t index) noexcept nogil:
@@ -867,18 +867,12 @@ cdef OrtStatus* _silu_compute(void* kernel, OrtKernelContext* ctx) noexcept nogi
     cdef int64_t dims[MAX_RANK]
     cdef int64_t up_dims[MAX_RANK]
     cdef int64_t scale_dims[MAX_RANK]
-    cdef size_t rank = 0, up_rank = 0, scale_rank = 0, n_in = 0, i, j, rows, block, tasks, count
+    cdef size_t rank = 0, up_rank = 0, scale_rank = 0, i, j, rows, block, tasks, count
     cdef float* scratch = NULL
     cdef SiluJob job
-    cdef OrtStatus* st = f.KernelContext_GetInputCount(ctx, &n_in)
+    cdef OrtStatus* st = _inputs(ctx, ins, SILU_INPUTS)
     if st != NULL:
         return st
-    for i in range(SILU_INPUTS):
-        ins[i] = NULL
-        if i < n_in:
-            st = f.KernelContext_GetInput(ctx, i, &ins[i])
-            if st != NULL:
-                return st
     if ins[IN_GATE] == NULL or ins[IN_UP] == NULL:
         return _error(ORT_INVALID_ARGUMENT, "ScaledSiluMul needs gate and up")
     st = _shape(ins[IN_GATE], dims, &rank, "ScaledSiluMul takes tensors of rank 1 to 8")
@@ -943,7 +937,7 @@ cdef OrtStatus* _silu_compute(void* kernel, OrtKernelContext* ctx) noexcept nogi
             st = _view(<char*>job.gelu, 1, <int64_t>(job.rows * job.n), ELEM_FLOAT,
                        sizeof(float), &views[1])
         if st == NULL:
-            st = f.InvokeOp(ctx, k.gelu, <const OrtValue* const*>views, 1, &views[1], 1)
+            st = f.InvokeOp(ctx, k.op, <const OrtValue* const*>views, 1, &views[1], 1)
         for i in range(2):
             if views[i] != NULL:
                 f.ReleaseValue(views[i])
@@ -1028,7 +1022,7 @@ cdef int add_genai_ops(OrtSessionOptions* options) except -1:
         _silu_op.GetInputTypeCount = _silu_input_count
         _silu_op.GetOutputType = _silu_output_type
         _silu_op.GetOutputTypeCount = _three_count
-        _silu_op.KernelDestroy = _silu_destroy
+        _silu_op.KernelDestroy = _destroy
         _silu_op.GetInputCharacteristic = _silu_input_characteristic
         _silu_op.GetOutputCharacteristic = _optional
         _silu_op.CreateKernelV2 = _silu_create
