@@ -167,6 +167,7 @@ cdef class NativeSession:
     # How the graph's logits were trimmed at load (genai.runtime.trimmed_logits.TrimmedLogits),
     # or None: bindings share it.
     cdef public object trimmed
+    cdef public object linear_ops
     # Whether genai's op domain (genai._core.custom_ops) was registered on the session.
     cdef readonly bint genai_ops
     cdef dict _input_index

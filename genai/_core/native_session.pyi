@@ -73,6 +73,9 @@ class NativeSession:
 
     #: How the graph's logits were trimmed at load (a ``TrimmedLogits``), or None.
     trimmed: Any
+    #: The graph's int4 linears (`genai.runtime.verify_rows.linear_ops`; None: not known),
+    #: which decide how speculative verify runs compute attention.
+    linear_ops: Any
     #: Whether genai's own op domain (``genai._core.custom_ops``) is registered on the session.
     @property
     def genai_ops(self) -> bool: ...

@@ -850,6 +850,7 @@ cdef class NativeSession:
         other.long_ids_index = self.long_ids_index
         other.long_above = self.long_above
         other.trimmed = self.trimmed
+        other.linear_ops = self.linear_ops
         other._init_binding_state()
         return other
 

@@ -38,6 +38,7 @@ from genai.runtime.pipeline_stages import (
 from genai.runtime.row_quantization import fuse_row_quantization
 from genai.runtime.run_length_split import split_by_run_length
 from genai.runtime.trimmed_logits import TrimmedLogits, trim_logits
+from genai.runtime.verify_rows import linear_ops
 from genai.runtime.vision import (
     VISION_TYPES,
     EmbeddedDecoderIO,
@@ -613,6 +614,8 @@ class Model:
                     genai_ops=plain_ops,
                     **options,
                 )
+                # the linears that decide how verify runs compute attention (`verify_rows`)
+                session.linear_ops = linear_ops(graph or data) if (graph or data) else None
                 if trimmed is not None:
                     # keep no copy of the graph, nor of a head graph that holds its weights
                     # (`full_logits` rebuilds that one when asked)
@@ -629,6 +632,7 @@ class Model:
                 for branch, ops in zip(graphs, branch_ops, strict=True)
             )
             short.route_long_runs(long, split.ids, split.above)
+            short.linear_ops = linear_ops(graphs[0])  # (verify runs are short ones)
             return short
         except FileNotFoundError:
             raise

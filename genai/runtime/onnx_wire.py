@@ -31,6 +31,7 @@ __all__ = [
     "opset_import",
     "parse_node",
     "payloads",
+    "raw_tensor",
     "read_value_info",
     "relocated",
     "scalar",
@@ -222,6 +223,17 @@ def int_tensor(
     out += len_field(TENSOR_NAME, name.encode())
     fmt = "q" if elem == INT64 else "i"
     out += len_field(TENSOR_RAW, struct.pack(f"<{len(values)}{fmt}", *values))
+    return bytes(out)
+
+
+def raw_tensor(name: str, elem: int, shape: list[int], data: bytes) -> bytes:
+    """A TensorProto of element type ``elem`` and ``shape`` holding ``data`` (its raw bytes)."""
+    out = bytearray()
+    for size in shape:
+        out += _varint_field(TENSOR_DIMS, size)
+    out += _varint_field(TENSOR_TYPE, elem)
+    out += len_field(TENSOR_NAME, name.encode())
+    out += len_field(TENSOR_RAW, data)
     return bytes(out)
 
 

@@ -16,9 +16,9 @@ from genai.errors import GenerationError, InvalidArgumentError, TensorNotFoundEr
 from genai.generation.drivers.base import LoopSettings, new_loop
 from genai.generation.drivers.common import SessionInputs, bind_outputs
 from genai.kv.kv_cache import make_kv_cache
-from genai.runtime.chunked_attention import single_rows
 from genai.runtime.model import PREFILL_CHUNK_TYPES
 from genai.runtime.trimmed_logits import VERIFY_TOKENS
+from genai.runtime.verify_rows import verify_rows
 
 if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
@@ -141,7 +141,7 @@ class NativeDriver(SessionInputs):
             raise InvalidArgumentError(f"verify runs at most {most} tokens at once, not {count}")
         for column in np.asarray(tokens, np.int32).T:
             loop.push_tokens(column, False)
-        with single_rows():  # each row a one-token step's numbers: plain decoding's tokens
+        with verify_rows(self.session.linear_ops):  # where it gives one-token steps' numbers
             loop.run(False)
         logits = self.session.get_output(name)
         if logits.ndim != 3 or logits.shape[1] != count:
