@@ -546,16 +546,23 @@ def test_prefill_int8_folder_verify_runs_take_the_short_branchs_single_rows(
 ):
     """A ``--prefill-int8`` folder's verify runs go to its short-run branch (int4), whose
     attention runs as genai's op too, so where its linears allow (`rows_like_steps`) they
-    compute one row per call and n-gram decoding's tokens are plain decoding's there as
-    well."""
+    compute one row per call and speculative decoding's tokens are plain decoding's there as
+    well. (The folder drafts for itself: every round proposes, so verify runs are certain.)"""
     folder = prefill_int8_folders["prefill_int8"]
-    model = genai.Model(str(folder))
-    exact = rows_like_steps(model.session.linear_ops)
-    prompt = [int(t) for t in np.random.default_rng(5).integers(3, 300, 24)] * 3
-    plain = _run(genai, folder, prompt, len(prompt) + 40)
+    target = genai.Model(str(folder))
+    exact = rows_like_steps(target.session.linear_ops)
+    prompt = [int(t) for t in np.random.default_rng(5).integers(3, 300, 40)]
+    plain = _run(genai, folder, prompt, len(prompt) + 30)
+    params = genai.GeneratorParams(target)
+    params.set_search_options(max_length=len(prompt) + 30)
+    params.set_draft_model(genai.Model(str(folder)))
+    params.set_speculative_options(max_draft_tokens=4)
+    gen = genai.Generator(target, params)
     before = custom_ops.single_row_calls()
-    got = _run(genai, folder, prompt, len(prompt) + 40, {"ngram_size": 2, "max_draft_tokens": 4})
-    assert got[2]["rounds"] > 0
+    gen.append_tokens(np.array([prompt], np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    assert gen.get_speculative_stats()["rounds"] > 0
     assert (custom_ops.single_row_calls() > before) == exact
     if exact:
-        assert got[0] == plain[0]
+        assert [int(t) for t in gen.get_sequence(0)] == plain[0]
