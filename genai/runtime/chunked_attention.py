@@ -97,7 +97,7 @@ def _eligible(node: list, float_inputs: set[str]) -> bool:
     op = (wire.strings(node, wire.NODE_OP_TYPE) or [""])[0]
     if (domain, op) != _GQA:
         return False
-    inputs = _given(wire.strings(node, wire.NODE_INPUT))
+    inputs = wire.given(wire.strings(node, wire.NODE_INPUT))
     outputs = wire.strings(node, wire.NODE_OUTPUT)
     if len(inputs) > _MAX_INPUTS or len(inputs) < 7 or len(outputs) != 3 or not all(outputs):
         return False
@@ -110,17 +110,9 @@ def _eligible(node: list, float_inputs: set[str]) -> bool:
     return names <= _PASSED_ON
 
 
-def _given(inputs: list[str]) -> list[str]:
-    """``inputs`` without trailing empty names (optional inputs left out: the reference's
-    builder writes GroupQueryAttention with twelve, the last three empty)."""
-    while inputs and not inputs[-1]:
-        inputs = inputs[:-1]
-    return inputs
-
-
 def _chunked_node(node: list, chunk_rows: int) -> bytes:
     out = bytearray()
-    kept = len(_given(wire.strings(node, wire.NODE_INPUT)))
+    kept = len(wire.given(wire.strings(node, wire.NODE_INPUT)))
     seen = 0
     for number, kind, _, raw in node:
         if number == wire.NODE_INPUT and kind == wire.LEN:
@@ -139,11 +131,10 @@ def _chunked_node(node: list, chunk_rows: int) -> bytes:
 
 
 def _rewrite(data: bytes, chunk_rows: int) -> bytes | None:
-    model = wire.fields(data)
-    graphs = wire.payloads(model, wire.MODEL_GRAPH)
-    if len(graphs) != 1:
+    found = wire.model_graph(data)
+    if found is None:
         return None
-    graph = wire.fields(graphs[0])
+    model, graph = found
     float_inputs = set()
     for info in wire.payloads(graph, wire.GRAPH_INPUT):
         name, elem, _ = wire.read_value_info(info)

@@ -112,9 +112,7 @@ def _match(g: wire.GraphIndex, sigmoid: int) -> tuple[bytes, int, set[int]] | No
             outputs = ["", *g.nodes[quantize].outputs]
             chain.add(product)
             product = quantize  # the fused node takes the QuantizeRows' place
-    inputs = [gate, up, gate_scale, up_scale]
-    while not inputs[-1]:
-        inputs.pop()
+    inputs = wire.given([gate, up, gate_scale, up_scale])
     node = wire.node(SCALED_SILU_MUL, inputs, outputs, f"genai_scaled_silu_mul/{sigmoid}")
     if len(outputs) == 3:
         node += wire.float_attribute(FLOOR_ATTRIBUTE, floor)  # type: ignore[arg-type]
@@ -123,11 +121,11 @@ def _match(g: wire.GraphIndex, sigmoid: int) -> tuple[bytes, int, set[int]] | No
 
 
 def _rewrite(data: bytes) -> bytes | None:
-    model = wire.fields(data)
-    graphs = wire.payloads(model, wire.MODEL_GRAPH)
-    if len(graphs) != 1:
+    found = wire.model_graph(data)
+    if found is None:
         return None
-    g = wire.GraphIndex(wire.fields(graphs[0]))
+    model, graph = found
+    g = wire.GraphIndex(graph)
     replaced: dict[int, bytes] = {}
     dropped: set[int] = set()
     for i, node in enumerate(g.nodes):

@@ -615,7 +615,7 @@ class Model:
                     **options,
                 )
                 # the linears that decide how verify runs compute attention (`verify_rows`)
-                session.linear_ops = linear_ops(graph or data) if (graph or data) else None
+                session.linear_ops = linear_ops(graph or data or b"")  # (no bytes: None)
                 if trimmed is not None:
                     # keep no copy of the graph, nor of a head graph that holds its weights
                     # (`full_logits` rebuilds that one when asked)

@@ -23,9 +23,11 @@ __all__ = [
     "fields",
     "float_attribute",
     "float_scalar",
+    "given",
     "int_attribute",
     "int_tensor",
     "len_field",
+    "model_graph",
     "node",
     "opset",
     "opset_import",
@@ -134,6 +136,24 @@ def fields(data: bytes) -> list[tuple[int, int, int | bytes, bytes]]:
     return out
 
 
+def model_graph(data: bytes) -> tuple[list, list] | None:
+    """The `fields` of the serialized ModelProto ``data`` and of its graph, or None when it
+    does not have exactly one."""
+    model = fields(data)
+    graphs = payloads(model, MODEL_GRAPH)
+    if len(graphs) != 1:
+        return None
+    return model, fields(graphs[0])
+
+
+def given(names: list[str]) -> list[str]:
+    """A node's input ``names`` without the trailing empty ones (optional inputs left out:
+    the reference's builder writes GroupQueryAttention with twelve, the last three empty)."""
+    while names and not names[-1]:
+        names = names[:-1]
+    return names
+
+
 def strings(message: list, number: int) -> list[str]:
     """The string fields ``number`` of a message's `fields`."""
     return [v.decode() for n, w, v, _ in message if n == number and w == LEN]
@@ -216,14 +236,9 @@ def int_tensor(
 ) -> bytes:
     """A TensorProto of integer ``values``, int64 or (``elem`` `INT32`) int32 (1-D unless
     ``shape``; ``[]`` for a scalar)."""
-    out = bytearray()
-    for size in [len(values)] if shape is None else shape:
-        out += _varint_field(TENSOR_DIMS, size)
-    out += _varint_field(TENSOR_TYPE, elem)
-    out += len_field(TENSOR_NAME, name.encode())
     fmt = "q" if elem == INT64 else "i"
-    out += len_field(TENSOR_RAW, struct.pack(f"<{len(values)}{fmt}", *values))
-    return bytes(out)
+    data = struct.pack(f"<{len(values)}{fmt}", *values)
+    return raw_tensor(name, elem, [len(values)] if shape is None else shape, data)
 
 
 def raw_tensor(name: str, elem: int, shape: list[int], data: bytes) -> bytes:

@@ -122,11 +122,11 @@ def _quantize_node(x: str, q: str, scale: str, floor: float, index: int) -> byte
 
 
 def _rewrite(data: bytes) -> bytes | None:
-    model = wire.fields(data)
-    graphs = wire.payloads(model, wire.MODEL_GRAPH)
-    if len(graphs) != 1:
+    found = wire.model_graph(data)
+    if found is None:
         return None
-    g = _Graph(wire.fields(graphs[0]))
+    model, graph = found
+    g = _Graph(graph)
     replaced: dict[int, bytes] = {}  # Abs node index -> the QuantizeRows node
     dropped: set[int] = set()
     first: dict[tuple[str, bytes], tuple[str, str]] = {}  # (x, floor) -> its (q, scale)

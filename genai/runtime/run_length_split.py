@@ -110,11 +110,10 @@ def split_by_run_length(path: str | Path) -> RunLengthSplit | None:
 
 
 def _split(data: bytes, path: Path) -> RunLengthSplit | None:
-    model = wire.fields(data)
-    graphs = wire.payloads(model, wire.MODEL_GRAPH)
-    if len(graphs) != 1:
+    found = wire.model_graph(data)
+    if found is None:
         return None
-    graph = wire.fields(graphs[0])
+    model, graph = found
     nodes = [wire.fields(node) for node in wire.payloads(graph, wire.GRAPH_NODE)]
     if len(nodes) != 4:
         return None

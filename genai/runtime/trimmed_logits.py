@@ -106,11 +106,10 @@ def trim_logits(
 
 
 def _trim(data: bytes, logits: str, mask: str, min_head_size: int) -> TrimmedLogits | None:
-    model = wire.fields(data)
-    graphs = wire.payloads(model, wire.MODEL_GRAPH)
-    if len(graphs) != 1 or wire.opset(model) < 13:
+    found = wire.model_graph(data)
+    if found is None or wire.opset(found[0]) < 13:
         return None
-    graph = wire.fields(graphs[0])
+    model, graph = found
     nodes = [wire.parse_node(raw) for raw in wire.payloads(graph, wire.GRAPH_NODE)]
     inits = {}
     for tensor in wire.payloads(graph, wire.GRAPH_INITIALIZER):

@@ -58,21 +58,18 @@ def linear_ops(graph: bytes) -> LinearOps:
     `LinearOps`), None when it has another linear op or one these settings do not describe
     (a bias, group indices), or cannot be read."""
     try:
-        model = wire.fields(graph)
-        graphs = wire.payloads(model, wire.MODEL_GRAPH)
-        if len(graphs) != 1:
+        model = wire.model_graph(graph)
+        if model is None:
             return None
         found = set()
-        for raw in wire.payloads(wire.fields(graphs[0]), wire.GRAPH_NODE):
+        for raw in wire.payloads(model[1], wire.GRAPH_NODE):
             node = wire.parse_node(raw)
             key = (node.domain, node.op)
             if key in _OTHER_LINEARS:
                 return None
             if key != (_MS, "MatMulNBits"):
                 continue
-            inputs = list(node.inputs)
-            while inputs and not inputs[-1]:
-                inputs.pop()
+            inputs = wire.given(node.inputs)
             values = [
                 node.ints.get(name, 0 if name == "accuracy_level" else None) for name in _ATTRS
             ]
