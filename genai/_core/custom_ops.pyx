@@ -330,6 +330,26 @@ cdef void _destroy(void* kernel) noexcept nogil:
     free(k)
 
 
+cdef enum:
+    MAX_RANK = 8         # the most dimensions the element-wise ops take
+
+
+cdef OrtStatus* _shape(const OrtValue* value, int64_t* dims, size_t* rank,
+                       const char* message) noexcept nogil:
+    """``value``'s rank (1 to MAX_RANK, else an error with ``message``) and dimensions."""
+    cdef OrtTensorTypeAndShapeInfo* info = NULL
+    cdef OrtStatus* st = _f.GetTensorTypeAndShape(value, &info)
+    if st != NULL:
+        return st
+    st = _f.GetDimensionsCount(info, rank)
+    if st == NULL and (rank[0] < 1 or rank[0] > MAX_RANK):
+        st = _error(ORT_INVALID_ARGUMENT, message)
+    if st == NULL:
+        st = _f.GetDimensions(info, dims, rank[0])
+    _f.ReleaseTensorTypeAndShapeInfo(info)
+    return st
+
+
 cdef OrtStatus* _dims(const OrtValue* value, int64_t* out, size_t rank) noexcept nogil:
     """``value``'s dimensions into ``out``, which has room for ``rank``: an error unless the
     tensor has exactly that rank."""
@@ -529,7 +549,6 @@ cdef OrtStatus* _compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
 
 cdef enum:
     QUANT_BLOCK_ELEMENTS = 16384  # elements per parallel task (a few microseconds of work)
-    MAX_RANK = 8
 
 cdef struct RowQuant:
     float floor_value
@@ -607,22 +626,12 @@ cdef OrtStatus* _quantize_compute(void* kernel, OrtKernelContext* ctx) noexcept 
     cdef const OrtValue* x = NULL
     cdef OrtValue* q = NULL
     cdef OrtValue* scale = NULL
-    cdef OrtTensorTypeAndShapeInfo* info = NULL
     cdef int64_t dims[MAX_RANK]
     cdef size_t rank = 0, i, blocks
     cdef RowQuantJob job
     cdef OrtStatus* st = f.KernelContext_GetInput(ctx, 0, &x)
-    if st != NULL:
-        return st
-    st = f.GetTensorTypeAndShape(x, &info)
-    if st != NULL:
-        return st
-    st = f.GetDimensionsCount(info, &rank)
-    if st == NULL and (rank < 1 or rank > MAX_RANK):
-        st = _error(ORT_INVALID_ARGUMENT, "QuantizeRows takes a tensor of rank 1 to 8")
     if st == NULL:
-        st = f.GetDimensions(info, dims, rank)
-    f.ReleaseTensorTypeAndShapeInfo(info)
+        st = _shape(x, dims, &rank, "QuantizeRows takes a tensor of rank 1 to 8")
     if st != NULL:
         return st
     job.n = <size_t>dims[rank - 1]
@@ -814,22 +823,6 @@ cdef OrtStatus* _parallel(OrtKernelContext* ctx, void (*fn)(void*, size_t) noexc
     for i in range(tasks):
         fn(job, i)
     return NULL
-
-
-cdef OrtStatus* _shape(const OrtValue* value, int64_t* dims, size_t* rank,
-                       const char* message) noexcept nogil:
-    """``value``'s rank (1 to MAX_RANK, else an error with ``message``) and dimensions."""
-    cdef OrtTensorTypeAndShapeInfo* info = NULL
-    cdef OrtStatus* st = _f.GetTensorTypeAndShape(value, &info)
-    if st != NULL:
-        return st
-    st = _f.GetDimensionsCount(info, rank)
-    if st == NULL and (rank[0] < 1 or rank[0] > MAX_RANK):
-        st = _error(ORT_INVALID_ARGUMENT, message)
-    if st == NULL:
-        st = _f.GetDimensions(info, dims, rank[0])
-    _f.ReleaseTensorTypeAndShapeInfo(info)
-    return st
 
 
 @cython.cdivision(True)
