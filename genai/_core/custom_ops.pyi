@@ -11,6 +11,7 @@ DEFAULT_CHUNK_ROWS: int
 QUANTIZE_ROWS: str
 FLOOR_ATTRIBUTE: str
 SCALED_SILU_MUL: str
+STEP_ROWS_MATMUL: str
 
 def chunked_calls() -> int: ...
 def single_row_calls() -> int: ...
@@ -22,3 +23,11 @@ def quantize_rows(
 def row_products(
     a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], factors: np.ndarray[Any, Any], level: int = -1
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]: ...
+def step_rows_level() -> int: ...
+def step_rows_matmul(
+    a: np.ndarray[Any, Any],
+    b: np.ndarray[Any, Any],
+    scales: np.ndarray[Any, Any],
+    zero_points: np.ndarray[Any, Any] | None = None,
+    level: int = -1,
+) -> np.ndarray[Any, Any]: ...

@@ -28,8 +28,8 @@ No onnxruntime header is needed: the op table is `ort_custom_op.h`, the API slot
 """
 
 cimport cython
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
-from libc.stdlib cimport calloc, free
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdlib cimport calloc, free, malloc
 
 from genai._core.ort_api cimport (
     ELEM_FLOAT,
@@ -97,6 +97,16 @@ cdef extern from "thread_state.h":
     int genai_single_row_attention(int set) noexcept nogil
 
 
+cdef extern from "step_rows_kernels.h":
+    int genai_step_rows_level() noexcept nogil
+    void genai_step_quantize_row(const float* a, size_t k, int8_t* q, float* sa,
+                                 float* pair_scales) noexcept nogil
+    void genai_step_columns(const int8_t* q, const float* sa, const float* pair_scales,
+                            size_t rows, size_t blocks, const uint8_t* b, const float* scales,
+                            const uint8_t* zp, size_t n0, size_t n1, size_t n, float* out,
+                            int level) noexcept nogil
+
+
 cdef extern from "row_product_kernels.h":
     void genai_scale_row(const float* x, float factor, float* out, size_t n,
                          int level) noexcept nogil
@@ -110,6 +120,7 @@ cdef const char* _C_CHUNK_ATTRIBUTE = "genai_chunk_rows"
 cdef const char* _C_QUANTIZE = "QuantizeRows"
 cdef const char* _C_FLOOR_ATTRIBUTE = "floor"
 cdef const char* _C_SILU_MUL = "ScaledSiluMul"
+cdef const char* _C_STEP_ROWS = "StepRowsMatMulNBits"
 cdef enum:
     CHUNK_ROWS_DEFAULT = 64
 
@@ -124,6 +135,8 @@ QUANTIZE_ROWS = _C_QUANTIZE.decode()
 FLOOR_ATTRIBUTE = _C_FLOOR_ATTRIBUTE.decode()
 #: The gated-linear-unit product (`genai.runtime.gated_silu`).
 SCALED_SILU_MUL = _C_SILU_MUL.decode()
+#: MatMulNBits with each row computed as in a one-row run (`genai.runtime.verify_rows`).
+STEP_ROWS_MATMUL = _C_STEP_ROWS.decode()
 
 # GroupQueryAttention's inputs: query, key, value, past_key, past_value, seqlens_k,
 # total_sequence_length, cos_cache, sin_cache; outputs: output, present_key, present_value.
@@ -179,9 +192,11 @@ cdef OrtCustomOpDomain* _domain = NULL
 cdef GenaiCustomOp _op
 cdef GenaiCustomOp _quantize_op
 cdef GenaiCustomOp _silu_op
+cdef GenaiCustomOp _step_rows_op
 cdef int64_t _chunked_calls = 0
 cdef int64_t _single_row_calls = 0
 cdef int _quant_level = genai_row_quant_level()
+cdef int _step_level = genai_step_rows_level()
 
 
 def quantize_level() -> int:
@@ -967,6 +982,226 @@ def row_products(const float[:, ::1] a, const float[:, ::1] b, const float[::1] 
     return tuple(out)
 
 
+# --- StepRowsMatMulNBits ----------------------------------------------------------------------
+# MatMulNBits' inputs A (float32 [..., K]), B (uint8 [N, K / 32, 16]), scales (float32,
+# N * K / 32), zero_points (optional, uint8, N * ceil(K / 64)) and attributes (K, N; bits 4,
+# block_size 32) -> Y (float32 [..., N]), every row with the numbers onnxruntime's MatMulNBits
+# gives a run of that row alone at accuracy level 4 on AVX2 CPUs (step_rows_kernels.h): a
+# speculative verify run then computes its rows as decoding's one-token steps did, in one pass
+# over the weights. Parallel over blocks of columns.
+
+cdef enum:
+    STEP_INPUTS = 4
+    STEP_COLUMNS = 32      # columns per parallel task
+    IN_A = 0
+    IN_B = 1
+    IN_SCALES = 2
+    IN_ZERO_POINTS = 3
+
+cdef struct StepRows:
+    int64_t k
+    int64_t n
+
+cdef struct StepJob:
+    const int8_t* q
+    const float* sa
+    const float* pair_scales
+    size_t rows
+    size_t blocks
+    const uint8_t* b
+    const float* scales
+    const uint8_t* zp
+    size_t n
+    float* out
+
+
+cdef const char* _step_name(const GenaiCustomOp* op) noexcept nogil:
+    return _C_STEP_ROWS
+
+
+cdef int _step_input_type(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return ELEM_UINT8 if index == IN_B or index == IN_ZERO_POINTS else ELEM_FLOAT
+
+
+cdef size_t _step_input_count(const GenaiCustomOp* op) noexcept nogil:
+    return STEP_INPUTS
+
+
+cdef int _step_input_characteristic(const GenaiCustomOp* op, size_t index) noexcept nogil:
+    return GENAI_IO_OPTIONAL if index == IN_ZERO_POINTS else GENAI_IO_REQUIRED
+
+
+cdef OrtStatus* _step_attribute(const OrtKernelInfo* info, const char* name,
+                                int64_t* value) noexcept nogil:
+    cdef OrtStatus* st = _f.KernelInfoGetAttribute_int64(info, name, value)
+    if st != NULL:
+        _f.ReleaseStatus(st)
+        return _error(ORT_INVALID_ARGUMENT, "StepRowsMatMulNBits needs MatMulNBits' int "
+                      "attributes K, N, bits and block_size")
+    return NULL
+
+
+cdef OrtStatus* _step_create(const GenaiCustomOp* op, const void* api,
+                             const OrtKernelInfo* info, void** out) noexcept nogil:
+    cdef int64_t bits = 0, block = 0
+    cdef StepRows* k = <StepRows*>calloc(1, sizeof(StepRows))
+    if k == NULL:
+        return _error(ORT_FAIL, "StepRowsMatMulNBits: out of memory")
+    cdef OrtStatus* st = _step_attribute(info, "K", &k.k)
+    if st == NULL:
+        st = _step_attribute(info, "N", &k.n)
+    if st == NULL:
+        st = _step_attribute(info, "bits", &bits)
+    if st == NULL:
+        st = _step_attribute(info, "block_size", &block)
+    if st == NULL and (bits != 4 or block != 32 or k.k <= 0 or k.n <= 0 or k.k % 32):
+        st = _error(ORT_INVALID_ARGUMENT, "StepRowsMatMulNBits takes 4-bit weights in blocks "
+                    "of 32 (K a positive multiple of 32, N positive)")
+    if st != NULL:
+        free(k)
+        return st
+    out[0] = k
+    return NULL
+
+
+cdef void _step_block(void* data, size_t index) noexcept nogil:
+    cdef StepJob* job = <StepJob*>data
+    cdef size_t first = index * STEP_COLUMNS
+    cdef size_t last = first + STEP_COLUMNS
+    if last > job.n:
+        last = job.n
+    genai_step_columns(job.q, job.sa, job.pair_scales, job.rows, job.blocks, job.b,
+                       job.scales, job.zp, first, last, job.n, job.out, _step_level)
+
+
+cdef OrtStatus* _element_count(const OrtValue* value, int64_t expected,
+                               const char* message) noexcept nogil:
+    cdef int64_t dims[MAX_RANK]
+    cdef size_t rank = 0, i
+    cdef int64_t count = 1
+    cdef OrtStatus* st = _shape(value, dims, &rank, message)
+    if st != NULL:
+        return st
+    for i in range(rank):
+        count *= dims[i]
+    return NULL if count == expected else _error(ORT_INVALID_ARGUMENT, message)
+
+
+@cython.cdivision(True)
+cdef OrtStatus* _step_compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
+    cdef StepRows* k = <StepRows*>kernel
+    cdef const OrtFns* f = _f
+    cdef const OrtValue* ins[STEP_INPUTS]
+    cdef OrtValue* y = NULL
+    cdef int64_t dims[MAX_RANK]
+    cdef size_t rank = 0, i, tasks, blocks = <size_t>(k.k // 32)
+    cdef StepJob job
+    cdef OrtStatus* st = _inputs(ctx, ins, STEP_INPUTS)
+    if st != NULL:
+        return st
+    if ins[IN_A] == NULL or ins[IN_B] == NULL or ins[IN_SCALES] == NULL:
+        return _error(ORT_INVALID_ARGUMENT, "StepRowsMatMulNBits needs A, B and scales")
+    st = _shape(ins[IN_A], dims, &rank, "StepRowsMatMulNBits: A has rank 1 to 8")
+    if st == NULL and dims[rank - 1] != k.k:
+        st = _error(ORT_INVALID_ARGUMENT, "StepRowsMatMulNBits: A's last dimension is not K")
+    if st == NULL:
+        st = _element_count(ins[IN_B], k.n * <int64_t>blocks * 16,
+                            "StepRowsMatMulNBits: B does not hold N * K / 2 bytes")
+    if st == NULL:
+        st = _element_count(ins[IN_SCALES], k.n * <int64_t>blocks,
+                            "StepRowsMatMulNBits: scales does not hold N * K / 32 values")
+    if st == NULL and ins[IN_ZERO_POINTS] != NULL:
+        st = _element_count(ins[IN_ZERO_POINTS], k.n * <int64_t>((blocks + 1) // 2),
+                            "StepRowsMatMulNBits: zero_points does not hold "
+                            "N * ceil(K / 64) bytes")
+    if st != NULL:
+        return st
+    job.rows = 1
+    for i in range(rank - 1):
+        job.rows *= <size_t>dims[i]
+    dims[rank - 1] = k.n
+    st = f.KernelContext_GetOutput(ctx, 0, dims, rank, &y)
+    if st != NULL or job.rows == 0:
+        return st
+    job.blocks = blocks
+    job.n = <size_t>k.n
+    job.b = <const uint8_t*>_data(ins[IN_B])
+    job.scales = <const float*>_data(ins[IN_SCALES])
+    job.zp = NULL if ins[IN_ZERO_POINTS] == NULL else <const uint8_t*>_data(ins[IN_ZERO_POINTS])
+    job.out = <float*>_data(y)
+    # the rows' int8 blocks, scales and lane scales, one allocation
+    cdef size_t k_len = <size_t>k.k, pairs = blocks // 2
+    cdef char* scratch = <char*>malloc(job.rows * (k_len + (blocks + pairs * 8) * sizeof(float)))
+    if scratch == NULL:
+        return _error(ORT_FAIL, "StepRowsMatMulNBits: out of memory")
+    cdef float* sa = <float*>scratch
+    cdef float* lanes = sa + job.rows * blocks
+    cdef int8_t* q = <int8_t*>(lanes + job.rows * pairs * 8)
+    cdef const float* a = <const float*>_data(ins[IN_A])
+    for i in range(job.rows):
+        genai_step_quantize_row(a + i * k_len, k_len, q + i * k_len, sa + i * blocks,
+                                lanes + i * pairs * 8)
+    job.q = q
+    job.sa = sa
+    job.pair_scales = lanes
+    tasks = (job.n + STEP_COLUMNS - 1) // STEP_COLUMNS
+    if tasks > 1 and f.KernelContext_ParallelFor != NULL:
+        st = f.KernelContext_ParallelFor(ctx, _step_block, tasks, 0, &job)
+    else:
+        for i in range(tasks):
+            _step_block(&job, i)
+    free(scratch)
+    return st
+
+
+def step_rows_level() -> int:
+    """The StepRowsMatMulNBits kernel's code path on this CPU: 1 AVX2, 0 scalar."""
+    return _step_level
+
+
+def step_rows_matmul(const float[:, ::1] a, const uint8_t[:, :, ::1] b,
+                     const float[:, ::1] scales, zero_points=None, int level=-1):
+    """The StepRowsMatMulNBits kernel: ``a`` float32 [rows, K], ``b`` uint8 [N, K / 32, 16],
+    ``scales`` float32 [N, K / 32], ``zero_points`` None or uint8 [N, ceil(K / 64)] ->
+    float32 [rows, N] (for tests and its NumPy twin, `genai._core.reference`). ``level``: the
+    code path, 1 AVX2, 0 scalar (-1: this CPU's, what the op runs; above it is refused)."""
+    import numpy as np
+
+    if level < 0:
+        level = _step_level
+    elif level > _step_level:
+        raise ValueError(f"this CPU runs level {_step_level} at most, not {level}")
+    cdef Py_ssize_t rows = a.shape[0], k = a.shape[1], n = b.shape[0], i
+    cdef Py_ssize_t blocks = k // 32, pairs = blocks // 2
+    if k % 32 or k == 0 or b.shape[1] != blocks or b.shape[2] != 16:
+        raise ValueError("a needs K a positive multiple of 32 columns and b [N, K / 32, 16]")
+    if scales.shape[0] != n or scales.shape[1] != blocks:
+        raise ValueError("scales needs the shape [N, K / 32]")
+    cdef const uint8_t[:, ::1] zp
+    cdef const uint8_t* zp_data = NULL
+    if zero_points is not None:
+        zp = zero_points
+        if zp.shape[0] != n or zp.shape[1] != (blocks + 1) // 2:
+            raise ValueError("zero_points needs the shape [N, ceil(K / 64)]")
+        zp_data = &zp[0, 0]
+    out = np.empty((rows, n), np.float32)
+    cdef float[:, ::1] y = out
+    q_array = np.empty((max(rows, 1), k), np.int8)
+    sa_array = np.empty((max(rows, 1), blocks), np.float32)
+    lanes_array = np.empty((max(rows, 1), max(pairs, 1) * 8), np.float32)
+    cdef int8_t[:, ::1] q = q_array
+    cdef float[:, ::1] sa = sa_array
+    cdef float[:, ::1] lanes = lanes_array
+    if rows and n:
+        with nogil:
+            for i in range(rows):
+                genai_step_quantize_row(&a[i, 0], <size_t>k, &q[i, 0], &sa[i, 0], &lanes[i, 0])
+            genai_step_columns(&q[0, 0], &sa[0, 0], &lanes[0, 0], <size_t>rows,
+                               <size_t>blocks, &b[0, 0, 0], &scales[0, 0], zp_data, 0,
+                               <size_t>n, <size_t>n, &y[0, 0], level)
+    return out
+
+
 cdef void _fill_common(GenaiCustomOp* op) noexcept:
     op.version = GENAI_CUSTOM_OP_VERSION
     op.CreateKernel = NULL
@@ -1020,10 +1255,22 @@ cdef int add_genai_ops(OrtSessionOptions* options) except -1:
         _silu_op.GetOutputCharacteristic = _optional
         _silu_op.CreateKernelV2 = _silu_create
         _silu_op.KernelComputeV2 = _silu_compute
+        _fill_common(&_step_rows_op)
+        _step_rows_op.GetName = _step_name
+        _step_rows_op.GetInputType = _step_input_type
+        _step_rows_op.GetInputTypeCount = _step_input_count
+        _step_rows_op.GetOutputType = _float_type
+        _step_rows_op.GetOutputTypeCount = _one_count
+        _step_rows_op.KernelDestroy = _quantize_destroy
+        _step_rows_op.GetInputCharacteristic = _step_input_characteristic
+        _step_rows_op.GetOutputCharacteristic = _required
+        _step_rows_op.CreateKernelV2 = _step_create
+        _step_rows_op.KernelComputeV2 = _step_compute
         check_status(_f.CreateCustomOpDomain(_C_DOMAIN, &domain), "CreateCustomOpDomain")
         check_status(_f.CustomOpDomain_Add(domain, &_op), "CustomOpDomain_Add")
         check_status(_f.CustomOpDomain_Add(domain, &_quantize_op), "CustomOpDomain_Add")
         check_status(_f.CustomOpDomain_Add(domain, &_silu_op), "CustomOpDomain_Add")
+        check_status(_f.CustomOpDomain_Add(domain, &_step_rows_op), "CustomOpDomain_Add")
         _domain = domain
     check_status(_f.AddCustomOpDomain(options, _domain), "AddCustomOpDomain")
     return 0

@@ -109,3 +109,78 @@ def quantize_rows(x, floor_value):
     inverse = np.float32(127) / top
     shifted = (x * inverse).astype(np.float32) + np.float32(128.5)
     return shifted.astype(np.uint8), (top / np.float32(127)).astype(np.float32)
+
+
+def _fma32(a, b, c):
+    """Correctly rounded float32 ``a * b + c``: the float64 product is exact, the float64 sum
+    is made round-to-odd (its lost part known from TwoSum) before the one rounding to float32."""
+    a, b, c = (np.asarray(v, np.float32).astype(np.float64) for v in (a, b, c))
+    product = a * b
+    total = product + c
+    back = total - c
+    lost = (product - back) + (c - (total - back))
+    inexact_even = (lost != 0) & ((total.view(np.int64) & 1) == 0)
+    total = np.where(inexact_even, np.nextafter(total, np.where(lost > 0, np.inf, -np.inf)), total)
+    return total.astype(np.float32)
+
+
+def _add32(a, b):
+    return (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float32)
+
+
+def step_rows_matmul(a, b, scales, zero_points=None):
+    """See `genai._core.custom_ops.step_rows_matmul` and ``step_rows_kernels.h``: ``a``
+    float32 [rows, K], ``b`` uint8 [N, K / 32, 16], ``scales`` float32 [N, K / 32],
+    ``zero_points`` None or uint8 [N, (K / 32 + 1) / 2] -> float32 [rows, N]."""
+    a = np.asarray(a, np.float32)
+    rows, k = a.shape
+    n, blocks = b.shape[0], k // 32
+    x = a.reshape(rows, blocks, 32)
+    top = np.abs(x).max(axis=-1)
+    sa = (top / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(top != 0, np.float32(127) / top, np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint((x * inverse[..., None]).astype(np.float32)), -128, 127).astype(np.int64)
+    nibbles = np.empty((n, blocks, 32), np.int64)
+    nibbles[..., 0::2] = b.reshape(n, blocks, 16) & 15
+    nibbles[..., 1::2] = b.reshape(n, blocks, 16) >> 4
+    if zero_points is None:
+        s = nibbles - 8
+    else:
+        points = np.empty((n, zero_points.reshape(n, -1).shape[1] * 2), np.int64)
+        points[:, 0::2] = zero_points.reshape(n, -1) & 15
+        points[:, 1::2] = zero_points.reshape(n, -1) >> 4
+        s = nibbles - points[:, :blocks, None]
+    scales = np.asarray(scales, np.float32).reshape(n, blocks)
+    # dot[r, col, blk, i]: exact sums of 4 products (lane i of a block on its own)
+    dot4 = np.einsum("rbji,cbji->rcbj", q.reshape(rows, blocks, 8, 4), s.reshape(n, blocks, 8, 4))
+    acc = np.zeros((rows, n, 8), np.float32)
+    blk = 0
+    while blk + 1 < blocks:
+        c0 = (sa[:, None, blk] * scales[None, :, blk]).astype(np.float32)[..., None]
+        c1 = (sa[:, None, blk + 1] * scales[None, :, blk + 1]).astype(np.float32)[..., None]
+        if zero_points is not None:
+            acc = _fma32(dot4[:, :, blk], c0, acc)
+            acc = _fma32(dot4[:, :, blk + 1], c1, acc)
+        else:
+            # lane l: 8 elements (l & 1) * 8 + (l >> 2) * 16 of block blk + ((l >> 1) & 1)
+            lanes = np.empty((rows, n, 8), np.int64)
+            scale = np.empty((rows, n, 8), np.float32)
+            for lane in range(8):
+                second, first = (lane >> 1) & 1, (lane & 1) * 2 + (lane >> 2) * 4
+                pair = dot4[:, :, blk + second]
+                lanes[..., lane] = pair[..., first] + pair[..., first + 1]
+                scale[..., lane] = (c1 if second else c0)[..., 0]
+            acc = _fma32(lanes, scale, acc)
+        blk += 2
+    if blk < blocks:
+        c0 = (sa[:, None, blk] * scales[None, :, blk]).astype(np.float32)[..., None]
+        acc = _fma32(dot4[:, :, blk], c0, acc)
+    whole = n - n % 4
+    out = np.empty((rows, n), np.float32)
+    lo = _add32(_add32(_add32(acc[..., 0], acc[..., 1]), acc[..., 2]), acc[..., 3])
+    hi = _add32(_add32(_add32(acc[..., 4], acc[..., 5]), acc[..., 6]), acc[..., 7])
+    out[:, :whole] = _add32(lo, hi)[:, :whole]
+    pairs = [_add32(acc[..., i], acc[..., i + 4]) for i in range(4)]
+    out[:, whole:] = _add32(_add32(pairs[0], pairs[2]), _add32(pairs[1], pairs[3]))[:, whole:]
+    return out
