@@ -18,7 +18,7 @@ import pytest
 
 import genai
 from genai._core import custom_ops
-from genai.runtime.verify_rows import linear_ops, rows_like_steps
+from genai.runtime.verify_rows import exact_rows
 from genai.testing.models import write_gqa_decoder
 from genai.testing.speculative import transition_table, write_table_decoder
 from tests.speculation import STATS as SHARED_STATS
@@ -485,17 +485,19 @@ def test_real_model_ngram_decoding_gives_plain_decodings_tokens(
     through 30 layers of int8 rounding, sometimes a greedy token: the reference's own n-gram
     decoding changes the text (`code-k8` here, at token 83). Where the folder's int4 linears
     give a row the same bits alone as in a run on this CPU (`verify_rows.rows_like_steps`:
-    AVX-512, accuracy level 4), genai's verify runs compute attention one row per call, so its
-    n-gram tokens are plain decoding's; elsewhere its verify runs are one call, as the
-    reference's, and its tokens are the reference's n-gram ones. Either way, where the
-    reference keeps its plain text genai makes its rounds too (the same run shapes, stats)."""
+    AVX-512, accuracy level 4), or genai's StepRowsMatMulNBits does (AVX2), genai's verify runs
+    compute attention one row per call (on a second session with that op on AVX2), so its
+    n-gram tokens are plain decoding's (`verify_rows.exact_rows`); elsewhere its verify runs
+    are one call, as the reference's, and its tokens are the reference's n-gram ones. Either
+    way, where the reference keeps its plain text genai makes its rounds too (the same run
+    shapes, stats)."""
     folder = reference_built_smollm2_path
     tokenizer = og.Tokenizer(og.Model(str(folder)))
     messages = json.dumps([{"role": "user", "content": REAL_PROMPTS[task]}])
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     prompt = [int(t) for t in tokenizer.encode(text)]
     max_length = len(prompt) + 64
-    exact = rows_like_steps(linear_ops((folder / "model.onnx").read_bytes()))
+    exact = exact_rows(genai.Model(str(folder)).session)
     plain = _run(og, folder, prompt, max_length)
     before = custom_ops.single_row_calls()
     got = _run(genai, folder, prompt, max_length, spec)
@@ -546,11 +548,12 @@ def test_prefill_int8_folder_verify_runs_take_the_short_branchs_single_rows(
 ):
     """A ``--prefill-int8`` folder's verify runs go to its short-run branch (int4), whose
     attention runs as genai's op too, so where its linears allow (`rows_like_steps`) they
-    compute one row per call and speculative decoding's tokens are plain decoding's there as
-    well. (The folder drafts for itself: every round proposes, so verify runs are certain.)"""
+    compute one row per call (`exact_rows`) and speculative decoding's tokens are plain
+    decoding's there as well. (The folder drafts for itself: every round proposes, so verify
+    runs are certain.)"""
     folder = prefill_int8_folders["prefill_int8"]
     target = genai.Model(str(folder))
-    exact = rows_like_steps(target.session.linear_ops)
+    exact = exact_rows(target.session)
     prompt = [int(t) for t in np.random.default_rng(5).integers(3, 300, 40)]
     plain = _run(genai, folder, prompt, len(prompt) + 30)
     params = genai.GeneratorParams(target)

@@ -98,11 +98,14 @@ cdef extern from "thread_state.h":
 
 
 cdef extern from "step_rows_kernels.h":
+    ctypedef struct GenaiStepRows:
+        pass
     int genai_step_rows_level() noexcept nogil
-    void genai_step_quantize_row(const float* a, size_t k, int8_t* q, float* sa,
-                                 float* pair_scales) noexcept nogil
-    void genai_step_columns(const int8_t* q, const float* sa, const float* pair_scales,
-                            size_t rows, size_t blocks, const uint8_t* b, const float* scales,
+    size_t genai_step_rows_bytes(size_t rows, size_t k) noexcept nogil
+    void genai_step_rows_init(GenaiStepRows* s, void* scratch, size_t rows,
+                              size_t k) noexcept nogil
+    void genai_step_prepare_row(GenaiStepRows* s, size_t r, const float* a) noexcept nogil
+    void genai_step_columns(const GenaiStepRows* rs, const uint8_t* b, const float* scales,
                             const uint8_t* zp, size_t n0, size_t n1, size_t n, float* out,
                             int level) noexcept nogil
 
@@ -1003,11 +1006,7 @@ cdef struct StepRows:
     int64_t n
 
 cdef struct StepJob:
-    const int8_t* q
-    const float* sa
-    const float* pair_scales
-    size_t rows
-    size_t blocks
+    const GenaiStepRows* rows
     const uint8_t* b
     const float* scales
     const uint8_t* zp
@@ -1070,8 +1069,8 @@ cdef void _step_block(void* data, size_t index) noexcept nogil:
     cdef size_t last = first + STEP_COLUMNS
     if last > job.n:
         last = job.n
-    genai_step_columns(job.q, job.sa, job.pair_scales, job.rows, job.blocks, job.b,
-                       job.scales, job.zp, first, last, job.n, job.out, _step_level)
+    genai_step_columns(job.rows, job.b, job.scales, job.zp, first, last, job.n, job.out,
+                       _step_level)
 
 
 cdef OrtStatus* _element_count(const OrtValue* value, int64_t expected,
@@ -1116,34 +1115,29 @@ cdef OrtStatus* _step_compute(void* kernel, OrtKernelContext* ctx) noexcept nogi
                             "N * ceil(K / 64) bytes")
     if st != NULL:
         return st
-    job.rows = 1
+    cdef size_t rows = 1
     for i in range(rank - 1):
-        job.rows *= <size_t>dims[i]
+        rows *= <size_t>dims[i]
     dims[rank - 1] = k.n
     st = f.KernelContext_GetOutput(ctx, 0, dims, rank, &y)
-    if st != NULL or job.rows == 0:
+    if st != NULL or rows == 0:
         return st
-    job.blocks = blocks
     job.n = <size_t>k.n
     job.b = <const uint8_t*>_data(ins[IN_B])
     job.scales = <const float*>_data(ins[IN_SCALES])
     job.zp = NULL if ins[IN_ZERO_POINTS] == NULL else <const uint8_t*>_data(ins[IN_ZERO_POINTS])
     job.out = <float*>_data(y)
-    # the rows' int8 blocks, scales and lane scales, one allocation
-    cdef size_t k_len = <size_t>k.k, pairs = blocks // 2
-    cdef char* scratch = <char*>malloc(job.rows * (k_len + (blocks + pairs * 8) * sizeof(float)))
+    # the rows quantised once, in one allocation
+    cdef size_t k_len = <size_t>k.k
+    cdef void* scratch = malloc(genai_step_rows_bytes(rows, k_len))
     if scratch == NULL:
         return _error(ORT_FAIL, "StepRowsMatMulNBits: out of memory")
-    cdef float* sa = <float*>scratch
-    cdef float* lanes = sa + job.rows * blocks
-    cdef int8_t* q = <int8_t*>(lanes + job.rows * pairs * 8)
+    cdef GenaiStepRows prepared
+    genai_step_rows_init(&prepared, scratch, rows, k_len)
     cdef const float* a = <const float*>_data(ins[IN_A])
-    for i in range(job.rows):
-        genai_step_quantize_row(a + i * k_len, k_len, q + i * k_len, sa + i * blocks,
-                                lanes + i * pairs * 8)
-    job.q = q
-    job.sa = sa
-    job.pair_scales = lanes
+    for i in range(rows):
+        genai_step_prepare_row(&prepared, i, a + i * k_len)
+    job.rows = &prepared
     tasks = (job.n + STEP_COLUMNS - 1) // STEP_COLUMNS
     if tasks > 1 and f.KernelContext_ParallelFor != NULL:
         st = f.KernelContext_ParallelFor(ctx, _step_block, tasks, 0, &job)
@@ -1172,7 +1166,7 @@ def step_rows_matmul(const float[:, ::1] a, const uint8_t[:, :, ::1] b,
     elif level > _step_level:
         raise ValueError(f"this CPU runs level {_step_level} at most, not {level}")
     cdef Py_ssize_t rows = a.shape[0], k = a.shape[1], n = b.shape[0], i
-    cdef Py_ssize_t blocks = k // 32, pairs = blocks // 2
+    cdef Py_ssize_t blocks = k // 32
     if k % 32 or k == 0 or b.shape[1] != blocks or b.shape[2] != 16:
         raise ValueError("a needs K a positive multiple of 32 columns and b [N, K / 32, 16]")
     if scales.shape[0] != n or scales.shape[1] != blocks:
@@ -1186,19 +1180,16 @@ def step_rows_matmul(const float[:, ::1] a, const uint8_t[:, :, ::1] b,
         zp_data = &zp[0, 0]
     out = np.empty((rows, n), np.float32)
     cdef float[:, ::1] y = out
-    q_array = np.empty((max(rows, 1), k), np.int8)
-    sa_array = np.empty((max(rows, 1), blocks), np.float32)
-    lanes_array = np.empty((max(rows, 1), max(pairs, 1) * 8), np.float32)
-    cdef int8_t[:, ::1] q = q_array
-    cdef float[:, ::1] sa = sa_array
-    cdef float[:, ::1] lanes = lanes_array
+    scratch_array = np.empty(genai_step_rows_bytes(<size_t>rows, <size_t>k) + 1, np.uint8)
+    cdef uint8_t[::1] scratch = scratch_array
+    cdef GenaiStepRows prepared
     if rows and n:
         with nogil:
+            genai_step_rows_init(&prepared, &scratch[0], <size_t>rows, <size_t>k)
             for i in range(rows):
-                genai_step_quantize_row(&a[i, 0], <size_t>k, &q[i, 0], &sa[i, 0], &lanes[i, 0])
-            genai_step_columns(&q[0, 0], &sa[0, 0], &lanes[0, 0], <size_t>rows,
-                               <size_t>blocks, &b[0, 0, 0], &scales[0, 0], zp_data, 0,
-                               <size_t>n, <size_t>n, &y[0, 0], level)
+                genai_step_prepare_row(&prepared, <size_t>i, &a[i, 0])
+            genai_step_columns(&prepared, &b[0, 0, 0], &scales[0, 0], zp_data, 0, <size_t>n,
+                               <size_t>n, &y[0, 0], level)
     return out
 
 

@@ -164,6 +164,13 @@ cdef class NativeSession:
     cdef object long_owner
     cdef Py_ssize_t long_ids_index
     cdef int64_t long_above
+    # route_verify_runs: every run of this binding goes to `verify_session` (borrowed from
+    # `verify_owner`) while it is set: a speculative verify run on the graph of the same model
+    # whose linears give each row one-token steps' numbers (genai.runtime.verify_rows).
+    cdef OrtSession* verify_session
+    cdef object verify_owner
+    # Builds that session on first use (genai.runtime.verify_rows.StepRowsSession), or None.
+    cdef public object step_rows_session
     # How the graph's logits were trimmed at load (genai.runtime.trimmed_logits.TrimmedLogits),
     # or None: bindings share it.
     cdef public object trimmed

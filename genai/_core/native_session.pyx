@@ -548,6 +548,9 @@ cdef class NativeSession:
         self.long_owner = None
         self.long_ids_index = -1
         self.long_above = 0
+        self.verify_session = NULL
+        self.verify_owner = None
+        self.step_rows_session = None
 
     def __init__(self, model_path=None, *, int intra_op_num_threads=0,
                  int inter_op_num_threads=0, int graph_optimization_level=99,
@@ -851,6 +854,7 @@ cdef class NativeSession:
         other.long_above = self.long_above
         other.trimmed = self.trimmed
         other.linear_ops = self.linear_ops
+        other.step_rows_session = self.step_rows_session
         other._init_binding_state()
         return other
 
@@ -876,6 +880,31 @@ cdef class NativeSession:
         self.long_session = other.session
         self.long_owner = other
         self.long_above = above
+
+    def route_verify_runs(self, NativeSession other):
+        """Run this binding on ``other``'s ORT session until called again with None: a graph of
+        the same model, with the same inputs and outputs in the same order, whose kernels give
+        a speculative verify run's rows one-token steps' numbers (`genai.runtime.verify_rows`).
+        ``other`` is kept alive while it is set."""
+        if self.session == NULL:
+            raise RuntimeError("NativeSession is not initialised")
+        if other is None:
+            self.verify_session = NULL
+            self.verify_owner = None
+            return
+        if other.session == NULL:
+            raise RuntimeError("NativeSession is not initialised")
+        if (other.input_names != self.input_names or other.output_names != self.output_names
+                or other.input_dtypes != self.input_dtypes
+                or other.output_dtypes != self.output_dtypes):
+            raise ValueError("route_verify_runs: the sessions' inputs and outputs differ")
+        self.verify_session = other.session
+        self.verify_owner = other
+
+    @property
+    def routes_verify_runs(self):
+        """Whether this binding's runs go to another session (`route_verify_runs`)."""
+        return self.verify_session != NULL
 
     @property
     def routes_long_runs(self):
@@ -1127,6 +1156,8 @@ cdef class NativeSession:
         cdef int64_t dims[NS_MAX_DIMS]
         cdef size_t ndim = 0
         cdef OrtValue* ids
+        if self.verify_session != NULL:
+            return self.verify_session
         if self.long_session == NULL:
             return self.session
         ids = self.input_values[self.long_ids_index]

@@ -51,12 +51,47 @@ static inline int genai_step_rows_level(void) {
     return 0;
 }
 
-/* One row's int8 blocks: ``a`` has ``k`` floats (a multiple of 32); ``q`` gets k int8, ``sa``
-   k / 32 scales, ``pair_scales`` 8 floats per block pair, the lanes' activation scales
-   (sa[2p], sa[2p], sa[2p+1], sa[2p+1], sa[2p], sa[2p], sa[2p+1], sa[2p+1]). */
-static void genai_step_quantize_row(const float* a, size_t k, int8_t* q, float* sa,
-                                    float* pair_scales) {
-    size_t blocks = k / GENAI_STEP_BLOCK;
+/* The rows of a call, quantised once: ``q`` in the weights' element order (the scalar path),
+   ``qp`` in the AVX2 path's (per block pair: the even elements of both blocks, then the odd
+   ones; a last odd block: its even elements, then its odd ones), ``sa`` the blocks' scales,
+   ``pair_sa`` per block pair (sa[2p] x 4, sa[2p+1] x 4), ``qsum4`` per block the 8 sums of 4
+   consecutive q, ``qsum8`` per block pair 8 x the sums of 8 (block 2p's 4, then 2p+1's). */
+typedef struct {
+    size_t rows, k, blocks, pairs;
+    float* sa;
+    float* pair_sa;
+    int32_t* qsum4;
+    int32_t* qsum8;
+    int8_t* q;
+    int8_t* qp;
+} GenaiStepRows;
+
+/* Bytes of scratch `genai_step_rows_init` lays out for ``rows`` rows of ``k`` values. */
+static inline size_t genai_step_rows_bytes(size_t rows, size_t k) {
+    size_t blocks = k / GENAI_STEP_BLOCK, pairs = blocks / 2;
+    return rows * ((blocks + pairs * 8) * sizeof(float) + (blocks + pairs) * 8 * sizeof(int32_t) +
+                   2 * k);
+}
+
+static inline void genai_step_rows_init(GenaiStepRows* s, void* scratch, size_t rows,
+                                        size_t k) {
+    s->rows = rows;
+    s->k = k;
+    s->blocks = k / GENAI_STEP_BLOCK;
+    s->pairs = s->blocks / 2;
+    s->sa = (float*)scratch;
+    s->pair_sa = s->sa + rows * s->blocks;
+    s->qsum4 = (int32_t*)(s->pair_sa + rows * s->pairs * 8);
+    s->qsum8 = s->qsum4 + rows * s->blocks * 8;
+    s->q = (int8_t*)(s->qsum8 + rows * s->pairs * 8);
+    s->qp = s->q + rows * k;
+}
+
+/* Row ``r`` of ``s`` from the ``k`` floats at ``a``. */
+static void genai_step_prepare_row(GenaiStepRows* s, size_t r, const float* a) {
+    size_t blocks = s->blocks, pairs = s->pairs;
+    int8_t* q = s->q + r * s->k;
+    float* sa = s->sa + r * blocks;
     for (size_t b = 0; b < blocks; b++) {
         const float* x = a + b * GENAI_STEP_BLOCK;
         float m = 0.0f;
@@ -68,6 +103,7 @@ static void genai_step_quantize_row(const float* a, size_t k, int8_t* q, float* 
         }
         float inv = m != 0.0f ? 127.0f / m : 0.0f;
         sa[b] = m / 127.0f;
+        int32_t* sums = s->qsum4 + (r * blocks + b) * 8;
         for (size_t j = 0; j < GENAI_STEP_BLOCK; j++) {
             float v = nearbyintf(x[j] * inv);
             if (!(v >= -128.0f)) {
@@ -78,11 +114,38 @@ static void genai_step_quantize_row(const float* a, size_t k, int8_t* q, float* 
             }
             q[b * GENAI_STEP_BLOCK + j] = (int8_t)v;
         }
-    }
-    for (size_t p = 0; p + 1 < blocks; p += 2) {
-        float* lanes = pair_scales + (p / 2) * 8;
         for (int l = 0; l < 8; l++) {
-            lanes[l] = sa[p + ((l >> 1) & 1)];
+            sums[l] = 0;
+            for (int j = 4 * l; j < 4 * l + 4; j++) {
+                sums[l] += q[b * GENAI_STEP_BLOCK + j];
+            }
+        }
+    }
+    int8_t* qp = s->qp + r * s->k;
+    for (size_t p = 0; p < pairs; p++) {
+        const int8_t* first = q + 2 * p * GENAI_STEP_BLOCK;
+        int8_t* out = qp + 2 * p * GENAI_STEP_BLOCK;
+        for (int i = 0; i < 16; i++) {
+            out[i] = first[2 * i];
+            out[16 + i] = first[GENAI_STEP_BLOCK + 2 * i];
+            out[32 + i] = first[2 * i + 1];
+            out[48 + i] = first[GENAI_STEP_BLOCK + 2 * i + 1];
+        }
+        float* lanes = s->pair_sa + (r * pairs + p) * 8;
+        int32_t* sums = s->qsum8 + (r * pairs + p) * 8;
+        const int32_t* four = s->qsum4 + (r * blocks + 2 * p) * 8;
+        for (int l = 0; l < 8; l++) {
+            lanes[l] = sa[2 * p + (l >> 2)];
+            /* lane l: 8 elements 8 (l & 3) of block 2p + (l >> 2) */
+            sums[l] = 8 * (four[(l >> 2) * 8 + 2 * (l & 3)] + four[(l >> 2) * 8 + 2 * (l & 3) + 1]);
+        }
+    }
+    if (blocks % 2) {
+        const int8_t* last = q + (blocks - 1) * GENAI_STEP_BLOCK;
+        int8_t* out = qp + (blocks - 1) * GENAI_STEP_BLOCK;
+        for (int i = 0; i < 16; i++) {
+            out[i] = last[2 * i];
+            out[16 + i] = last[2 * i + 1];
         }
     }
 }
@@ -127,14 +190,15 @@ static inline void genai_step_block_scalar(const int8_t* q, const int8_t* s, flo
     }
 }
 
-/* Rows [0, rows) x columns [n0, n1) of ``out`` (rows x n), the scalar path. ``q``, ``sa``:
-   the rows' `genai_step_quantize_row` blocks; ``b``: [n, blocks, 16] packed nibbles;
+/* Rows [0, rows) x columns [n0, n1) of ``out`` (rows x n), the scalar path. ``rs``: the rows
+   (`genai_step_prepare_row`); ``b``: [n, blocks, 16] packed nibbles;
    ``scales``: [n, blocks]; ``zp``: NULL or [n, (blocks + 1) / 2] packed zero points. */
-static void genai_step_columns_scalar(const int8_t* q, const float* sa, size_t rows,
-                                      size_t blocks, const uint8_t* b, const float* scales,
-                                      const uint8_t* zp, size_t n0, size_t n1, size_t n,
-                                      float* out) {
-    size_t k = blocks * GENAI_STEP_BLOCK, whole = n - n % 4;
+static void genai_step_columns_scalar(const GenaiStepRows* rs, const uint8_t* b,
+                                      const float* scales, const uint8_t* zp, size_t n0,
+                                      size_t n1, size_t n, float* out) {
+    const int8_t* q = rs->q;
+    const float* sa = rs->sa;
+    size_t rows = rs->rows, blocks = rs->blocks, k = rs->k, whole = n - n % 4;
     size_t zp_stride = (blocks + 1) / 2;
     int8_t s0[GENAI_STEP_BLOCK], s1[GENAI_STEP_BLOCK];
     for (size_t col = n0; col < n1; col++) {
@@ -179,107 +243,180 @@ static void genai_step_columns_scalar(const int8_t* q, const float* sa, size_t r
 }
 
 #ifdef GENAI_STEP_ROWS_X86
-__attribute__((target("avx2,fma"))) static inline __m256i genai_step_unpack_avx2(
-    const uint8_t* packed, int zp) {
-    __m128i x = _mm_loadu_si128((const __m128i*)packed);
-    __m128i mask = _mm_set1_epi8(15);
-    __m128i lo = _mm_and_si128(x, mask);
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(x, 4), mask);
-    __m256i u = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-    return _mm256_sub_epi8(u, _mm256_set1_epi8((char)zp));
+/* One column's eight lanes for ``R`` rows (a constant where inlined, so the accumulators stay
+   in registers) into lanes[i * 32 + 0..7], in the scalar path's lane order. A block pair's 32
+   packed bytes load as one vector: the low nibbles are both blocks' even elements, the high
+   nibbles their odd ones, which ``qp`` matches. Without zero points the nibbles stay unsigned
+   (0..15) and the dot products lose 8 x the sums of q (``qsum8``); the eight 8-element sums then
+   come out as (block 2p: 0-7, 8-15, 16-23, 24-31, block 2p+1: the same), the scalar path's lanes
+   (0, 1, 4, 5, 2, 3, 6, 7), put back in order after the last pair. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void genai_step_column_avx2(
+    const int R, const GenaiStepRows* rs, size_t r0, const uint8_t* packed, const float* sb,
+    const uint8_t* z, float* lanes) {
+    size_t blocks = rs->blocks, pairs = rs->pairs, k = rs->k;
+    const int8_t* qp = rs->qp + r0 * k;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i nibble = _mm256_set1_epi8(15);
+    const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    __m256 acc[GENAI_STEP_ROW_GROUP];
+    for (int i = 0; i < R; i++) {
+        acc[i] = _mm256_setzero_ps();
+    }
+    for (size_t p = 0; p < pairs; p++) {
+        size_t blk = 2 * p;
+        __m256i x = _mm256_loadu_si256((const __m256i*)(packed + blk * 16));
+        __m256i lo = _mm256_and_si256(x, nibble);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble);
+        if (z == NULL) {
+            /* (sb[blk] x 4, sb[blk + 1] x 4) */
+            __m256 sb_lanes = _mm256_permutevar8x32_ps(
+                _mm256_castps128_ps256(
+                    _mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(sb + blk)))),
+                spread);
+            for (int i = 0; i < R; i++) {
+                const int8_t* qr = qp + i * k + blk * GENAI_STEP_BLOCK;
+                __m256i sum = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qr)),
+                    _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qr + 32))));
+                __m256i dot = _mm256_sub_epi32(
+                    _mm256_madd_epi16(sum, ones),
+                    _mm256_loadu_si256(
+                        (const __m256i*)(rs->qsum8 + ((r0 + i) * pairs + p) * 8)));
+                __m256 c = _mm256_mul_ps(
+                    _mm256_loadu_ps(rs->pair_sa + ((r0 + i) * pairs + p) * 8), sb_lanes);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), c, acc[i]);
+            }
+            continue;
+        }
+        __m256i zp0 = _mm256_set1_epi32(genai_step_zero_point(z, blk));
+        __m256i zp1 = _mm256_set1_epi32(genai_step_zero_point(z, blk + 1));
+        for (int i = 0; i < R; i++) {
+            const int8_t* qr = qp + i * k + blk * GENAI_STEP_BLOCK;
+            const int32_t* four = rs->qsum4 + ((r0 + i) * blocks + blk) * 8;
+            const float* sr = rs->sa + (r0 + i) * blocks + blk;
+            /* sums of 4: block blk in the low half, blk + 1 in the high one (int16) */
+            __m256i sum = _mm256_add_epi16(
+                _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qr)),
+                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qr + 32))));
+            __m256i d0 = _mm256_sub_epi32(
+                _mm256_cvtepi16_epi32(_mm256_castsi256_si128(sum)),
+                _mm256_mullo_epi32(zp0, _mm256_loadu_si256((const __m256i*)four)));
+            __m256i d1 = _mm256_sub_epi32(
+                _mm256_cvtepi16_epi32(_mm256_extracti128_si256(sum, 1)),
+                _mm256_mullo_epi32(zp1, _mm256_loadu_si256((const __m256i*)(four + 8))));
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(sr[0] * sb[blk]),
+                                     acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1),
+                                     _mm256_set1_ps(sr[1] * sb[blk + 1]), acc[i]);
+        }
+    }
+    if (z == NULL && pairs) {
+        for (int i = 0; i < R; i++) {
+            acc[i] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(acc[i]), 0xD8));
+        }
+    }
+    if (blocks % 2) {
+        size_t blk = blocks - 1;
+        __m128i x = _mm_loadu_si128((const __m128i*)(packed + blk * 16));
+        __m128i lo = _mm_and_si128(x, _mm256_castsi256_si128(nibble));
+        __m128i hi = _mm_and_si128(_mm_srli_epi16(x, 4), _mm256_castsi256_si128(nibble));
+        __m256i zp0 = _mm256_set1_epi32(genai_step_zero_point(z, blk));
+        for (int i = 0; i < R; i++) {
+            const int8_t* qr = qp + i * k + blk * GENAI_STEP_BLOCK;
+            __m128i sum = _mm_add_epi16(
+                _mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i*)qr)),
+                _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i*)(qr + 16))));
+            __m256i d0 = _mm256_sub_epi32(
+                _mm256_cvtepi16_epi32(sum),
+                _mm256_mullo_epi32(zp0, _mm256_loadu_si256((const __m256i*)(
+                                            rs->qsum4 + ((r0 + i) * blocks + blk) * 8))));
+            float c = rs->sa[(r0 + i) * blocks + blk] * sb[blk];
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(c), acc[i]);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        _mm256_storeu_ps(lanes + i * 32, acc[i]);
+    }
 }
 
-/* The exact int32 sums of 4 consecutive products q[j] * s[j] (lane l: j = 4l..4l+3). */
-__attribute__((target("avx2,fma"))) static inline __m256i genai_step_dot4_avx2(__m256i q,
-                                                                                __m256i s,
-                                                                                __m256i abs_s) {
-    __m256i pairs = _mm256_maddubs_epi16(abs_s, _mm256_sign_epi8(q, s));
-    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+/* genai_step_fold of 4 columns' lanes (lanes[c * 8 + 0..7]) into out[0..3], as vectors. */
+__attribute__((target("avx2,fma"))) static inline void genai_step_fold4_avx2(const float* lanes,
+                                                                             float* out) {
+    __m256 c0 = _mm256_loadu_ps(lanes), c1 = _mm256_loadu_ps(lanes + 8);
+    __m256 c2 = _mm256_loadu_ps(lanes + 16), c3 = _mm256_loadu_ps(lanes + 24);
+    __m256 t0 = _mm256_unpacklo_ps(c0, c1), t1 = _mm256_unpackhi_ps(c0, c1);
+    __m256 t2 = _mm256_unpacklo_ps(c2, c3), t3 = _mm256_unpackhi_ps(c2, c3);
+    /* w_l: lane l (low half) and lane l + 4 (high half) of the 4 columns */
+    __m256 w0 = _mm256_shuffle_ps(t0, t2, 0x44), w1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 w2 = _mm256_shuffle_ps(t1, t3, 0x44), w3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 x = _mm256_add_ps(w0, w1);
+    x = _mm256_add_ps(x, w2);
+    x = _mm256_add_ps(x, w3);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1)));
 }
 
-/* As genai_step_columns_scalar, 8 rows at a time sharing each unpacked block pair. */
+#define GENAI_STEP_COLUMN_CASE(R)                                                 \
+    case R:                                                                       \
+        genai_step_column_avx2(R, rs, r0, packed, sb, z, lanes + c * 8); \
+        break;
+
+/* As genai_step_columns_scalar (``n0`` a multiple of 4), 8 rows at a time sharing each
+   unpacked block pair, 4 columns' sums folded together. */
 __attribute__((target("avx2,fma"))) static void genai_step_columns_avx2(
-    const int8_t* q, const float* sa, const float* pair_scales, size_t rows, size_t blocks,
-    const uint8_t* b, const float* scales, const uint8_t* zp, size_t n0, size_t n1, size_t n,
-    float* out) {
-    size_t k = blocks * GENAI_STEP_BLOCK, whole = n - n % 4, pairs = blocks / 2;
+    const GenaiStepRows* rs, const uint8_t* b, const float* scales, const uint8_t* zp,
+    size_t n0, size_t n1, size_t n, float* out) {
+    size_t rows = rs->rows, blocks = rs->blocks, whole = n - n % 4;
     size_t zp_stride = (blocks + 1) / 2;
-    float lanes[8];
-    for (size_t col = n0; col < n1; col++) {
-        const uint8_t* packed = b + col * blocks * 16;
-        const float* sb = scales + col * blocks;
-        const uint8_t* z = zp == NULL ? NULL : zp + col * zp_stride;
+    float lanes[GENAI_STEP_ROW_GROUP * 32];
+    for (size_t col = n0; col < n1; col += 4) {
+        size_t cols = n1 - col < 4 ? n1 - col : 4;
         for (size_t r0 = 0; r0 < rows; r0 += GENAI_STEP_ROW_GROUP) {
             size_t count = rows - r0 < GENAI_STEP_ROW_GROUP ? rows - r0 : GENAI_STEP_ROW_GROUP;
-            __m256 acc[GENAI_STEP_ROW_GROUP];
-            for (size_t i = 0; i < count; i++) {
-                acc[i] = _mm256_setzero_ps();
-            }
-            size_t blk = 0;
-            for (; blk + 1 < blocks; blk += 2) {
-                __m256i s0 = genai_step_unpack_avx2(packed + blk * 16,
-                                                    genai_step_zero_point(z, blk));
-                __m256i s1 = genai_step_unpack_avx2(packed + (blk + 1) * 16,
-                                                    genai_step_zero_point(z, blk + 1));
-                __m256i a0 = _mm256_sign_epi8(s0, s0), a1 = _mm256_sign_epi8(s1, s1);
-                __m256 sb_lanes = _mm256_setr_ps(sb[blk], sb[blk], sb[blk + 1], sb[blk + 1],
-                                                 sb[blk], sb[blk], sb[blk + 1], sb[blk + 1]);
-                for (size_t i = 0; i < count; i++) {
-                    const int8_t* qr = q + (r0 + i) * k + blk * GENAI_STEP_BLOCK;
-                    __m256i d0 = genai_step_dot4_avx2(_mm256_loadu_si256((const __m256i*)qr),
-                                                      s0, a0);
-                    __m256i d1 = genai_step_dot4_avx2(
-                        _mm256_loadu_si256((const __m256i*)(qr + GENAI_STEP_BLOCK)), s1, a1);
-                    if (z != NULL) {
-                        const float* sr = sa + (r0 + i) * blocks + blk;
-                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0),
-                                                 _mm256_set1_ps(sr[0] * sb[blk]), acc[i]);
-                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1),
-                                                 _mm256_set1_ps(sr[1] * sb[blk + 1]), acc[i]);
-                        continue;
-                    }
-                    __m256 c = _mm256_mul_ps(
-                        _mm256_loadu_ps(pair_scales + ((r0 + i) * pairs + blk / 2) * 8),
-                        sb_lanes);
-                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(d0, d1)), c,
-                                             acc[i]);
-                }
-            }
-            if (blk < blocks) {
-                __m256i s0 = genai_step_unpack_avx2(packed + blk * 16,
-                                                    genai_step_zero_point(z, blk));
-                __m256i a0 = _mm256_sign_epi8(s0, s0);
-                for (size_t i = 0; i < count; i++) {
-                    const int8_t* qr = q + (r0 + i) * k + blk * GENAI_STEP_BLOCK;
-                    __m256i d0 = genai_step_dot4_avx2(_mm256_loadu_si256((const __m256i*)qr),
-                                                      s0, a0);
-                    float c = sa[(r0 + i) * blocks + blk] * sb[blk];
-                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(c), acc[i]);
+            for (size_t c = 0; c < cols; c++) {
+                const uint8_t* packed = b + (col + c) * blocks * 16;
+                const float* sb = scales + (col + c) * blocks;
+                const uint8_t* z = zp == NULL ? NULL : zp + (col + c) * zp_stride;
+                switch (count) {
+                    GENAI_STEP_COLUMN_CASE(1)
+                    GENAI_STEP_COLUMN_CASE(2)
+                    GENAI_STEP_COLUMN_CASE(3)
+                    GENAI_STEP_COLUMN_CASE(4)
+                    GENAI_STEP_COLUMN_CASE(5)
+                    GENAI_STEP_COLUMN_CASE(6)
+                    GENAI_STEP_COLUMN_CASE(7)
+                    default:
+                        genai_step_column_avx2(GENAI_STEP_ROW_GROUP, rs, r0, packed, sb, z,
+                                               lanes + c * 8);
                 }
             }
             for (size_t i = 0; i < count; i++) {
-                _mm256_storeu_ps(lanes, acc[i]);
-                out[(r0 + i) * n + col] = genai_step_fold(lanes, col < whole);
+                float* row = out + (r0 + i) * n + col;
+                if (cols == 4 && col + 4 <= whole) {
+                    genai_step_fold4_avx2(lanes + i * 32, row);
+                    continue;
+                }
+                for (size_t c = 0; c < cols; c++) {
+                    row[c] = genai_step_fold(lanes + i * 32 + c * 8, col + c < whole);
+                }
             }
         }
     }
 }
+#undef GENAI_STEP_COLUMN_CASE
 #endif
 
-/* Columns [n0, n1) of every row, on path ``level`` (genai_step_rows_level). */
-static inline void genai_step_columns(const int8_t* q, const float* sa,
-                                      const float* pair_scales, size_t rows, size_t blocks,
-                                      const uint8_t* b, const float* scales, const uint8_t* zp,
-                                      size_t n0, size_t n1, size_t n, float* out, int level) {
+/* Columns [n0, n1) of every row of ``rs``, on path ``level`` (genai_step_rows_level). */
+static inline void genai_step_columns(const GenaiStepRows* rs, const uint8_t* b,
+                                      const float* scales, const uint8_t* zp, size_t n0,
+                                      size_t n1, size_t n, float* out, int level) {
 #ifdef GENAI_STEP_ROWS_X86
     if (level == 1) {
-        genai_step_columns_avx2(q, sa, pair_scales, rows, blocks, b, scales, zp, n0, n1, n, out);
+        genai_step_columns_avx2(rs, b, scales, zp, n0, n1, n, out);
         return;
     }
 #endif
-    (void)pair_scales;
     (void)level;
-    genai_step_columns_scalar(q, sa, rows, blocks, b, scales, zp, n0, n1, n, out);
+    genai_step_columns_scalar(rs, b, scales, zp, n0, n1, n, out);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -3,6 +3,7 @@ of the decoder graph's inputs and outputs."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -38,7 +39,7 @@ from genai.runtime.pipeline_stages import (
 from genai.runtime.row_quantization import fuse_row_quantization
 from genai.runtime.run_length_split import split_by_run_length
 from genai.runtime.trimmed_logits import TrimmedLogits, trim_logits
-from genai.runtime.verify_rows import linear_ops
+from genai.runtime.verify_rows import StepRowsSession, linear_ops, step_rows_graph, step_rows_takes
 from genai.runtime.vision import (
     VISION_TYPES,
     EmbeddedDecoderIO,
@@ -495,13 +496,16 @@ class Model:
         run_options: dict[str, str] | None = None,
         trim: bool = False,
         chunk: bool = False,
+        step_rows: bool = False,
     ) -> NativeSession:
         """The decoder's session; ``fixed``: symbolic dimensions to fix beyond the provider's
         (they take precedence). A pipeline stage passes its own session options, file,
         provider and run options (defaults: the decoder's). ``trim``: trim the logits of long
         runs where the graph allows it (`genai.runtime.trimmed_logits`). ``chunk``: run long
         prompts' attention in chunks of query rows where the provider and graph allow it
-        (`genai.runtime.chunked_attention`)."""
+        (`genai.runtime.chunked_attention`). ``step_rows``: instead, the session a speculative
+        verify run goes to (`genai.runtime.verify_rows.StepRowsSession`): the graph short runs
+        run, with ``StepRowsMatMulNBits`` for its ``MatMulNBits``."""
         config = self.config
         if session_cfg is None:
             session_cfg = config.get("model.decoder.session_options", {}) or {}
@@ -605,6 +609,10 @@ class Model:
                     plain_ops = True
                     if folder is not None:
                         entries[_EXTERNAL_DATA_FOLDER] = folder
+        if step_rows:
+            return self._step_rows_session(
+                path, graphs[0] if split else graph, data, entries, options
+            )
         try:
             if split is None:
                 session = NativeSession(
@@ -616,6 +624,7 @@ class Model:
                 )
                 # the linears that decide how verify runs compute attention (`verify_rows`)
                 session.linear_ops = linear_ops(graph or data or b"")  # (no bytes: None)
+                self._offer_step_rows(session, provider, fixed, trim, chunk)
                 if trimmed is not None:
                     # keep no copy of the graph, nor of a head graph that holds its weights
                     # (`full_logits` rebuilds that one when asked)
@@ -633,11 +642,59 @@ class Model:
             )
             short.route_long_runs(long, split.ids, split.above)
             short.linear_ops = linear_ops(graphs[0])  # (verify runs are short ones)
+            self._offer_step_rows(short, provider, fixed, trim, chunk)
             return short
         except FileNotFoundError:
             raise
         except Exception as exc:  # ORT's own errors: name the file
             raise ModelError(f"onnxruntime could not load {path}: {exc}") from exc
+
+    def _offer_step_rows(
+        self,
+        session: NativeSession,
+        provider: ExecutionProvider,
+        fixed: dict[str, int] | None,
+        trim: bool,
+        chunk: bool,
+    ) -> None:
+        """Let ``session``'s speculative verify runs go to a `StepRowsSession` (built on first
+        use) where they would need it: the decoder's own session, on a provider that runs
+        genai's CPU ops, with linears `step_rows_graph` rewrites."""
+        if not (chunk and provider.host_ops and session.linear_ops):
+            return
+        if os.environ.get("GENAI_STEP_ROWS", "1") == "0":
+            return
+        if any(not step_rows_takes(*setting) for setting in session.linear_ops):
+            return
+        session.step_rows_session = StepRowsSession(
+            functools.partial(self._create_session, fixed, trim=trim, chunk=True, step_rows=True)
+        )
+
+    def _step_rows_session(
+        self,
+        path: Path,
+        graph: bytes | None,
+        data: bytes | None,
+        entries: dict[str, str],
+        options: dict[str, Any],
+    ) -> NativeSession | None:
+        """The session of `_create_session` with ``step_rows``: ``graph`` (the bytes the
+        decoder's short runs run; None: the file's, ``data``) with `step_rows_graph`'s op."""
+        from_file = graph is None
+        rewritten = step_rows_graph(graph if graph is not None else data or b"")
+        if rewritten is None:
+            return None
+        entries = dict(entries)
+        if from_file and data is not None and wire.external_locations(rewritten):
+            moved = in_memory_graphs(path.parent, [rewritten])
+            if moved is None:
+                return None
+            (rewritten,), entries[_EXTERNAL_DATA_FOLDER] = moved
+        log.info("%s: speculative verify runs get one-token steps' numbers from a second "
+                 "session (StepRowsMatMulNBits)", path)  # fmt: skip
+        return NativeSession(
+            str(path), model_bytes=rewritten, config_entries=entries, genai_ops=True, **options
+        )
 
     @staticmethod
     def _can_trim(provider: ExecutionProvider, options: dict[str, str]) -> bool:

@@ -9,9 +9,15 @@ single row on some CPUs and settings (measured on onnxruntime 1.32: with ``accur
 on AVX-512 CPUs a row's bits are the same in a run of 1 or of 5; on AVX2 CPUs, and with
 accuracy levels 0-1, they are not), and other linear ops (fp32 ``MatMul``, ``Gemm``, ...) do
 on every CPU. So `rows_like_steps` asks onnxruntime: each distinct ``MatMulNBits`` of the
-graph (`linear_ops`) runs once on a random row alone and once among others, and only if every
-one gives the same bits are verify runs made one attention row per call; otherwise they stay
-one call, the reference engine's numbers (and text).
+graph (`linear_ops`) runs once on a random row alone and once among others, and if every one
+gives the same bits verify runs are made one attention row per call. Where they differ and
+every linear has 4-bit weights in blocks of 32 at accuracy level 4, genai's own
+``StepRowsMatMulNBits`` (`genai._core.custom_ops`) computes each row of a run with the
+one-row kernel's arithmetic on AVX2 CPUs; `op_gives_steps` checks it against onnxruntime's
+one-row runs the same way, and if it agrees verify runs go, one attention row per call, to a
+second session of the decoder's graph with that op (`step_rows_graph`, `StepRowsSession`,
+built on the first verify run: it loads the weights once more). Otherwise they stay one call,
+the reference engine's numbers (and text).
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -26,7 +34,17 @@ import numpy as np
 from genai.runtime import onnx_wire as wire
 from genai.runtime.chunked_attention import single_rows
 
-__all__ = ["LinearOps", "linear_ops", "rows_like_steps", "verify_rows"]
+__all__ = [
+    "LinearOps",
+    "StepRowsSession",
+    "exact_rows",
+    "linear_ops",
+    "op_gives_steps",
+    "rows_like_steps",
+    "step_rows_graph",
+    "step_rows_takes",
+    "verify_rows",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +106,17 @@ def rows_like_steps(ops: LinearOps) -> bool:
     return ops is not None and all(_probe(*setting) for setting in sorted(ops))
 
 
-@functools.cache
-def _probe(k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bool) -> bool:
-    from genai._core.native_session import NativeSession  # lazy: the native extension
-
-    if k <= 0 or n <= 0 or block <= 0 or bits not in (2, 4, 8) or k % block:
-        return False
+def _probe_model(
+    k: int,
+    n: int,
+    bits: int,
+    block: int,
+    accuracy: int,
+    zero_points: bool,
+    op: tuple[str, str] = (_MS, "MatMulNBits"),
+) -> bytes:
+    """A one-node model: ``op`` (domain, name) on random weights of the setting, input ``a``
+    [m, k], output ``y`` [m, n] (the same weights for every op)."""
     rng = np.random.default_rng(0)
     blocks = k // block
     weight = rng.integers(0, 256, (n, blocks, block * bits // 8), dtype=np.uint8)
@@ -109,8 +132,9 @@ def _probe(k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bo
         inits.append(wire.raw_tensor("z", _UINT8, [n * per_row], points.tobytes()))
         names.append("z")
     ints = dict(zip(_ATTRS, (k, n, bits, block, accuracy), strict=True))
+    domain, name = op
     graph = wire.len_field(
-        wire.GRAPH_NODE, wire.node("MatMulNBits", names, ["y"], "probe", domain=_MS, ints=ints)
+        wire.GRAPH_NODE, wire.node(name, names, ["y"], "probe", domain=domain, ints=ints)
     )  # type: ignore[arg-type]
     graph += wire.len_field(wire.GRAPH_NAME, b"probe")
     for tensor in inits:
@@ -119,19 +143,84 @@ def _probe(k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bo
     graph += wire.len_field(wire.GRAPH_OUTPUT, wire.value_info("y", _FLOAT, ["m", n]))
     model = wire.encode_varint(1 << 3) + wire.encode_varint(8)  # ir_version 8
     model += wire.opset_import("", 17) + wire.opset_import(_MS, 1)
+    if domain not in ("", _MS):
+        model += wire.opset_import(domain, 1)
     model += wire.len_field(wire.MODEL_GRAPH, graph)
-    try:
-        session = NativeSession(None, model_bytes=model, intra_op_num_threads=1)
-        rows = rng.standard_normal((5, k)).astype(np.float32)
-        together = _run(session, rows, n)
-        alone = np.concatenate([_run(session, rows[i : i + 1], n) for i in range(len(rows))])
-    except Exception as exc:  # a setting onnxruntime refuses: not vouched for
-        log.debug("MatMulNBits probe %s failed: %s", (k, n, bits, block, accuracy), exc)
+    return model
+
+
+def _probe_rows(k: int) -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((5, k)).astype(np.float32)
+
+
+def _alone(session: Any, rows: np.ndarray, n: int) -> np.ndarray:
+    return np.concatenate([_run(session, rows[i : i + 1], n) for i in range(len(rows))])
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(a.view(np.uint32), b.view(np.uint32)))
+
+
+@functools.cache
+def _probe(k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bool) -> bool:
+    from genai._core.native_session import NativeSession  # lazy: the native extension
+
+    if k <= 0 or n <= 0 or block <= 0 or bits not in (2, 4, 8) or k % block:
         return False
-    same = bool(np.array_equal(together.view(np.uint32), alone.view(np.uint32)))
-    log.debug("MatMulNBits %s: a row alone %s", (k, n, bits, block, accuracy),
-              "as in a run" if same else "differs")  # fmt: skip
+    setting = (k, n, bits, block, accuracy)
+    try:
+        model = _probe_model(*setting, zero_points)
+        session = NativeSession(None, model_bytes=model, intra_op_num_threads=1)
+        rows = _probe_rows(k)
+        same = _same_bits(_run(session, rows, n), _alone(session, rows, n))
+    except Exception as exc:  # a setting onnxruntime refuses: not vouched for
+        log.debug("MatMulNBits probe %s failed: %s", setting, exc)
+        return False
+    log.debug("MatMulNBits %s: a row alone %s", setting, "as in a run" if same else "differs")
     return same
+
+
+def step_rows_takes(
+    k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bool
+) -> bool:
+    """Whether StepRowsMatMulNBits takes the setting: 4 bits in blocks of 32 at accuracy level
+    4 (int8 activations), the setting whose one-row kernel it reproduces."""
+    return bits == 4 and block == 32 and accuracy == 4 and k > 0 and n > 0 and k % 32 == 0
+
+
+@functools.cache
+def _probe_op(k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bool) -> bool:
+    from genai._core.custom_ops import DOMAIN, STEP_ROWS_MATMUL  # lazy: the native extension
+    from genai._core.native_session import NativeSession
+
+    setting = (k, n, bits, block, accuracy)
+    if not step_rows_takes(*setting, zero_points):
+        return False
+    try:
+        ours = NativeSession(
+            None,
+            model_bytes=_probe_model(*setting, zero_points, op=(DOMAIN, STEP_ROWS_MATMUL)),
+            intra_op_num_threads=1,
+            genai_ops=True,
+        )
+        theirs = NativeSession(
+            None, model_bytes=_probe_model(*setting, zero_points), intra_op_num_threads=1
+        )
+        rows = _probe_rows(k)
+        same = _same_bits(_run(ours, rows, n), _alone(theirs, rows, n))
+    except Exception as exc:
+        log.debug("StepRowsMatMulNBits probe %s failed: %s", setting, exc)
+        return False
+    log.debug("StepRowsMatMulNBits %s: %s", setting,
+              "one-row numbers" if same else "not one-row numbers")  # fmt: skip
+    return same
+
+
+def op_gives_steps(ops: LinearOps) -> bool:
+    """Whether genai's ``StepRowsMatMulNBits`` gives the rows of a run of every ``MatMulNBits``
+    setting in ``ops`` the bits onnxruntime gives each row alone, on this CPU (asked once per
+    setting and process); False for None or no setting."""
+    return bool(ops) and all(_probe_op(*setting) for setting in sorted(ops))  # type: ignore[union-attr]
 
 
 def _run(session: Any, rows: np.ndarray, n: int) -> np.ndarray:
@@ -142,8 +231,115 @@ def _run(session: Any, rows: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def verify_rows(ops: LinearOps) -> contextlib.AbstractContextManager[None]:
-    """The context a verify run of a graph with linear ops ``ops`` runs in: one attention row
-    per call (`single_rows`) when that gives one-token steps' numbers on this CPU
-    (`rows_like_steps`), else nothing (one call, as the reference engine)."""
-    return single_rows() if rows_like_steps(ops) else contextlib.nullcontext()
+def step_rows_graph(data: bytes) -> bytes | None:
+    """The serialized model ``data`` with genai's ``StepRowsMatMulNBits`` for each of its
+    ``MatMulNBits`` nodes (same inputs, outputs and attributes), or None when it has none or one
+    the op does not take (`step_rows_takes`), or cannot be read."""
+    from genai._core.custom_ops import DOMAIN, STEP_ROWS_MATMUL  # lazy: the native extension
+
+    try:
+        found = wire.model_graph(data)
+        if found is None:
+            return None
+        model, graph = found
+        top = bytearray()
+        rewritten = 0
+        for number, kind, value, raw in graph:
+            if number == wire.GRAPH_NODE and kind == wire.LEN:
+                node = wire.parse_node(value)  # type: ignore[arg-type]
+                if (node.domain, node.op) == (_MS, "MatMulNBits"):
+                    inputs = wire.given(node.inputs)
+                    values = [node.ints.get(name, 0 if name == "accuracy_level" else None)
+                              for name in _ATTRS]  # fmt: skip
+                    if len(inputs) > 4 or not step_rows_takes(*values, len(inputs) == 4):  # type: ignore[arg-type]
+                        return None
+                    top += wire.len_field(
+                        wire.GRAPH_NODE, _renamed(value, STEP_ROWS_MATMUL, DOMAIN)
+                    )  # type: ignore[arg-type]
+                    rewritten += 1
+                    continue
+            top += raw
+        if not rewritten:
+            return None
+        return wire.with_graph(model, bytes(top), DOMAIN)
+    except (wire.MalformedProto, UnicodeDecodeError, ValueError, TypeError):
+        return None
+
+
+def _renamed(node: bytes, op: str, domain: str) -> bytes:
+    """The NodeProto ``node`` as op ``op`` of ``domain``."""
+    out = bytearray()
+    for number, kind, _, raw in wire.fields(node):
+        if number == wire.NODE_OP_TYPE and kind == wire.LEN:
+            out += wire.len_field(wire.NODE_OP_TYPE, op.encode())
+        elif number == wire.NODE_DOMAIN and kind == wire.LEN:
+            out += wire.len_field(wire.NODE_DOMAIN, domain.encode())
+        else:
+            out += raw
+    return bytes(out)
+
+
+class StepRowsSession:
+    """The session a decoder's speculative verify runs go to where onnxruntime's
+    ``MatMulNBits`` gives a row of a run other numbers than a row alone: the decoder's graph
+    with `step_rows_graph`'s op, built by ``build`` on first use (it loads the weights a second
+    time), None when it cannot be built (logged once)."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build: Callable[[], Any] | None = build
+        self._session: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        """Whether a session was built (`get` was called and succeeded)."""
+        return self._session is not None
+
+    def get(self) -> Any:
+        """The session (built on the first call), or None."""
+        with self._lock:
+            build, self._build = self._build, None
+            if build is not None:
+                try:
+                    self._session = build()
+                except Exception as exc:  # verify runs then run as one call
+                    log.warning("speculative verify runs keep onnxruntime's numbers: %s", exc)
+        return self._session
+
+
+@contextlib.contextmanager
+def _routed(session: Any, other: Any) -> Iterator[None]:
+    session.route_verify_runs(other)
+    try:
+        with single_rows():
+            yield
+    finally:
+        session.route_verify_runs(None)
+
+
+def exact_rows(session: Any) -> bool:
+    """Whether `verify_rows` gives the verify runs of ``session`` (a `NativeSession`) one-token
+    steps' numbers on this CPU: its linears do already (`rows_like_steps`), or it has a
+    `StepRowsSession` and the op gives them (`op_gives_steps`)."""
+    ops = session.linear_ops
+    if rows_like_steps(ops):
+        return True
+    return session.step_rows_session is not None and op_gives_steps(ops)
+
+
+def verify_rows(session: Any) -> contextlib.AbstractContextManager[None]:
+    """The context a verify run of ``session`` (a `NativeSession` binding) runs in, so that
+    each of its rows gets one-token steps' numbers where that can be had on this CPU: one
+    attention row per call (`single_rows`) when the graph's linears already give them
+    (`rows_like_steps`); that and the run on the graph with genai's ``StepRowsMatMulNBits``
+    (``session.step_rows_session``) when that op gives them (`op_gives_steps`); else nothing
+    (one call, the reference engine's numbers and text)."""
+    ops = session.linear_ops
+    if rows_like_steps(ops):
+        return single_rows()
+    maker = session.step_rows_session
+    if maker is not None and op_gives_steps(ops):
+        other = maker.get()
+        if other is not None:
+            return _routed(session, other)
+    return contextlib.nullcontext()

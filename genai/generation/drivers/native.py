@@ -141,7 +141,7 @@ class NativeDriver(SessionInputs):
             raise InvalidArgumentError(f"verify runs at most {most} tokens at once, not {count}")
         for column in np.asarray(tokens, np.int32).T:
             loop.push_tokens(column, False)
-        with verify_rows(self.session.linear_ops):  # where it gives one-token steps' numbers
+        with verify_rows(self.session):  # where it gives one-token steps' numbers
             loop.run(False)
         logits = self.session.get_output(name)
         if logits.ndim != 3 or logits.shape[1] != count:
