@@ -28,7 +28,7 @@ No onnxruntime header is needed: the op table is `ort_custom_op.h`, the API slot
 """
 
 cimport cython
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport calloc, free, malloc
 
 from genai._core.ort_api cimport (
@@ -104,7 +104,8 @@ cdef extern from "step_rows_kernels.h":
     size_t genai_step_rows_bytes(size_t rows, size_t k) noexcept nogil
     void genai_step_rows_init(GenaiStepRows* s, void* scratch, size_t rows,
                               size_t k) noexcept nogil
-    void genai_step_prepare_row(GenaiStepRows* s, size_t r, const float* a) noexcept nogil
+    void genai_step_prepare_row(GenaiStepRows* s, size_t r, const float* a,
+                                int level) noexcept nogil
     void genai_step_columns(const GenaiStepRows* rs, const uint8_t* b, const float* scales,
                             const uint8_t* zp, size_t n0, size_t n1, size_t n, float* out,
                             int level) noexcept nogil
@@ -996,6 +997,10 @@ def row_products(const float[:, ::1] a, const float[:, ::1] b, const float[::1] 
 cdef enum:
     STEP_INPUTS = 4
     STEP_COLUMNS = 32      # columns per parallel task
+    # rows x columns x blocks below which a call runs on its own thread: ~100 us of work (a
+    # decoder layer's linears for a few rows of a small model), where waking the pool's
+    # threads cost more than they gave (2-core Zen 3, docs/benchmarks.md)
+    STEP_PARALLEL_WORK = 262144
     IN_A = 0
     IN_B = 1
     IN_SCALES = 2
@@ -1136,10 +1141,11 @@ cdef OrtStatus* _step_compute(void* kernel, OrtKernelContext* ctx) noexcept nogi
     genai_step_rows_init(&prepared, scratch, rows, k_len)
     cdef const float* a = <const float*>_data(ins[IN_A])
     for i in range(rows):
-        genai_step_prepare_row(&prepared, i, a + i * k_len)
+        genai_step_prepare_row(&prepared, i, a + i * k_len, _step_level)
     job.rows = &prepared
     tasks = (job.n + STEP_COLUMNS - 1) // STEP_COLUMNS
-    if tasks > 1 and f.KernelContext_ParallelFor != NULL:
+    if (tasks > 1 and f.KernelContext_ParallelFor != NULL
+            and rows * job.n * (k_len // 32) >= STEP_PARALLEL_WORK):
         st = f.KernelContext_ParallelFor(ctx, _step_block, tasks, 0, &job)
     else:
         for i in range(tasks):
@@ -1187,7 +1193,7 @@ def step_rows_matmul(const float[:, ::1] a, const uint8_t[:, :, ::1] b,
         with nogil:
             genai_step_rows_init(&prepared, &scratch[0], <size_t>rows, <size_t>k)
             for i in range(rows):
-                genai_step_prepare_row(&prepared, <size_t>i, &a[i, 0])
+                genai_step_prepare_row(&prepared, <size_t>i, &a[i, 0], level)
             genai_step_columns(&prepared, &b[0, 0, 0], &scales[0, 0], zp_data, 0, <size_t>n,
                                <size_t>n, &y[0, 0], level)
     return out

@@ -40,6 +40,15 @@
 
 #define GENAI_STEP_BLOCK 32
 #define GENAI_STEP_ROW_GROUP 8 /* rows sharing one unpacked block pair (AVX2 path) */
+/* Loops over a constant number of rows unrolled, so that their accumulators stay in registers
+   (-O2 does not unroll them). */
+#if defined(__clang__)
+#define GENAI_STEP_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define GENAI_STEP_UNROLL _Pragma("GCC unroll 8")
+#else
+#define GENAI_STEP_UNROLL
+#endif
 
 /* The run-time path: 1 AVX2 with FMA, 0 scalar. */
 static inline int genai_step_rows_level(void) {
@@ -87,8 +96,8 @@ static inline void genai_step_rows_init(GenaiStepRows* s, void* scratch, size_t 
     s->qp = s->q + rows * k;
 }
 
-/* Row ``r`` of ``s`` from the ``k`` floats at ``a``. */
-static void genai_step_prepare_row(GenaiStepRows* s, size_t r, const float* a) {
+/* Row ``r`` of ``s`` from the ``k`` floats at ``a``, the scalar path. */
+static void genai_step_prepare_row_scalar(GenaiStepRows* s, size_t r, const float* a) {
     size_t blocks = s->blocks, pairs = s->pairs;
     int8_t* q = s->q + r * s->k;
     float* sa = s->sa + r * blocks;
@@ -105,7 +114,10 @@ static void genai_step_prepare_row(GenaiStepRows* s, size_t r, const float* a) {
         sa[b] = m / 127.0f;
         int32_t* sums = s->qsum4 + (r * blocks + b) * 8;
         for (size_t j = 0; j < GENAI_STEP_BLOCK; j++) {
-            float v = nearbyintf(x[j] * inv);
+            /* round to nearest even: |x * inv| <= 127, so adding and taking away 1.5 * 2^23
+               leaves the integer (one rounding each, nothing contracted), as nearbyintf would
+               without its call */
+            float v = (x[j] * inv + 12582912.0f) - 12582912.0f;
             if (!(v >= -128.0f)) {
                 v = -128.0f; /* (and NaN, as the vector conversion's saturation gives) */
             }
@@ -148,6 +160,94 @@ static void genai_step_prepare_row(GenaiStepRows* s, size_t r, const float* a) {
             out[16 + i] = last[2 * i + 1];
         }
     }
+}
+
+#ifdef GENAI_STEP_ROWS_X86
+/* As genai_step_prepare_row_scalar, 32 values at a time (the same bits: the maximum is exact,
+   the products and roundings are the same operations, and the conversion's saturation gives a
+   NaN -128 as the scalar path does). */
+__attribute__((target("avx2,fma"))) static void genai_step_prepare_row_avx2(GenaiStepRows* s,
+                                                                            size_t r,
+                                                                            const float* a) {
+    size_t blocks = s->blocks, pairs = s->pairs, k = s->k;
+    int8_t* q = s->q + r * k;
+    int8_t* qp = s->qp + r * k;
+    float* sa = s->sa + r * blocks;
+    int32_t* qsum4 = s->qsum4 + r * blocks * 8;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    /* per 16 bytes: the even ones, then the odd ones */
+    const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                           0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    __m256i previous = _mm256_setzero_si256();
+    for (size_t b = 0; b < blocks; b++) {
+        const float* x = a + b * GENAI_STEP_BLOCK;
+        __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+        __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+        __m256 top = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, x0),
+                                                 _mm256_andnot_ps(sign, x1)),
+                                   _mm256_max_ps(_mm256_andnot_ps(sign, x2),
+                                                 _mm256_andnot_ps(sign, x3)));
+        __m128 t = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+        t = _mm_max_ps(t, _mm_movehl_ps(t, t));
+        t = _mm_max_ss(t, _mm_shuffle_ps(t, t, 1));
+        float m = _mm_cvtss_f32(t);
+        float inv_value = m != 0.0f ? 127.0f / m : 0.0f;
+        sa[b] = m / 127.0f;
+        __m256 inv = _mm256_set1_ps(inv_value);
+        const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(x0, inv), mode));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(x1, inv), mode));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(x2, inv), mode));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(x3, inv), mode));
+        __m256i bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3)), order);
+        _mm256_storeu_si256((__m256i*)(q + b * GENAI_STEP_BLOCK), bytes);
+        /* the sums of 4 from the saturated bytes, as the scalar path sums them */
+        __m256i w0 = _mm256_cvtepi8_epi32(_mm256_castsi256_si128(bytes));
+        __m256i w1 = _mm256_cvtepi8_epi32(_mm_srli_si128(_mm256_castsi256_si128(bytes), 8));
+        __m256i w2 = _mm256_cvtepi8_epi32(_mm256_extracti128_si256(bytes, 1));
+        __m256i w3 = _mm256_cvtepi8_epi32(_mm_srli_si128(_mm256_extracti128_si256(bytes, 1), 8));
+        __m256i sums = _mm256_hadd_epi32(_mm256_hadd_epi32(w0, w1), _mm256_hadd_epi32(w2, w3));
+        sums = _mm256_permutevar8x32_epi32(sums, order);
+        _mm256_storeu_si256((__m256i*)(qsum4 + b * 8), sums);
+        /* (the block's even elements | its odd ones) */
+        __m256i halves = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(bytes, split), 0xD8);
+        if (b % 2 == 0) {
+            previous = halves;
+            if (b + 1 == blocks) {
+                _mm256_storeu_si256((__m256i*)(qp + b * GENAI_STEP_BLOCK), halves);
+            }
+            continue;
+        }
+        int8_t* out = qp + (b - 1) * GENAI_STEP_BLOCK;
+        _mm256_storeu_si256((__m256i*)out, _mm256_permute2x128_si256(previous, halves, 0x20));
+        _mm256_storeu_si256((__m256i*)(out + 32),
+                            _mm256_permute2x128_si256(previous, halves, 0x31));
+    }
+    for (size_t p = 0; p < pairs; p++) {
+        __m256 lanes = _mm256_set_m128(_mm_set1_ps(sa[2 * p + 1]), _mm_set1_ps(sa[2 * p]));
+        _mm256_storeu_ps(s->pair_sa + (r * pairs + p) * 8, lanes);
+        __m256i s0 = _mm256_loadu_si256((const __m256i*)(qsum4 + 2 * p * 8));
+        __m256i s1 = _mm256_loadu_si256((const __m256i*)(qsum4 + 2 * p * 8 + 8));
+        __m256i eight = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
+        _mm256_storeu_si256((__m256i*)(s->qsum8 + (r * pairs + p) * 8),
+                            _mm256_slli_epi32(eight, 3));
+    }
+}
+#endif
+
+/* Row ``r`` of ``s`` from the ``k`` floats at ``a``, on path ``level``. */
+static inline void genai_step_prepare_row(GenaiStepRows* s, size_t r, const float* a,
+                                          int level) {
+#ifdef GENAI_STEP_ROWS_X86
+    if (level == 1) {
+        genai_step_prepare_row_avx2(s, r, a);
+        return;
+    }
+#endif
+    (void)level;
+    genai_step_prepare_row_scalar(s, r, a);
 }
 
 static inline int genai_step_zero_point(const uint8_t* zp, size_t b) {
@@ -259,6 +359,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void genai_step
     const __m256i nibble = _mm256_set1_epi8(15);
     const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     __m256 acc[GENAI_STEP_ROW_GROUP];
+    GENAI_STEP_UNROLL
     for (int i = 0; i < R; i++) {
         acc[i] = _mm256_setzero_ps();
     }
@@ -273,6 +374,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void genai_step
                 _mm256_castps128_ps256(
                     _mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(sb + blk)))),
                 spread);
+            GENAI_STEP_UNROLL
             for (int i = 0; i < R; i++) {
                 const int8_t* qr = qp + i * k + blk * GENAI_STEP_BLOCK;
                 __m256i sum = _mm256_add_epi16(
@@ -290,6 +392,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void genai_step
         }
         __m256i zp0 = _mm256_set1_epi32(genai_step_zero_point(z, blk));
         __m256i zp1 = _mm256_set1_epi32(genai_step_zero_point(z, blk + 1));
+        GENAI_STEP_UNROLL
         for (int i = 0; i < R; i++) {
             const int8_t* qr = qp + i * k + blk * GENAI_STEP_BLOCK;
             const int32_t* four = rs->qsum4 + ((r0 + i) * blocks + blk) * 8;
@@ -311,6 +414,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void genai_step
         }
     }
     if (z == NULL && pairs) {
+        GENAI_STEP_UNROLL
         for (int i = 0; i < R; i++) {
             acc[i] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(acc[i]), 0xD8));
         }
@@ -321,6 +425,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void genai_step
         __m128i lo = _mm_and_si128(x, _mm256_castsi256_si128(nibble));
         __m128i hi = _mm_and_si128(_mm_srli_epi16(x, 4), _mm256_castsi256_si128(nibble));
         __m256i zp0 = _mm256_set1_epi32(genai_step_zero_point(z, blk));
+        GENAI_STEP_UNROLL
         for (int i = 0; i < R; i++) {
             const int8_t* qr = qp + i * k + blk * GENAI_STEP_BLOCK;
             __m128i sum = _mm_add_epi16(
@@ -334,6 +439,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void genai_step
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(c), acc[i]);
         }
     }
+    GENAI_STEP_UNROLL
     for (int i = 0; i < R; i++) {
         _mm256_storeu_ps(lanes + i * 32, acc[i]);
     }
