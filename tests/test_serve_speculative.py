@@ -28,6 +28,7 @@ from genai.builder.testing import (  # noqa: E402
 )
 from genai.errors import InvalidArgumentError, ModelError  # noqa: E402
 from genai.generation.search import SearchOptions  # noqa: E402
+from genai.runtime.verify_rows import exact_rows  # noqa: E402
 from genai.serve.app import ServeEngine  # noqa: E402
 from genai.serve.batch_runner import (  # noqa: E402
     GeneratorBatchRunner,
@@ -157,6 +158,31 @@ def test_greedy_tokens_equal_a_batch1_generator(kind, gqa_model, built):
     assert 0 < stats["speculative_accepted_tokens"] <= stats["speculative_proposed_tokens"]
     if kind == "gqa":  # the random builder model repeats one token: every proposal holds
         assert stats["speculative_accepted_tokens"] < stats["speculative_proposed_tokens"]
+
+
+def test_int4_default_model_serves_plain_servings_tokens(default_model_path):
+    """On the folder our builder writes by default (int4, int8 activations), speculative
+    serving's greedy tokens are plain serving's: its verify runs compute attention one row per
+    call with the graph's own linears, which give a row the numbers of a served step (two rows
+    or more) where this CPU's int4 kernel gives a row the same bits in any run of two or more
+    (`verify_rows.exact_rows(batched=True)`; AVX-512 and AVX2 alike)."""
+    model = genai.Model(str(default_model_path))
+    if not exact_rows(model.session, batched=True):
+        pytest.skip("this CPU's int4 kernel gives a row other bits in runs of 2 and of 5")
+    eos = [int(e) for e in model.config.eos_token_ids]
+    prompts = _looping_prompts(model.io.vocab_size, 4, seed=5)
+    new = 24
+
+    def served(speculative):
+        runner = make_batch_runner(model, 2, initial_capacity=16)
+        scheduler = Scheduler(runner, _Tokens(), eos, speculative=speculative)
+        got = _serve(scheduler, [[GenerationRequest(p, new, SearchOptions())] for p in prompts])
+        return [g[0] for g in got], scheduler.stats
+
+    plain, _ = served(None)
+    got, stats = served(NGRAM)
+    assert stats["speculative_target_runs"] > 0
+    assert got == plain
 
 
 def test_draft_model_proposals(gqa_model, tmp_path):

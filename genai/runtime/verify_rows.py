@@ -41,6 +41,7 @@ __all__ = [
     "linear_ops",
     "op_gives_steps",
     "rows_like_steps",
+    "runs_agree",
     "step_rows_graph",
     "step_rows_takes",
     "verify_rows",
@@ -180,6 +181,36 @@ def _probe(k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bo
     return same
 
 
+@functools.cache
+def _probe_runs(k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bool) -> bool:
+    from genai._core.native_session import NativeSession  # lazy: the native extension
+
+    if k <= 0 or n <= 0 or block <= 0 or bits not in (2, 4, 8) or k % block:
+        return False
+    setting = (k, n, bits, block, accuracy)
+    try:
+        model = _probe_model(*setting, zero_points)
+        session = NativeSession(None, model_bytes=model, intra_op_num_threads=1)
+        rows = _probe_rows(k)
+        together = _run(session, rows, n)
+        # each row in a run of two, beside another row
+        pairs = [_run(session, rows[[i, (i + 1) % len(rows)]], n)[:1] for i in range(len(rows))]
+        same = _same_bits(together, np.concatenate(pairs))
+    except Exception as exc:
+        log.debug("MatMulNBits probe %s failed: %s", setting, exc)
+        return False
+    log.debug("MatMulNBits %s: a row in runs of 2 and 5 %s", setting,
+              "the same" if same else "differs")  # fmt: skip
+    return same
+
+
+def runs_agree(ops: LinearOps) -> bool:
+    """Whether every ``MatMulNBits`` setting in ``ops`` gives a row the same bits in a run of 2
+    as in a run of 5 on this CPU (onnxruntime's kernel for several rows: the numbers of a
+    served decode step, which always runs two rows or more); False for None."""
+    return ops is not None and all(_probe_runs(*setting) for setting in sorted(ops))
+
+
 def step_rows_takes(
     k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bool
 ) -> bool:
@@ -317,28 +348,34 @@ def _routed(session: Any, other: Any) -> Iterator[None]:
         session.route_verify_runs(None)
 
 
-def exact_rows(session: Any) -> bool:
-    """Whether `verify_rows` gives the verify runs of ``session`` (a `NativeSession`) one-token
-    steps' numbers on this CPU: its linears do already (`rows_like_steps`), or it has a
-    `StepRowsSession` and the op gives them (`op_gives_steps`)."""
+def exact_rows(session: Any, batched: bool = False) -> bool:
+    """Whether `verify_rows` gives the verify runs of ``session`` (a `NativeSession`) the
+    numbers of the plain steps they stand for on this CPU (``batched``: steps of two rows or
+    more, as the server runs them; else one-row steps, as a generator's): its linears give a
+    row the same bits alone as in a run (`rows_like_steps`); or, batched, the same in runs of
+    2 and 5 (`runs_agree`); or, not batched, ``session`` has a `StepRowsSession` and the op
+    gives one-row numbers (`op_gives_steps`)."""
     ops = session.linear_ops
     if rows_like_steps(ops):
         return True
+    if batched:
+        return runs_agree(ops)
     return session.step_rows_session is not None and op_gives_steps(ops)
 
 
-def verify_rows(session: Any) -> contextlib.AbstractContextManager[None]:
+def verify_rows(session: Any, batched: bool = False) -> contextlib.AbstractContextManager[None]:
     """The context a verify run of ``session`` (a `NativeSession` binding) runs in, so that
-    each of its rows gets one-token steps' numbers where that can be had on this CPU: one
-    attention row per call (`single_rows`) when the graph's linears already give them
-    (`rows_like_steps`); that and the run on the graph with genai's ``StepRowsMatMulNBits``
-    (``session.step_rows_session``) when that op gives them (`op_gives_steps`); else nothing
-    (one call, the reference engine's numbers and text)."""
+    each of its rows gets the numbers of the plain steps it stands for, where that can be had
+    on this CPU (see `exact_rows`; ``batched``: the server's steps of two rows or more): one
+    attention row per call (`single_rows`), with the graph's own linears, or, for one-row steps
+    whose linears a run changes, on the graph with genai's ``StepRowsMatMulNBits``
+    (``session.step_rows_session``); else nothing (one call, the reference engine's numbers
+    and text)."""
     ops = session.linear_ops
-    if rows_like_steps(ops):
+    if rows_like_steps(ops) or (batched and runs_agree(ops)):
         return single_rows()
     maker = session.step_rows_session
-    if maker is not None and op_gives_steps(ops):
+    if not batched and maker is not None and op_gives_steps(ops):
         other = maker.get()
         if other is not None:
             return _routed(session, other)

@@ -319,7 +319,7 @@ class SlotBatchRunner(BatchRunner):
         if not 0 < count <= self.verify_tokens:
             raise ValueError(f"a verify run holds 1..{self.verify_tokens} tokens, got {count}")
         if self._verify_logits is None:
-            with verify_rows(self._prefill):  # one-token steps' numbers
+            with verify_rows(self._prefill, batched=True):  # served steps' numbers
                 return self.prefill_rows(slot, tokens)
         past = int(self.lengths[slot])
         total = past + count
@@ -340,7 +340,7 @@ class SlotBatchRunner(BatchRunner):
         session.bind_output(io.logits, self._prefill_logits, (1, last, self.vocab_size))
         rows = self._verify_logits
         session.bind_output(NEW_TOKEN_LOGITS, rows, (1, count, self.vocab_size))
-        with verify_rows(session):  # where it gives one-token steps' numbers
+        with verify_rows(session, batched=True):  # where it gives served steps' numbers
             session.run()
         self.lengths[slot] = total
         return rows[:count].astype(np.float32)
