@@ -164,10 +164,15 @@ def test_quantised_op_is_the_ops_and_quantisation(rows: int, n: int, threads: in
     _same_bits(scale, scale_want)
 
 
+@pytest.mark.skipif(
+    custom_ops.quantize_level() != 2,
+    reason="onnxruntime's Sigmoid and QuickGelu round alike without AVX-512 (measured on an AVX2 "
+    "Zen 3, onnxruntime 1.32): nothing to show there",
+)
 def test_sigmoid_op_alone_would_differ() -> None:
-    """Why the op calls QuickGelu: onnxruntime's Sigmoid op and its QuickGelu round some
-    products differently, and by default onnxruntime runs the graph's Sigmoid and Mul as
-    QuickGelu (at the basic level it does not, and neither does genai's rewrite)."""
+    """Why the op calls QuickGelu: on AVX-512 CPUs onnxruntime's Sigmoid op and its QuickGelu
+    round some products differently, and by default onnxruntime runs the graph's Sigmoid and
+    Mul as QuickGelu (at the basic level it does not, and neither does genai's rewrite)."""
     feeds = _feeds(512, 1536, True, 0)
     data = _ops_model(True, False)
     (fused,) = _onnxruntime(data, feeds, 1)

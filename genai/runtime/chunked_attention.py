@@ -111,23 +111,9 @@ def _eligible(node: list, float_inputs: set[str]) -> bool:
 
 
 def _chunked_node(node: list, chunk_rows: int) -> bytes:
-    out = bytearray()
     kept = len(wire.given(wire.strings(node, wire.NODE_INPUT)))
-    seen = 0
-    for number, kind, _, raw in node:
-        if number == wire.NODE_INPUT and kind == wire.LEN:
-            seen += 1
-            if seen > kept:
-                continue
-            out += raw
-        elif number == wire.NODE_OP_TYPE and kind == wire.LEN:
-            out += wire.len_field(wire.NODE_OP_TYPE, CHUNKED_GQA.encode())
-        elif number == wire.NODE_DOMAIN and kind == wire.LEN:
-            out += wire.len_field(wire.NODE_DOMAIN, DOMAIN.encode())
-        else:
-            out += raw
-    out += wire.int_attribute(CHUNK_ATTRIBUTE, chunk_rows)
-    return bytes(out)
+    chunked = wire.as_op(node, CHUNKED_GQA, DOMAIN, kept)
+    return chunked + wire.int_attribute(CHUNK_ATTRIBUTE, chunk_rows)
 
 
 def _rewrite(data: bytes, chunk_rows: int) -> bytes | None:

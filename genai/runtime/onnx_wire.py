@@ -16,6 +16,7 @@ __all__ = [
     "GraphIndex",
     "MalformedProto",
     "Node",
+    "as_op",
     "dims",
     "elem_type",
     "encode_varint",
@@ -343,6 +344,26 @@ def parse_node(raw: bytes) -> Node:
         ints,
         floats,
     )
+
+
+def as_op(node: list, op: str, domain: str, inputs: int | None = None) -> bytes:
+    """The NodeProto of `fields` ``node`` as op ``op`` of ``domain``, its attributes and outputs
+    kept, and its first ``inputs`` input names (None: all)."""
+    out = bytearray()
+    seen = 0
+    for number, kind, _, raw in node:
+        if number == NODE_INPUT and kind == LEN:
+            seen += 1
+            if inputs is not None and seen > inputs:
+                continue
+            out += raw
+        elif number == NODE_OP_TYPE and kind == LEN:
+            out += len_field(NODE_OP_TYPE, op.encode())
+        elif number == NODE_DOMAIN and kind == LEN:
+            out += len_field(NODE_DOMAIN, domain.encode())
+        else:
+            out += raw
+    return bytes(out)
 
 
 def with_inputs(raw: bytes, renamed: dict[str, str]) -> bytes:

@@ -163,7 +163,11 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @functools.cache
-def _probe(k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bool) -> bool:
+def _probe(
+    k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bool, partner: bool = False
+) -> bool:
+    """Whether onnxruntime's ``MatMulNBits`` of the setting gives each of 5 random rows in one
+    run the bits it gives the row alone (``partner``: in a run of 2, beside another row)."""
     from genai._core.native_session import NativeSession  # lazy: the native extension
 
     if k <= 0 or n <= 0 or block <= 0 or bits not in (2, 4, 8) or k % block:
@@ -173,34 +177,16 @@ def _probe(k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bo
         model = _probe_model(*setting, zero_points)
         session = NativeSession(None, model_bytes=model, intra_op_num_threads=1)
         rows = _probe_rows(k)
-        same = _same_bits(_run(session, rows, n), _alone(session, rows, n))
+        if partner:
+            each = [_run(session, rows[[i, (i + 1) % len(rows)]], n)[:1] for i in range(len(rows))]
+            same = _same_bits(_run(session, rows, n), np.concatenate(each))
+        else:
+            same = _same_bits(_run(session, rows, n), _alone(session, rows, n))
     except Exception as exc:  # a setting onnxruntime refuses: not vouched for
         log.debug("MatMulNBits probe %s failed: %s", setting, exc)
         return False
-    log.debug("MatMulNBits %s: a row alone %s", setting, "as in a run" if same else "differs")
-    return same
-
-
-@functools.cache
-def _probe_runs(k: int, n: int, bits: int, block: int, accuracy: int, zero_points: bool) -> bool:
-    from genai._core.native_session import NativeSession  # lazy: the native extension
-
-    if k <= 0 or n <= 0 or block <= 0 or bits not in (2, 4, 8) or k % block:
-        return False
-    setting = (k, n, bits, block, accuracy)
-    try:
-        model = _probe_model(*setting, zero_points)
-        session = NativeSession(None, model_bytes=model, intra_op_num_threads=1)
-        rows = _probe_rows(k)
-        together = _run(session, rows, n)
-        # each row in a run of two, beside another row
-        pairs = [_run(session, rows[[i, (i + 1) % len(rows)]], n)[:1] for i in range(len(rows))]
-        same = _same_bits(together, np.concatenate(pairs))
-    except Exception as exc:
-        log.debug("MatMulNBits probe %s failed: %s", setting, exc)
-        return False
-    log.debug("MatMulNBits %s: a row in runs of 2 and 5 %s", setting,
-              "the same" if same else "differs")  # fmt: skip
+    log.debug("MatMulNBits %s: a row %s %s", setting, "in a run of 2" if partner else "alone",
+              "as in a run of 5" if same else "differs")  # fmt: skip
     return same
 
 
@@ -208,7 +194,7 @@ def runs_agree(ops: LinearOps) -> bool:
     """Whether every ``MatMulNBits`` setting in ``ops`` gives a row the same bits in a run of 2
     as in a run of 5 on this CPU (onnxruntime's kernel for several rows: the numbers of a
     served decode step, which always runs two rows or more); False for None."""
-    return ops is not None and all(_probe_runs(*setting) for setting in sorted(ops))
+    return ops is not None and all(_probe(*setting, partner=True) for setting in sorted(ops))
 
 
 def step_rows_takes(
@@ -284,9 +270,8 @@ def step_rows_graph(data: bytes) -> bytes | None:
                               for name in _ATTRS]  # fmt: skip
                     if len(inputs) > 4 or not step_rows_takes(*values, len(inputs) == 4):  # type: ignore[arg-type]
                         return None
-                    top += wire.len_field(
-                        wire.GRAPH_NODE, _renamed(value, STEP_ROWS_MATMUL, DOMAIN)
-                    )  # type: ignore[arg-type]
+                    renamed = wire.as_op(wire.fields(value), STEP_ROWS_MATMUL, DOMAIN)  # type: ignore[arg-type]
+                    top += wire.len_field(wire.GRAPH_NODE, renamed)
                     rewritten += 1
                     continue
             top += raw
@@ -295,19 +280,6 @@ def step_rows_graph(data: bytes) -> bytes | None:
         return wire.with_graph(model, bytes(top), DOMAIN)
     except (wire.MalformedProto, UnicodeDecodeError, ValueError, TypeError):
         return None
-
-
-def _renamed(node: bytes, op: str, domain: str) -> bytes:
-    """The NodeProto ``node`` as op ``op`` of ``domain``."""
-    out = bytearray()
-    for number, kind, _, raw in wire.fields(node):
-        if number == wire.NODE_OP_TYPE and kind == wire.LEN:
-            out += wire.len_field(wire.NODE_OP_TYPE, op.encode())
-        elif number == wire.NODE_DOMAIN and kind == wire.LEN:
-            out += wire.len_field(wire.NODE_DOMAIN, domain.encode())
-        else:
-            out += raw
-    return bytes(out)
 
 
 class StepRowsSession:
