@@ -88,16 +88,23 @@ def linear_ops(graph: bytes) -> LinearOps:
                 return None
             if key != (_MS, "MatMulNBits"):
                 continue
-            inputs = wire.given(node.inputs)
-            values = [
-                node.ints.get(name, 0 if name == "accuracy_level" else None) for name in _ATTRS
-            ]
-            if len(inputs) > 4 or any(not isinstance(v, int) for v in values):
+            setting = _setting(node)
+            if setting is None:
                 return None
-            found.add((*values, len(inputs) == 4))  # type: ignore[arg-type]
+            found.add(setting)
         return frozenset(found)
     except (wire.MalformedProto, UnicodeDecodeError, ValueError):
         return None
+
+
+def _setting(node: wire.Node) -> tuple[int, int, int, int, int, bool] | None:
+    """A ``MatMulNBits`` node's setting (see `LinearOps`), None when its attributes or inputs
+    (a bias, group indices) are not described by one."""
+    inputs = wire.given(node.inputs)
+    values = [node.ints.get(name, 0 if name == "accuracy_level" else None) for name in _ATTRS]
+    if len(inputs) > 4 or any(not isinstance(v, int) for v in values):
+        return None
+    return (*values, len(inputs) == 4)  # type: ignore[return-value]
 
 
 def rows_like_steps(ops: LinearOps) -> bool:
@@ -265,10 +272,8 @@ def step_rows_graph(data: bytes) -> bytes | None:
             if number == wire.GRAPH_NODE and kind == wire.LEN:
                 node = wire.parse_node(value)  # type: ignore[arg-type]
                 if (node.domain, node.op) == (_MS, "MatMulNBits"):
-                    inputs = wire.given(node.inputs)
-                    values = [node.ints.get(name, 0 if name == "accuracy_level" else None)
-                              for name in _ATTRS]  # fmt: skip
-                    if len(inputs) > 4 or not step_rows_takes(*values, len(inputs) == 4):  # type: ignore[arg-type]
+                    setting = _setting(node)
+                    if setting is None or not step_rows_takes(*setting):
                         return None
                     renamed = wire.as_op(wire.fields(value), STEP_ROWS_MATMUL, DOMAIN)  # type: ignore[arg-type]
                     top += wire.len_field(wire.GRAPH_NODE, renamed)
