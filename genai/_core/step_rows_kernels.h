@@ -24,6 +24,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
@@ -63,8 +64,10 @@ static inline int genai_step_rows_level(void) {
 /* The rows of a call, quantised once: ``q`` in the weights' element order (the scalar path),
    ``qp`` in the AVX2 path's (per block pair: the even elements of both blocks, then the odd
    ones; a last odd block: its even elements, then its odd ones), ``sa`` the blocks' scales,
-   ``pair_sa`` per block pair (sa[2p] x 4, sa[2p+1] x 4), ``qsum4`` per block the 8 sums of 4
-   consecutive q, ``qsum8`` per block pair 8 x the sums of 8 (block 2p's 4, then 2p+1's). */
+   ``pair_sa`` per group of 4 rows (0-3, 4-7, ...) and block pair (sa_i[2p] of the group's
+   rows i = 0..3, then their sa_i[2p+1]; zero for rows the last group lacks), ``qsum4`` per
+   block the 8 sums of 4 consecutive q, ``qsum8`` per block pair 8 x the sums of 8 (block
+   2p's 4, then 2p+1's). */
 typedef struct {
     size_t rows, k, blocks, pairs;
     float* sa;
@@ -94,6 +97,8 @@ static inline void genai_step_rows_init(GenaiStepRows* s, void* scratch, size_t 
     s->qsum8 = s->qsum4 + rows * s->blocks * 8;
     s->q = (int8_t*)(s->qsum8 + rows * s->pairs * 8);
     s->qp = s->q + rows * k;
+    /* the row groups' unused slots (a last group of fewer than 4 rows) */
+    memset(s->pair_sa, 0, ((rows + 3) / 4) * s->pairs * 8 * sizeof(float));
 }
 
 /* Row ``r`` of ``s`` from the ``k`` floats at ``a``, the scalar path. */
@@ -143,11 +148,12 @@ static void genai_step_prepare_row_scalar(GenaiStepRows* s, size_t r, const floa
             out[32 + i] = first[2 * i + 1];
             out[48 + i] = first[GENAI_STEP_BLOCK + 2 * i + 1];
         }
-        float* lanes = s->pair_sa + (r * pairs + p) * 8;
+        float* lanes = s->pair_sa + ((r / 4) * pairs + p) * 8 + r % 4;
         int32_t* sums = s->qsum8 + (r * pairs + p) * 8;
         const int32_t* four = s->qsum4 + (r * blocks + 2 * p) * 8;
+        lanes[0] = sa[2 * p];
+        lanes[4] = sa[2 * p + 1];
         for (int l = 0; l < 8; l++) {
-            lanes[l] = sa[2 * p + (l >> 2)];
             /* lane l: 8 elements 8 (l & 3) of block 2p + (l >> 2) */
             sums[l] = 8 * (four[(l >> 2) * 8 + 2 * (l & 3)] + four[(l >> 2) * 8 + 2 * (l & 3) + 1]);
         }
@@ -226,8 +232,9 @@ __attribute__((target("avx2,fma"))) static void genai_step_prepare_row_avx2(Gena
                             _mm256_permute2x128_si256(previous, halves, 0x31));
     }
     for (size_t p = 0; p < pairs; p++) {
-        __m256 lanes = _mm256_set_m128(_mm_set1_ps(sa[2 * p + 1]), _mm_set1_ps(sa[2 * p]));
-        _mm256_storeu_ps(s->pair_sa + (r * pairs + p) * 8, lanes);
+        float* lanes = s->pair_sa + ((r / 4) * pairs + p) * 8 + r % 4;
+        lanes[0] = sa[2 * p];
+        lanes[4] = sa[2 * p + 1];
         __m256i s0 = _mm256_loadu_si256((const __m256i*)(qsum4 + 2 * p * 8));
         __m256i s1 = _mm256_loadu_si256((const __m256i*)(qsum4 + 2 * p * 8 + 8));
         __m256i eight = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
@@ -343,81 +350,124 @@ static void genai_step_columns_scalar(const GenaiStepRows* rs, const uint8_t* b,
 }
 
 #ifdef GENAI_STEP_ROWS_X86
-/* One column's eight lanes for ``R`` rows (a constant where inlined, so the accumulators stay
-   in registers) into lanes[i * 32 + 0..7], in the scalar path's lane order. A block pair's 32
-   packed bytes load as one vector: the low nibbles are both blocks' even elements, the high
-   nibbles their odd ones, which ``qp`` matches. Without zero points the nibbles stay unsigned
-   (0..15) and the dot products lose 8 x the sums of q (``qsum8``); the eight 8-element sums then
-   come out as (block 2p: 0-7, 8-15, 16-23, 24-31, block 2p+1: the same), the scalar path's lanes
-   (0, 1, 4, 5, 2, 3, 6, 7), put back in order after the last pair. */
+/* One row's step over block pair ``p`` without zero points: the dot products of the unsigned
+   nibbles ``lo``/``hi`` with the row's ``qp`` bytes, less 8 x the sums of q, times the pair's
+   scale products, added to ``acc`` with one FMA. */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256 genai_step_pair_avx2(
+    __m256 acc, __m256i lo, __m256i hi, __m256 c, const int8_t* qr, const int32_t* q8) {
+    __m256i sum = _mm256_add_epi16(
+        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qr)),
+        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qr + 32))));
+    __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(sum, _mm256_set1_epi16(1)),
+                                   _mm256_loadu_si256((const __m256i*)q8));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), c, acc);
+}
+
+/* One row's step over blocks (blk, blk + 1) with zero points ``zp0``/``zp1``: each block on
+   its own, lanes of 4. */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256 genai_step_pair_zp_avx2(
+    __m256 acc, __m256i lo, __m256i hi, __m256i zp0, __m256i zp1, const int8_t* qr,
+    const int32_t* four, float c0, float c1) {
+    __m256i sum = _mm256_add_epi16(
+        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qr)),
+        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qr + 32))));
+    __m256i d0 = _mm256_sub_epi32(
+        _mm256_cvtepi16_epi32(_mm256_castsi256_si128(sum)),
+        _mm256_mullo_epi32(zp0, _mm256_loadu_si256((const __m256i*)four)));
+    __m256i d1 = _mm256_sub_epi32(
+        _mm256_cvtepi16_epi32(_mm256_extracti128_si256(sum, 1)),
+        _mm256_mullo_epi32(zp1, _mm256_loadu_si256((const __m256i*)(four + 8))));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(c0), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_set1_ps(c1), acc);
+}
+
+/* One row's step over a last odd block ``blk`` (lanes of 4). */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256 genai_step_last_avx2(
+    __m256 acc, __m128i lo, __m128i hi, __m256i zp0, const int8_t* qr, const int32_t* four,
+    float c) {
+    __m128i sum = _mm_add_epi16(
+        _mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i*)qr)),
+        _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i*)(qr + 16))));
+    __m256i d0 = _mm256_sub_epi32(
+        _mm256_cvtepi16_epi32(sum),
+        _mm256_mullo_epi32(zp0, _mm256_loadu_si256((const __m256i*)four)));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(c), acc);
+}
+
+/* X(i) for the rows i < R of a group (R a constant where inlined: each row's accumulator is
+   a named value, acc0..acc7, not an array element, so that it stays in a register). */
+#define GENAI_STEP_EACH_ROW(R, X) \
+    X(0)                          \
+    if (R > 1) { X(1) }           \
+    if (R > 2) { X(2) }           \
+    if (R > 3) { X(3) }           \
+    if (R > 4) { X(4) }           \
+    if (R > 5) { X(5) }           \
+    if (R > 6) { X(6) }           \
+    if (R > 7) { X(7) }
+
+/* One column's eight lanes for ``R`` rows, 1 to 8, into lanes[i * 32 + 0..7], in the scalar
+   path's lane order. A block pair's 32 packed bytes load as one vector: the low nibbles are
+   both blocks' even elements, the high nibbles their odd ones, which ``qp`` matches. Without
+   zero points the nibbles stay unsigned (0..15) and the dot products lose 8 x the sums of q
+   (``qsum8``); a row's scale products for the pair come out of one product for 4 rows
+   (``pair_sa`` x the column's two scales) by an in-lane broadcast; the eight 8-element sums
+   come out as (block 2p: 0-7, 8-15, 16-23, 24-31, block 2p+1: the same), the scalar path's
+   lanes (0, 1, 4, 5, 2, 3, 6, 7), put back in order after the last pair. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void genai_step_column_avx2(
     const int R, const GenaiStepRows* rs, size_t r0, const uint8_t* packed, const float* sb,
     const uint8_t* z, float* lanes) {
     size_t blocks = rs->blocks, pairs = rs->pairs, k = rs->k;
     const int8_t* qp = rs->qp + r0 * k;
-    const __m256i ones = _mm256_set1_epi16(1);
     const __m256i nibble = _mm256_set1_epi8(15);
     const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    __m256 acc[GENAI_STEP_ROW_GROUP];
-    GENAI_STEP_UNROLL
-    for (int i = 0; i < R; i++) {
-        acc[i] = _mm256_setzero_ps();
-    }
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    __m256 acc4 = acc0, acc5 = acc0, acc6 = acc0, acc7 = acc0;
+    size_t pair_step = pairs * 8, block_step = blocks * 8;
+    const float* group_sa = rs->pair_sa + (r0 / 4) * pair_step;
     for (size_t p = 0; p < pairs; p++) {
         size_t blk = 2 * p;
         __m256i x = _mm256_loadu_si256((const __m256i*)(packed + blk * 16));
         __m256i lo = _mm256_and_si256(x, nibble);
         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble);
+        const int8_t* qr = qp + blk * GENAI_STEP_BLOCK;
         if (z == NULL) {
             /* (sb[blk] x 4, sb[blk + 1] x 4) */
             __m256 sb_lanes = _mm256_permutevar8x32_ps(
                 _mm256_castps128_ps256(
                     _mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(sb + blk)))),
                 spread);
-            GENAI_STEP_UNROLL
-            for (int i = 0; i < R; i++) {
-                const int8_t* qr = qp + i * k + blk * GENAI_STEP_BLOCK;
-                __m256i sum = _mm256_add_epi16(
-                    _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qr)),
-                    _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qr + 32))));
-                __m256i dot = _mm256_sub_epi32(
-                    _mm256_madd_epi16(sum, ones),
-                    _mm256_loadu_si256(
-                        (const __m256i*)(rs->qsum8 + ((r0 + i) * pairs + p) * 8)));
-                __m256 c = _mm256_mul_ps(
-                    _mm256_loadu_ps(rs->pair_sa + ((r0 + i) * pairs + p) * 8), sb_lanes);
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), c, acc[i]);
+            const int32_t* q8 = rs->qsum8 + (r0 * pairs + p) * 8;
+            /* 4 rows' scale products: (sa_i[blk] sb[blk], i = 0..3 | sa_i[blk+1] sb[blk+1]) */
+            __m256 c4 = _mm256_mul_ps(_mm256_loadu_ps(group_sa + p * 8), sb_lanes);
+            __m256 c8 = c4;
+            if (R > 4) {
+                c8 = _mm256_mul_ps(_mm256_loadu_ps(group_sa + pair_step + p * 8), sb_lanes);
             }
+#define GENAI_STEP_PAIR_ROW(i)                                                               \
+    acc##i = genai_step_pair_avx2(                                                           \
+        acc##i, lo, hi, _mm256_permute_ps((i) < 4 ? c4 : c8, ((i) % 4) * 0x55), qr + (i) * k, \
+        q8 + (i) * pair_step);
+            GENAI_STEP_EACH_ROW(R, GENAI_STEP_PAIR_ROW)
+#undef GENAI_STEP_PAIR_ROW
             continue;
         }
         __m256i zp0 = _mm256_set1_epi32(genai_step_zero_point(z, blk));
         __m256i zp1 = _mm256_set1_epi32(genai_step_zero_point(z, blk + 1));
-        GENAI_STEP_UNROLL
-        for (int i = 0; i < R; i++) {
-            const int8_t* qr = qp + i * k + blk * GENAI_STEP_BLOCK;
-            const int32_t* four = rs->qsum4 + ((r0 + i) * blocks + blk) * 8;
-            const float* sr = rs->sa + (r0 + i) * blocks + blk;
-            /* sums of 4: block blk in the low half, blk + 1 in the high one (int16) */
-            __m256i sum = _mm256_add_epi16(
-                _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qr)),
-                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qr + 32))));
-            __m256i d0 = _mm256_sub_epi32(
-                _mm256_cvtepi16_epi32(_mm256_castsi256_si128(sum)),
-                _mm256_mullo_epi32(zp0, _mm256_loadu_si256((const __m256i*)four)));
-            __m256i d1 = _mm256_sub_epi32(
-                _mm256_cvtepi16_epi32(_mm256_extracti128_si256(sum, 1)),
-                _mm256_mullo_epi32(zp1, _mm256_loadu_si256((const __m256i*)(four + 8))));
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(sr[0] * sb[blk]),
-                                     acc[i]);
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1),
-                                     _mm256_set1_ps(sr[1] * sb[blk + 1]), acc[i]);
-        }
+        const int32_t* four = rs->qsum4 + (r0 * blocks + blk) * 8;
+        const float* sr = rs->sa + r0 * blocks + blk;
+#define GENAI_STEP_ZP_ROW(i)                                                                 \
+    acc##i = genai_step_pair_zp_avx2(acc##i, lo, hi, zp0, zp1, qr + (i) * k,                 \
+                                     four + (i) * block_step, sr[(i) * blocks] * sb[blk],    \
+                                     sr[(i) * blocks + 1] * sb[blk + 1]);
+        GENAI_STEP_EACH_ROW(R, GENAI_STEP_ZP_ROW)
+#undef GENAI_STEP_ZP_ROW
     }
     if (z == NULL && pairs) {
-        GENAI_STEP_UNROLL
-        for (int i = 0; i < R; i++) {
-            acc[i] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(acc[i]), 0xD8));
-        }
+#define GENAI_STEP_ORDER_ROW(i) \
+    acc##i = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(acc##i), 0xD8));
+        GENAI_STEP_EACH_ROW(R, GENAI_STEP_ORDER_ROW)
+#undef GENAI_STEP_ORDER_ROW
     }
     if (blocks % 2) {
         size_t blk = blocks - 1;
@@ -425,25 +475,20 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void genai_step
         __m128i lo = _mm_and_si128(x, _mm256_castsi256_si128(nibble));
         __m128i hi = _mm_and_si128(_mm_srli_epi16(x, 4), _mm256_castsi256_si128(nibble));
         __m256i zp0 = _mm256_set1_epi32(genai_step_zero_point(z, blk));
-        GENAI_STEP_UNROLL
-        for (int i = 0; i < R; i++) {
-            const int8_t* qr = qp + i * k + blk * GENAI_STEP_BLOCK;
-            __m128i sum = _mm_add_epi16(
-                _mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i*)qr)),
-                _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i*)(qr + 16))));
-            __m256i d0 = _mm256_sub_epi32(
-                _mm256_cvtepi16_epi32(sum),
-                _mm256_mullo_epi32(zp0, _mm256_loadu_si256((const __m256i*)(
-                                            rs->qsum4 + ((r0 + i) * blocks + blk) * 8))));
-            float c = rs->sa[(r0 + i) * blocks + blk] * sb[blk];
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(c), acc[i]);
-        }
+        const int8_t* qr = qp + blk * GENAI_STEP_BLOCK;
+        const int32_t* four = rs->qsum4 + (r0 * blocks + blk) * 8;
+        const float* sr = rs->sa + r0 * blocks + blk;
+#define GENAI_STEP_LAST_ROW(i)                                                         \
+    acc##i = genai_step_last_avx2(acc##i, lo, hi, zp0, qr + (i) * k,                   \
+                                  four + (i) * block_step, sr[(i) * blocks] * sb[blk]);
+        GENAI_STEP_EACH_ROW(R, GENAI_STEP_LAST_ROW)
+#undef GENAI_STEP_LAST_ROW
     }
-    GENAI_STEP_UNROLL
-    for (int i = 0; i < R; i++) {
-        _mm256_storeu_ps(lanes + i * 32, acc[i]);
-    }
+#define GENAI_STEP_STORE_ROW(i) _mm256_storeu_ps(lanes + (i) * 32, acc##i);
+    GENAI_STEP_EACH_ROW(R, GENAI_STEP_STORE_ROW)
+#undef GENAI_STEP_STORE_ROW
 }
+#undef GENAI_STEP_EACH_ROW
 
 /* genai_step_fold of 4 columns' lanes (lanes[c * 8 + 0..7]) into out[0..3], as vectors. */
 __attribute__((target("avx2,fma"))) static inline void genai_step_fold4_avx2(const float* lanes,
