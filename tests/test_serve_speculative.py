@@ -185,6 +185,25 @@ def test_int4_default_model_serves_plain_servings_tokens(default_model_path):
     assert got == plain
 
 
+def test_a_lone_stream_of_one_row_steps_serves_a_generators_tokens(default_model_path):
+    """With one-row steps (``--single-row-steps``) a lone stream in the first slot decodes in
+    one-row steps, so its verify runs must give their numbers (on AVX2 CPUs genai's
+    ``StepRowsMatMulNBits``; `verify_rows.exact_rows(batched=False)`), not a served step's of
+    two rows: its tokens are then a batch-1 Generator's on the default int4 model."""
+    model = genai.Model(str(default_model_path))
+    if not exact_rows(model.session):
+        pytest.skip("this CPU's int4 kernels give verify rows no one-row steps' numbers")
+    eos = [int(e) for e in model.config.eos_token_ids]
+    new = 24
+    for prompt in _looping_prompts(model.io.vocab_size, 4, seed=5):
+        expected = [t for t in alone_greedy(model, prompt, new) if t not in eos]
+        runner = make_batch_runner(model, 2, initial_capacity=16)
+        scheduler = Scheduler(runner, _Tokens(), eos, speculative=NGRAM, min_decode_rows=1)
+        got = _serve(scheduler, [[GenerationRequest(prompt, new, SearchOptions())]])[0][0]
+        assert scheduler.stats["speculative_target_runs"] > 0
+        assert got == expected
+
+
 def test_draft_model_proposals(gqa_model, tmp_path):
     """``draft:DIR``: the target itself as its draft proposes what it chooses (every proposal
     accepted); another model of the vocabulary proposes worse, and the tokens stay a batch-1
@@ -519,10 +538,10 @@ def _serve_timed(model, monkeypatch, prompt, spec, new_tokens=40):
         now[0] += 1e-3
         return decode(*args, **kwargs)
 
-    def timed_verify_many(batch):
+    def timed_verify_many(batch, alone=False):
         for _, tokens in batch:
             now[0] += (1.0 + 0.25 * (len(tokens) - 1)) * 1e-3
-        return verify_many(batch)
+        return verify_many(batch, alone)
 
     runner.decode, runner.verify_many = timed_decode, timed_verify_many
     scheduler = Scheduler(runner, _Tokens(), [_CYCLE], speculative=spec, overlap_prefill=False)

@@ -110,17 +110,21 @@ class BatchRunner(abc.ABC):
             f"{type(self).__name__} takes token prompts only, not images or audio"
         )
 
-    def verify(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+    def verify(self, slot: int, tokens: np.ndarray, alone: bool = False) -> np.ndarray:
         """Feed ``tokens`` (at most `verify_tokens`) to ``slot`` after its cached ones, as
         `prefill`, and return the logits after EVERY one of them, float32 [count, vocab]
         (speculative decoding: row i judges the token proposed after ``tokens[i]``); the
-        caller `truncate` s the slot to what it accepts."""
+        caller `truncate` s the slot to what it accepts. ``alone``: the run stands for decode
+        steps of one row (else of two rows or more), whose numbers its rows then get where the
+        CPU allows (`genai.runtime.verify_rows`)."""
         raise UnsupportedFeatureError(f"{type(self).__name__} cannot verify proposed tokens")
 
-    def verify_many(self, batch: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
+    def verify_many(
+        self, batch: list[tuple[int, np.ndarray]], alone: bool = False
+    ) -> list[np.ndarray]:
         """`verify` for several ``(slot, tokens)``, one run each (ONNX Runtime's
         GroupQueryAttention refuses several rows of several new tokens on a past)."""
-        return [self.verify(slot, tokens) for slot, tokens in batch]
+        return [self.verify(slot, tokens, alone) for slot, tokens in batch]
 
     @abc.abstractmethod
     def decode(self, tokens: np.ndarray, advance: np.ndarray | None = None) -> np.ndarray:
@@ -311,7 +315,7 @@ class SlotBatchRunner(BatchRunner):
         self.lengths[slot] = total
         return logits[rows - 1].astype(np.float32, copy=False)
 
-    def verify(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+    def verify(self, slot: int, tokens: np.ndarray, alone: bool = False) -> np.ndarray:
         """See `BatchRunner.verify`. A graph whose ``logits`` keep every position runs it as
         a prefill; the builder's graphs bind ``new_token_logits`` (and ``logits``, one row)
         on a binding of their own."""
@@ -319,7 +323,7 @@ class SlotBatchRunner(BatchRunner):
         if not 0 < count <= self.verify_tokens:
             raise ValueError(f"a verify run holds 1..{self.verify_tokens} tokens, got {count}")
         if self._verify_logits is None:
-            with verify_rows(self._prefill, batched=True):  # served steps' numbers
+            with verify_rows(self._prefill, batched=not alone):  # served steps' numbers
                 return self.prefill_rows(slot, tokens)
         past = int(self.lengths[slot])
         total = past + count
@@ -340,7 +344,7 @@ class SlotBatchRunner(BatchRunner):
         session.bind_output(io.logits, self._prefill_logits, (1, last, self.vocab_size))
         rows = self._verify_logits
         session.bind_output(NEW_TOKEN_LOGITS, rows, (1, count, self.vocab_size))
-        with verify_rows(session, batched=True):  # where it gives served steps' numbers
+        with verify_rows(session, batched=not alone):  # where it gives served steps' numbers
             session.run()
         self.lengths[slot] = total
         return rows[:count].astype(np.float32)
@@ -501,9 +505,10 @@ class GeneratorBatchRunner(BatchRunner):
         self.lengths[slot] = gen.token_count()
         return gen.get_logits()[0, 0]
 
-    def verify(self, slot: int, tokens: np.ndarray) -> np.ndarray:
+    def verify(self, slot: int, tokens: np.ndarray, alone: bool = False) -> np.ndarray:
         """See `BatchRunner.verify`: the slot generator's driver runs its pending token (after
-        a `truncate`) and ``tokens`` in one run; `truncate` rewinds the generator."""
+        a `truncate`) and ``tokens`` in one run (one-row steps' numbers, as its decode steps
+        are: ``alone`` changes nothing); `truncate` rewinds the generator."""
         count = len(tokens)
         if not 0 < count <= self.verify_tokens:
             raise ValueError(f"a verify run holds 1..{self.verify_tokens} tokens, got {count}")

@@ -659,7 +659,15 @@ class Scheduler:
             for seq in decoding:
                 self._choose_safely(seq, logits[seq.slot : seq.slot + 1])
         if speculating:
-            self._verify(speculating)
+            # a server of one-row steps whose only decoding sequence is in slot 0 would have
+            # decoded it in one-row steps: its verify run gets their numbers
+            alone = (
+                self.min_decode_rows == 1
+                and not decoding
+                and len(speculating) == 1
+                and speculating[0][0].slot == 0
+            )
+            self._verify(speculating, alone)
         self._release_finished()
         self.steps += 1
 
@@ -708,9 +716,10 @@ class Scheduler:
             seq.speculate = False
             return []
 
-    def _verify(self, speculating: list[tuple[_Sequence, list[int]]]) -> None:
+    def _verify(self, speculating: list[tuple[_Sequence, list[int]]], alone: bool) -> None:
         """Run every speculating sequence's pending token and proposals (one run each:
-        `BatchRunner.verify_many`), then accept per sequence (`_speculate`)."""
+        `BatchRunner.verify_many`; ``alone``: standing for one-row decode steps), then accept
+        per sequence (`_speculate`)."""
         runner, stats = self.runner, self.stats
         bases = [int(runner.lengths[seq.slot]) for seq, _ in speculating]
         batch = [
@@ -718,7 +727,7 @@ class Scheduler:
             for seq, proposal in speculating
         ]
         started, cpu = time.perf_counter(), time.thread_time()
-        found = runner.verify_many(batch)
+        found = runner.verify_many(batch, alone)
         elapsed = time.perf_counter() - started
         stats["model_seconds"] += elapsed
         stats["model_cpu_seconds"] += time.thread_time() - cpu
