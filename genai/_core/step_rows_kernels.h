@@ -41,15 +41,6 @@
 
 #define GENAI_STEP_BLOCK 32
 #define GENAI_STEP_ROW_GROUP 8 /* rows sharing one unpacked block pair (AVX2 path) */
-/* Loops over a constant number of rows unrolled, so that their accumulators stay in registers
-   (-O2 does not unroll them). */
-#if defined(__clang__)
-#define GENAI_STEP_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define GENAI_STEP_UNROLL _Pragma("GCC unroll 8")
-#else
-#define GENAI_STEP_UNROLL
-#endif
 
 /* The run-time path: 1 AVX2 with FMA, 0 scalar. */
 static inline int genai_step_rows_level(void) {
