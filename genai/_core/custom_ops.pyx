@@ -29,6 +29,7 @@ No onnxruntime header is needed: the op table is `ort_custom_op.h`, the API slot
 
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.math cimport sqrtf
 from libc.stdlib cimport calloc, free, malloc
 
 from genai._core.ort_api cimport (
@@ -111,6 +112,14 @@ cdef extern from "step_rows_kernels.h":
                             int level) noexcept nogil
 
 
+cdef extern from "decode_attention_kernels.h":
+    int genai_decode_attention_level() noexcept nogil
+    void genai_decode_attention_row(const float* qkv, size_t pos, size_t heads, size_t kv_heads,
+                                    size_t dim, float scale, const float* cos, const float* sin,
+                                    float* key_cache, float* value_cache, size_t cache_len,
+                                    float* scratch, float* out) noexcept nogil
+
+
 cdef extern from "row_product_kernels.h":
     void genai_scale_row(const float* x, float factor, float* out, size_t n,
                          int level) noexcept nogil
@@ -121,6 +130,7 @@ cdef extern from "row_product_kernels.h":
 cdef const char* _C_DOMAIN = "genai"
 cdef const char* _C_NAME = "ChunkedGroupQueryAttention"
 cdef const char* _C_CHUNK_ATTRIBUTE = "genai_chunk_rows"
+cdef const char* _C_EXACT_DECODE_ATTRIBUTE = "genai_exact_decode"
 cdef const char* _C_QUANTIZE = "QuantizeRows"
 cdef const char* _C_FLOOR_ATTRIBUTE = "floor"
 cdef const char* _C_SILU_MUL = "ScaledSiluMul"
@@ -133,6 +143,9 @@ DOMAIN = _C_DOMAIN.decode()
 CHUNKED_GQA = _C_NAME.decode()
 #: The attribute giving the chunk size (query rows per call), and its default.
 CHUNK_ATTRIBUTE = _C_CHUNK_ATTRIBUTE.decode()
+#: The attribute (1) that lets the op compute single query rows itself
+#: (`genai.runtime.decode_attention`).
+EXACT_DECODE_ATTRIBUTE = _C_EXACT_DECODE_ATTRIBUTE.decode()
 DEFAULT_CHUNK_ROWS = CHUNK_ROWS_DEFAULT
 #: The per-row uint8 quantiser (`genai.runtime.row_quantization`) and its attribute.
 QUANTIZE_ROWS = _C_QUANTIZE.decode()
@@ -158,7 +171,11 @@ cdef enum:
     N_FLOAT_ATTRS = 2
     ATTR_NUM_HEADS = 0
     ATTR_KV_NUM_HEADS = 1
+    IN_COS = 7
+    IN_SIN = 8
     ATTR_LOCAL_WINDOW = 2
+    ATTR_DO_ROTARY = 3
+    ATTR_SCALE = 0
     OP_ATTR_INT = 1
     OP_ATTR_FLOAT = 3
 
@@ -189,6 +206,9 @@ cdef struct ChunkedGqa:
     int64_t kv_num_heads
     int64_t local_window
     int64_t chunk_rows
+    int64_t do_rotary
+    int64_t exact        # single query rows by genai_decode_attention_row (see _exact_rows)
+    float scale
 
 cdef const OrtFns* _f = NULL
 cdef OrtMemoryInfo* _cpu = NULL
@@ -199,8 +219,10 @@ cdef GenaiCustomOp _silu_op
 cdef GenaiCustomOp _step_rows_op
 cdef int64_t _chunked_calls = 0
 cdef int64_t _single_row_calls = 0
+cdef int64_t _exact_row_calls = 0
 cdef int _quant_level = genai_row_quant_level()
 cdef int _step_level = genai_step_rows_level()
+cdef int _decode_level = genai_decode_attention_level()
 
 
 def quantize_level() -> int:
@@ -218,6 +240,62 @@ def single_row_calls() -> int:
     """How many ChunkedGroupQueryAttention calls in this process ran one query row at a time
     (`single_row_attention`)."""
     return genai_read_count(&_single_row_calls)
+
+
+def exact_row_calls() -> int:
+    """How many ChunkedGroupQueryAttention calls in this process computed their query rows
+    with genai's decode kernel (`genai.runtime.decode_attention`) instead of onnxruntime's."""
+    return genai_read_count(&_exact_row_calls)
+
+
+def decode_attention_level() -> int:
+    """1 where genai's single-row attention kernel can give onnxruntime's bits on this CPU
+    (AVX2 and FMA without AVX-512F), else 0."""
+    return _decode_level
+
+
+def decode_attention_row(const float[::1] qkv, Py_ssize_t pos, Py_ssize_t heads,
+                         Py_ssize_t kv_heads, float scale, cos, sin, float[:, :, ::1] key_cache,
+                         float[:, :, ::1] value_cache):
+    """genai's single-row GroupQueryAttention kernel (`decode_attention_kernels.h`): the packed
+    query/key/value row ``qkv`` at position ``pos``; ``cos`` / ``sin`` float32 [positions,
+    head_size / 2] or None (no rotary); the caches [kv_heads, length, head_size] get the row's
+    key and value at ``pos``. Returns the heads x head_size output (for tests and the probe)."""
+    import numpy as np
+
+    if _decode_level != 1:
+        raise RuntimeError("genai's decode attention kernel needs AVX2 and FMA without AVX-512F")
+    cdef Py_ssize_t dim = key_cache.shape[2], length = key_cache.shape[1]
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads:
+        raise ValueError("heads must be a positive multiple of kv_heads")
+    if qkv.shape[0] != (heads + 2 * kv_heads) * dim:
+        raise ValueError("qkv needs (heads + 2 kv_heads) x head_size values")
+    if (key_cache.shape[0] != kv_heads or value_cache.shape[0] != kv_heads
+            or value_cache.shape[1] != length or value_cache.shape[2] != dim):
+        raise ValueError("the caches need the shape [kv_heads, length, head_size]")
+    if not 0 <= pos < length:
+        raise ValueError(f"pos must be in [0, {length})")
+    cdef const float[:, ::1] c
+    cdef const float[:, ::1] sn
+    cdef const float* c_data = NULL
+    cdef const float* s_data = NULL
+    if cos is not None:
+        c = cos
+        sn = sin
+        if (c.shape[1] * 2 != dim or c.shape[0] <= pos or sn.shape[0] != c.shape[0]
+                or sn.shape[1] != c.shape[1]):
+            raise ValueError("cos and sin need [positions > pos, head_size / 2]")
+        c_data = &c[0, 0]
+        s_data = &sn[0, 0]
+    out = np.empty(heads * dim, np.float32)
+    scratch_array = np.empty(heads * dim + pos + 1, np.float32)
+    cdef float[::1] o = out
+    cdef float[::1] scratch = scratch_array
+    with nogil:
+        genai_decode_attention_row(&qkv[0], <size_t>pos, <size_t>heads, <size_t>kv_heads,
+                                   <size_t>dim, scale, c_data, s_data, &key_cache[0, 0, 0],
+                                   &value_cache[0, 0, 0], <size_t>length, &scratch[0], &o[0])
+    return out
 
 
 def single_row_attention(bint on) -> bool:
@@ -286,11 +364,18 @@ cdef OrtStatus* _create(const GenaiCustomOp* op, const void* api, const OrtKerne
     cdef ChunkedGqa* k = <ChunkedGqa*>calloc(1, sizeof(ChunkedGqa))
     if k == NULL:
         return _error(ORT_FAIL, "ChunkedGroupQueryAttention: out of memory")
+    cdef bint plain = True  # no softcap, smooth softmax or interleaved rotary
     k.local_window = -1
     k.chunk_rows = CHUNK_ROWS_DEFAULT
     st = f.KernelInfoGetAttribute_int64(info, _C_CHUNK_ATTRIBUTE, &ivalue)
     if st == NULL:
         k.chunk_rows = ivalue
+    else:
+        f.ReleaseStatus(st)
+        st = NULL
+    st = f.KernelInfoGetAttribute_int64(info, _C_EXACT_DECODE_ATTRIBUTE, &ivalue)
+    if st == NULL:
+        k.exact = ivalue == 1 and _decode_level == 1
     else:
         f.ReleaseStatus(st)
         st = NULL
@@ -306,6 +391,10 @@ cdef OrtStatus* _create(const GenaiCustomOp* op, const void* api, const OrtKerne
             k.kv_num_heads = ivalue
         elif i == ATTR_LOCAL_WINDOW:
             k.local_window = ivalue
+        elif i == ATTR_DO_ROTARY:
+            k.do_rotary = ivalue
+        elif ivalue != 0:  # rotary_interleaved, smooth_softmax
+            plain = False
         st = f.CreateOpAttr(_INT_ATTRS[i], &ivalue, 1, OP_ATTR_INT, &attrs[n])
         if st != NULL:
             break
@@ -317,10 +406,16 @@ cdef OrtStatus* _create(const GenaiCustomOp* op, const void* api, const OrtKerne
                 f.ReleaseStatus(st)
                 st = NULL
                 continue
+            if i == ATTR_SCALE:
+                k.scale = fvalue
+            elif fvalue != 0.0:  # softcap
+                plain = False
             st = f.CreateOpAttr(_FLOAT_ATTRS[i], &fvalue, 1, OP_ATTR_FLOAT, &attrs[n])
             if st != NULL:
                 break
             n += 1
+    if not plain or k.local_window > 0:
+        k.exact = 0
     if st == NULL and (k.num_heads <= 0 or k.kv_num_heads <= 0 or k.chunk_rows <= 0
                        or k.num_heads % k.kv_num_heads != 0):
         st = _error(ORT_INVALID_ARGUMENT, "ChunkedGroupQueryAttention: num_heads and "
@@ -480,6 +575,48 @@ cdef OrtStatus* _run_chunks(ChunkedGqa* k, OrtKernelContext* ctx, const OrtValue
     return NULL
 
 
+cdef int _exact_rows(ChunkedGqa* k, const OrtValue** ins, OrtValue** outs, int64_t rows,
+                     int64_t width, int64_t head_size, int32_t total, int64_t cache_len,
+                     OrtStatus** st) noexcept nogil:
+    """A batch-1 run's ``rows`` query rows, one at a time, by genai's decode kernel on the
+    shared past/present buffer: 1 when done, 0 when the run is not one it takes (rotary caches
+    missing or too short), -1 with ``st`` on failure."""
+    cdef int64_t cos_dims[2]
+    cdef OrtStatus* shape
+    cdef const float* cos = NULL
+    cdef const float* sin = NULL
+    cdef int64_t r, pos
+    cdef float scale = k.scale if k.scale != 0.0 else (<float>1.0) / sqrtf(<float>head_size)
+    if k.do_rotary:
+        if ins[IN_COS] == NULL or ins[IN_SIN] == NULL:
+            return 0
+        shape = _dims(ins[IN_COS], cos_dims, 2)
+        if shape != NULL:  # another rank: onnxruntime's kernel says what is wrong
+            _f.ReleaseStatus(shape)
+            return 0
+        if cos_dims[1] * 2 != head_size or cos_dims[0] < total:
+            return 0
+        cos = <const float*>_data(ins[IN_COS])
+        sin = <const float*>_data(ins[IN_SIN])
+    cdef float* scratch = <float*>malloc(<size_t>(k.num_heads * head_size + total) * sizeof(float))
+    if scratch == NULL:
+        st[0] = _error(ORT_FAIL, "ChunkedGroupQueryAttention: out of memory")
+        return -1
+    cdef const float* query = <const float*>_data(ins[IN_QUERY])
+    cdef float* out = <float*>_data(outs[0])
+    cdef float* keys = <float*>_data(outs[1])
+    cdef float* values = <float*>_data(outs[2])
+    for r in range(rows):
+        pos = total - rows + r
+        genai_decode_attention_row(query + r * width, <size_t>pos, <size_t>k.num_heads,
+                                   <size_t>k.kv_num_heads, <size_t>head_size, scale, cos, sin,
+                                   keys, values, <size_t>cache_len, scratch,
+                                   out + r * k.num_heads * head_size)
+    free(scratch)
+    genai_count(&_exact_row_calls)
+    return 1
+
+
 cdef OrtStatus* _inputs(OrtKernelContext* ctx, const OrtValue** ins, size_t count) noexcept nogil:
     """The node's inputs into ``ins[0:count]`` (NULL for those it leaves out); an error when it
     has more than ``count``."""
@@ -551,6 +688,21 @@ cdef OrtStatus* _compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
     # (onnxruntime's kernel computes a run of several rows in another order, which changes
     # the last bits).
     single = genai_single_row_attention(-1) == 1 and rows >= 2
+    cdef int done
+    if (k.exact and (rows == 1 or single) and batch == 1 and ins[IN_KEY] == NULL
+            and ins[IN_VALUE] == NULL and ins[IN_PAST_KEY] != NULL
+            and ins[IN_PAST_VALUE] != NULL
+            and _data(ins[IN_PAST_KEY]) == _data(outs[1])
+            and _data(ins[IN_PAST_VALUE]) == _data(outs[2])
+            and (<int32_t*>_data(ins[IN_SEQLENS]))[0] + 1 == total
+            and rows <= total <= past_dims[2]):
+        done = _exact_rows(k, ins, outs, rows, width, head_size, total, past_dims[2], &st)
+        if done < 0:
+            return st
+        if done:
+            if single:
+                genai_count(&_single_row_calls)
+            return NULL
     if ((single or rows >= 2 * k.chunk_rows) and batch == 1 and k.local_window <= 0
             and ins[IN_PAST_KEY] != NULL and ins[IN_PAST_VALUE] != NULL
             and _data(ins[IN_PAST_KEY]) == _data(outs[1])

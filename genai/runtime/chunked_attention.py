@@ -34,8 +34,10 @@ from genai._core.custom_ops import (
     CHUNKED_GQA,
     DEFAULT_CHUNK_ROWS,
     DOMAIN,
+    EXACT_DECODE_ATTRIBUTE,
     single_row_attention,
 )
+from genai.runtime import decode_attention
 from genai.runtime import onnx_wire as wire
 
 __all__ = ["DEFAULT_CHUNK_ROWS", "chunk_attention", "enabled", "single_rows"]
@@ -79,14 +81,19 @@ def single_rows() -> Iterator[None]:
         single_row_attention(previous)
 
 
-def chunk_attention(data: bytes, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> bytes | None:
+def chunk_attention(
+    data: bytes, chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int = 0
+) -> bytes | None:
     """The serialized model ``data`` with its eligible GroupQueryAttention nodes (see the
     module docstring) run in chunks of ``chunk_rows`` query rows (keep it a multiple of 32, the
-    row blocks of onnxruntime's SGEMM, for bit-identical results), or None when it has none."""
+    row blocks of onnxruntime's SGEMM, for bit-identical results), or None when it has none.
+    ``threads``: the session's intra-op threads; where given, a node whose single query rows
+    genai's kernel computes with onnxruntime's bits (`genai.runtime.decode_attention.exact`)
+    lets the op compute them."""
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
     try:
-        return _rewrite(data, chunk_rows)
+        return _rewrite(data, chunk_rows, threads)
     except (wire.MalformedProto, UnicodeDecodeError, ValueError) as exc:
         log.debug("attention not chunked: %s", exc)
         return None
@@ -110,13 +117,37 @@ def _eligible(node: list, float_inputs: set[str]) -> bool:
     return names <= _PASSED_ON
 
 
-def _chunked_node(node: list, chunk_rows: int) -> bytes:
+def _chunked_node(node: list, raw: bytes, chunk_rows: int, threads: int) -> bytes:
     kept = len(wire.given(wire.strings(node, wire.NODE_INPUT)))
     chunked = wire.as_op(node, CHUNKED_GQA, DOMAIN, kept)
-    return chunked + wire.int_attribute(CHUNK_ATTRIBUTE, chunk_rows)
+    chunked += wire.int_attribute(CHUNK_ATTRIBUTE, chunk_rows)
+    if threads and decode_attention.enabled() and _exact_decode(wire.parse_node(raw), threads):
+        chunked += wire.int_attribute(EXACT_DECODE_ATTRIBUTE, 1)
+    return chunked
 
 
-def _rewrite(data: bytes, chunk_rows: int) -> bytes | None:
+def _exact_decode(node: wire.Node, threads: int) -> bool:
+    """Whether genai's kernel may compute ``node``'s single query rows (its setting asked of
+    onnxruntime: `decode_attention.exact`)."""
+    ints, floats = node.ints, node.floats
+    window = ints.get("local_window_size", -1)
+    if not isinstance(window, int) or window >= 1 << 63:  # a negative int64, as its varint
+        window = -1
+    if (
+        ints.get("rotary_interleaved", 0)
+        or ints.get("smooth_softmax", 0)
+        or floats.get("softcap", 0.0)
+        or window > 0
+    ):
+        return False
+    heads, kv_heads = ints.get("num_heads"), ints.get("kv_num_heads")
+    if not isinstance(heads, int) or not isinstance(kv_heads, int):
+        return False
+    rotary = bool(ints.get("do_rotary", 0))
+    return decode_attention.exact(heads, kv_heads, floats.get("scale", 0.0), rotary, threads)
+
+
+def _rewrite(data: bytes, chunk_rows: int, threads: int = 0) -> bytes | None:
     found = wire.model_graph(data)
     if found is None:
         return None
@@ -132,7 +163,8 @@ def _rewrite(data: bytes, chunk_rows: int) -> bytes | None:
         if number == wire.GRAPH_NODE and kind == wire.LEN:
             node = wire.fields(value)  # type: ignore[arg-type]
             if _eligible(node, float_inputs):
-                top += wire.len_field(wire.GRAPH_NODE, _chunked_node(node, chunk_rows))
+                chunked = _chunked_node(node, value, chunk_rows, threads)  # type: ignore[arg-type]
+                top += wire.len_field(wire.GRAPH_NODE, chunked)
                 rewritten += 1
                 continue
         top += raw

@@ -591,10 +591,11 @@ class Model:
         graph = trimmed.graph if trimmed else model_bytes
         branch_ops = [False, False]
         plain_ops = False
+        threads = int(options["intra_op_num_threads"])
         if chunk and provider.host_ops:
             if split is not None:
                 for index in (0, 1):
-                    rewritten = _host_ops(graphs[index], _OPT_LEVELS[level], index == 1)
+                    rewritten = _host_ops(graphs[index], _OPT_LEVELS[level], index == 1, threads)
                     if rewritten is not None:
                         graphs[index], branch_ops[index] = rewritten, True
             elif data is not None:
@@ -602,7 +603,7 @@ class Model:
                 # given bytes' already are
                 from_file = trimmed is None and model_bytes is None
                 found = _with_host_ops(
-                    path, trimmed.graph if trimmed else data, from_file, _OPT_LEVELS[level]
+                    path, trimmed.graph if trimmed else data, from_file, _OPT_LEVELS[level], threads
                 )
                 if found is not None:
                     graph, folder = found
@@ -1086,17 +1087,21 @@ def in_memory_graphs(folder: Path, graphs: list[bytes]) -> tuple[list[bytes], st
     return [wire.relocated(graph, renamed) for graph in graphs], str(parents.pop())
 
 
-def _host_ops(graph: bytes, level: int, prompts_only: bool = False) -> bytes | None:
+def _host_ops(
+    graph: bytes, level: int, prompts_only: bool = False, threads: int = 0
+) -> bytes | None:
     """``graph`` with genai's CPU ops in place of what they replace: long prompts' attention in
     chunks (`genai.runtime.chunked_attention`), per-row quantisations fused
     (`genai.runtime.row_quantization`) and, in a graph that only runs prompts
     (``prompts_only``: a run-length split's long branch), the MLP's gated SiLU products fused
     (`genai.runtime.gated_silu`; at graph optimisation ``level`` 2 and above, where onnxruntime
     makes the QuickGelu it keeps): it saves memory passes over many rows and costs a decode
-    step a few percent. None when none applies (or all are turned off)."""
+    step a few percent. None when none applies (or all are turned off). ``threads``: the
+    session's intra-op threads (where given, single attention rows may run genai's kernel:
+    `genai.runtime.decode_attention`)."""
     rewritten = None
     if chunked_attention.enabled():
-        rewritten = chunk_attention(graph)
+        rewritten = chunk_attention(graph, threads=threads)
     if row_quantization.enabled():
         rewritten = fuse_row_quantization(rewritten or graph) or rewritten
     if prompts_only and gated_silu.enabled() and level >= _OPT_LEVELS["ORT_ENABLE_EXTENDED"]:
@@ -1116,13 +1121,13 @@ def _small_graph(path: Path) -> bytes | None:
 
 
 def _with_host_ops(
-    path: Path, graph: bytes, from_file: bool, level: int
+    path: Path, graph: bytes, from_file: bool, level: int, threads: int = 0
 ) -> tuple[bytes, str | None] | None:
     """``graph`` with genai's CPU ops (`_host_ops` at optimisation ``level``) and, for the
     bytes of the file at ``path`` (``from_file``), the folder its external data is read from
     (`in_memory_graphs`; else None: where the given graph's already is); None when no rewrite
     applies."""
-    rewritten = _host_ops(graph, level)
+    rewritten = _host_ops(graph, level, threads=threads)
     if rewritten is None or not from_file:
         return None if rewritten is None else (rewritten, None)
     moved = in_memory_graphs(path.parent, [rewritten])
