@@ -114,14 +114,39 @@ __attribute__((target("avx2,fma"))) static float genai_decode_sum_exp(float* p, 
     return high + low;
 }
 
+/* The eight lanes' fold of each of 8 vectors, ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 +
+   a7)), as one vector (horizontal adds pair the same lanes in the same order). */
+__attribute__((target("avx2,fma"))) static inline __m256 genai_decode_fold8(const __m256* a) {
+    __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+    /* (t0 low, t1 low, t2 low, t3 low | the same high), then t4..t7 */
+    __m256 x = _mm256_hadd_ps(h01, h23), y = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+}
+
 /* scores[t] for ``count`` positions of ``keys`` (rows of ``dim`` values). */
 __attribute__((target("avx2,fma"))) static void genai_decode_scores(const float* q,
                                                                     const float* keys,
                                                                     size_t count, size_t dim,
                                                                     float scale,
                                                                     float* scores) {
-    size_t whole = dim - dim % 8;
-    for (size_t t = 0; t < count; t++) {
+    size_t whole = dim - dim % 8, t = 0;
+    __m256 factor = _mm256_set1_ps(scale);
+    if (whole == dim) {
+        for (; t + 8 <= count; t += 8) {
+            __m256 acc[8];
+            for (int i = 0; i < 8; i++) {
+                const float* k = keys + (t + i) * dim;
+                __m256 a = _mm256_setzero_ps();
+                for (size_t h = 0; h < dim; h += 8) {
+                    a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(q + h), _mm256_loadu_ps(k + h)));
+                }
+                acc[i] = a;
+            }
+            _mm256_storeu_ps(scores + t, _mm256_mul_ps(genai_decode_fold8(acc), factor));
+        }
+    }
+    for (; t < count; t++) {
         const float* k = keys + t * dim;
         __m256 acc = _mm256_setzero_ps();
         for (size_t h = 0; h < whole; h += 8) {
@@ -143,18 +168,40 @@ __attribute__((target("avx2,fma"))) static void genai_decode_values(const float*
                                                                     const float* values,
                                                                     size_t count, size_t dim,
                                                                     float sum, float* out) {
-    size_t whole = dim - dim % 8;
-    memset(out, 0, dim * sizeof(float));
-    for (size_t t = 0; t < count; t++) {
-        __m256 p = _mm256_set1_ps(e[t]);
-        const float* v = values + t * dim;
-        for (size_t h = 0; h < whole; h += 8) {
-            __m256 o = _mm256_loadu_ps(out + h);
-            _mm256_storeu_ps(out + h, _mm256_add_ps(o, _mm256_mul_ps(p, _mm256_loadu_ps(v + h))));
+    size_t h0 = 0;
+    /* 64 columns at a time in registers */
+    for (; h0 + 64 <= dim; h0 += 64) {
+        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0, o6 = o0;
+        __m256 o7 = o0;
+        for (size_t t = 0; t < count; t++) {
+            __m256 p = _mm256_set1_ps(e[t]);
+            const float* v = values + t * dim + h0;
+            o0 = _mm256_add_ps(o0, _mm256_mul_ps(p, _mm256_loadu_ps(v)));
+            o1 = _mm256_add_ps(o1, _mm256_mul_ps(p, _mm256_loadu_ps(v + 8)));
+            o2 = _mm256_add_ps(o2, _mm256_mul_ps(p, _mm256_loadu_ps(v + 16)));
+            o3 = _mm256_add_ps(o3, _mm256_mul_ps(p, _mm256_loadu_ps(v + 24)));
+            o4 = _mm256_add_ps(o4, _mm256_mul_ps(p, _mm256_loadu_ps(v + 32)));
+            o5 = _mm256_add_ps(o5, _mm256_mul_ps(p, _mm256_loadu_ps(v + 40)));
+            o6 = _mm256_add_ps(o6, _mm256_mul_ps(p, _mm256_loadu_ps(v + 48)));
+            o7 = _mm256_add_ps(o7, _mm256_mul_ps(p, _mm256_loadu_ps(v + 56)));
         }
-        for (size_t h = whole; h < dim; h++) {
-            float m = e[t] * v[h];
-            out[h] = out[h] + m;
+        _mm256_storeu_ps(out + h0, o0);
+        _mm256_storeu_ps(out + h0 + 8, o1);
+        _mm256_storeu_ps(out + h0 + 16, o2);
+        _mm256_storeu_ps(out + h0 + 24, o3);
+        _mm256_storeu_ps(out + h0 + 32, o4);
+        _mm256_storeu_ps(out + h0 + 40, o5);
+        _mm256_storeu_ps(out + h0 + 48, o6);
+        _mm256_storeu_ps(out + h0 + 56, o7);
+    }
+    if (h0 < dim) {
+        memset(out + h0, 0, (dim - h0) * sizeof(float));
+        for (size_t t = 0; t < count; t++) {
+            const float* v = values + t * dim;
+            for (size_t h = h0; h < dim; h++) {
+                float m = e[t] * v[h];
+                out[h] = out[h] + m;
+            }
         }
     }
     float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
