@@ -266,8 +266,8 @@ def decode_attention_row(const float[::1] qkv, Py_ssize_t pos, Py_ssize_t heads,
     if _decode_level != 1:
         raise RuntimeError("genai's decode attention kernel needs AVX2 and FMA without AVX-512F")
     cdef Py_ssize_t dim = key_cache.shape[2], length = key_cache.shape[1]
-    if heads <= 0 or kv_heads <= 0 or heads % kv_heads:
-        raise ValueError("heads must be a positive multiple of kv_heads")
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads or heads // kv_heads > 64:
+        raise ValueError("heads must be a positive multiple of kv_heads, at most 64 times it")
     if qkv.shape[0] != (heads + 2 * kv_heads) * dim:
         raise ValueError("qkv needs (heads + 2 kv_heads) x head_size values")
     if (key_cache.shape[0] != kv_heads or value_cache.shape[0] != kv_heads
@@ -288,7 +288,7 @@ def decode_attention_row(const float[::1] qkv, Py_ssize_t pos, Py_ssize_t heads,
         c_data = &c[0, 0]
         s_data = &sn[0, 0]
     out = np.empty(heads * dim, np.float32)
-    scratch_array = np.empty(heads * dim + pos + 1, np.float32)
+    scratch_array = np.empty(heads * dim + (heads // kv_heads) * (pos + 1), np.float32)
     cdef float[::1] o = out
     cdef float[::1] scratch = scratch_array
     with nogil:
@@ -598,7 +598,11 @@ cdef int _exact_rows(ChunkedGqa* k, const OrtValue** ins, OrtValue** outs, int64
             return 0
         cos = <const float*>_data(ins[IN_COS])
         sin = <const float*>_data(ins[IN_SIN])
-    cdef float* scratch = <float*>malloc(<size_t>(k.num_heads * head_size + total) * sizeof(float))
+    cdef int64_t group = k.num_heads // k.kv_num_heads
+    if group > 64:  # (the kernel's per-group sums)
+        return 0
+    cdef float* scratch = <float*>malloc(
+        <size_t>(k.num_heads * head_size + group * total) * sizeof(float))
     if scratch == NULL:
         st[0] = _error(ORT_FAIL, "ChunkedGroupQueryAttention: out of memory")
         return -1

@@ -124,8 +124,11 @@ __attribute__((target("avx2,fma"))) static inline __m256 genai_decode_fold8(cons
     return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
 }
 
-/* scores[t] for ``count`` positions of ``keys`` (rows of ``dim`` values). */
+/* scores[i * count + t] for ``heads`` query heads (``q``: heads x dim) sharing ``keys``
+   (``count`` rows of ``dim`` values): 8 positions at a time, each block of keys read by every
+   head while it is in cache. */
 __attribute__((target("avx2,fma"))) static void genai_decode_scores(const float* q,
+                                                                    size_t heads,
                                                                     const float* keys,
                                                                     size_t count, size_t dim,
                                                                     float scale,
@@ -134,79 +137,102 @@ __attribute__((target("avx2,fma"))) static void genai_decode_scores(const float*
     __m256 factor = _mm256_set1_ps(scale);
     if (whole == dim) {
         for (; t + 8 <= count; t += 8) {
-            __m256 acc[8];
-            for (int i = 0; i < 8; i++) {
-                const float* k = keys + (t + i) * dim;
-                __m256 a = _mm256_setzero_ps();
-                for (size_t h = 0; h < dim; h += 8) {
-                    a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(q + h), _mm256_loadu_ps(k + h)));
+            for (size_t i = 0; i < heads; i++) {
+                const float* qi = q + i * dim;
+                __m256 acc[8];
+                for (int j = 0; j < 8; j++) {
+                    const float* k = keys + (t + j) * dim;
+                    __m256 a = _mm256_setzero_ps();
+                    for (size_t h = 0; h < dim; h += 8) {
+                        a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qi + h),
+                                                           _mm256_loadu_ps(k + h)));
+                    }
+                    acc[j] = a;
                 }
-                acc[i] = a;
+                _mm256_storeu_ps(scores + i * count + t,
+                                 _mm256_mul_ps(genai_decode_fold8(acc), factor));
             }
-            _mm256_storeu_ps(scores + t, _mm256_mul_ps(genai_decode_fold8(acc), factor));
         }
     }
     for (; t < count; t++) {
         const float* k = keys + t * dim;
-        __m256 acc = _mm256_setzero_ps();
-        for (size_t h = 0; h < whole; h += 8) {
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + h), _mm256_loadu_ps(k + h)));
+        for (size_t i = 0; i < heads; i++) {
+            const float* qi = q + i * dim;
+            __m256 acc = _mm256_setzero_ps();
+            for (size_t h = 0; h < whole; h += 8) {
+                acc = _mm256_add_ps(acc,
+                                    _mm256_mul_ps(_mm256_loadu_ps(qi + h), _mm256_loadu_ps(k + h)));
+            }
+            float a[8];
+            _mm256_storeu_ps(a, acc);
+            float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+            for (size_t h = whole; h < dim; h++) {
+                float m = qi[h] * k[h];
+                s = s + m;
+            }
+            scores[i * count + t] = s * scale;
         }
-        float a[8];
-        _mm256_storeu_ps(a, acc);
-        float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-        for (size_t h = whole; h < dim; h++) {
-            float m = q[h] * k[h];
-            s = s + m;
-        }
-        scores[t] = s * scale;
     }
 }
 
-/* out[0..dim) = sum over t of e[t] * values[t] (in order), times 1 / sum. */
+#define GENAI_DECODE_SPAN 32 /* positions each head sums while a block of values is in cache */
+
+/* out[i * dim + 0..dim) = sum over t of e[i * count + t] * values[t] (in order), times
+   1 / sums[i], for ``heads`` heads sharing ``values``. */
 __attribute__((target("avx2,fma"))) static void genai_decode_values(const float* e,
+                                                                    size_t heads,
                                                                     const float* values,
                                                                     size_t count, size_t dim,
-                                                                    float sum, float* out) {
-    size_t h0 = 0;
-    /* 64 columns at a time in registers */
-    for (; h0 + 64 <= dim; h0 += 64) {
-        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0, o6 = o0;
-        __m256 o7 = o0;
-        for (size_t t = 0; t < count; t++) {
-            __m256 p = _mm256_set1_ps(e[t]);
-            const float* v = values + t * dim + h0;
-            o0 = _mm256_add_ps(o0, _mm256_mul_ps(p, _mm256_loadu_ps(v)));
-            o1 = _mm256_add_ps(o1, _mm256_mul_ps(p, _mm256_loadu_ps(v + 8)));
-            o2 = _mm256_add_ps(o2, _mm256_mul_ps(p, _mm256_loadu_ps(v + 16)));
-            o3 = _mm256_add_ps(o3, _mm256_mul_ps(p, _mm256_loadu_ps(v + 24)));
-            o4 = _mm256_add_ps(o4, _mm256_mul_ps(p, _mm256_loadu_ps(v + 32)));
-            o5 = _mm256_add_ps(o5, _mm256_mul_ps(p, _mm256_loadu_ps(v + 40)));
-            o6 = _mm256_add_ps(o6, _mm256_mul_ps(p, _mm256_loadu_ps(v + 48)));
-            o7 = _mm256_add_ps(o7, _mm256_mul_ps(p, _mm256_loadu_ps(v + 56)));
-        }
-        _mm256_storeu_ps(out + h0, o0);
-        _mm256_storeu_ps(out + h0 + 8, o1);
-        _mm256_storeu_ps(out + h0 + 16, o2);
-        _mm256_storeu_ps(out + h0 + 24, o3);
-        _mm256_storeu_ps(out + h0 + 32, o4);
-        _mm256_storeu_ps(out + h0 + 40, o5);
-        _mm256_storeu_ps(out + h0 + 48, o6);
-        _mm256_storeu_ps(out + h0 + 56, o7);
-    }
-    if (h0 < dim) {
-        memset(out + h0, 0, (dim - h0) * sizeof(float));
-        for (size_t t = 0; t < count; t++) {
-            const float* v = values + t * dim;
-            for (size_t h = h0; h < dim; h++) {
-                float m = e[t] * v[h];
-                out[h] = out[h] + m;
+                                                                    const float* sums,
+                                                                    float* out) {
+    memset(out, 0, heads * dim * sizeof(float));
+    size_t wide = dim - dim % 64;
+    for (size_t t0 = 0; t0 < count; t0 += GENAI_DECODE_SPAN) {
+        size_t t1 = t0 + GENAI_DECODE_SPAN < count ? t0 + GENAI_DECODE_SPAN : count;
+        for (size_t i = 0; i < heads; i++) {
+            const float* ei = e + i * count;
+            float* oi = out + i * dim;
+            for (size_t h0 = 0; h0 < wide; h0 += 64) {
+                float* o = oi + h0;
+                __m256 o0 = _mm256_loadu_ps(o), o1 = _mm256_loadu_ps(o + 8);
+                __m256 o2 = _mm256_loadu_ps(o + 16), o3 = _mm256_loadu_ps(o + 24);
+                __m256 o4 = _mm256_loadu_ps(o + 32), o5 = _mm256_loadu_ps(o + 40);
+                __m256 o6 = _mm256_loadu_ps(o + 48), o7 = _mm256_loadu_ps(o + 56);
+                for (size_t t = t0; t < t1; t++) {
+                    __m256 p = _mm256_set1_ps(ei[t]);
+                    const float* v = values + t * dim + h0;
+                    o0 = _mm256_add_ps(o0, _mm256_mul_ps(p, _mm256_loadu_ps(v)));
+                    o1 = _mm256_add_ps(o1, _mm256_mul_ps(p, _mm256_loadu_ps(v + 8)));
+                    o2 = _mm256_add_ps(o2, _mm256_mul_ps(p, _mm256_loadu_ps(v + 16)));
+                    o3 = _mm256_add_ps(o3, _mm256_mul_ps(p, _mm256_loadu_ps(v + 24)));
+                    o4 = _mm256_add_ps(o4, _mm256_mul_ps(p, _mm256_loadu_ps(v + 32)));
+                    o5 = _mm256_add_ps(o5, _mm256_mul_ps(p, _mm256_loadu_ps(v + 40)));
+                    o6 = _mm256_add_ps(o6, _mm256_mul_ps(p, _mm256_loadu_ps(v + 48)));
+                    o7 = _mm256_add_ps(o7, _mm256_mul_ps(p, _mm256_loadu_ps(v + 56)));
+                }
+                _mm256_storeu_ps(o, o0);
+                _mm256_storeu_ps(o + 8, o1);
+                _mm256_storeu_ps(o + 16, o2);
+                _mm256_storeu_ps(o + 24, o3);
+                _mm256_storeu_ps(o + 32, o4);
+                _mm256_storeu_ps(o + 40, o5);
+                _mm256_storeu_ps(o + 48, o6);
+                _mm256_storeu_ps(o + 56, o7);
+            }
+            for (size_t t = t0; t < t1; t++) {
+                const float* v = values + t * dim;
+                for (size_t h = wide; h < dim; h++) {
+                    float m = ei[t] * v[h];
+                    oi[h] = oi[h] + m;
+                }
             }
         }
     }
-    float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    for (size_t h = 0; h < dim; h++) {
-        out[h] = out[h] * inv;
+    for (size_t i = 0; i < heads; i++) {
+        float inv = sums[i] > 0.0f ? 1.0f / sums[i] : 0.0f;
+        for (size_t h = 0; h < dim; h++) {
+            out[i * dim + h] = out[i * dim + h] * inv;
+        }
     }
 }
 
@@ -215,7 +241,7 @@ __attribute__((target("avx2,fma"))) static void genai_decode_values(const float*
    ``dim``); the rotated key and the value are written at ``pos`` of ``key_cache`` /
    ``value_cache`` ([kv_heads, cache_len, dim]); ``out`` the heads x dim result. ``cos`` /
    ``sin``: the rotary caches ([positions, dim / 2]), or NULL for none. ``scratch``: heads x
-   dim + pos + 1 floats. */
+   dim + (heads / kv_heads) x (pos + 1) floats; at most 64 query heads per KV head. */
 __attribute__((target("avx2,fma"))) static void genai_decode_attention_row(
     const float* qkv, size_t pos, size_t heads, size_t kv_heads, size_t dim, float scale,
     const float* cos, const float* sin, float* key_cache, float* value_cache,
@@ -241,17 +267,20 @@ __attribute__((target("avx2,fma"))) static void genai_decode_attention_row(
             memcpy(q + h * dim, qkv + h * dim, dim * sizeof(float));
         }
     }
-    for (size_t h = 0; h < heads; h++) {
-        size_t kv = h / group;
+    float sums[64];
+    for (size_t kv = 0; kv < kv_heads; kv++) {
         const float* keys = key_cache + kv * cache_len * dim;
-        genai_decode_scores(q + h * dim, keys, count, dim, scale, scores);
-        float max = -FLT_MAX;
-        for (size_t t = 0; t < count; t++) {
-            max = scores[t] > max ? scores[t] : max;
+        genai_decode_scores(q + kv * group * dim, group, keys, count, dim, scale, scores);
+        for (size_t i = 0; i < group; i++) {
+            float* si = scores + i * count;
+            float max = -FLT_MAX;
+            for (size_t t = 0; t < count; t++) {
+                max = si[t] > max ? si[t] : max;
+            }
+            sums[i] = genai_decode_sum_exp(si, count, max);
         }
-        float sum = genai_decode_sum_exp(scores, count, max);
-        genai_decode_values(scores, value_cache + kv * cache_len * dim, count, dim, sum,
-                            out + h * dim);
+        genai_decode_values(scores, group, value_cache + kv * cache_len * dim, count, dim, sums,
+                            out + kv * group * dim);
     }
 }
 #endif
