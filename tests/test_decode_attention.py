@@ -5,9 +5,7 @@ it (`genai.runtime.decode_attention`), and a real model's decode through it."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
 import genai
 from genai._core import custom_ops
@@ -22,50 +20,6 @@ pytestmark = pytest.mark.skipif(
 CACHE = 2048
 
 
-def _session(heads, kv_heads, dim, scale, rotary, threads=1):
-    inputs = ["qkv", "", "", "past_key", "past_value", "seqlens_k", "total"]
-    attrs = {"num_heads": heads, "kv_num_heads": kv_heads, "scale": scale}
-    if rotary:
-        inputs += ["cos", "sin"]
-        attrs.update(do_rotary=1, rotary_interleaved=0)
-    node = helper.make_node(
-        "GroupQueryAttention", inputs, ["out", "pk", "pv"], domain="com.microsoft", **attrs
-    )
-    kv = [1, kv_heads, CACHE, dim]
-    infos = [
-        helper.make_tensor_value_info(
-            "qkv", TensorProto.FLOAT, [1, 1, (heads + 2 * kv_heads) * dim]
-        ),
-        helper.make_tensor_value_info("past_key", TensorProto.FLOAT, kv),
-        helper.make_tensor_value_info("past_value", TensorProto.FLOAT, kv),
-        helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
-        helper.make_tensor_value_info("total", TensorProto.INT32, []),
-    ]
-    if rotary:
-        infos += [
-            helper.make_tensor_value_info(n, TensorProto.FLOAT, [CACHE, dim // 2])
-            for n in ("cos", "sin")
-        ]
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in node.output]
-    model = helper.make_model(
-        helper.make_graph([node], "g", infos, outs),
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
-    )
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    return ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-
-
-def _rotary(dim):
-    angles = (
-        np.arange(CACHE, dtype=np.float32)[:, None]
-        / (10000.0 ** (np.arange(0, dim, 2, dtype=np.float32) / dim))[None]
-    )
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-
-
 @pytest.mark.parametrize(
     "heads,kv_heads,dim,scale,rotary",
     [
@@ -76,32 +30,21 @@ def _rotary(dim):
     ],
 )
 def test_kernel_gives_onnxruntimes_bits(heads, kv_heads, dim, scale, rotary):
-    session = _session(heads, kv_heads, dim, scale, rotary)
-    cos, sin = _rotary(dim)
-    rng = np.random.default_rng(heads * 100 + dim)
-    for past in (0, 1, 7, 8, 9, 63, 255, 256, 300, 1000, CACHE - 1):
-        qkv = (2 * rng.standard_normal((1, 1, (heads + 2 * kv_heads) * dim))).astype(np.float32)
-        keys = rng.standard_normal((1, kv_heads, CACHE, dim)).astype(np.float32)
-        values = rng.standard_normal((1, kv_heads, CACHE, dim)).astype(np.float32)
-        feed = {
-            "qkv": qkv,
-            "past_key": keys,
-            "past_value": values,
-            "seqlens_k": np.array([past], np.int32),
-            "total": np.array(past + 1, np.int32),
-        }
-        if rotary:
-            feed.update(cos=cos, sin=sin)
-        want, want_keys, want_values = session.run(None, feed)
-        got_keys, got_values = keys[0].copy(), values[0].copy()
-        used_scale = scale if scale else np.float32(1) / np.sqrt(np.float32(dim))
-        got = custom_ops.decode_attention_row(
-            qkv[0, 0], past, heads, kv_heads, used_scale,
-            cos if rotary else None, sin if rotary else None, got_keys, got_values,
-        )  # fmt: skip
-        np.testing.assert_array_equal(got.view(np.uint32), want.reshape(-1).view(np.uint32))
-        np.testing.assert_array_equal(got_keys[:, : past + 1], want_keys[0][:, : past + 1])
-        np.testing.assert_array_equal(got_values[:, : past + 1], want_values[0][:, : past + 1])
+    pasts = (0, 1, 7, 8, 9, 63, 255, 256, 300, 1000, CACHE - 1)
+    assert decode_attention.agrees(heads, kv_heads, dim, scale, rotary, 1, pasts, CACHE, seed=dim)
+
+
+def test_a_changed_bit_is_found(monkeypatch):
+    # the comparison sees a kernel one ulp off in one output value
+    real = custom_ops.decode_attention_row
+
+    def off(*args):
+        out = real(*args)
+        out[5] = np.nextafter(out[5], np.float32(np.inf))
+        return out
+
+    monkeypatch.setattr(custom_ops, "decode_attention_row", off)
+    assert not decode_attention.agrees(9, 3, 64, 0.125, True, 1, (20,), 64)
 
 
 def test_kernel_refuses_bad_shapes():

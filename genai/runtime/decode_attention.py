@@ -19,12 +19,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from typing import Any
 
 import numpy as np
 
 from genai._core import custom_ops
 
-__all__ = ["enabled", "exact"]
+__all__ = ["enabled", "exact", "onnxruntime_session", "rotary_caches"]
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +60,18 @@ def exact(heads: int, kv_heads: int, scale: float, rotary: bool, threads: int) -
     return same
 
 
-def _probe(heads: int, kv_heads: int, scale: float, rotary: bool, threads: int) -> bool:
+def onnxruntime_session(
+    heads: int, kv_heads: int, dim: int, scale: float, rotary: bool, threads: int, cache: int
+) -> Any:
+    """An onnxruntime session of one GroupQueryAttention node (packed QKV input ``qkv`` [1, 1,
+    (heads + 2 kv_heads) x dim], caches ``past_key`` / ``past_value`` [1, kv_heads, ``cache``,
+    dim], ``seqlens_k``, ``total``, and with ``rotary`` ``cos`` / ``sin`` [cache, dim / 2]):
+    the kernel genai's is compared with."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    dim = _HEAD_SIZE
     width = (heads + 2 * kv_heads) * dim
-    attrs = {"num_heads": heads, "kv_num_heads": kv_heads, "scale": scale}
+    attrs: dict[str, Any] = {"num_heads": heads, "kv_num_heads": kv_heads, "scale": scale}
     inputs = ["qkv", "", "", "past_key", "past_value", "seqlens_k", "total"]
     if rotary:
         attrs.update(do_rotary=1, rotary_interleaved=0)
@@ -77,7 +83,7 @@ def _probe(heads: int, kv_heads: int, scale: float, rotary: bool, threads: int) 
         domain="com.microsoft",
         **attrs,
     )
-    kv = [1, kv_heads, _CACHE, dim]
+    kv = [1, kv_heads, cache, dim]
     infos = [
         helper.make_tensor_value_info("qkv", TensorProto.FLOAT, [1, 1, width]),
         helper.make_tensor_value_info("past_key", TensorProto.FLOAT, kv),
@@ -87,27 +93,55 @@ def _probe(heads: int, kv_heads: int, scale: float, rotary: bool, threads: int) 
     ]
     if rotary:
         infos += [
-            helper.make_tensor_value_info(name, TensorProto.FLOAT, [_CACHE, dim // 2])
+            helper.make_tensor_value_info(name, TensorProto.FLOAT, [cache, dim // 2])
             for name in ("cos", "sin")
         ]
     outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in node.output]
-    graph = helper.make_graph([node], "probe", infos, outputs)
+    graph = helper.make_graph([node], "gqa", infos, outputs)
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
     )
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    session = ort.InferenceSession(
+    return ort.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
-    rng = np.random.default_rng(7)
+
+
+def rotary_caches(dim: int, positions: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rotary ``cos`` / ``sin`` caches [positions, dim / 2] (base 10000), float32."""
     angles = (
-        np.arange(_CACHE, dtype=np.float32)[:, None]
+        np.arange(positions, dtype=np.float32)[:, None]
         / (10000.0 ** (np.arange(0, dim, 2, dtype=np.float32) / dim))[None]
     )
-    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-    for past in _PASTS:
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def _probe(heads: int, kv_heads: int, scale: float, rotary: bool, threads: int) -> bool:
+    return agrees(heads, kv_heads, _HEAD_SIZE, scale, rotary, threads, _PASTS, _CACHE)
+
+
+def agrees(
+    heads: int,
+    kv_heads: int,
+    dim: int,
+    scale: float,
+    rotary: bool,
+    threads: int,
+    pasts: tuple[int, ...],
+    cache: int,
+    seed: int = 7,
+) -> bool:
+    """Whether genai's kernel gives every bit of onnxruntime's GroupQueryAttention (output and
+    caches) for one random query row after each of ``pasts`` positions, with head size ``dim``
+    and caches of ``cache`` positions (see `exact` for the other arguments)."""
+    width = (heads + 2 * kv_heads) * dim
+    kv = [1, kv_heads, cache, dim]
+    session = onnxruntime_session(heads, kv_heads, dim, scale, rotary, threads, cache)
+    cos, sin = rotary_caches(dim, cache)
+    rng = np.random.default_rng(seed)
+    for past in pasts:
         qkv = (2 * rng.standard_normal((1, 1, width))).astype(np.float32)
         keys = rng.standard_normal(kv).astype(np.float32)
         values = rng.standard_normal(kv).astype(np.float32)
