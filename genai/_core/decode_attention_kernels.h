@@ -22,13 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-#endif
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#endif
+#include "exact_float_begin.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define GENAI_DECODE_X86 1
@@ -285,7 +279,5 @@ __attribute__((target("avx2,fma"))) static void genai_decode_attention_row(
 }
 #endif
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+#include "exact_float_end.h"
 #endif

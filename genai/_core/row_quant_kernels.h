@@ -17,13 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-#endif
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#endif
+#include "exact_float_begin.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define GENAI_ROW_QUANT_X86 1
@@ -157,7 +151,5 @@ static inline void genai_quantize_rows(const float* x, size_t first, size_t last
     }
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+#include "exact_float_end.h"
 #endif

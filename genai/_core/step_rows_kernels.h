@@ -26,13 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-#endif
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#endif
+#include "exact_float_begin.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define GENAI_STEP_ROWS_X86 1
@@ -561,7 +555,5 @@ static inline void genai_step_columns(const GenaiStepRows* rs, const uint8_t* b,
     genai_step_columns_scalar(rs, b, scales, zp, n0, n1, n, out);
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+#include "exact_float_end.h"
 #endif
