@@ -131,12 +131,11 @@ def _exact_decode(node: wire.Node, threads: int) -> bool:
     onnxruntime: `decode_attention.exact`)."""
     ints, floats = node.ints, node.floats
     window = ints.get("local_window_size", -1)
-    if not isinstance(window, int) or window >= 1 << 63:  # a negative int64, as its varint
-        window = -1
     if (
         ints.get("rotary_interleaved", 0)
         or ints.get("smooth_softmax", 0)
         or floats.get("softcap", 0.0)
+        or not isinstance(window, int)
         or window > 0
     ):
         return False

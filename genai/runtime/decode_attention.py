@@ -25,7 +25,7 @@ import numpy as np
 
 from genai._core import custom_ops
 
-__all__ = ["enabled", "exact", "onnxruntime_session", "rotary_caches"]
+__all__ = ["agrees", "enabled", "exact", "onnxruntime_session", "rotary_caches"]
 
 log = logging.getLogger(__name__)
 

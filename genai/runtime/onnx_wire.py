@@ -169,6 +169,11 @@ def _varints(message: list, number: int) -> list[int]:
     return [v for n, w, v, _ in message if n == number and w == VARINT]
 
 
+def _int64(value: int) -> int:
+    """A varint read as the int64 it encodes (negative numbers are 10-byte varints)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
 def elem_type(tensor: bytes) -> int:
     """A TensorProto's element type (TensorProto.DataType; 0 when unset)."""
     return next(iter(_varints(fields(tensor), TENSOR_TYPE)), 0)
@@ -212,8 +217,7 @@ def scalar(tensor: bytes) -> int | None:
                     values.append(item)
     if len(values) != 1:
         return None
-    found = values[0]
-    return found - (1 << 64) if found >= 1 << 63 else found
+    return _int64(values[0])
 
 
 def float_scalar(tensor: bytes) -> float | None:
@@ -329,9 +333,9 @@ def parse_node(raw: bytes) -> Node:
         single = _varints(attr_fields, ATTR_INT)
         listed = _varints(attr_fields, ATTR_INTS)
         if single:
-            ints[name] = single[0]
+            ints[name] = _int64(single[0])
         elif listed:
-            ints[name] = listed
+            ints[name] = [_int64(v) for v in listed]
         for number, wire, value, _ in attr_fields:
             if number == ATTR_FLOAT and wire == FIXED32:
                 floats[name] = struct.unpack("<f", value)[0]  # type: ignore[arg-type]
