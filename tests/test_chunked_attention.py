@@ -181,6 +181,50 @@ def test_single_rows_give_one_token_steps_numbers(packed, past, rows) -> None:
     np.testing.assert_array_equal(_run_genai(rewritten, feeds, 1)[0], whole[0])
 
 
+def _growing_steps(data: bytes, feeds: dict[str, np.ndarray], past: int) -> list:
+    """onnxruntime's op on a growing past, one token per call: output rows, last presents."""
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    caches = [feeds[name][:, :, :past].copy() for name in ("past_key", "past_value")]
+    outs = []
+    for r in range(feeds["query"].shape[1]):
+        step = {n: feeds[n][:, r : r + 1].copy() for n in ("query", "key", "value") if n in feeds}
+        step.update(past_key=caches[0], past_value=caches[1])
+        step["seqlens_k"] = np.array([past + r], np.int32)
+        step["total"] = np.array(past + r + 1, np.int32)
+        out, *caches = session.run(None, step)
+        outs.append(out)
+    return [np.concatenate(outs, axis=1), *caches]
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize(("past", "rows"), [(40, 1), (40, 2), (300, 5), (0, 9)])
+@pytest.mark.parametrize("threads", [0, 1])
+def test_rows_on_a_growing_past_give_one_token_steps_numbers(packed, past, rows, threads) -> None:
+    """A growing past (``past_present_share_buffer`` false: past buffers of their own, present
+    ones a position per row longer): a decode step, and a verify run in `single_rows`, give the
+    output and presents of onnxruntime's one-token steps, every bit, by onnxruntime's kernel
+    (``threads`` 0) or, where the rewrite marks the node, genai's decode kernel (packed QKV)."""
+    rewritten = chunk_attention(_gqa_model(packed=packed), threads=threads)
+    feeds = _feeds(np.random.default_rng(past * 7 + rows), 1, past, rows, packed)
+    want = _growing_steps(_gqa_model(packed=packed), feeds, past)
+    session = NativeSession(None, model_bytes=rewritten, intra_op_num_threads=1, genai_ops=True)
+    for name, array in feeds.items():
+        session.bind_input(name, array[:, :, :past].copy() if name.startswith("past") else array)
+    got = [np.empty((1, rows, HEADS * HEAD_SIZE), np.float32)]
+    got += [np.full((1, KV_HEADS, past + rows, HEAD_SIZE), np.nan, np.float32) for _ in range(2)]
+    for name, array in zip(("out", "present_key", "present_value"), got, strict=True):
+        session.bind_output(name, array)
+    before = custom_ops.single_row_calls(), custom_ops.exact_row_calls()
+    with single_rows():
+        session.run()
+    after = custom_ops.single_row_calls(), custom_ops.exact_row_calls()
+    assert after[0] == before[0] + (rows > 1)  # the run went row by row
+    exact = packed and b"genai_exact_decode" in rewritten  # (the kernel takes packed QKV)
+    assert after[1] == before[1] + exact
+    for ours, expected in zip(got, want, strict=True):
+        np.testing.assert_array_equal(ours, expected)
+
+
 def test_batches_of_several_rows_run_whole() -> None:
     rewritten = chunk_attention(_gqa_model())
     assert rewritten is not None

@@ -230,13 +230,19 @@ def _greedy(model, prompt: list[int], new: int, spec: bool) -> tuple[list[int], 
     return [int(t) for t in gen.get_sequence(0)], gen.get_speculative_stats() if spec else None
 
 
-def test_default_model_ngram_tokens_are_plain_decodings_where_the_op_applies(default_model_path):
+@pytest.mark.parametrize("share_buffer", [True, False])
+def test_default_model_ngram_tokens_are_plain_decodings_where_the_op_applies(
+    default_model_path, share_buffer
+):
     """On the folder our builder writes by default (int4, blocks of 32, accuracy level 4), the
     verify runs get one-token steps' numbers on AVX-512 CPUs (the linears already) and on AVX2
     ones (the second session with StepRowsMatMulNBits): n-gram decoding's tokens are plain
-    decoding's. (With verify runs in one call, this prompt's text parts from plain decoding's
-    within 64 tokens on an AVX2 Zen 3.)"""
-    model = genai.Model(str(default_model_path))
+    decoding's, on its shared KV buffer and on a growing one. (With verify runs in one call,
+    this prompt's text parts from plain decoding's within 64 tokens on an AVX2 Zen 3, on
+    either.)"""
+    config = genai.Config(str(default_model_path))
+    config.overlay({"search": {"past_present_share_buffer": share_buffer}})
+    model = genai.Model(config)
     session = model.session
     if not exact_rows(session):
         pytest.skip("this CPU's int4 kernels give a run's rows other numbers than one-token steps")

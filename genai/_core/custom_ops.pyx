@@ -31,6 +31,7 @@ cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.math cimport sqrtf
 from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcpy
 
 from genai._core.ort_api cimport (
     ELEM_FLOAT,
@@ -302,7 +303,8 @@ def single_row_attention(bint on) -> bool:
     """Whether this thread's runs from now on compute attention one query row per call, as
     one-token steps would (each row then gets a one-token step's numbers): for speculative
     verification, whose tokens must be plain decoding's. Runs of one row of the batch on a
-    shared past/present buffer only (genai's CPU sessions); returns the previous setting."""
+    shared past/present buffer or a growing past only (genai's CPU sessions); returns the
+    previous setting."""
     return genai_single_row_attention(1 if on else 0) == 1
 
 
@@ -635,6 +637,40 @@ cdef OrtStatus* _inputs(OrtKernelContext* ctx, const OrtValue** ins, size_t coun
     return st
 
 
+cdef bint _grow_into_present(const OrtValue** ins, OrtValue** outs, const int64_t* past_dims,
+                             const int64_t* kv_dims, int64_t rows, int32_t total,
+                             int64_t head_size) noexcept nogil:
+    """For a batch-1 run on a growing past (``past_key`` / ``past_value`` buffers of their own,
+    holding exactly the ``total - rows`` positions before the run; the present ones ``total``
+    long): copies the past to the head of each present head and returns True, so that the run
+    can go on the present buffers as on a shared one; False (nothing copied) for other runs."""
+    cdef int64_t past_len, heads, h
+    cdef size_t part
+    cdef char* present
+    cdef const char* past
+    cdef int which
+    if (ins[IN_PAST_KEY] == NULL or ins[IN_PAST_VALUE] == NULL
+            or _data(ins[IN_PAST_KEY]) == _data(outs[1])
+            or _data(ins[IN_PAST_VALUE]) == _data(outs[2])
+            or ins[IN_SEQLENS] == NULL):
+        return False
+    past_len = past_dims[2]
+    heads = kv_dims[1]
+    if (past_dims[0] != 1 or past_dims[1] != heads or past_dims[3] != head_size
+            or kv_dims[2] != total or past_len + rows != total
+            or (<int32_t*>_data(ins[IN_SEQLENS]))[0] + 1 != total):
+        return False
+    part = <size_t>(past_len * head_size) * sizeof(float)
+    if part:
+        for which in range(2):
+            past = _data(ins[IN_PAST_KEY + which])
+            present = _data(outs[1 + which])
+            for h in range(heads):
+                memcpy(present + <size_t>(h * total * head_size) * sizeof(float),
+                       past + <size_t>h * part, part)
+    return True
+
+
 cdef OrtStatus* _compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
     cdef ChunkedGqa* k = <ChunkedGqa*>kernel
     cdef const OrtFns* f = _f
@@ -690,9 +726,16 @@ cdef OrtStatus* _compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
     # prompts in chunks of chunk_rows, and, when the thread asks for it (speculative
     # verification), any run in single rows: each row then gets a one-token step's numbers
     # (onnxruntime's kernel computes a run of several rows in another order, which changes
-    # the last bits).
+    # the last bits). Single rows on a growing past too, after _grow_into_present.
     single = genai_single_row_attention(-1) == 1 and rows >= 2
     cdef int done
+    if ((single or (k.exact and rows == 1)) and batch == 1
+            and _grow_into_present(ins, outs, past_dims, kv_dims, rows, total, head_size)):
+        # A growing past (its own buffer, the present one position per row longer) now
+        # lies at the head of the present buffer: the rows run on that as on a shared one.
+        ins[IN_PAST_KEY] = outs[1]
+        ins[IN_PAST_VALUE] = outs[2]
+        past_dims[2] = kv_dims[2]
     if (k.exact and (rows == 1 or single) and batch == 1 and ins[IN_KEY] == NULL
             and ins[IN_VALUE] == NULL and ins[IN_PAST_KEY] != NULL
             and ins[IN_PAST_VALUE] != NULL

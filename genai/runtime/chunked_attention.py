@@ -73,7 +73,7 @@ def single_rows() -> Iterator[None]:
     would give it, so a verify run's logits are the plain decoding steps' bit for bit (on
     onnxruntime's CPU kernel, a run of several rows sums in another order). Applies where the
     graph's attention runs as genai's op (`chunk_attention`), to runs of one row of the batch
-    on a shared past/present buffer; elsewhere runs are as before."""
+    on a shared past/present buffer or a growing past; elsewhere runs are as before."""
     previous = single_row_attention(True)
     try:
         yield
