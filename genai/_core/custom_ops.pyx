@@ -136,6 +136,7 @@ cdef const char* _C_QUANTIZE = "QuantizeRows"
 cdef const char* _C_FLOOR_ATTRIBUTE = "floor"
 cdef const char* _C_SILU_MUL = "ScaledSiluMul"
 cdef const char* _C_STEP_ROWS = "StepRowsMatMulNBits"
+cdef const char* _C_ROWS_MATMUL = "SingleRowsMatMul"
 cdef enum:
     CHUNK_ROWS_DEFAULT = 64
 
@@ -155,6 +156,9 @@ FLOOR_ATTRIBUTE = _C_FLOOR_ATTRIBUTE.decode()
 SCALED_SILU_MUL = _C_SILU_MUL.decode()
 #: MatMulNBits with each row computed as in a one-row run (`genai.runtime.verify_rows`).
 STEP_ROWS_MATMUL = _C_STEP_ROWS.decode()
+#: MatMul on a weight given at run time (a LoRA branch), one row per call inside `single_rows`
+#: (`genai.runtime.lora_rows`).
+SINGLE_ROWS_MATMUL = _C_ROWS_MATMUL.decode()
 
 # GroupQueryAttention's inputs: query, key, value, past_key, past_value, seqlens_k,
 # total_sequence_length, cos_cache, sin_cache; outputs: output, present_key, present_value.
@@ -218,8 +222,10 @@ cdef GenaiCustomOp _op
 cdef GenaiCustomOp _quantize_op
 cdef GenaiCustomOp _silu_op
 cdef GenaiCustomOp _step_rows_op
+cdef GenaiCustomOp _rows_matmul_op
 cdef int64_t _chunked_calls = 0
 cdef int64_t _single_row_calls = 0
+cdef int64_t _matmul_row_calls = 0
 cdef int64_t _exact_row_calls = 0
 cdef int _quant_level = genai_row_quant_level()
 cdef int _step_level = genai_step_rows_level()
@@ -241,6 +247,11 @@ def single_row_calls() -> int:
     """How many ChunkedGroupQueryAttention calls in this process ran one query row at a time
     (`single_row_attention`)."""
     return genai_read_count(&_single_row_calls)
+
+
+def matmul_row_calls() -> int:
+    """How many SingleRowsMatMul runs went one row per call (`single_rows`)."""
+    return genai_read_count(&_matmul_row_calls)
 
 
 def exact_row_calls() -> int:
@@ -760,6 +771,109 @@ cdef OrtStatus* _compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
             return _run_chunks(k, ctx, ins, outs, rows, width, k.kv_num_heads * head_size,
                                out_dims[2], last_seqlen, 1 if single else k.chunk_rows)
     return f.InvokeOp(ctx, k.op, ins, GQA_INPUTS, outs, GQA_OUTPUTS)
+
+
+# --- SingleRowsMatMul ------------------------------------------------------------------------
+# a (float32 [..., M, K]), b (float32 [K, N]: a weight bound at run time, a LoRA branch's A or B)
+# -> y (float32 [..., M, N]): onnxruntime's own MatMul kernel, in one call, or, inside
+# `single_rows` for a run whose leading dimensions are 1, one row per call. onnxruntime's
+# MatMul multiplies a lone row of an unpacked weight with another kernel (MLAS's one-row SGEMM)
+# than a run of rows, whose sums round otherwise; row by row, each row of a speculative verify
+# run gets a one-token step's numbers.
+
+cdef const char* _MATMUL_TYPE_NAMES[1]
+_MATMUL_TYPE_NAMES[0] = "T"
+
+
+cdef const char* _rows_matmul_name(const GenaiCustomOp* op) noexcept nogil:
+    return _C_ROWS_MATMUL
+
+
+cdef OrtStatus* _rows_matmul_create(const GenaiCustomOp* op, const void* api,
+                                    const OrtKernelInfo* info, void** out) noexcept nogil:
+    cdef KernelWithOp* k = <KernelWithOp*>calloc(1, sizeof(KernelWithOp))
+    cdef int elem = ELEM_FLOAT
+    cdef OrtStatus* st
+    if k == NULL:
+        return _error(ORT_FAIL, "SingleRowsMatMul: out of memory")
+    st = _f.CreateOp(info, "MatMul", "", 13, _MATMUL_TYPE_NAMES, &elem, 1, NULL, 0, 2, 1, &k.op)
+    if st != NULL:
+        free(k)
+        return st
+    out[0] = k
+    return NULL
+
+
+cdef OrtStatus* _rows_matmul_compute(void* kernel, OrtKernelContext* ctx) noexcept nogil:
+    cdef KernelWithOp* k = <KernelWithOp*>kernel
+    cdef const OrtFns* f = _f
+    cdef const OrtValue* ins[2]
+    cdef const OrtValue* row_in[2]
+    cdef OrtValue* outs[1]
+    cdef OrtValue* views[2]
+    cdef int64_t a_dims[MAX_RANK]
+    cdef int64_t b_dims[2]
+    cdef size_t a_rank = 0, i
+    cdef int64_t rows = 1, r, width, n
+    cdef char* a_data
+    cdef char* y_data
+    cdef OrtStatus* st = _inputs(ctx, ins, 2)
+    if st == NULL and (ins[0] == NULL or ins[1] == NULL):
+        st = _error(ORT_INVALID_ARGUMENT, "SingleRowsMatMul needs two inputs")
+    if st == NULL:
+        st = _shape(ins[0], a_dims, &a_rank, "SingleRowsMatMul: the first input has rank 1-8")
+    if st == NULL:
+        st = _matmul_weight_dims(ins[1], b_dims)
+    if st == NULL and a_dims[a_rank - 1] != b_dims[0]:
+        st = _error(ORT_INVALID_ARGUMENT, "SingleRowsMatMul: the inputs' inner dimensions "
+                    "differ")
+    if st != NULL:
+        return st
+    width = b_dims[0]
+    n = b_dims[1]
+    for i in range(a_rank - 1):
+        rows *= a_dims[i]
+    a_dims[a_rank - 1] = n  # the output's shape
+    st = f.KernelContext_GetOutput(ctx, 0, a_dims, a_rank, &outs[0])
+    if st != NULL:
+        return st
+    if (genai_single_row_attention(-1) != 1 or rows < 2 or a_rank < 2
+            or rows != a_dims[a_rank - 2] or n == 0):
+        return f.InvokeOp(ctx, k.op, ins, 2, outs, 1)
+    a_data = _data(ins[0])
+    y_data = _data(outs[0])
+    row_in[1] = ins[1]
+    for r in range(rows):
+        views[0] = NULL
+        views[1] = NULL
+        st = _view(a_data + <size_t>(r * width) * sizeof(float), 1, width, ELEM_FLOAT,
+                   sizeof(float), &views[0])
+        if st == NULL:
+            st = _view(y_data + <size_t>(r * n) * sizeof(float), 1, n, ELEM_FLOAT,
+                       sizeof(float), &views[1])
+        if st == NULL:
+            row_in[0] = views[0]
+            st = f.InvokeOp(ctx, k.op, row_in, 2, &views[1], 1)
+        for i in range(2):
+            if views[i] != NULL:
+                f.ReleaseValue(views[i])
+        if st != NULL:
+            return st
+    genai_count(&_matmul_row_calls)
+    return NULL
+
+
+cdef OrtStatus* _matmul_weight_dims(const OrtValue* value, int64_t* out) noexcept nogil:
+    """A SingleRowsMatMul weight's two dimensions, or an error for another rank."""
+    cdef size_t rank = 0
+    cdef int64_t dims[MAX_RANK]
+    cdef OrtStatus* st = _shape(value, dims, &rank, "SingleRowsMatMul: the weight has rank 2")
+    if st == NULL and rank != 2:
+        st = _error(ORT_INVALID_ARGUMENT, "SingleRowsMatMul: the weight has rank 2")
+    if st == NULL:
+        out[0] = dims[0]
+        out[1] = dims[1]
+    return st
 
 
 # --- QuantizeRows -----------------------------------------------------------------------------
@@ -1451,6 +1565,17 @@ cdef int add_genai_ops(OrtSessionOptions* options) except -1:
         _silu_op.GetOutputCharacteristic = _optional
         _silu_op.CreateKernelV2 = _silu_create
         _silu_op.KernelComputeV2 = _silu_compute
+        _fill_common(&_rows_matmul_op)
+        _rows_matmul_op.GetName = _rows_matmul_name
+        _rows_matmul_op.GetInputType = _float_type
+        _rows_matmul_op.GetInputTypeCount = _two_count
+        _rows_matmul_op.GetOutputType = _float_type
+        _rows_matmul_op.GetOutputTypeCount = _one_count
+        _rows_matmul_op.KernelDestroy = _destroy
+        _rows_matmul_op.GetInputCharacteristic = _required
+        _rows_matmul_op.GetOutputCharacteristic = _required
+        _rows_matmul_op.CreateKernelV2 = _rows_matmul_create
+        _rows_matmul_op.KernelComputeV2 = _rows_matmul_compute
         _fill_common(&_step_rows_op)
         _step_rows_op.GetName = _step_name
         _step_rows_op.GetInputType = _step_input_type
@@ -1467,6 +1592,7 @@ cdef int add_genai_ops(OrtSessionOptions* options) except -1:
         check_status(_f.CustomOpDomain_Add(domain, &_quantize_op), "CustomOpDomain_Add")
         check_status(_f.CustomOpDomain_Add(domain, &_silu_op), "CustomOpDomain_Add")
         check_status(_f.CustomOpDomain_Add(domain, &_step_rows_op), "CustomOpDomain_Add")
+        check_status(_f.CustomOpDomain_Add(domain, &_rows_matmul_op), "CustomOpDomain_Add")
         _domain = domain
     check_status(_f.AddCustomOpDomain(options, _domain), "AddCustomOpDomain")
     return 0

@@ -22,7 +22,7 @@ from genai.errors import ConfigError, GenerationError, ModelError, UnsupportedFe
 from genai.kv.windowed_cache import engine_slides, static_shape_overrides
 from genai.multimodal.processor import MultiModalProcessor
 from genai.providers import ExecutionProvider, get_provider, plugins
-from genai.runtime import chunked_attention, gated_silu, hugepages, row_quantization
+from genai.runtime import chunked_attention, gated_silu, hugepages, lora_rows, row_quantization
 from genai.runtime import onnx_wire as wire
 from genai.runtime.chunked_attention import chunk_attention
 from genai.runtime.config import Config, normalize_provider_name
@@ -1092,7 +1092,8 @@ def _host_ops(
 ) -> bytes | None:
     """``graph`` with genai's CPU ops in place of what they replace: long prompts' attention in
     chunks (`genai.runtime.chunked_attention`), per-row quantisations fused
-    (`genai.runtime.row_quantization`) and, in a graph that only runs prompts
+    (`genai.runtime.row_quantization`), LoRA branches' MatMuls that verify runs can run row by
+    row (`genai.runtime.lora_rows`) and, in a graph that only runs prompts
     (``prompts_only``: a run-length split's long branch), the MLP's gated SiLU products fused
     (`genai.runtime.gated_silu`; at graph optimisation ``level`` 2 and above, where onnxruntime
     makes the QuickGelu it keeps): it saves memory passes over many rows and costs a decode
@@ -1104,6 +1105,8 @@ def _host_ops(
         rewritten = chunk_attention(graph, threads=threads)
     if row_quantization.enabled():
         rewritten = fuse_row_quantization(rewritten or graph) or rewritten
+    if lora_rows.enabled():
+        rewritten = lora_rows.single_rows_lora(rewritten or graph) or rewritten
     if prompts_only and gated_silu.enabled() and level >= _OPT_LEVELS["ORT_ENABLE_EXTENDED"]:
         rewritten = fuse_gated_silu(rewritten or graph) or rewritten
     return rewritten

@@ -352,9 +352,11 @@ def parse_node(raw: bytes) -> Node:
 
 def as_op(node: list, op: str, domain: str, inputs: int | None = None) -> bytes:
     """The NodeProto of `fields` ``node`` as op ``op`` of ``domain``, its attributes and outputs
-    kept, and its first ``inputs`` input names (None: all)."""
+    kept, and its first ``inputs`` input names (None: all). A node of the default domain
+    (no domain field) gets one."""
     out = bytearray()
     seen = 0
+    named = False
     for number, kind, _, raw in node:
         if number == NODE_INPUT and kind == LEN:
             seen += 1
@@ -365,8 +367,11 @@ def as_op(node: list, op: str, domain: str, inputs: int | None = None) -> bytes:
             out += len_field(NODE_OP_TYPE, op.encode())
         elif number == NODE_DOMAIN and kind == LEN:
             out += len_field(NODE_DOMAIN, domain.encode())
+            named = True
         else:
             out += raw
+    if not named and domain:
+        out += len_field(NODE_DOMAIN, domain.encode())
     return bytes(out)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shutil
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -36,6 +37,7 @@ from genai.testing.models import write_gqa_decoder, write_optimum_decoder
 __all__ = [
     "DEFAULT_TARGETS",
     "add_lora_branches",
+    "copy_with_lora",
     "lora_input_shapes",
     "lora_parameter_names",
     "write_lora_adapter",
@@ -51,34 +53,47 @@ _WEIGHT_NAME = re.compile(r"^layers\.(\d+)\.(attn|mlp)\.(\w+)\.weight$")
 
 def lora_parameter_names(weight: str) -> tuple[str, str]:
     """The ``(lora_A, lora_B)`` input names for the MatMul weight initializer ``weight``
-    (``layers.0.attn.q_proj.weight`` -> ``model.layers.0.attn.q_proj.lora_A.weight``, ...)."""
-    stem = weight[: -len(".weight")] if weight.endswith(".weight") else weight
-    return f"model.{stem}.lora_A.weight", f"model.{stem}.lora_B.weight"
+    (``layers.0.attn.q_proj.weight`` -> ``model.layers.0.attn.q_proj.lora_A.weight``, ...;
+    an int4 weight ``model.layers.0.attn.qkv_proj.weight_Q4`` ->
+    ``model.layers.0.attn.qkv_proj.lora_A.weight``)."""
+    stem = re.sub(r"\.weight(_Q\d+)?$", "", weight)
+    stem = stem if stem.startswith("model.") else f"model.{stem}"
+    return f"{stem}.lora_A.weight", f"{stem}.lora_B.weight"
 
 
 def add_lora_branches(model: onnx.ModelProto, weights: Iterable[str]) -> list[str]:
-    """Give every ``MatMul(x, W)`` whose ``W`` is one of the initializers ``weights`` a LoRA
-    branch, in place: ``y = MatMul(x, W) + MatMul(MatMul(x, A), B)``.
+    """Give every ``MatMul(x, W)`` (or ``MatMulNBits(x, W, ...)``) whose ``W`` is one of the
+    initializers ``weights`` a LoRA branch, in place: ``y = MatMul(x, W) + MatMul(MatMul(x, A),
+    B)``.
 
     ``A`` ``[in, rank]`` and ``B`` ``[rank, out]`` become graph inputs of ``W``'s element type
-    (names from :func:`lora_parameter_names`; one rank dimension name per pair). Returns the new
-    input names. Raises ValueError when a weight is not a 2-D initializer consumed by a MatMul.
+    (float32 for int4 weights; names from :func:`lora_parameter_names`; one rank dimension name
+    per pair). Returns the new input names. Raises ValueError when a weight is not a 2-D
+    initializer consumed by a MatMul, or a MatMulNBits's packed weight.
     """
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     consumers: dict[str, list[onnx.NodeProto]] = {}
+    packed: dict[str, tuple[int, int]] = {}  # MatMulNBits weight -> (K, N)
     for node in graph.node:
         if node.op_type == "MatMul" and len(node.input) == 2:
             consumers.setdefault(node.input[1], []).append(node)
+        elif node.op_type == "MatMulNBits" and node.domain == "com.microsoft":
+            attrs = {a.name: a.i for a in node.attribute}
+            consumers.setdefault(node.input[1], []).append(node)
+            packed[node.input[1]] = (int(attrs["K"]), int(attrs["N"]))
     added: list[str] = []
     new_nodes: dict[int, list[onnx.NodeProto]] = {}
     for weight in weights:
-        if weight not in inits or len(inits[weight].dims) != 2:
+        if weight not in inits or (len(inits[weight].dims) != 2 and weight not in packed):
             raise ValueError(f"{weight!r} is not a 2-D initializer of the graph")
         if weight not in consumers:
             raise ValueError(f"no MatMul takes {weight!r} as its weight")
-        n_in, n_out = (int(d) for d in inits[weight].dims)
-        elem = inits[weight].data_type
+        if weight in packed:
+            (n_in, n_out), elem = packed[weight], onnx.TensorProto.FLOAT
+        else:
+            n_in, n_out = (int(d) for d in inits[weight].dims)
+            elem = inits[weight].data_type
         name_a, name_b = lora_parameter_names(weight)
         rank = "lora_rank_" + weight[: -len(".weight")].replace(".", "_")
         graph.input.append(helper.make_tensor_value_info(name_a, elem, [n_in, rank]))
@@ -143,6 +158,35 @@ def write_lora_decoder(
     onnx.checker.check_model(model)
     onnx.save_model(model, str(path))
     return folder
+
+
+def copy_with_lora(
+    folder: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    targets: Sequence[str] = ("qkv_proj", "o_proj", "down_proj"),
+) -> pathlib.Path:
+    """Copy the model folder ``folder`` (its ``model.onnx`` and every other file, weights
+    included) to ``out_dir`` with a LoRA branch (:func:`add_lora_branches`) beside every
+    ``MatMul`` / ``MatMulNBits`` whose weight's name contains one of ``targets``; returns
+    ``out_dir``. For real folders such as the default model."""
+    source, out = pathlib.Path(folder), pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():
+        if path.is_file() and path.name != "model.onnx":
+            shutil.copyfile(path, out / path.name)
+    model = onnx.load(str(source / "model.onnx"), load_external_data=False)
+    weights = {
+        node.input[1]
+        for node in model.graph.node
+        if node.op_type in ("MatMul", "MatMulNBits")
+        and len(node.input) > 1
+        and any(target in node.input[1] for target in targets)
+    }
+    if not weights:
+        raise ValueError(f"no MatMul weight of {source} names one of {list(targets)}")
+    add_lora_branches(model, sorted(weights))
+    onnx.save_model(model, str(out / "model.onnx"))
+    return out
 
 
 def lora_input_shapes(model_dir: str | os.PathLike[str]) -> dict[str, tuple[int | str, ...]]:
