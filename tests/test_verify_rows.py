@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from genai.runtime.verify_rows import linear_ops, rows_like_steps
+from genai.runtime.verify_rows import FLOAT_BITS, linear_ops, rows_like_steps
 
 
 def _linear_model(accuracy: int, extra: str | None = None, zero_points: bool = False) -> bytes:
@@ -70,8 +70,39 @@ def test_probe_answers_as_onnxruntime_runs(accuracy: int, zero_points: bool) -> 
     assert rows_like_steps(ops) == _alone_as_in_a_run(data)
 
 
+def test_float_matmuls_on_initializers_are_asked_too() -> None:
+    """A float32 MatMul on a [K, N] initializer is a setting of its own; its answer is
+    onnxruntime's (its packed SGEMM gives a row alone the bits it gives it in a run)."""
+    data = _linear_model(4, extra="MatMul")
+    ops = linear_ops(data)
+    assert ops == frozenset({(256, 96, 4, 32, 4, False), (96, 96, FLOAT_BITS, 0, 0, False)})
+    alone = _alone_as_in_a_run(_float_model())
+    assert rows_like_steps(frozenset({(256, 96, FLOAT_BITS, 0, 0, False)})) == alone
+
+
+def _float_model() -> bytes:
+    weight = np.random.default_rng(5).standard_normal((256, 96)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["y"])],
+        "float",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["m", 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
 def test_other_linears_are_not_vouched_for() -> None:
-    assert linear_ops(_linear_model(4, extra="MatMul")) is None
+    assert linear_ops(_linear_model(4, extra="Gemm")) is None
+    # a MatMul on a computed or run-time weight (not a LoRA input genai's rewrite took)
+    computed = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "a2"], ["y"]), helper.make_node("Neg", ["a"], ["a2"])],
+        "computed",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(computed, opset_imports=[helper.make_opsetid("", 17)])
+    assert linear_ops(model.SerializeToString()) is None
     assert not rows_like_steps(None)
     assert linear_ops(b"not a model") is None
     assert rows_like_steps(frozenset())  # no linears: nothing depends on the run's length

@@ -7,8 +7,11 @@ row per call (`genai.runtime.chunked_attention.single_rows`). The int4 linears a
 kernel whose numbers can depend on the run's length: ``MatMulNBits`` takes another kernel for a
 single row on some CPUs and settings (measured on onnxruntime 1.32: with ``accuracy_level`` 4
 on AVX-512 CPUs a row's bits are the same in a run of 1 or of 5; on AVX2 CPUs, and with
-accuracy levels 0-1, they are not), and other linear ops (fp32 ``MatMul``, ``Gemm``, ...) do
-on every CPU. So `rows_like_steps` asks onnxruntime: each distinct ``MatMulNBits`` of the
+accuracy levels 0-1, they are not). A float32 ``MatMul`` on an initializer runs onnxruntime's
+packed SGEMM, whose rows agree (asked too); one on a weight bound at run time takes a one-row
+kernel for a lone row (LoRA branches: `genai.runtime.lora_rows` makes those genai's op, which
+runs them row by row in verify runs), and other linear ops (``Gemm``, ``MatMulInteger``, ...)
+are not vouched for. So `rows_like_steps` asks onnxruntime: each distinct linear setting of the
 graph (`linear_ops`) runs once on a random row alone and once among others, and if every one
 gives the same bits verify runs are made one attention row per call. Where they differ and
 every linear has 4-bit weights in blocks of 32 at accuracy level 4, genai's own
@@ -35,6 +38,7 @@ from genai.runtime import onnx_wire as wire
 from genai.runtime.chunked_attention import single_rows
 
 __all__ = [
+    "FLOAT_BITS",
     "LinearOps",
     "StepRowsSession",
     "exact_rows",
@@ -49,15 +53,18 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: A graph's distinct ``MatMulNBits`` settings: ``(K, N, bits, block_size, accuracy_level,
-#: zero points given)``; None: the graph has a linear op whose rows `rows_like_steps` cannot
-#: vouch for.
+#: A graph's distinct linear settings: ``(K, N, bits, block_size, accuracy_level, zero points
+#: given)`` of each ``MatMulNBits``, and ``(K, N, 32, 0, 0, False)`` of each float32 ``MatMul``
+#: on a ``[K, N]`` initializer (`FLOAT_BITS`); None: the graph has a linear op whose rows
+#: `rows_like_steps` cannot vouch for.
 LinearOps = frozenset[tuple[int, int, int, int, int, bool]] | None
+
+#: The ``bits`` of a float32 ``MatMul`` setting in `LinearOps`.
+FLOAT_BITS = 32
 
 _MS = "com.microsoft"
 #: Linear ops whose kernels take another path for a single row (or are not probed).
 _OTHER_LINEARS = {
-    ("", "MatMul"),
     ("", "Gemm"),
     ("", "MatMulInteger"),
     ("", "QLinearMatMul"),
@@ -73,19 +80,28 @@ _ATTRS = ("K", "N", "bits", "block_size", "accuracy_level")
 
 
 def linear_ops(graph: bytes) -> LinearOps:
-    """The distinct ``MatMulNBits`` settings of the serialized model ``graph`` (see
-    `LinearOps`), None when it has another linear op or one these settings do not describe
-    (a bias, group indices), or cannot be read."""
+    """The distinct linear settings of the serialized model ``graph`` (see `LinearOps`), None
+    when it has another linear op or one these settings do not describe (a bias, group
+    indices, a ``MatMul`` on anything but a float32 2-D initializer), or cannot be read."""
     try:
         model = wire.model_graph(graph)
         if model is None:
             return None
+        weights: dict[str, tuple[int, int]] | None = None
         found = set()
         for raw in wire.payloads(model[1], wire.GRAPH_NODE):
             node = wire.parse_node(raw)
             key = (node.domain, node.op)
             if key in _OTHER_LINEARS:
                 return None
+            if key == ("", "MatMul"):
+                if weights is None:
+                    weights = _float_matrices(model[1])
+                shape = weights.get(node.inputs[1]) if len(node.inputs) == 2 else None
+                if shape is None:
+                    return None
+                found.add((*shape, FLOAT_BITS, 0, 0, False))
+                continue
             if key != (_MS, "MatMulNBits"):
                 continue
             setting = _setting(node)
@@ -95,6 +111,19 @@ def linear_ops(graph: bytes) -> LinearOps:
         return frozenset(found)
     except (wire.MalformedProto, UnicodeDecodeError, ValueError):
         return None
+
+
+def _float_matrices(graph: list) -> dict[str, tuple[int, int]]:
+    """``{name: (rows, columns)}`` of a graph's float32 2-D initializers that are not graph
+    inputs too (an input with an initializer is a default a run may override)."""
+    inputs = {wire.read_value_info(v)[0] for v in wire.payloads(graph, wire.GRAPH_INPUT)}
+    found = {}
+    for tensor in wire.payloads(graph, wire.GRAPH_INITIALIZER):
+        name = (wire.strings(wire.fields(tensor), wire.TENSOR_NAME) or [""])[0]
+        shape = wire.dims(tensor)
+        if name not in inputs and len(shape) == 2 and wire.elem_type(tensor) == _FLOAT:
+            found[name] = (shape[0], shape[1])
+    return found
 
 
 def _setting(node: wire.Node) -> tuple[int, int, int, int, int, bool] | None:
@@ -124,26 +153,34 @@ def _probe_model(
     op: tuple[str, str] = (_MS, "MatMulNBits"),
 ) -> bytes:
     """A one-node model: ``op`` (domain, name) on random weights of the setting, input ``a``
-    [m, k], output ``y`` [m, n] (the same weights for every op)."""
+    [m, k], output ``y`` [m, n] (the same weights for every op); for a float32 setting
+    (`FLOAT_BITS`), ``MatMul`` on a [k, n] initializer."""
     rng = np.random.default_rng(0)
-    blocks = k // block
-    weight = rng.integers(0, 256, (n, blocks, block * bits // 8), dtype=np.uint8)
-    scales = (rng.random(n * blocks, dtype=np.float32) * 0.02).astype(np.float32)
-    inits = [
-        wire.raw_tensor("w", _UINT8, list(weight.shape), weight.tobytes()),
-        wire.raw_tensor("s", _FLOAT, [n * blocks], scales.tobytes()),
-    ]
-    names = ["a", "w", "s"]
-    if zero_points:
-        per_row = (blocks * bits + 7) // 8
-        points = rng.integers(0, 256, (n, per_row), dtype=np.uint8)
-        inits.append(wire.raw_tensor("z", _UINT8, [n * per_row], points.tobytes()))
-        names.append("z")
-    ints = dict(zip(_ATTRS, (k, n, bits, block, accuracy), strict=True))
     domain, name = op
+    ints: dict[str, int | list[int]] = {}
+    if bits == FLOAT_BITS:
+        domain, name = "", "MatMul"
+        matrix = rng.standard_normal((k, n), dtype=np.float32)
+        inits = [wire.raw_tensor("w", _FLOAT, [k, n], matrix.tobytes())]
+        names = ["a", "w"]
+    else:
+        blocks = k // block
+        weight = rng.integers(0, 256, (n, blocks, block * bits // 8), dtype=np.uint8)
+        scales = (rng.random(n * blocks, dtype=np.float32) * 0.02).astype(np.float32)
+        inits = [
+            wire.raw_tensor("w", _UINT8, list(weight.shape), weight.tobytes()),
+            wire.raw_tensor("s", _FLOAT, [n * blocks], scales.tobytes()),
+        ]
+        names = ["a", "w", "s"]
+        if zero_points:
+            per_row = (blocks * bits + 7) // 8
+            points = rng.integers(0, 256, (n, per_row), dtype=np.uint8)
+            inits.append(wire.raw_tensor("z", _UINT8, [n * per_row], points.tobytes()))
+            names.append("z")
+        ints.update(zip(_ATTRS, (k, n, bits, block, accuracy), strict=True))
     graph = wire.len_field(
         wire.GRAPH_NODE, wire.node(name, names, ["y"], "probe", domain=domain, ints=ints)
-    )  # type: ignore[arg-type]
+    )
     graph += wire.len_field(wire.GRAPH_NAME, b"probe")
     for tensor in inits:
         graph += wire.len_field(wire.GRAPH_INITIALIZER, tensor)
@@ -177,7 +214,9 @@ def _probe(
     run the bits it gives the row alone (``partner``: in a run of 2, beside another row)."""
     from genai._core.native_session import NativeSession  # lazy: the native extension
 
-    if k <= 0 or n <= 0 or block <= 0 or bits not in (2, 4, 8) or k % block:
+    if bits != FLOAT_BITS and (block <= 0 or bits not in (2, 4, 8) or k % block):
+        return False
+    if k <= 0 or n <= 0:
         return False
     setting = (k, n, bits, block, accuracy)
     try:
@@ -242,9 +281,18 @@ def _probe_op(k: int, n: int, bits: int, block: int, accuracy: int, zero_points:
 
 def op_gives_steps(ops: LinearOps) -> bool:
     """Whether genai's ``StepRowsMatMulNBits`` gives the rows of a run of every ``MatMulNBits``
-    setting in ``ops`` the bits onnxruntime gives each row alone, on this CPU (asked once per
-    setting and process); False for None or no setting."""
-    return bool(ops) and all(_probe_op(*setting) for setting in sorted(ops))  # type: ignore[union-attr]
+    setting in ``ops`` the bits onnxruntime gives each row alone, and onnxruntime's float32
+    ``MatMul`` of every float setting does so itself, on this CPU (asked once per setting and
+    process); False for None or no ``MatMulNBits`` setting."""
+    if not ops:
+        return False
+    packed = [s for s in sorted(ops) if s[2] != FLOAT_BITS]
+    floats = [s for s in sorted(ops) if s[2] == FLOAT_BITS]
+    return (
+        bool(packed)
+        and all(_probe_op(*setting) for setting in packed)
+        and all(_probe(*setting) for setting in floats)
+    )
 
 
 def _run(session: Any, rows: np.ndarray, n: int) -> np.ndarray:
