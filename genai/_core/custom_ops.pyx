@@ -1512,7 +1512,21 @@ def step_rows_matmul(const float[:, ::1] a, const uint8_t[:, :, ::1] b,
     return out
 
 
-cdef void _fill_common(GenaiCustomOp* op) noexcept:
+ctypedef const char* (*_NameFn)(const GenaiCustomOp* op) noexcept nogil
+ctypedef int (*_IndexFn)(const GenaiCustomOp* op, size_t index) noexcept nogil
+ctypedef size_t (*_CountFn)(const GenaiCustomOp* op) noexcept nogil
+ctypedef void (*_DestroyFn)(void* kernel) noexcept nogil
+ctypedef OrtStatus* (*_CreateFn)(const GenaiCustomOp* op, const void* api,
+                                 const OrtKernelInfo* info, void** out) noexcept nogil
+ctypedef OrtStatus* (*_ComputeFn)(void* kernel, OrtKernelContext* ctx) noexcept nogil
+
+
+cdef void _fill(GenaiCustomOp* op, _NameFn name, _IndexFn input_type, _CountFn inputs,
+                _IndexFn output_type, _CountFn outputs, _IndexFn input_kind,
+                _IndexFn output_kind, _CreateFn create, _ComputeFn compute,
+                _DestroyFn destroy) noexcept:
+    """An op's callback table: its own callbacks, and those every genai op shares (CPU, default
+    memory, no variadic inputs)."""
     op.version = GENAI_CUSTOM_OP_VERSION
     op.CreateKernel = NULL
     op.GetExecutionProviderType = _provider
@@ -1522,6 +1536,16 @@ cdef void _fill_common(GenaiCustomOp* op) noexcept:
     op.GetVariadicInputHomogeneity = _one
     op.GetVariadicOutputMinArity = _one
     op.GetVariadicOutputHomogeneity = _one
+    op.GetName = name
+    op.GetInputType = input_type
+    op.GetInputTypeCount = inputs
+    op.GetOutputType = output_type
+    op.GetOutputTypeCount = outputs
+    op.GetInputCharacteristic = input_kind
+    op.GetOutputCharacteristic = output_kind
+    op.CreateKernelV2 = create
+    op.KernelComputeV2 = compute
+    op.KernelDestroy = destroy
 
 
 cdef int add_genai_ops(OrtSessionOptions* options) except -1:
@@ -1532,61 +1556,20 @@ cdef int add_genai_ops(OrtSessionOptions* options) except -1:
         if _cpu == NULL:
             check_status(_f.CreateCpuMemoryInfo(ORT_ARENA_ALLOCATOR, ORT_MEM_TYPE_DEFAULT, &_cpu),
                          "CreateCpuMemoryInfo")
-        _fill_common(&_op)
-        _op.GetName = _name
-        _op.GetInputType = _input_type
-        _op.GetInputTypeCount = _input_count
-        _op.GetOutputType = _output_type
-        _op.GetOutputTypeCount = _output_count
-        _op.KernelDestroy = _destroy
-        _op.GetInputCharacteristic = _input_characteristic
-        _op.GetOutputCharacteristic = _output_characteristic
-        _op.CreateKernelV2 = _create
-        _op.KernelComputeV2 = _compute
-        _fill_common(&_quantize_op)
-        _quantize_op.GetName = _quantize_name
-        _quantize_op.GetInputType = _float_type
-        _quantize_op.GetInputTypeCount = _one_count
-        _quantize_op.GetOutputType = _quantize_output_type
-        _quantize_op.GetOutputTypeCount = _two_count
-        _quantize_op.KernelDestroy = _quantize_destroy
-        _quantize_op.GetInputCharacteristic = _required
-        _quantize_op.GetOutputCharacteristic = _required
-        _quantize_op.CreateKernelV2 = _quantize_create
-        _quantize_op.KernelComputeV2 = _quantize_compute
-        _fill_common(&_silu_op)
-        _silu_op.GetName = _silu_name
-        _silu_op.GetInputType = _float_type
-        _silu_op.GetInputTypeCount = _silu_input_count
-        _silu_op.GetOutputType = _silu_output_type
-        _silu_op.GetOutputTypeCount = _three_count
-        _silu_op.KernelDestroy = _destroy
-        _silu_op.GetInputCharacteristic = _silu_input_characteristic
-        _silu_op.GetOutputCharacteristic = _optional
-        _silu_op.CreateKernelV2 = _silu_create
-        _silu_op.KernelComputeV2 = _silu_compute
-        _fill_common(&_rows_matmul_op)
-        _rows_matmul_op.GetName = _rows_matmul_name
-        _rows_matmul_op.GetInputType = _float_type
-        _rows_matmul_op.GetInputTypeCount = _two_count
-        _rows_matmul_op.GetOutputType = _float_type
-        _rows_matmul_op.GetOutputTypeCount = _one_count
-        _rows_matmul_op.KernelDestroy = _destroy
-        _rows_matmul_op.GetInputCharacteristic = _required
-        _rows_matmul_op.GetOutputCharacteristic = _required
-        _rows_matmul_op.CreateKernelV2 = _rows_matmul_create
-        _rows_matmul_op.KernelComputeV2 = _rows_matmul_compute
-        _fill_common(&_step_rows_op)
-        _step_rows_op.GetName = _step_name
-        _step_rows_op.GetInputType = _step_input_type
-        _step_rows_op.GetInputTypeCount = _step_input_count
-        _step_rows_op.GetOutputType = _float_type
-        _step_rows_op.GetOutputTypeCount = _one_count
-        _step_rows_op.KernelDestroy = _quantize_destroy
-        _step_rows_op.GetInputCharacteristic = _step_input_characteristic
-        _step_rows_op.GetOutputCharacteristic = _required
-        _step_rows_op.CreateKernelV2 = _step_create
-        _step_rows_op.KernelComputeV2 = _step_compute
+        _fill(&_op, _name, _input_type, _input_count, _output_type, _output_count,
+              _input_characteristic, _output_characteristic, _create, _compute, _destroy)
+        _fill(&_quantize_op, _quantize_name, _float_type, _one_count, _quantize_output_type,
+              _two_count, _required, _required, _quantize_create, _quantize_compute,
+              _quantize_destroy)
+        _fill(&_silu_op, _silu_name, _float_type, _silu_input_count, _silu_output_type,
+              _three_count, _silu_input_characteristic, _optional, _silu_create,
+              _silu_compute, _destroy)
+        _fill(&_rows_matmul_op, _rows_matmul_name, _float_type, _two_count, _float_type,
+              _one_count, _required, _required, _rows_matmul_create, _rows_matmul_compute,
+              _destroy)
+        _fill(&_step_rows_op, _step_name, _step_input_type, _step_input_count, _float_type,
+              _one_count, _step_input_characteristic, _required, _step_create, _step_compute,
+              _quantize_destroy)
         check_status(_f.CreateCustomOpDomain(_C_DOMAIN, &domain), "CreateCustomOpDomain")
         check_status(_f.CustomOpDomain_Add(domain, &_op), "CustomOpDomain_Add")
         check_status(_f.CustomOpDomain_Add(domain, &_quantize_op), "CustomOpDomain_Add")

@@ -38,35 +38,24 @@ def single_rows_lora(data: bytes) -> bytes | None:
         found = wire.model_graph(data)
         if found is None:
             return None
-        model, graph = found
-        weights = set()
-        for info in wire.payloads(graph, wire.GRAPH_INPUT):
-            name, elem, shape = wire.read_value_info(info)
-            if elem == wire.FLOAT and len(shape) == 2:
-                weights.add(name)
-        weights -= {
-            (wire.strings(wire.fields(tensor), wire.TENSOR_NAME) or [""])[0]
-            for tensor in wire.payloads(graph, wire.GRAPH_INITIALIZER)
-        }  # (an input with an initializer is a default value, a constant in practice)
-        top = bytearray()
-        rewritten = 0
-        for number, kind, value, raw in graph:
-            if number == wire.GRAPH_NODE and kind == wire.LEN:
-                node = wire.parse_node(value)  # type: ignore[arg-type]
-                if (
-                    (node.domain, node.op) == ("", "MatMul")
-                    and len(node.inputs) == 2
-                    and node.inputs[1] in weights
-                ):
-                    renamed = wire.as_op(wire.fields(value), SINGLE_ROWS_MATMUL, DOMAIN)  # type: ignore[arg-type]
-                    top += wire.len_field(wire.GRAPH_NODE, renamed)
-                    rewritten += 1
-                    continue
-            top += raw
-        if not rewritten:
-            return None
-        log.debug("%d MatMuls on run-time weights run one row per call in verify runs", rewritten)
-        return wire.with_graph(model, bytes(top), DOMAIN)
+        graph = found[1]
+        weights = {
+            name
+            for name, elem, shape in map(
+                wire.read_value_info, wire.payloads(graph, wire.GRAPH_INPUT)
+            )
+            if elem == wire.FLOAT and len(shape) == 2
+        } - wire.initializer_names(graph)  # (an input with an initializer: a default value)
+
+        def rename(node: wire.Node) -> str | None:
+            matmul = (node.domain, node.op) == ("", "MatMul") and len(node.inputs) == 2
+            return SINGLE_ROWS_MATMUL if matmul and node.inputs[1] in weights else None
+
+        renamed = wire.with_ops_renamed(data, rename, DOMAIN)
     except (wire.MalformedProto, UnicodeDecodeError, ValueError, TypeError) as exc:
         log.debug("LoRA MatMuls left as they are: %s", exc)
         return None
+    if renamed is None or not renamed[1]:
+        return None
+    log.debug("%d MatMuls on run-time weights run one row per call in verify runs", renamed[1])
+    return renamed[0]

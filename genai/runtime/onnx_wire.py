@@ -10,6 +10,7 @@ import the ``onnx`` package (whose import takes most of a second). Field numbers
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -373,6 +374,37 @@ def as_op(node: list, op: str, domain: str, inputs: int | None = None) -> bytes:
     if not named and domain:
         out += len_field(NODE_DOMAIN, domain.encode())
     return bytes(out)
+
+
+def initializer_names(graph: list) -> set[str]:
+    """The names of a GraphProto's (`fields`) initializers."""
+    return {
+        (strings(fields(tensor), TENSOR_NAME) or [""])[0]
+        for tensor in payloads(graph, GRAPH_INITIALIZER)
+    }
+
+
+def with_ops_renamed(
+    data: bytes, rename: Callable[[Node], str | None], domain: str
+) -> tuple[bytes, int] | None:
+    """The serialized model ``data`` with each node for which ``rename`` gives an op name made
+    that op of ``domain`` (inputs, outputs and attributes kept; `as_op`), and how many were;
+    None when it has not exactly one graph. ``rename`` may raise to refuse the whole model."""
+    found = model_graph(data)
+    if found is None:
+        return None
+    model, graph = found
+    top = bytearray()
+    count = 0
+    for number, kind, value, raw in graph:
+        if number == GRAPH_NODE and kind == LEN:
+            op = rename(parse_node(value))  # type: ignore[arg-type]
+            if op is not None:
+                top += len_field(GRAPH_NODE, as_op(fields(value), op, domain))  # type: ignore[arg-type]
+                count += 1
+                continue
+        top += raw
+    return with_graph(model, bytes(top), domain), count
 
 
 def with_inputs(raw: bytes, renamed: dict[str, str]) -> bytes:

@@ -309,30 +309,19 @@ def step_rows_graph(data: bytes) -> bytes | None:
     the op does not take (`step_rows_takes`), or cannot be read."""
     from genai._core.custom_ops import DOMAIN, STEP_ROWS_MATMUL  # lazy: the native extension
 
+    def rename(node: wire.Node) -> str | None:
+        if (node.domain, node.op) != (_MS, "MatMulNBits"):
+            return None
+        setting = _setting(node)
+        if setting is None or not step_rows_takes(*setting):
+            raise ValueError("a MatMulNBits the op does not take")
+        return STEP_ROWS_MATMUL
+
     try:
-        found = wire.model_graph(data)
-        if found is None:
-            return None
-        model, graph = found
-        top = bytearray()
-        rewritten = 0
-        for number, kind, value, raw in graph:
-            if number == wire.GRAPH_NODE and kind == wire.LEN:
-                node = wire.parse_node(value)  # type: ignore[arg-type]
-                if (node.domain, node.op) == (_MS, "MatMulNBits"):
-                    setting = _setting(node)
-                    if setting is None or not step_rows_takes(*setting):
-                        return None
-                    renamed = wire.as_op(wire.fields(value), STEP_ROWS_MATMUL, DOMAIN)  # type: ignore[arg-type]
-                    top += wire.len_field(wire.GRAPH_NODE, renamed)
-                    rewritten += 1
-                    continue
-            top += raw
-        if not rewritten:
-            return None
-        return wire.with_graph(model, bytes(top), DOMAIN)
+        found = wire.with_ops_renamed(data, rename, DOMAIN)
     except (wire.MalformedProto, UnicodeDecodeError, ValueError, TypeError):
         return None
+    return found[0] if found is not None and found[1] else None
 
 
 class StepRowsSession:
