@@ -215,6 +215,41 @@ def test_gqa_self_speculation_matches_the_references_stats(gqa_pairs):
         assert got[2][key] == want[2][key], key
 
 
+def test_the_draft_catches_up_without_recomputing_what_it_ran(gqa_pairs, monkeypatch):
+    """After a round whose proposals were partly rejected the draft already holds the KV of the
+    accepted ones: its catch-up run feeds only the target's token (as the reference's does),
+    where it used to run the last accepted proposal again; the tokens are unchanged."""
+    from genai.generation.speculative.draft import DraftProposer
+
+    prompt = [5, 9, 12, 3, 30]
+    fed: list[int] = []
+    catch_up = DraftProposer._catch_up
+
+    def counting(self, committed):
+        loop, run = self.driver.loop, self.driver.run
+
+        def feeding(prompt=False):
+            fed.append(loop.length - loop.computed)
+            run(prompt=prompt)
+
+        monkeypatch.setattr(self.driver, "run", feeding)
+        try:
+            catch_up(self, committed)
+        finally:
+            monkeypatch.setattr(self.driver, "run", run)
+
+    monkeypatch.setattr(DraftProposer, "_catch_up", counting)
+    got = _run(genai, gqa_pairs["small-draft"], prompt, 44, {"max_draft_tokens": 4})
+    plain = _run(genai, gqa_pairs["target"], prompt, 44)
+    assert got[0] == plain[0]
+    accepted_all = got[2]["draft_tokens_accepted"] == got[2]["draft_tokens_proposed"]
+    runs = fed[1:]  # after the prompt
+    assert runs and not accepted_all
+    # one token after a round with a rejection, two (the last proposal and the target's
+    # token) after a round that accepted every proposal
+    assert set(runs) <= {1, 2} and 1 in runs
+
+
 def test_rewind_and_append_mid_round_continue_as_plain_decoding(gqa_pairs):
     prompt = [5, 9, 12, 3, 30]
     plain_model = genai.Model(str(gqa_pairs["target"]))

@@ -330,15 +330,17 @@ cdef class DecoderLoop:
         """The caller wrote logits_array itself (set_logits)."""
         self.logits_ready = True
 
-    def rewind(self, Py_ssize_t length):
+    def rewind(self, Py_ssize_t length, bint keep_last=False):
         """Keep the first ``length`` tokens; the KV of all but the last of them is kept so
-        the next run recomputes that token's logits. ``kv_rewind(before, after)``, when set,
-        is called first with each row's token count (unmasked positions) before and after the
-        rewind; if it raises, nothing changed."""
+        the next run recomputes that token's logits (``keep_last``: the KV of all of them
+        that have it, for a caller that appends tokens before the next run: it then feeds
+        only those). ``kv_rewind(before, after)``, when set, is called first with each row's
+        token count (unmasked positions) before and after the rewind; if it raises, nothing
+        changed."""
         cdef Py_ssize_t b, i, old = self.mask_length, kept, computed
         cdef int size = 8 if self.mask_elem == ELEM_INT64 else 4
         cdef bint wide = size == 8
-        computed = min(self.computed, max(length - 1, 0))
+        computed = min(self.computed, length if keep_last else max(length - 1, 0))
         kept = min(old, computed)
         # a row's token count is its unmasked columns (right padding is masked)
         after = np.zeros(self.batch, np.int64)

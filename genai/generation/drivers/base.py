@@ -146,8 +146,10 @@ class Driver(Protocol):
         """Up to ``count`` steps; the number made (only when `fused_steps`)."""
         ...
 
-    def rewind(self, length: int) -> None:
-        """Keep the first ``length`` tokens; the next run continues from there."""
+    def rewind(self, length: int, keep_last: bool = False) -> None:
+        """Keep the first ``length`` tokens; the next run continues from there, recomputing
+        the last of them (``keep_last``: a hint that the caller appends tokens before the next
+        run, which may then feed only those; a driver may ignore it)."""
         ...
 
     def reorder(self, order: np.ndarray) -> None:

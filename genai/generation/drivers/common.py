@@ -154,8 +154,9 @@ class RunnerSessions(RunnerRuns):
     every session's inputs itself, so a caller's inputs and run options are refused
     (``unsupported["model_inputs"]``, ``["run_options"]``) and hidden states ignored."""
 
-    def rewind(self, length: int) -> None:
-        """Keep the first ``length`` tokens (the runner the KV of all but the last)."""
+    def rewind(self, length: int, keep_last: bool = False) -> None:
+        """Keep the first ``length`` tokens (the runner the KV of all but the last, whatever
+        ``keep_last``)."""
         self.loop.rewind(length)
         self.runner.rewind(length)
 

@@ -109,9 +109,10 @@ class NativeDriver(SessionInputs):
         """Up to ``count`` steps in one GIL-free native call."""
         return self.loop.steps(count)
 
-    def rewind(self, length: int) -> None:
-        """Keep the first ``length`` tokens and the KV of all but the last of them."""
-        self.loop.rewind(length)
+    def rewind(self, length: int, keep_last: bool = False) -> None:
+        """Keep the first ``length`` tokens and the KV of all but the last of them (of all of
+        them with ``keep_last``, for a caller that appends tokens next)."""
+        self.loop.rewind(length, keep_last)
         self.kv.truncate(self.loop.computed)
 
     def reorder(self, order: np.ndarray) -> None:

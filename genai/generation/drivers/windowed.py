@@ -81,7 +81,7 @@ class WindowedDriver(RunnerRuns, SessionInputs):
         runner = self.runner
         runner.feed(self.loop.array("sequences")[:, runner.computed : self.loop.length])
 
-    def rewind(self, length: int) -> None:
+    def rewind(self, length: int, keep_last: bool = False) -> None:
         """Only to 0 (as the reference: its windowed cache and inputs cannot rewind)."""
         if length:
             require(self, "rewind")

@@ -70,7 +70,9 @@ class DraftProposer:
             if differ.size:
                 common = int(differ[0])
         if common < have:
-            driver.rewind(common)
+            # the draft's KV holds the common tokens (it ran all but its last proposal): the
+            # catch-up then runs only the committed tokens after them
+            driver.rewind(common, keep_last=common < want)
         if common < want:
             loop.append(np.ascontiguousarray(committed[None, common:want], np.int32))
             driver.run(prompt=common == 0)
