@@ -160,9 +160,10 @@ def with_draft(
     model_type: str | None = None,
 ) -> pathlib.Path:
     """A copy of the ``target`` folder whose ``model.draft`` is ``draft``'s decoder (its graph
-    copied as ``draft.onnx``, external data included); ``draft`` None: the target's own graph
-    (self-speculation). ``speculative``: a ``speculative`` section; ``model_type``: replaces
-    ``model.type`` (the reference's builder writes ``"speculative"``)."""
+    copied as ``draft.onnx``, its weights as ``draft.onnx.data``); ``draft`` None: the
+    target's own graph (self-speculation). ``speculative``: a ``speculative`` section;
+    ``model_type``: replaces ``model.type`` (the reference's builder writes
+    ``"speculative"``)."""
     target, folder = pathlib.Path(target), pathlib.Path(out_dir) / name
     shutil.copytree(target, folder)
     config = json.loads((folder / "genai_config.json").read_text())
@@ -173,7 +174,15 @@ def with_draft(
         block = copy.deepcopy(draft_config["model"]["decoder"])
         graph = onnx.load(str(draft / block["filename"]))
         block["filename"] = "draft.onnx"
-        onnx.save_model(graph, str(folder / "draft.onnx"))
+        # weights beside the graph, as builders write them (genai rewrites small graph files
+        # at load, not ones that hold their weights: `genai.runtime.model`)
+        onnx.save_model(
+            graph,
+            str(folder / "draft.onnx"),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location="draft.onnx.data",
+        )
     config["model"]["draft"] = block
     if speculative is not None:
         config["speculative"] = dict(speculative)
