@@ -662,8 +662,7 @@ cdef bint _grow_into_present(const OrtValue** ins, OrtValue** outs, const int64_
     cdef int which
     if (ins[IN_PAST_KEY] == NULL or ins[IN_PAST_VALUE] == NULL
             or _data(ins[IN_PAST_KEY]) == _data(outs[1])
-            or _data(ins[IN_PAST_VALUE]) == _data(outs[2])
-            or ins[IN_SEQLENS] == NULL):
+            or _data(ins[IN_PAST_VALUE]) == _data(outs[2])):
         return False
     past_len = past_dims[2]
     heads = kv_dims[1]

@@ -40,11 +40,10 @@ from genai.runtime.row_quantization import fuse_row_quantization
 from genai.runtime.run_length_split import split_by_run_length
 from genai.runtime.trimmed_logits import TrimmedLogits, trim_logits
 from genai.runtime.verify_rows import (
-    FLOAT_BITS,
     StepRowsSession,
     linear_ops,
+    step_rows_apply,
     step_rows_graph,
-    step_rows_takes,
 )
 from genai.runtime.vision import (
     VISION_TYPES,
@@ -671,8 +670,7 @@ class Model:
             return
         if os.environ.get("GENAI_STEP_ROWS", "1") == "0":
             return
-        packed = [s for s in session.linear_ops if s[2] != FLOAT_BITS]  # (float MatMuls stay)
-        if not packed or any(not step_rows_takes(*setting) for setting in packed):
+        if not step_rows_apply(session.linear_ops):
             return
         session.step_rows_session = StepRowsSession(
             functools.partial(self._create_session, fixed, trim=trim, chunk=True, step_rows=True)

@@ -386,10 +386,10 @@ def initializer_names(graph: list) -> set[str]:
 
 def with_ops_renamed(
     data: bytes, rename: Callable[[Node], str | None], domain: str
-) -> tuple[bytes, int] | None:
+) -> bytes | None:
     """The serialized model ``data`` with each node for which ``rename`` gives an op name made
-    that op of ``domain`` (inputs, outputs and attributes kept; `as_op`), and how many were;
-    None when it has not exactly one graph. ``rename`` may raise to refuse the whole model."""
+    that op of ``domain`` (inputs, outputs and attributes kept; `as_op`); None when it renames
+    none or the model has not exactly one graph. ``rename`` may raise to refuse the model."""
     found = model_graph(data)
     if found is None:
         return None
@@ -404,7 +404,7 @@ def with_ops_renamed(
                 count += 1
                 continue
         top += raw
-    return with_graph(model, bytes(top), domain), count
+    return with_graph(model, bytes(top), domain) if count else None
 
 
 def with_inputs(raw: bytes, renamed: dict[str, str]) -> bytes:

@@ -46,6 +46,7 @@ __all__ = [
     "op_gives_steps",
     "rows_like_steps",
     "runs_agree",
+    "step_rows_apply",
     "step_rows_graph",
     "step_rows_takes",
     "verify_rows",
@@ -284,15 +285,26 @@ def op_gives_steps(ops: LinearOps) -> bool:
     setting in ``ops`` the bits onnxruntime gives each row alone, and onnxruntime's float32
     ``MatMul`` of every float setting does so itself, on this CPU (asked once per setting and
     process); False for None or no ``MatMulNBits`` setting."""
-    if not ops:
-        return False
-    packed = [s for s in sorted(ops) if s[2] != FLOAT_BITS]
-    floats = [s for s in sorted(ops) if s[2] == FLOAT_BITS]
+    packed = _packed(ops)
+    floats = sorted(set(ops or ()) - set(packed))
     return (
         bool(packed)
         and all(_probe_op(*setting) for setting in packed)
         and all(_probe(*setting) for setting in floats)
     )
+
+
+def _packed(ops: LinearOps) -> list[tuple[int, int, int, int, int, bool]]:
+    """The ``MatMulNBits`` settings of ``ops`` (not the float ones), sorted."""
+    return [setting for setting in sorted(ops or ()) if setting[2] != FLOAT_BITS]
+
+
+def step_rows_apply(ops: LinearOps) -> bool:
+    """Whether ``ops`` has ``MatMulNBits`` settings and StepRowsMatMulNBits takes each one
+    (`step_rows_takes`): a graph whose verify runs a `StepRowsSession` can serve (float
+    ``MatMul`` settings stay as they are there)."""
+    packed = _packed(ops)
+    return bool(packed) and all(step_rows_takes(*setting) for setting in packed)
 
 
 def _run(session: Any, rows: np.ndarray, n: int) -> np.ndarray:
@@ -318,10 +330,9 @@ def step_rows_graph(data: bytes) -> bytes | None:
         return STEP_ROWS_MATMUL
 
     try:
-        found = wire.with_ops_renamed(data, rename, DOMAIN)
+        return wire.with_ops_renamed(data, rename, DOMAIN)
     except (wire.MalformedProto, UnicodeDecodeError, ValueError, TypeError):
         return None
-    return found[0] if found is not None and found[1] else None
 
 
 class StepRowsSession:
