@@ -230,20 +230,45 @@ def _greedy(model, prompt: list[int], new: int, spec: bool) -> tuple[list[int], 
     return [int(t) for t in gen.get_sequence(0)], gen.get_speculative_stats() if spec else None
 
 
-@pytest.mark.parametrize("share_buffer", [True, False])
+@pytest.fixture(scope="module")
+def weights_inside(default_model_path, tmp_path_factory):
+    """The default model with its weights inside its graph file (``onnx.save`` without
+    external data: 86 MB, more than genai reads whole to rewrite)."""
+    import onnx
+
+    folder = tmp_path_factory.mktemp("weights_inside")
+    for item in default_model_path.iterdir():
+        if item.is_file() and not item.name.startswith("model.onnx"):
+            (folder / item.name).write_bytes(item.read_bytes())
+    onnx.save(onnx.load(str(default_model_path / "model.onnx")), str(folder / "model.onnx"))
+    assert not (folder / "model.onnx.data").exists()
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("share_buffer", "inside"),
+    [(True, False), (False, False), (True, True)],
+    ids=["shared", "growing", "weights-inside"],
+)
 def test_default_model_ngram_tokens_are_plain_decodings_where_the_op_applies(
-    default_model_path, share_buffer
+    default_model_path, request, share_buffer, inside
 ):
     """On the folder our builder writes by default (int4, blocks of 32, accuracy level 4), the
     verify runs get one-token steps' numbers on AVX-512 CPUs (the linears already) and on AVX2
     ones (the second session with StepRowsMatMulNBits): n-gram decoding's tokens are plain
-    decoding's, on its shared KV buffer and on a growing one. (With verify runs in one call,
-    this prompt's text parts from plain decoding's within 64 tokens on an AVX2 Zen 3, on
-    either.)"""
-    config = genai.Config(str(default_model_path))
+    decoding's, on its shared KV buffer, on a growing one, and with the weights inside the
+    graph file (`genai.runtime.outlined_weights`). (With verify runs in one call, this
+    prompt's text parts from plain decoding's within 64 tokens on an AVX2 Zen 3, on either.)"""
+    folder = request.getfixturevalue("weights_inside") if inside else default_model_path
+    config = genai.Config(str(folder))
     config.overlay({"search": {"past_present_share_buffer": share_buffer}})
     model = genai.Model(config)
     session = model.session
+    if inside:
+        # the graph was read (a graph left as it is has no linear settings), and its
+        # settings are the folder's with an external-data file
+        assert session.linear_ops is not None
+        assert session.linear_ops == genai.Model(str(default_model_path)).session.linear_ops
     if not exact_rows(session):
         pytest.skip("this CPU's int4 kernels give a run's rows other numbers than one-token steps")
     tokenizer = genai.Tokenizer(model)

@@ -29,6 +29,7 @@ from genai.runtime.config import Config, normalize_provider_name
 from genai.runtime.draft import load_draft
 from genai.runtime.encoder import ENCODER_DECODER_TYPES, EncoderGraph, load_encoder
 from genai.runtime.gated_silu import fuse_gated_silu
+from genai.runtime.outlined_weights import outlined
 from genai.runtime.pipeline_stages import (
     PIPELINE_TYPE,
     PipelineStage,
@@ -136,8 +137,9 @@ _PRESET_INPUT_NAMES = frozenset(["num_logits_to_keep"])
 
 #: ORT's session config key for the folder of external-data files of a model loaded from memory.
 _EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
-#: The largest graph file whose logits are trimmed (read whole into memory to rewrite): graphs
-#: with their weights in an external-data file are a few megabytes at most.
+#: The largest graph file read whole into memory to rewrite: graphs with their weights in an
+#: external-data file are a few megabytes at most; a larger file's weights are left where they
+#: lie (`genai.runtime.outlined_weights`), and what remains has to be below it too.
 _TRIM_MAX_BYTES = 64 << 20
 #: The largest head graph (`TrimmedLogits.head`) a model keeps: one whose weights are in an
 #: external-data file is a few kilobytes; a larger one is rewritten again when needed.
@@ -1118,11 +1120,12 @@ def _host_ops(
 
 
 def _small_graph(path: Path) -> bytes | None:
-    """The bytes of the graph file at ``path``, or None when it is too large to rewrite in
-    memory (weights inside it) or cannot be read."""
+    """The bytes of the graph file at ``path`` to rewrite in memory: a large file's (weights
+    inside it) with its weights read from the file in place (`outlined_weights.outlined`);
+    None when even that is too large or the file cannot be read."""
     try:
         if path.stat().st_size > _TRIM_MAX_BYTES:
-            return None
+            return outlined(path, _TRIM_MAX_BYTES)
         return path.read_bytes()
     except OSError:
         return None

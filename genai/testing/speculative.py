@@ -174,8 +174,7 @@ def with_draft(
         block = copy.deepcopy(draft_config["model"]["decoder"])
         graph = onnx.load(str(draft / block["filename"]))
         block["filename"] = "draft.onnx"
-        # weights beside the graph, as builders write them (genai rewrites small graph files
-        # at load, not ones that hold their weights: `genai.runtime.model`)
+        # weights beside the graph, as builders write them
         onnx.save_model(
             graph,
             str(folder / "draft.onnx"),
