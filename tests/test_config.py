@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import genai
-from genai.runtime.config import normalize_provider_name
+from genai.runtime.config import normalize_provider_name, window_slides
 
 BASE = {
     "model": {
@@ -198,3 +198,23 @@ def test_provider_entries_split_and_merged_as_the_reference(tmp_path):
         ("cuda", {"device_id": "0", "enable_cuda_graph": "1"}),
         ("DML", {}),
     ]
+
+
+def test_sliding_window_slides_default_to_true_as_in_the_reference(tmp_path):
+    """``slide_key_value_cache`` and ``slide_inputs`` are true when absent (the reference's
+    defaults; its builder writes both false for GroupQueryAttention windows), so a block
+    without them is a window the engine slides, not GQA window layers."""
+    assert window_slides({"window_size": 8})
+    assert window_slides({"window_size": 8, "slide_inputs": False})
+    assert not window_slides(
+        {"window_size": 8, "slide_key_value_cache": False, "slide_inputs": False}
+    )
+    assert not window_slides(None)
+    doc = json.loads(json.dumps(BASE))
+    doc["model"]["decoder"]["sliding_window"] = {"window_size": 4, "layers": [0]}
+    with pytest.raises(genai.ConfigError, match="covers every layer"):
+        genai.Config(write(tmp_path / "slid", doc))
+    doc["model"]["decoder"]["sliding_window"].update(
+        slide_key_value_cache=False, slide_inputs=False
+    )
+    genai.Config(write(tmp_path / "gqa", doc))

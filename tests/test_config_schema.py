@@ -108,6 +108,12 @@ def _complete(node: Any, parents: tuple[str, ...] = ()) -> None:
         return
     if parents[-1:] == ("sliding_window",):
         node.setdefault("window_size", 4)
+        # the two slides default to true (the reference's defaults); genai slides both or
+        # neither: the probed one's sibling takes its value, else both are off (GQA windows)
+        slides = ("slide_key_value_cache", "slide_inputs")
+        given = [node[key] for key in slides if key in node]
+        for key in slides:
+            node.setdefault(key, given[0] if given else False)
     if parents[-1:] == ("state_groups",):
         node.setdefault("kind", "paged_kv")
         node.setdefault("layer_ids", [0])

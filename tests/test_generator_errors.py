@@ -20,7 +20,7 @@ def make(model, **options):
 
 
 def test_generate_before_append(model):
-    with pytest.raises(genai.GenerationError, match="append_tokens before generate_next_token"):
+    with pytest.raises(genai.GenerationError, match="no prior state: call append_tokens first"):
         make(model).generate_next_token()
 
 

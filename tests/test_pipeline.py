@@ -604,7 +604,12 @@ def test_unsupported_combinations_raise(folders, tmp_path):
         generator.snapshot()
 
     def windowed(config):
-        config["model"]["decoder"]["sliding_window"] = {"window_size": 8, "layers": [0]}
+        config["model"]["decoder"]["sliding_window"] = {
+            "window_size": 8,
+            "slide_key_value_cache": False,
+            "slide_inputs": False,
+            "layers": [0],
+        }
 
     with pytest.raises(NotImplementedError, match="sliding_window with model.decoder.pipeline"):
         genai.Model(copy_folder(pipeline, tmp_path / "windowed", windowed))

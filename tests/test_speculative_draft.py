@@ -71,8 +71,26 @@ def _variant(source: Path, tmp_path: Path, edit) -> str:
         lambda c: c.__setitem__("speculative", {"max_draft_tokens": 0}),
         lambda c: c.__setitem__("speculative", {"max_draft_tokens": 99}),
         lambda c: c.__setitem__("speculative", {"min_adaptive_k": 17}),
+        # checked before any graph loads (the target's file is missing here)
+        lambda c: c["model"].update(
+            draft={}, decoder={**c["model"]["decoder"], "filename": "missing.onnx"}
+        ),
+        lambda c: c["model"]["decoder"].update(
+            filename="missing.onnx",
+            sliding_window={"window_size": 4, "slide_key_value_cache": True},
+        ),
+        lambda c: c["model"]["draft"].update(layer_types=["full_attention", "conv"]),
     ],
-    ids=["no-filename", "no-logits-output", "k-zero", "k-too-large", "min-k-too-large"],
+    ids=[
+        "no-filename",
+        "no-logits-output",
+        "k-zero",
+        "k-too-large",
+        "min-k-too-large",
+        "no-filename-before-loading",
+        "sliding-kv",
+        "lfm2-layer-types",
+    ],
 )
 def test_draft_config_guards_fire_as_the_references(pair, tmp_path, edit):
     folder = _variant(pair, tmp_path, edit)

@@ -239,8 +239,8 @@ class Generator:
     def _check_terminated(self) -> None:
         if self._terminated:
             raise GenerationError(
-                "the session was terminated (set_runtime_option('terminate_session', '1')); "
-                "set it to '0' to continue"
+                "Session in Terminated state: the session was terminated "
+                "(set_runtime_option('terminate_session', '1')); set it to '0' to continue"
             )
 
     # --- feeding tokens -------------------------------------------------------------------------
@@ -325,7 +325,9 @@ class Generator:
             return
         loop = self._loop
         if not loop.logits_ready and loop.length == 0:
-            raise GenerationError("call append_tokens before generate_next_token")
+            raise GenerationError(
+                "generate_next_token called with no prior state: call append_tokens first"
+            )
         if loop.length >= self._stop_length:
             if loop.length >= self.max_length:
                 raise GenerationError(f"the sequence reached max_length {self.max_length}")

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from genai.errors import ConfigError, InvalidArgumentError, SearchOptionError
+from genai.runtime.config import window_slides
 
 if TYPE_CHECKING:
     from genai._core.native_session import NativeSession
@@ -98,8 +99,7 @@ class SlidingWindowSpec:
 def engine_slides(config: Config) -> bool:
     """Whether ``model.decoder.sliding_window`` asks the engine to slide the cache and the
     inputs (a windowed model, this module)."""
-    block = config.decoder.get("sliding_window") or {}
-    return bool(block.get("slide_key_value_cache") or block.get("slide_inputs"))
+    return window_slides(config.decoder.get("sliding_window"))
 
 
 def static_shape_overrides(config: Config) -> dict[int, dict[str, int]]:

@@ -915,6 +915,15 @@ def _link_roots(folder: Path) -> list[Path]:
     return [folder]
 
 
+def window_slides(window: Mapping[str, Any] | None) -> bool:
+    """Whether a ``model.decoder.sliding_window`` block asks the engine to slide the cache or
+    the inputs (``slide_key_value_cache`` / ``slide_inputs``; each true when absent, as in
+    the reference): else its windows are GroupQueryAttention's own (``layers``)."""
+    if not window:
+        return False
+    return bool(window.get("slide_key_value_cache", True) or window.get("slide_inputs", True))
+
+
 class Config:
     """A model folder's ``genai_config.json``, validated.
 
@@ -1064,8 +1073,7 @@ class Config:
                 )
         if len({int(layer) for layer in layers}) != len(layers):
             raise ConfigError(f"{where}: layers {layers} lists a layer twice")
-        slides = (window.get("slide_key_value_cache"), window.get("slide_inputs"))
-        if any(slides):
+        if window_slides(window):
             self._check_slid_window(where, window, size, layers)
 
     def _check_slid_window(
@@ -1074,7 +1082,7 @@ class Config:
         """A window slid by the engine (QNN-style, `genai.kv.windowed_cache`): both slides,
         ``window_size`` > 1 and at most half the context (as the reference), a known
         ``alignment``, no ``layers`` (the slid cache covers every layer)."""
-        if not (window.get("slide_key_value_cache") and window.get("slide_inputs")):
+        if not (window.get("slide_key_value_cache", True) and window.get("slide_inputs", True)):
             raise ConfigError(
                 f"{where}: slide_key_value_cache and slide_inputs must both be true (a slid "
                 "cache is fed slid inputs); genai runs no other combination"

@@ -13,18 +13,47 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from genai.errors import ConfigError, ModelError
-from genai.runtime.config import Config
+from genai.errors import ConfigError, ModelError, UnsupportedFeatureError
+from genai.runtime.config import Config, window_slides
 
-__all__ = ["draft_config", "load_draft"]
+__all__ = ["check_draft_config", "draft_config", "load_draft"]
+
+
+def _draft_block(config: Config) -> dict[str, Any]:
+    """``model.draft``; `ConfigError` when it names no graph file."""
+    block = config.get("model.draft")
+    if not isinstance(block, dict) or not block.get("filename"):
+        raise ConfigError("model.draft.filename is not set in genai_config.json.")
+    return block
+
+
+def check_draft_config(config: Config) -> None:
+    """Refuse, before any session loads and with the reference's messages, a ``model.draft``
+    folder the reference refuses: no draft filename, a pipeline target or draft, a window the
+    engine slides (its KV history cannot be rewound), LFM2-style ``layer_types`` (a rolling
+    convolution state)."""
+    blocks = (config.decoder, _draft_block(config))
+    if any(block.get("pipeline") for block in blocks):
+        raise UnsupportedFeatureError(
+            "Speculative decoding does not support pipeline models in this release; target "
+            "and draft must be plain decoder-only LLMs."
+        )
+    if any(window_slides(block.get("sliding_window")) for block in blocks):
+        raise UnsupportedFeatureError(
+            "Speculative decoding does not support physically sliding KV caches in this "
+            "release; WindowedKeyValueCache cannot rewind after discarding KV history."
+        )
+    if any(block.get("layer_types") for block in blocks):
+        raise UnsupportedFeatureError(
+            "Speculative decoding does not support LFM2 (hybrid SSM/attention) models in this "
+            "release; their rolling convolution state cannot be rewound."
+        )
 
 
 def draft_config(config: Config) -> Config:
     """``config`` with its ``model.draft`` block as the decoder (and no draft). Raises
     `ConfigError` when the block has no filename."""
-    block = config.get("model.draft")
-    if not isinstance(block, dict) or not block.get("filename"):
-        raise ConfigError("model.draft.filename is not set in genai_config.json.")
+    _draft_block(config)
     draft = copy.copy(config)
     data = copy.deepcopy(config._data)
     data["model"]["decoder"] = data["model"].pop("draft")

@@ -26,7 +26,7 @@ from genai.runtime import chunked_attention, gated_silu, hugepages, lora_rows, r
 from genai.runtime import onnx_wire as wire
 from genai.runtime.chunked_attention import chunk_attention
 from genai.runtime.config import Config, normalize_provider_name
-from genai.runtime.draft import load_draft
+from genai.runtime.draft import check_draft_config, load_draft
 from genai.runtime.encoder import ENCODER_DECODER_TYPES, EncoderGraph, load_encoder
 from genai.runtime.gated_silu import fuse_gated_silu
 from genai.runtime.outlined_weights import outlined
@@ -275,6 +275,8 @@ class Model:
         self._head: NativeSession | None = None
         self._head_lock = threading.Lock()
         refuse_unsupported_features(self.config)
+        if self.config.get("model.draft") is not None:
+            check_draft_config(self.config)
         model_type = self.config.get("model.type")
         pipelined = model_type == PIPELINE_TYPE
         vision = model_type in VISION_TYPES
@@ -941,7 +943,7 @@ def _sliding_window(
     block = config.decoder.get("sliding_window")
     if not block:
         return 0, (), 0
-    if block.get("slide_key_value_cache") or block.get("slide_inputs"):
+    if engine_slides(config):
         return 0, (), 0  # a static cache slid by the engine: genai.kv.windowed_cache
     window = int(block["window_size"])
     layers = tuple(sorted(int(i) for i in block.get("layers") or ())) or tuple(range(num_layers))

@@ -188,7 +188,7 @@ class NativeDriver(SessionInputs):
                     f"output {name!r} is not produced while the generator replays a captured "
                     "graph (graph capture binds outputs at fixed addresses)"
                 )
-            raise TensorNotFoundError(f"{name!r} is not an output of the model")
+            raise TensorNotFoundError(f"output {name!r} was not found: not an output of the model")
         return value
 
     def read_input(self, name: str) -> np.ndarray:
@@ -207,7 +207,7 @@ class NativeDriver(SessionInputs):
                 return self.loop.input_view(which).copy()
         value = self.kv.read(name)
         if value is None:
-            raise TensorNotFoundError(f"{name!r} is not an input of the model")
+            raise TensorNotFoundError(f"input {name!r} was not found: not an input of the model")
         return value
 
     # --- memory ---------------------------------------------------------------------------------
