@@ -334,3 +334,36 @@ def test_a_run_time_draft_of_another_vocabulary_is_refused(gqa_pairs, tmp_path):
         params.set_draft_model(other)
     params.set_draft_model(None)
     assert params.draft_model is None
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_a_self_draft_of_a_real_model_agrees_every_time(smollm2_path, tmp_path, k):
+    """SmolLM2 int4 as its own draft: the draft's catch-up rows get one-token
+    steps' numbers as the target's verify rows do, so every proposal is the target's own
+    choice (acceptance 1, as in the reference, where draft and target run the same rows), and
+    the text is plain decoding's. (With the catch-up in one plain call, a proposal parted
+    from the target's in the second round of this prompt on the reference-built folder, on
+    an AVX2 Zen 3.)"""
+    from genai.runtime.verify_rows import exact_rows
+
+    folder = with_draft(smollm2_path, None, tmp_path, speculative={"max_draft_tokens": k})
+    model = genai.Model(str(folder))
+    if not exact_rows(model.session):
+        pytest.skip("this CPU's int4 kernels give a run's rows other numbers than one-token steps")
+    prompt = np.array([[785, 3838, 374, 279, 6722, 315, 9625, 30]], np.int32)
+
+    def run(source) -> tuple[list[int], dict]:
+        params = genai.GeneratorParams(source)
+        params.set_search_options(do_sample=False, max_length=prompt.shape[1] + 40)
+        gen = genai.Generator(source, params)
+        gen.append_tokens(prompt)
+        while not gen.is_done():
+            gen.generate_next_token()
+        stats = gen.get_speculative_stats() if source is model else {}
+        return [int(t) for t in gen.get_sequence(0)], stats
+
+    plain, _ = run(genai.Model(str(smollm2_path)))
+    got, stats = run(model)
+    assert got == plain
+    assert stats["draft_tokens_proposed"] > 0
+    assert stats["acceptance_rate"] == 1.0

@@ -127,6 +127,13 @@ class NativeDriver(SessionInputs):
         found = self._verify_found
         return found[1] if found else 0
 
+    def run_as_steps(self) -> None:
+        """`run` the pending tokens (not a prompt) with each row's numbers those of the
+        one-token step it stands for, where `verify` gets them: a draft model's catch-up, so
+        its next proposal is the one its plain decoding would make."""
+        with verify_rows(self.session):
+            self.loop.run(False)
+
     def verify(self, tokens: np.ndarray) -> np.ndarray:
         """Append ``tokens`` (int32 [rows, n]) after the sequences and run them with the
         pending tokens in one run; returns the logits of every token run, float32

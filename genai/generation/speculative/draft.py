@@ -5,8 +5,9 @@ time).
 `DraftProposer` runs the draft with a driver of its own (`genai.generation.drivers`) and the
 target's search options (its penalties), choosing greedily: before each proposal it brings the
 draft's sequence to the target's committed one (rewinding its KV cache to their common prefix
-with the driver's rewind, then running the tokens it has not seen), then makes one step per
-proposed token. With sampling, the target accepts a proposal when its own draw from its row
+with the driver's rewind, then running the tokens it has not seen, as rows with one-token
+steps' numbers where the target's verify runs get them: `run_as_steps`), then makes one step
+per proposed token. With sampling, the target accepts a proposal when its own draw from its row
 equals it (rejection sampling for a one-token draft distribution, see
 `genai.generation.speculative.decoder`), so the draft's choice changes only the speed.
 """
@@ -75,7 +76,13 @@ class DraftProposer:
             driver.rewind(common, keep_last=common < want)
         if common < want:
             loop.append(np.ascontiguousarray(committed[None, common:want], np.int32))
-            driver.run(prompt=common == 0)
+            if common and 1 < loop.length - loop.computed <= getattr(driver, "verify_tokens", 0):
+                # the last proposal and the target's token: rows with one-token steps'
+                # numbers, as the target's verify run gives them (a self-draft then always
+                # agrees, as in the reference, where both run the same rows)
+                driver.run_as_steps()
+            else:
+                driver.run(prompt=common == 0)
             if not common:  # as the reference counts: the prompt, then one run per proposal
                 self.counters.draft_forward_passes += 1
 
