@@ -177,6 +177,10 @@ class Generator:
         self._spec: SpeculativeDecoder | RowSpeculation | None = make_speculative(
             self, params.speculative, params.draft_model, params
         )
+        #: The sequence length at which a batch-1 generator re-runs its whole sequence as one
+        #: prompt before the next step, as the reference does for Phi-3 long-RoPE models
+        #: (`genai.runtime.model.ROPE_REWIND_LENGTHS`); 0: never.
+        self._rope_rewind_at = model.rope_rewind_length if self.rows == 1 else 0
         #: Decode ahead (`genai.generation.decode_ahead`): a native thread runs the per-token
         #: loop's steps while Python runs; None where the steps need Python.
         self._ahead = make_ahead(self)
@@ -193,6 +197,29 @@ class Generator:
             ahead.forget_run()
         elif replay:
             ahead.replay_last_run()
+
+    def _run_limit(self, length: int) -> int:
+        """The length steps from ``length`` may reach before Python looks again: the stop
+        length, or the rope rewind length when the sequence is below it."""
+        at = self._rope_rewind_at
+        return at if at and length < at < self._stop_length else self._stop_length
+
+    def _rope_rewind_if_due(self) -> None:
+        """At `_rope_rewind_at` tokens, re-run the sequence from its start as one prompt (the
+        reference's Phi-3 rewind: the KV is recomputed with the long rotary factors); the
+        tokens, the counts of max_new_tokens and the Python stage stay as they are."""
+        at = self._rope_rewind_at
+        if not at or at >= self._stop_length or self.token_count() != at or self.is_done():
+            return
+        self._settle(runs=True)
+        if self._spec is not None:
+            self._spec.settle()
+            self._spec.proposer.invalidate()
+        loop = self._loop
+        tokens = self._sequences[:, : loop.length].copy()
+        self._driver.rewind(0)
+        loop.append(self._driver.prepare_prompt(tokens, 0))
+        self._driver.run(prompt=True)
 
     def _init_python_stage(self, model: Model, params: GeneratorParams) -> None:
         """State beyond the loop: finish tracking, guidance and stop strings."""
@@ -313,9 +340,10 @@ class Generator:
         """Run the model on pending tokens if needed, choose the next token per row and append
         it."""
         self._check_terminated()
+        self._rope_rewind_if_due()
         ahead = self._ahead
         if ahead is not None and ahead.running:
-            if not ahead.all_done and ahead.length < self._stop_length:
+            if not ahead.all_done and ahead.length < self._run_limit(ahead.length):
                 if take_step(ahead):
                     return  # the worker's next step: the visible state moves on
             else:
@@ -342,15 +370,16 @@ class Generator:
             return
         if self._beams is None:
             if ahead is not None and not loop.logits_ready and not loop.all_done:
-                ahead.start(self._stop_length)  # the worker runs this step and the next ones
+                ahead.start(self._run_limit(loop.length))  # this step and the next ones
                 if ahead.running and take_step(ahead):
                     return
             ran = not loop.logits_ready
             self._driver.step()
             if ahead is not None:
                 ahead.forget_run()
-                if ran and not loop.all_done and loop.length < self._stop_length:
-                    ahead.start(self._stop_length)  # the next steps run meanwhile
+                limit = self._run_limit(loop.length)
+                if ran and not loop.all_done and loop.length < limit:
+                    ahead.start(limit)  # the next steps run meanwhile
             return
         if not loop.logits_ready:
             self._driver.run()
@@ -463,7 +492,15 @@ class Generator:
         driver = self._driver
         fused = driver.fused_steps and self._spec is None
         if self._beams is None and not self._python_stage and fused:
-            return driver.steps(limit)
+            made = 0
+            while made < limit:  # in one call, or two around a rope rewind
+                self._rope_rewind_if_due()
+                chunk = min(limit - made, self._run_limit(self._loop.length) - self._loop.length)
+                ran = driver.steps(chunk) if chunk > 0 else 0
+                made += ran
+                if ran < chunk or chunk <= 0:
+                    break
+            return made
         made = 0
         while made < limit and not self.is_done():
             self.generate_next_token()

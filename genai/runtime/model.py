@@ -124,6 +124,12 @@ DECODER_ONLY_TYPES = frozenset(
     ]
 )
 
+#: Sequence lengths at which the reference re-runs a batch-1 sequence of these model types from
+#: its start (its Phi-3 long-RoPE rewind: their graphs pick the rotary factors by the sequence's
+#: length, so the KV of the shorter sequence is recomputed with the long factors), except on
+#: providers without rewind (DirectML).
+ROPE_REWIND_LENGTHS = {"phi3": 4097, "phimoe": 4097, "phi3small": 8193}
+
 #: Decoder types whose first prompt the reference runs in chunks of ``search.chunk_size`` (its
 #: decoder-only state; GPT-2 has a state of its own that runs a prompt whole).
 PREFILL_CHUNK_TYPES = DECODER_ONLY_TYPES - {"gpt2"}
@@ -312,6 +318,11 @@ class Model:
         # ProviderUnavailableError naming what is missing (never a silent CPU fallback).
         self.provider: ExecutionProvider = get_provider(name)
         self.provider_options = self.provider.validate_options(options)
+        #: The length at which a batch-1 generator re-runs its sequence (`ROPE_REWIND_LENGTHS`;
+        #: 0: never).
+        self.rope_rewind_length = (
+            ROPE_REWIND_LENGTHS.get(str(model_type), 0) if self.provider.capabilities.rewind else 0
+        )
         plugins.hook().provider_selected(
             provider=self.provider, options=dict(self.provider_options), config=self.config
         )

@@ -208,7 +208,9 @@ class SpeculativeDecoder:
             and (not after_round or self._last_k == 1)
         )
         budget = self.adaptive.k
-        room = g._stop_length - length
+        # (a round ends at the rope rewind length at most: proposals up to one before it)
+        limit = g._run_limit(length)
+        room = limit - length - (limit != g._stop_length)
         # the verify run feeds the pending token(s) not run alone and the proposals
         pending = 0 if alone else length - loop.computed
         k = min(budget, room, g._driver.verify_tokens - pending)
