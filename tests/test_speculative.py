@@ -543,6 +543,38 @@ def test_sampling_with_a_seed_draws_what_plain_sampling_draws(gqa):
     assert found[1] == found[0]
 
 
+def test_a_round_cut_short_gives_back_the_draws_of_its_unseen_tokens(tmp_path):
+    """An append after a round's first token drops the round's other tokens, and the random
+    stream goes back to where it was after the last token seen: the same seed then samples
+    what plain sampling samples after the same append (16 seeds; before, the stream kept the
+    dropped tokens' draws)."""
+    table = transition_table(10, {1: 2, 2: 1})
+    table[7, :] = -20.0
+    table[7, 3:5] = 0.0  # after the appended 7: a coin flip between 3 and 4
+    folder = write_table_decoder(tmp_path, table)
+    model = genai.Model(str(folder))
+    outputs = set()
+    for seed in range(16):
+        found = []
+        for spec in (None, {"ngram_size": 3, "max_draft_tokens": 4}):
+            params = genai.GeneratorParams(model)
+            params.set_search_options(max_length=12, do_sample=True, top_k=2, random_seed=seed)
+            if spec:
+                params.set_speculative_options(**spec)
+            gen = genai.Generator(model, params)
+            gen.append_tokens(np.array([[1, 2, 1, 2]], np.int32))
+            gen.generate_next_token()  # (a round of several tokens with the lookup)
+            gen.append_tokens(np.array([[7]], np.int32))
+            while not gen.is_done():
+                gen.generate_next_token()
+            found.append([int(t) for t in gen.get_sequence(0)])
+            if spec:
+                assert gen.get_speculative_stats()["interrupted_rounds"] >= 1
+        assert found[1] == found[0], f"seed {seed}"
+        outputs.add(tuple(found[0][6:]))
+    assert len(outputs) > 1  # the draws after the append do differ by seed
+
+
 def test_prefill_int8_folder_verify_runs_take_the_short_branchs_single_rows(
     prefill_int8_folders,
 ):

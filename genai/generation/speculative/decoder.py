@@ -88,6 +88,9 @@ class SpeculativeDecoder:
         #: greedy with no stage that changes the logits: the choice is the plain argmax
         self._argmax = chain.loop_sampler is None and not chain.python_stage
         self._out = np.zeros(1, np.int32)
+        #: with sampling: the random stream's state after each of the round's choices, so a
+        #: round cut short (an append, a rewind) gives back the draws of the tokens not emitted
+        self._draws: list[np.ndarray] = []
         #: the round's tokens not emitted yet, and the logits rows they were chosen from
         self.queue: list[int] = []
         self._rows: np.ndarray | None = None
@@ -338,9 +341,13 @@ class SpeculativeDecoder:
         at EOS and at ``room``), how many proposals were accepted and how many judged."""
         emitted: list[int] = []
         accepted = evaluated = 0
+        rng = None if self._argmax else self._chain.sampler.rng
+        self._draws = []
         for i in range(len(proposal) + 1):
             token = self._choose(rows[i], length + i)
             emitted.append(token)
+            if rng is not None:
+                self._draws.append(rng.get_state())
             match = False
             if i < len(proposal):
                 evaluated += 1
@@ -366,6 +373,10 @@ class SpeculativeDecoder:
         self.proposer.accepted(g._sequences[0, :end])
 
     def _discard(self) -> None:
+        if self._draws:  # the stream as after the last emitted token's draw
+            kept = len(self._draws) - len(self.queue)
+            self._chain.sampler.rng.set_state(self._draws[kept - 1])
+            self._draws = []
         self.counters.tokens_discarded += len(self.queue)
         self.queue.clear()
         self.g._driver.rewind(self.visible)
