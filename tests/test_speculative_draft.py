@@ -367,3 +367,55 @@ def test_a_self_draft_of_a_real_model_agrees_every_time(smollm2_path, tmp_path, 
     assert got == plain
     assert stats["draft_tokens_proposed"] > 0
     assert stats["acceptance_rate"] == 1.0
+
+
+def _with_bias_input(folder: Path) -> None:
+    """The folder's graph with a float input ``user_bias`` [vocab] added to its logits."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    path = folder / "model.onnx"
+    graph_model = onnx.load(str(path))
+    graph = graph_model.graph
+    vocab = graph.output[0].type.tensor_type.shape.dim[-1].dim_value
+    for node in graph.node:
+        node.output[:] = ["unbiased" if out == "logits" else out for out in node.output]
+    graph.node.append(helper.make_node("Add", ["unbiased", "user_bias"], ["logits"]))
+    graph.input.append(helper.make_tensor_value_info("user_bias", TensorProto.FLOAT, [vocab]))
+    onnx.save(graph_model, str(path))
+
+
+def test_model_inputs_reach_the_draft_that_takes_them(tmp_path):
+    """As the reference: with a draft model, `set_model_input` feeds each of the two models
+    that takes the input, `get_input` reads it from the draft when only the draft takes it,
+    and a name neither takes fails the next append, naming it."""
+    target = write_table_decoder(tmp_path, transition_table(10, {3: 5}), name="target")
+    draft = write_table_decoder(tmp_path, transition_table(10, {3: 5}), name="draft")
+    _with_bias_input(draft)
+    folder = with_draft(target, draft, tmp_path)
+    prompt = np.array([[1, 2, 3]], np.int32)
+
+    def accepted(bias: np.ndarray | None) -> int:
+        model = genai.Model(str(folder))
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=12)
+        gen = genai.Generator(model, params)
+        if bias is not None:
+            gen.set_model_input("user_bias", bias)
+        gen.append_tokens(prompt)
+        if bias is not None:
+            np.testing.assert_array_equal(gen.get_input("user_bias"), bias)
+        while not gen.is_done():
+            gen.generate_next_token()
+        return gen.get_speculative_stats()["draft_tokens_accepted"]
+
+    agreeing = accepted(np.zeros(10, np.float32))
+    misled = np.zeros(10, np.float32)
+    misled[8] = 100.0  # the draft always proposes 8, which the target rarely chooses
+    assert accepted(misled) < agreeing
+
+    model = genai.Model(str(folder))
+    gen = genai.Generator(model, genai.GeneratorParams(model))
+    gen.set_model_input("no_such_input", np.ones(1, np.float32))
+    with pytest.raises(genai.errors.TensorNotFoundError, match="'no_such_input' was not found"):
+        gen.append_tokens(prompt)

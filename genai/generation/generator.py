@@ -181,6 +181,8 @@ class Generator:
         #: prompt before the next step, as the reference does for Phi-3 long-RoPE models
         #: (`genai.runtime.model.ROPE_REWIND_LENGTHS`); 0: never.
         self._rope_rewind_at = model.rope_rewind_length if self.rows == 1 else 0
+        #: names given to `set_model_input` that neither the model nor its draft takes
+        self._missing_inputs: set[str] = set()
         #: Decode ahead (`genai.generation.decode_ahead`): a native thread runs the per-token
         #: loop's steps while Python runs; None where the steps need Python.
         self._ahead = make_ahead(self)
@@ -275,6 +277,11 @@ class Generator:
         """Append prompt tokens (1-D for batch 1, or [batch, length]) and run the model on them
         now. Later calls continue the sequence (batch 1)."""
         self._check_terminated()
+        if self._missing_inputs:
+            raise TensorNotFoundError(
+                f"Speculative decoding model input '{sorted(self._missing_inputs)[0]}' was not "
+                "found in the target or draft model."
+            )
         self._settle(runs=True)
         if self._spec is not None:
             self._spec.settle()  # tokens of a round not emitted yet are dropped
@@ -672,6 +679,13 @@ class Generator:
         `set_model_input` and preset inputs such as ``num_logits_to_keep``)."""
         self._check_terminated()
         self._settle(replay=True)
+        draft = getattr(self._spec, "draft_driver", None)
+        if (
+            draft is not None
+            and name in draft.model_inputs
+            and name not in self._driver.model_inputs
+        ):
+            return draft.read_input(name)  # an input only the draft takes
         return self._driver.read_input(name)
 
     # --- model inputs and run options -----------------------------------------------------------
@@ -681,9 +695,21 @@ class Generator:
         (e.g. an extra input of an exported graph). As the reference, a name the graph does not
         take is ignored (with a warning here); the dtype must be the graph's."""
         self._settle(replay=True)
-        self._driver.set_model_input(name, value)
-        if self._spec is not None:
-            self._spec.forward("set_model_input", name, value)
+        draft = getattr(self._spec, "draft_driver", None)
+        if draft is None:
+            self._driver.set_model_input(name, value)
+            if self._spec is not None:
+                self._spec.forward("set_model_input", name, value)
+            return
+        # with a draft model, as the reference: each model that takes the input gets it; one
+        # neither takes fails the next run
+        takers = [d for d in (self._driver, draft) if name in d.session.input_dtypes]
+        for driver in takers:
+            driver.set_model_input(name, value)
+        if takers:
+            self._missing_inputs.discard(name)
+        else:
+            self._missing_inputs.add(name)
 
     def set_inputs(self, named_tensors: Any) -> None:
         """The reference's input path for multimodal models: a processor's output

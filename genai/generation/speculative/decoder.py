@@ -124,6 +124,12 @@ class SpeculativeDecoder:
         """Appended tokens: the generator runs them itself (False)."""
         return False
 
+    @property
+    def draft_driver(self) -> Any:
+        """The draft model's driver (draft-model decoding; None for other proposers): the
+        generator's model inputs and run options reach it too."""
+        return getattr(self.proposer, "driver", None)
+
     def forward(self, name: str, *args: Any) -> None:
         """Nothing to pass on: the generator's own binding runs the rounds."""
 
