@@ -217,12 +217,14 @@ class SpeculativeDecoder:
             and (not after_round or self._last_k == 1)
         )
         budget = self.adaptive.k
-        # (a round ends at the rope rewind length at most: proposals up to one before it)
+        # a round emits up to the stop length, or the rope rewind length: its proposals end one
+        # before that (the next row's choice would lie past it), one at least, as the reference
         limit = g._run_limit(length)
-        room = limit - length - (limit != g._stop_length)
+        room = limit - length
+        proposals = room if limit == g._stop_length else max(1, room - 1)
         # the verify run feeds the pending token(s) not run alone and the proposals
         pending = 0 if alone else length - loop.computed
-        k = min(budget, room, g._driver.verify_tokens - pending)
+        k = min(budget, proposals, g._driver.verify_tokens - pending)
         started = time.perf_counter()
         proposal = self.proposer.propose(g._sequences[0, :length], k)[:k]
         propose_ms = (time.perf_counter() - started) * 1e3
