@@ -205,10 +205,10 @@ class FakeDriver:
             made += 1
         return made
 
-    def rewind(self, length: int) -> None:
-        self.calls.append(("rewind", length))
-        self.loop.rewind(length)
-        self.computed = min(self.computed, max(length - 1, 0))
+    def rewind(self, length: int, keep_last: bool = False) -> None:
+        self.calls.append(("rewind", length, "keep_last") if keep_last else ("rewind", length))
+        self.loop.rewind(length, keep_last)
+        self.computed = min(self.computed, length if keep_last else max(length - 1, 0))
 
     def reorder(self, order: np.ndarray) -> None:
         self.calls.append(("reorder", order.tolist()))
@@ -284,7 +284,7 @@ def test_generator_drives_a_fake_driver_through_the_protocol(fake):
     # one token fed per step after the prompt
     assert [f.shape[1] for f in driver.fed] == [3, 1, 1, 1]
 
-    gen.rewind_to(5)
+    gen.truncate(5)
     assert driver.calls[-1] == ("rewind", 5)
     gen.generate_next_token()  # the kept last token runs again, then the twin's choice
     np.testing.assert_array_equal(driver.fed[-1], expected[:, 4:5])
@@ -305,6 +305,34 @@ def test_generator_drives_a_fake_driver_through_the_protocol(fake):
     np.testing.assert_array_equal(
         gen.get_output("logits")[:, 0], fake.twin.logits(np.array([40, 41]))
     )
+
+
+def test_rewind_to_replays_the_rewound_token_through_the_protocol(fake):
+    """The reference's rewind_to(n): the token at index n runs first, on the KV of the first
+    n (the driver keeps it pending), then the twin's choice; an append takes its place."""
+    gen = generator(fake.model, batch_size=2)
+    (driver,) = fake
+    prompt = np.array([[5, 9, 12], [30, 31, 8]], np.int32)
+    gen.append_tokens(prompt)
+    for _ in range(4):
+        gen.generate_next_token()
+    expected = fake.twin.greedy(prompt, 8)
+    gen.rewind_to(5)
+    assert driver.calls[-1] == ("rewind", 6)  # token 5 pending, the KV of 0..4 kept
+    assert gen.token_count() == 5
+    np.testing.assert_array_equal(gen.get_sequence(0), expected[0, :5])
+    np.testing.assert_array_equal(gen.get_next_tokens(), expected[:, 5])
+    assert not gen.is_done()
+    gen.generate_next_token()
+    np.testing.assert_array_equal(driver.fed[-1], expected[:, 5:6])
+    np.testing.assert_array_equal(gen.get_sequence(1), expected[1, :7])
+    gen.rewind_to(5)
+    gen.rewind_to(5)  # the current length: nothing changes
+    assert gen.get_next_tokens().tolist() == expected[:, 5].tolist()
+    gen.append_tokens(np.array([[40], [41]], np.int32))
+    assert driver.calls[-3:] == [("rewind", 5, "keep_last"), ("prepare_prompt", 5), ("run", False)]
+    np.testing.assert_array_equal(driver.fed[-1], [[40], [41]])  # only the appended ones
+    np.testing.assert_array_equal(gen.get_sequence(0), [*expected[0, :5], 40])
 
 
 def test_fused_steps_go_to_the_driver_in_one_call(fake):

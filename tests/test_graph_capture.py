@@ -139,10 +139,11 @@ def test_static_path_gives_the_same_tokens(static_model_dir) -> None:
     assert gen._session.graph_id == graph  # a cache allocated up front: one graph
     mask = gen._loop.static_tensors()["attention_mask"].numpy()
     assert mask.shape == (1, 40) and mask[0, :24].all() and not mask[0, 24:].any()
-    # rewind, then the same continuation (the static mask is zeroed past the new length)
+    # rewind, then the same continuation (the static mask is zeroed past the new length);
+    # rewind_to replays the token at index 8 (plain[3]) first
     gen.rewind_to(8)
     again = _tokens(gen, 12)
-    assert again == plain[3:15]
+    assert again == plain[4:16]
     # several tokens at once (continuous decoding) run uncaptured, then capture resumes
     gen.append_tokens(np.array([4, 6], np.int32))
     ref = _generator(model, False)
@@ -164,7 +165,7 @@ def test_growth_captures_anew(static_model_dir) -> None:
     before = gen._session.graph_id
     gen._session.bind_input("past_key_values.0.key", gen._kv._buffers[0])
     assert gen._session.graph_id > before
-    gen.rewind_to(10)
+    gen.truncate(10)
     assert _tokens(gen, 5) == plain[5:10]
 
 

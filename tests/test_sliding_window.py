@@ -335,7 +335,8 @@ def test_relayout_moves_rows_and_refuses_evicted_positions():
         (59, 11),  # 69 -> 58: the rows 58 needs were overwritten after the compaction
     ],
 )
-def test_rewind_past_the_window_continues_exactly(folders, layout, steps, back):
+@pytest.mark.parametrize("how", ["rewind_to", "truncate"])
+def test_rewind_past_the_window_continues_exactly(folders, layout, steps, back, how):
     model = genai.Model(folders[layout])
     straight = run_ours(folders[layout], PROMPT)
     params = genai.GeneratorParams(model)
@@ -345,9 +346,12 @@ def test_rewind_past_the_window_continues_exactly(folders, layout, steps, back):
     for _ in range(steps):  # the local caches compact at 25, 42 and 59 tokens
         generator.generate_next_token()
     length = generator.token_count() - back
-    generator.rewind_to(length)
+    getattr(generator, how)(length)
     np.testing.assert_array_equal(generator.get_sequence(0), straight.sequences[0][:length])
     logits = np.asarray(generator.get_logits())
+    if how == "rewind_to":
+        length += 1  # the token at index `length` ran first (the reference's rewind)
+        np.testing.assert_array_equal(generator.get_sequence(0), straight.sequences[0][:length])
     np.testing.assert_allclose(logits, straight.logits[length - len(PROMPT)], atol=1e-5, rtol=0)
     while not generator.is_done():
         generator.generate_next_token()

@@ -323,6 +323,22 @@ def test_rewind_replays_stop_matching(fixture_folders):
     np.testing.assert_array_equal(gen.get_sequence(0)[len(ids) :], free[:k])
 
 
+def test_rewind_to_keeps_counting_max_new_tokens(fixture_folders):
+    """The token rewind_to replays counts as generated: max_new_tokens still ends the row
+    where it would have, with the same tokens."""
+    folder = fixture_folders["gqa"]
+    _, _, plain, ids = generate(folder, max_length=48, max_new_tokens=6)
+    run_to_end(plain)
+    _, _, gen, _ = generate(folder, max_length=48, max_new_tokens=6)
+    for _ in range(6):
+        gen.generate_next_token()
+    gen.rewind_to(len(ids) + 2)
+    assert gen.finish_reason(0) is genai.FinishReason.NONE
+    assert run_to_end(gen) == 3  # tokens 3 (replayed) and 4 in one step, then 5 and 6
+    assert gen.finish_reason(0) is genai.FinishReason.MAX_GENERATED_TOKENS
+    np.testing.assert_array_equal(gen.get_sequence(0), plain.get_sequence(0))
+
+
 def test_generate_until_done_honours_stop_strings(fixture_folders):
     folder = fixture_folders["gqa"]
     _, tokenizer, plain, ids = generate(folder, max_length=48)

@@ -231,6 +231,9 @@ class Generator:
         self._gen_start = 0
         #: the sequence length at which the rows stop: max_length, or sooner by max_new_tokens
         self._stop_length = self.max_length
+        #: after `rewind_to(n)`: the tokens that sat at index n, [rows], replayed by the next
+        #: step or `get_logits` (the reference's rewind); None otherwise
+        self._boundary: np.ndarray | None = None
         # --- the Python stage: guidance and stop strings (None when unused) ---
         self._constraints: list[Any] | None = None
         self._ff_tokens = False
@@ -283,6 +286,7 @@ class Generator:
                 "found in the target or draft model."
             )
         self._settle(runs=True)
+        self._drop_boundary()  # the appended tokens take the rewound token's place
         if self._spec is not None:
             self._spec.settle()  # tokens of a round not emitted yet are dropped
             if not self._loop.length:
@@ -347,6 +351,8 @@ class Generator:
         """Run the model on pending tokens if needed, choose the next token per row and append
         it."""
         self._check_terminated()
+        if self._replay_boundary() and self.is_done():
+            return  # the replayed token finished every row
         self._rope_rewind_if_due()
         ahead = self._ahead
         if ahead is not None and ahead.running:
@@ -397,9 +403,7 @@ class Generator:
         """After appending a prompt: max_new_tokens counts from here; constraints, stop
         matching and finish reasons start over."""
         self._gen_start = self._loop.length
-        self._stop_length = self.max_length
-        if self.search.max_new_tokens:
-            self._stop_length = min(self.max_length, self._gen_start + self.search.max_new_tokens)
+        self._set_stop_length()
         self._finish = [None] * self.rows
         self._all_finished = False
         for constraint in self._constraints or ():
@@ -455,6 +459,7 @@ class Generator:
         a rewind): start over and feed the generated part again."""
         self._gen_start = min(self._gen_start, length)
         generated = self._sequences[:, self._gen_start : length]
+        self._done[:] = 0  # as the loop's rewind: the rows finish again as the tokens say
         self._finish = [None] * self.rows
         self._all_finished = False
         for r in range(self.rows):
@@ -470,6 +475,7 @@ class Generator:
                 self._streams[r].reset()
                 for token in generated[r]:
                     self._match_stop(r, int(token))
+        self._all_finished = all(self._done.tolist())
 
     def _beam_step(self) -> None:
         loop, beams = self._loop, self._beams
@@ -489,6 +495,7 @@ class Generator:
         in one GIL-free block; returns the number of steps made. Same tokens as calling
         `generate_next_token` in a loop, without returning to Python between tokens."""
         self._settle(runs=True)
+        self._replay_boundary()
         loop = self._loop
         if not loop.logits_ready and loop.length == 0:
             raise GenerationError("call append_tokens before generate_until_done")
@@ -565,7 +572,7 @@ class Generator:
         if self._spec is not None and self._spec.pending:
             return False
         loop = self._loop
-        return loop.all_done or loop.length >= self._stop_length or self._all_finished
+        return loop.all_done or self.token_count() >= self._stop_length or self._all_finished
 
     def finish_reason(self, row: int = 0) -> FinishReason:
         """Why row ``row`` finished, as a `genai.FinishReason` (beyond the reference's
@@ -592,7 +599,7 @@ class Generator:
                 return FinishReason.EOS
         elif loop.all_done:
             return FinishReason.EOS
-        return self._length_reason(loop.length)
+        return self._length_reason(self.token_count())
 
     def _length_reason(self, length: int) -> FinishReason:
         """The reason a row that is not done has at sequence length ``length``."""
@@ -608,6 +615,8 @@ class Generator:
         ahead = self._ahead
         if ahead is not None and ahead.running:
             return ahead.next_tokens.copy()
+        if self._boundary is not None:
+            return self._boundary.copy()  # as the reference: the token to be replayed
         if not self._loop.generated:
             raise GenerationError("no tokens generated yet")
         return self._loop.array("next_tokens").copy()
@@ -635,12 +644,13 @@ class Generator:
             return int(ahead.length)  # the tokens taken so far
         if self._spec is not None and self._spec.pending:
             return self._spec.visible  # the round's tokens emitted so far
-        return int(self._loop.length)
+        return int(self._loop.length) - (self._boundary is not None)
 
     def get_logits(self) -> np.ndarray:
         """A copy of the logits the next token is chosen from, float32 [batch, 1, vocab]
         (runs the model on a pending token first, as the reference)."""
         self._settle(runs=True)
+        self._replay_boundary()
         found = self._spec.logits() if self._spec is not None else None
         if found is not None:
             return found  # the verified row the next token comes from (or the rows')
@@ -656,6 +666,7 @@ class Generator:
         """Replace the logits the next token is chosen from ([batch, vocab] or
         [batch, 1, vocab], float32)."""
         self._settle(replay=True)
+        self._drop_boundary()  # the next token comes from these logits, after the kept ones
         if self._spec is not None:
             self._spec.settle()  # the next token comes from these logits, not a round's
         if self._sampler is not None:
@@ -724,6 +735,7 @@ class Generator:
                 f"Please use generator.append_tokens for {self.model.type}. set_inputs is not "
                 "supported for this model type."
             )
+        self._drop_boundary()
         array = take(named_tensors)  # the driver keeps the rest; ids may be placeholders
         if array is None:  # inputs without ids (e.g. audio alone): appended later
             return
@@ -775,7 +787,46 @@ class Generator:
         return plain_stats() if self._spec is None else self._spec.stats()
 
     def rewind_to(self, length: int) -> None:
-        """Drop tokens after the first ``length``; the next step continues from there."""
+        """Drop the tokens after the first ``length``, as the reference does. The token that
+        sat at index ``length`` is replayed: the next `generate_next_token`,
+        `generate_until_done` or `get_logits` first runs it, on the KV cache kept, and it joins
+        the sequence as a generated token. `append_tokens` or `set_logits` before that replaces
+        it. Rewinding to the current length changes nothing. `truncate` continues from
+        ``length`` instead."""
+        self._check_rewind(length)
+        if length == self.token_count():
+            return
+        if not length:
+            self._cut(0)
+            return
+        self._settle()
+        boundary = self._sequences[:, length].astype(np.int32)
+        # the boundary token pending on the KV of the first `length`: as just generated
+        self._cut(length + 1)
+        self._boundary = boundary
+        if self._python_stage:
+            self._replay(length)  # stop matching and guidance see the visible tokens
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` tokens and continue from there (beyond the reference):
+        the next step recomputes token ``length - 1`` and chooses the token at index
+        ``length``, as if generation had stopped at ``length`` tokens."""
+        self._check_rewind(length)
+        self._cut(length)
+
+    def _check_rewind(self, length: int) -> None:
+        current = self.token_count()
+        if not 0 <= length <= current:
+            raise InvalidArgumentError(
+                f"cannot rewind to {length}: the sequence has {current} tokens"
+            )
+        if length and self.num_beams > 1:
+            raise UnsupportedFeatureError("rewind_to(n > 0) needs num_beams 1")
+
+    def _cut(self, length: int, keep_last: bool = False) -> None:
+        """Keep the first ``length`` tokens of the loop: the KV of all but the last (of all
+        with ``keep_last``, when tokens are appended or logits set next)."""
+        self._boundary = None
         self._settle(replay=True)
         if self._spec is not None:
             self._spec.settle()  # tokens of a round not emitted yet are dropped
@@ -783,20 +834,33 @@ class Generator:
                 self._spec.reset()
             else:
                 self._spec.proposer.invalidate()
-        current = self._loop.length
-        if not 0 <= length <= current:
-            raise InvalidArgumentError(
-                f"cannot rewind to {length}: the sequence has {current} tokens"
-            )
-        if length and self.num_beams > 1:
-            raise UnsupportedFeatureError("rewind_to(n > 0) needs num_beams 1")
-        self._driver.rewind(length)
+        self._driver.rewind(length, keep_last)
         if self._spec is not None:
-            self._spec.forward("rewind_to", length)
+            self._spec.forward("truncate", length)
         if self._python_stage:
             self._replay(length)
         else:
             self._gen_start = min(self._gen_start, length)
+        self._set_stop_length()
+
+    def _drop_boundary(self) -> None:
+        """Before appended tokens or set logits take the rewound token's place: keep the
+        KV of the visible tokens and nothing pending."""
+        if self._boundary is not None:
+            self._cut(self._loop.length - 1, keep_last=True)
+
+    def _replay_boundary(self) -> bool:
+        """After `rewind_to`: the rewound token joins the visible sequence (its run is the
+        next); True when it finished every row (a stop string, guidance)."""
+        if self._boundary is None:
+            return False
+        self._boundary = None
+        if not self._python_stage:
+            return False
+        self._replay(self._loop.length)
+        return self._all_finished
+
+    def _set_stop_length(self) -> None:
         self._stop_length = self.max_length
         if self.search.max_new_tokens:
             self._stop_length = min(self.max_length, self._gen_start + self.search.max_new_tokens)
@@ -812,7 +876,7 @@ class Generator:
             raise UnsupportedFeatureError("snapshot needs batch_size 1 and num_beams 1")
         driver = self._driver
         require(driver, "snapshot")
-        length = self._loop.length
+        length = self.token_count()
         if length < 1:
             raise GenerationError("nothing to snapshot: append tokens first")
         return KVSnapshot(

@@ -545,7 +545,7 @@ class GeneratorBatchRunner(BatchRunner):
     def truncate(self, slot: int, length: int) -> None:
         gen = self._gens[slot]
         if gen is not None and length < self.lengths[slot]:
-            gen.rewind_to(length)
+            gen.truncate(length)
             self.lengths[slot] = length
 
 

@@ -356,7 +356,7 @@ class RowSpeculation:
         """Do what the batch's generator was asked (``name``: its method) on the rows'
         generators: adapters, model inputs, run options for every row; a row's search options,
         logits and rewinds for that row."""
-        if self.batched and name in ("set_logits", "rewind_to"):
+        if self.batched and name in ("set_logits", "truncate"):
             return  # the batch's own loop holds the tokens now
         if name == "set_logits":
             logits = np.asarray(args[0], np.float32).reshape(self.g.rows, -1)
@@ -365,14 +365,14 @@ class RowSpeculation:
         elif name == "set_row_search_options":
             row, options = args
             self.rows[row].set_row_search_options(0, **options)
-        elif name == "rewind_to":
+        elif name == "truncate":
             (length,) = args
             prompt = self.g._loop.prompt_length
             for row, sub in enumerate(self.rows):
                 pads = int(self.pads[row])
                 kept = length - pads if length >= prompt else min(length, prompt - pads)
                 if kept < sub.token_count():
-                    sub.rewind_to(max(kept, 0))
+                    sub.truncate(max(kept, 0))
         else:
             for sub in self.rows:
                 getattr(sub, name)(*args)
