@@ -410,10 +410,10 @@ def test_gqa_stop_strings_end_where_plain_decoding_ends(gqa):
     assert found[0][2] is genai.FinishReason.STOP_STRING
 
 
-def test_guidance_makes_plain_guided_steps(fixture_folders):
-    """With guidance every step is a plain guided step (a round's tokens would pass the grammar
-    unchecked): the output matches the grammar (checked with `re`) and plain guided
-    decoding's tokens."""
+def test_guided_rounds_on_a_fixture_give_plain_guided_tokens(fixture_folders):
+    """With guidance, rounds mask every row by the grammar: the output matches the grammar
+    (checked with `re`) and plain guided decoding's tokens (more in
+    tests/test_speculative_guidance.py)."""
     pytest.importorskip("llguidance", reason="constrained decoding needs llguidance")
     regex = r"[a-z]{2,6}( [a-z]{2,6}){1,3}[.!?]"
     model = genai.Model(str(fixture_folders["gqa"]))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -368,6 +369,9 @@ class TokenConstraint:
         token = int(token)
         if self._ended:
             raise GuidanceError("the constrained sequence already ended with EOS")
+        if token == self.eos_token_id and matcher.is_stopped():
+            self._ended = True  # the matcher ignores it (not one of its tokens)
+            return []
         self._consumed += 1
         if not matcher.consume_token(token):
             error = matcher.get_error()
@@ -391,6 +395,31 @@ class TokenConstraint:
             self._consumed += len(forced)
         self._start_mask()
         return forced
+
+    def valid_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading ``tokens`` the grammar allows in a row from here (nothing is
+        consumed): speculative proposals are cut there."""
+        if self._ended or not tokens:
+            return 0
+        self._wait()
+        return int(self._matcher.validate_tokens([int(t) for t in tokens]))
+
+    def mark(self) -> tuple[int, bool]:
+        """The state so far, for `restore` (tokens consumed, ended with EOS)."""
+        return self._consumed, self._ended
+
+    def restore(self, mark: tuple[int, bool]) -> None:
+        """Go back to ``mark`` (from `mark`, with tokens consumed since): undoes the tokens
+        of a speculative round that were not emitted, forced ones included."""
+        consumed, ended = mark
+        count = self._consumed - consumed
+        if count < 0:
+            raise GuidanceError(f"cannot restore to {consumed} consumed tokens: {self._consumed}")
+        self._wait()
+        if count and not self._matcher.rollback(count):
+            raise GuidanceError(f"guidance rollback failed: {self._matcher.get_error()}")
+        self._consumed, self._ended = consumed, ended
+        self._start_mask()
 
     @property
     def is_finished(self) -> bool:

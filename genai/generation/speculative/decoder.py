@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from genai.compat.engine_enums import FinishReason
+from genai.errors import GenerationError
 from genai.generation.speculative.options import SpeculativeOptions
 from genai.generation.speculative.policy import AdaptiveK, Backoff, Cooldown
 from genai.generation.speculative.stats import SpeculativeCounters
@@ -103,6 +104,14 @@ class SpeculativeDecoder:
         self._after_round = False
         #: the last round's K
         self._last_k = 0
+        #: guidance (batch 1): the row's grammar, None without; with guidance a round's
+        #: proposals are cut where the grammar stops allowing them, every row is masked
+        #: before the choice, and the grammar's state after each queued token is kept
+        #: (`_marks`) so that a round cut short gives the tokens not emitted back
+        constraints = generator._constraints
+        self._constraint = constraints[0] if constraints is not None else None
+        self._marks: list[tuple[int, bool]] = []
+        self._start_mark: tuple[int, bool] | None = None
 
     # --- what the generator asks ----------------------------------------------------------------
     @property
@@ -117,8 +126,16 @@ class SpeculativeDecoder:
 
     def logits(self) -> np.ndarray | None:
         """`Generator.get_logits` while a round has tokens to emit (`next_logits`), else None
-        (the generator's own rows)."""
-        return self.next_logits() if self.queue else None
+        (the generator's own rows). Refused while a guided round has tokens queued, as the
+        reference (a token the grammar forced has no row)."""
+        if not self.queue:
+            return None
+        if self._constraint is not None:
+            raise GenerationError(
+                "Speculative decoding logits cannot be accessed while a guided round has "
+                "buffered tokens."
+            )
+        return self.next_logits()
 
     def take_tokens(self, tokens: np.ndarray, length: int) -> bool:
         """Appended tokens: the generator runs them itself (False)."""
@@ -187,9 +204,9 @@ class SpeculativeDecoder:
         length = loop.length
         step_started = time.perf_counter()
         after_round, self._after_round = self._after_round, False
-        if g._constraints is not None:
-            # guidance: plain guided steps (a round's tokens would pass the grammar unchecked)
-            self._plain_step(after_round)
+        constraint = self._constraint
+        if constraint is not None and constraint.is_finished:
+            self._plain_step(after_round)  # the grammar is complete: EOS is all that is left
             return
         backoff = self.backoff
         if self.cooldown.active or backoff.active or backoff.wants_plain_step:
@@ -227,6 +244,13 @@ class SpeculativeDecoder:
         k = min(budget, proposals, g._driver.verify_tokens - pending)
         started = time.perf_counter()
         proposal = self.proposer.propose(g._sequences[0, :length], k)[:k]
+        if constraint is not None and proposal:
+            kept = constraint.valid_prefix(proposal)
+            if kept < len(proposal):
+                trimmed = getattr(self.proposer, "trimmed", None)
+                if trimmed is not None:
+                    trimmed(len(proposal), kept)
+                proposal = proposal[:kept]
         propose_ms = (time.perf_counter() - started) * 1e3
         self.counters.total_draft_ms += propose_ms
         if not proposal:  # a plain step (it runs the pending token, if not run yet)
@@ -248,8 +272,12 @@ class SpeculativeDecoder:
             rows = np.concatenate([ready[None, :], logits[logits.shape[0] - k :]], axis=0)
         else:  # the pending token's row judges the first proposal
             rows = logits[logits.shape[0] - k - 1 :]
-        emitted, accepted, evaluated = self._accept(rows, proposal, length, room)
-        cut = 1 if accepted == k and len(emitted) == k and emitted[-1] not in self._eos else 0
+        emitted, accepted, evaluated, forced = self._accept(rows, proposal, length, room)
+        cut = (
+            1
+            if accepted == k and len(emitted) == k and emitted[-1] not in self._eos and not forced
+            else 0
+        )
         self._commit(length, emitted, accepted)
         counters = self.counters
         counters.rounds += 1
@@ -257,7 +285,9 @@ class SpeculativeDecoder:
         counters.draft_tokens_evaluated += evaluated
         counters.draft_tokens_accepted += accepted
         counters.tokens_queued += len(emitted) + cut
-        counters.k_counts[k] = counters.k_counts.get(k, 0) + 1
+        if constraint is None:  # the reference's speed-up estimate leaves guided rounds out
+            counters.formula_rounds += 1
+            counters.k_counts[k] = counters.k_counts.get(k, 0) + 1
         if accepted == k:
             counters.bonus_tokens += 1
         else:
@@ -344,40 +374,67 @@ class SpeculativeDecoder:
 
     def _accept(
         self, rows: np.ndarray, proposal: Sequence[int], length: int, room: int
-    ) -> tuple[list[int], int, int]:
+    ) -> tuple[list[int], int, int, int]:
         """The tokens the round emits (accepted proposals, then the correction or bonus, cut
-        at EOS and at ``room``), how many proposals were accepted and how many judged."""
+        at EOS and at ``room``; with guidance, the tokens the grammar forces after one end
+        the round), how many proposals were accepted, how many judged and how many forced.
+        With guidance each row is masked by the grammar as it stands after the tokens before
+        it, which then consumes the choice."""
         emitted: list[int] = []
         accepted = evaluated = 0
         rng = None if self._argmax else self._chain.sampler.rng
+        constraint = self._constraint
         self._draws = []
+        self._marks = []
+        if constraint is not None:
+            self._start_mark = constraint.mark()
         for i in range(len(proposal) + 1):
             token = self._choose(rows[i], length + i)
             emitted.append(token)
-            if rng is not None:
-                self._draws.append(rng.get_state())
+            draw = rng.get_state() if rng is not None else None
+            if draw is not None:
+                self._draws.append(draw)
             match = False
             if i < len(proposal):
                 evaluated += 1
                 match = token == proposal[i]
                 accepted += match
+            if constraint is not None:
+                forced = self._chain.accept(0, token)
+                consumed, ended = constraint.mark()
+                base = consumed - len(forced)
+                self._marks.append((base, ended))
+                if forced:  # consumed by the grammar already; no draw of their own
+                    forced = forced[: max(room - len(emitted), 0)]
+                    for j, extra in enumerate(forced, 1):
+                        emitted.append(extra)
+                        self._marks.append((base + j, False))
+                        if draw is not None:
+                            self._draws.append(draw)
+                    if self._marks[-1][0] < consumed:  # cut at max_length
+                        constraint.restore(self._marks[-1])
+                    return emitted, accepted, evaluated, len(forced)
             if not match or len(emitted) >= room or token in self._eos:
                 break
-        return emitted, accepted, evaluated
+        return emitted, accepted, evaluated, 0
 
     def _commit(self, length: int, emitted: list[int], accepted: int) -> None:
-        """Keep the emitted tokens in the sequences and the KV cache (an EOS is not added);
-        the last one stays pending, as after a plain step."""
+        """Keep the emitted tokens in the sequences and the KV cache (an EOS is not added):
+        the accepted proposals keep the KV the verify run made; the token after them (and
+        any the grammar forced) are pending, as after a plain step."""
         g = self.g
         loop, driver = g._loop, g._driver
         body = emitted[:-1] if emitted[-1] in self._eos else emitted
         end = length + len(body)
         if body:
             g._sequences[0, length:end] = body
-        if end <= loop.length:
-            driver.rewind(end)
+        keep = length + min(accepted, len(body) - 1) + 1  # through the first pending token
+        if keep <= loop.length:
+            driver.rewind(keep)
         else:  # every proposal accepted: the bonus follows them
-            loop.push_tokens(np.array(body[-1:], np.int32), False)
+            keep = loop.length
+        for token in body[keep - length :]:
+            loop.push_tokens(np.array([token], np.int32), False)
         self.proposer.accepted(g._sequences[0, :end])
 
     def _discard(self) -> None:
@@ -385,6 +442,10 @@ class SpeculativeDecoder:
             kept = len(self._draws) - len(self.queue)
             self._chain.sampler.rng.set_state(self._draws[kept - 1])
             self._draws = []
+        if self._constraint is not None and self._start_mark is not None:
+            # the grammar as after the last emitted token
+            kept = len(self._marks) - len(self.queue)
+            self._constraint.restore(self._marks[kept - 1] if kept else self._start_mark)
         self.counters.tokens_discarded += len(self.queue)
         self.queue.clear()
         self.g._driver.rewind(self.visible)

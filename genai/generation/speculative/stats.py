@@ -21,6 +21,8 @@ class SpeculativeCounters:
     """What the speculative rounds did so far (see the module docstring)."""
 
     rounds: int = 0
+    #: rounds the speed-up estimate covers (not guided ones, as the reference)
+    formula_rounds: int = 0
     completed_rounds: int = 0
     interrupted_rounds: int = 0
     draft_tokens_proposed: int = 0
@@ -42,6 +44,7 @@ class SpeculativeCounters:
     ngram_lookup_misses: int = 0
     ngram_lookup_tokens_proposed: int = 0
     ngram_chained_tokens_proposed: int = 0
+    ngram_grammar_candidate_rejections: int = 0
     ngram_history_syncs: int = 0
     ngram_history_tokens_synced: int = 0
     total_draft_ms: float = 0.0
@@ -50,7 +53,7 @@ class SpeculativeCounters:
     total_target_reanchor_ms: float = 0.0
     total_ngram_history_sync_ms: float = 0.0
     total_ngram_lookup_ms: float = 0.0
-    #: rounds by their K (for the expected tokens per round)
+    #: formula rounds by their K (for the expected tokens per round)
     k_counts: dict[int, int] = field(default_factory=dict)
 
     def as_reference_dict(
@@ -75,7 +78,8 @@ class SpeculativeCounters:
         acceptance = self.draft_tokens_accepted / evaluated if evaluated else 0.0
         completed = self.completed_rounds
         expected = 0.0
-        if self.rounds:
+        formula = self.rounds > 0 and self.formula_rounds == self.rounds
+        if formula and evaluated:
             total = 0.0
             for k, count in self.k_counts.items():
                 per_round = (
@@ -84,7 +88,7 @@ class SpeculativeCounters:
                     else (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
                 )
                 total += per_round * count
-            expected = total / self.rounds
+            expected = total / self.formula_rounds
         verify_ms, reanchor_ms = self.total_target_verify_ms, self.total_target_reanchor_ms
         target_ms = verify_ms + reanchor_ms
         reanchors = self.target_reanchor_forward_passes
@@ -96,7 +100,7 @@ class SpeculativeCounters:
         draft_per_round = self.draft_tokens_proposed / self.rounds if self.rounds else 0.0
         emitted_per_round = self.tokens_emitted / self.rounds if self.rounds else 0.0
         overhead = estimated = observed = 0.0
-        if self.rounds and baseline > 0:
+        if formula and baseline > 0:
             overhead = per_round / baseline - 1.0
             denominator = 1.0 + draft_per_round * (draft_per_token / baseline) + overhead
             if denominator > 0:
@@ -142,10 +146,10 @@ class SpeculativeCounters:
             "ngram_lookup_misses": self.ngram_lookup_misses,
             "ngram_lookup_tokens_proposed": self.ngram_lookup_tokens_proposed,
             "ngram_chained_tokens_proposed": self.ngram_chained_tokens_proposed,
-            "ngram_grammar_candidate_rejections": 0,
+            "ngram_grammar_candidate_rejections": self.ngram_grammar_candidate_rejections,
             "ngram_history_syncs": self.ngram_history_syncs,
             "ngram_history_tokens_synced": self.ngram_history_tokens_synced,
-            "formula_supported": self.rounds > 0,
+            "formula_supported": formula,
             "total_draft_ms": self.total_draft_ms,
             "total_target_ms": target_ms,
             "total_reconciliation_ms": 0.0,
