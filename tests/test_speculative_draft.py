@@ -369,6 +369,42 @@ def test_a_self_draft_of_a_real_model_agrees_every_time(smollm2_path, tmp_path, 
     assert stats["acceptance_rate"] == 1.0
 
 
+@pytest.mark.parametrize("k", [2, 4])
+def test_a_sampled_self_draft_accepts_every_proposal(smollm2_path, tmp_path, k):
+    """Sampling with SmolLM2 as its own draft: proposals are drawn from the draft's q, which
+    equals the target's p, so min(1, p/q) is 1 and every one is kept (no correction, a bonus
+    each round, as the reference's self-speculative sampling); the same seed gives the same
+    tokens."""
+    from genai.runtime.verify_rows import exact_rows
+
+    folder = with_draft(smollm2_path, None, tmp_path, speculative={"max_draft_tokens": k})
+    model = genai.Model(str(folder))
+    if not exact_rows(model.session):
+        pytest.skip("this CPU's int4 kernels give a run's rows other numbers than one-token steps")
+    prompt = np.array([[785, 3838, 374, 279, 6722, 315, 9625, 30]], np.int32)
+    runs = []
+    for _ in range(2):
+        params = genai.GeneratorParams(model)
+        params.set_search_options(
+            do_sample=True,
+            random_seed=1234,
+            top_k=40,
+            top_p=0.95,
+            temperature=0.8,
+            max_length=prompt.shape[1] + 24,
+        )
+        gen = genai.Generator(model, params)
+        gen.append_tokens(prompt)
+        while not gen.is_done():
+            gen.generate_next_token()
+        runs.append([int(t) for t in gen.get_sequence(0)])
+    stats = gen.get_speculative_stats()
+    assert runs[0] == runs[1]
+    assert stats["rounds"] > 0 and stats["draft_tokens_accepted"] > 0
+    assert stats["correction_tokens"] == 0
+    assert stats["bonus_tokens"] == stats["rounds"]
+
+
 def _with_bias_input(folder: Path) -> None:
     """The folder's graph with a float input ``user_bias`` [vocab] added to its logits."""
     import onnx

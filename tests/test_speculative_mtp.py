@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import genai
-from genai.generation.mtp import ReferenceStream
+from genai.generation.speculative.sampling import ReferenceStream
 from genai.testing.mtp import write_markov_mtp_pair, write_mtp_pair
 from genai.testing.speculative import markov_distribution, transition_table
 from tests.speculation import error_text

@@ -39,6 +39,11 @@ from genai.compat.engine_enums import FinishReason
 from genai.errors import GenerationError
 from genai.generation.speculative.options import SpeculativeOptions
 from genai.generation.speculative.policy import AdaptiveK, Backoff, Cooldown
+from genai.generation.speculative.sampling import (
+    ReferenceStream,
+    speculative_sample,
+    truncated_distribution,
+)
 from genai.generation.speculative.stats import SpeculativeCounters
 
 if TYPE_CHECKING:
@@ -112,6 +117,12 @@ class SpeculativeDecoder:
         self._constraint = constraints[0] if constraints is not None else None
         self._marks: list[tuple[int, bool]] = []
         self._start_mark: tuple[int, bool] | None = None
+        #: sampling with a proposer that draws its proposals (a draft model): the rounds'
+        #: stream, shared with the proposer, for speculative sampling (`_accept_sampled`)
+        self._stream: ReferenceStream | None = None
+        search = generator.search
+        if hasattr(proposer, "drafts_q") and search.do_sample and self._constraint is None:
+            self._stream = ReferenceStream(search.random_seed)
 
     # --- what the generator asks ----------------------------------------------------------------
     @property
@@ -159,6 +170,11 @@ class SpeculativeDecoder:
             cooldown=self.cooldown,
             backoff=self.backoff,
         )
+
+    def reseed(self, seed: int) -> None:
+        """Seed the stream of speculative sampling (a batch's row ``r`` gets seed + r)."""
+        if self._stream is not None:
+            self._stream = ReferenceStream(seed)
 
     # --- steps ----------------------------------------------------------------------------------
     def drain(self) -> bool:
@@ -243,6 +259,11 @@ class SpeculativeDecoder:
         pending = 0 if alone else length - loop.computed
         k = min(budget, proposals, g._driver.verify_tokens - pending)
         started = time.perf_counter()
+        truncation = self._sampled_truncation()
+        if self._stream is not None:  # q drawn with the stream, or greedy (None)
+            self.proposer.stream = self._stream if truncation else None
+            if truncation:
+                self.proposer.truncation = truncation
         proposal = self.proposer.propose(g._sequences[0, :length], k)[:k]
         if constraint is not None and proposal:
             kept = constraint.valid_prefix(proposal)
@@ -272,7 +293,12 @@ class SpeculativeDecoder:
             rows = np.concatenate([ready[None, :], logits[logits.shape[0] - k :]], axis=0)
         else:  # the pending token's row judges the first proposal
             rows = logits[logits.shape[0] - k - 1 :]
-        emitted, accepted, evaluated, forced = self._accept(rows, proposal, length, room)
+        if truncation and self._stream is not None:
+            emitted, accepted, evaluated, forced = self._accept_sampled(
+                rows, proposal, length, room, truncation
+            )
+        else:
+            emitted, accepted, evaluated, forced = self._accept(rows, proposal, length, room)
         cut = (
             1
             if accepted == k and len(emitted) == k and emitted[-1] not in self._eos and not forced
@@ -371,6 +397,51 @@ class SpeculativeDecoder:
             prompt_lengths=g._loop.prompt_length,
         )
         return int(self._out[0])
+
+    def _sampled_truncation(self) -> tuple[int, float, float] | None:
+        """(top_k, top_p, temperature) when this round samples speculatively (a proposer
+        that draws, a distribution `truncated_distribution` gives as the sampler draws: no
+        min_p, no custom processor); None: the one-token accept test of `_accept`."""
+        if self._stream is None or self._chain.processors:
+            return None
+        options = self._chain.options(0)
+        top_k, top_p = int(options["top_k"]), float(options["top_p"])
+        temperature = float(options["temperature"])
+        if not options["do_sample"] or temperature <= 0 or top_k == 1 or top_p <= 0:
+            return None
+        if options["min_p"]:
+            return None
+        return top_k, top_p, temperature
+
+    def _accept_sampled(
+        self,
+        rows: np.ndarray,
+        proposal: Sequence[int],
+        length: int,
+        room: int,
+        truncation: tuple[int, float, float],
+    ) -> tuple[list[int], int, int, int]:
+        """`_accept` for proposals drawn from the draft's q: speculative sampling against the
+        target's processed, truncated rows (`speculative_sample`); an accepted EOS ends the
+        round, and no bonus is drawn past ``room``."""
+        g = self.g
+        self._draws, self._marks = [], []  # the stream's draws are not given back
+        targets = []
+        for i in range(len(proposal) + 1):
+            logits = np.array(rows[i], np.float32)[None, :]
+            self._chain.apply_stages(logits, g._sequences, length + i, g._loop.prompt_length)
+            targets.append(truncated_distribution(logits[0], *truncation))
+        kept, token, bonus = speculative_sample(
+            targets, proposal, self.proposer.drafts_q, self._stream
+        )
+        evaluated = kept if bonus else kept + 1
+        emitted = [int(t) for t in proposal[:kept]]
+        for i, t in enumerate(emitted):
+            if t in self._eos:
+                return emitted[: i + 1], i + 1, min(evaluated, i + 1), 0
+        if len(emitted) < room:
+            emitted.append(token)
+        return emitted, kept, evaluated, 0
 
     def _accept(
         self, rows: np.ndarray, proposal: Sequence[int], length: int, room: int

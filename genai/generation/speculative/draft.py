@@ -3,13 +3,13 @@ a round verifies (``model.draft`` in ``genai_config.json``, or a draft folder ch
 time).
 
 `DraftProposer` runs the draft with a driver of its own (`genai.generation.drivers`) and the
-target's search options (its penalties), choosing greedily: before each proposal it brings the
-draft's sequence to the target's committed one (rewinding its KV cache to their common prefix
-with the driver's rewind, then running the tokens it has not seen, as rows with one-token
-steps' numbers where the target's verify runs get them: `run_as_steps`), then makes one step
-per proposed token. With sampling, the target accepts a proposal when its own draw from its row
-equals it (rejection sampling for a one-token draft distribution, see
-`genai.generation.speculative.decoder`), so the draft's choice changes only the speed.
+target's search options (its penalties): before each proposal it brings the draft's sequence to
+the target's committed one (rewinding its KV cache to their common prefix with the driver's
+rewind, then running the tokens it has not seen, as rows with one-token steps' numbers where
+the target's verify runs get them: `run_as_steps`), then makes one step per proposed token.
+Greedy, a step takes the draft's argmax. Sampled (`stream` set by the decoder), it draws from
+the draft's truncated distribution q and keeps q for the accept test
+(`genai.generation.speculative.sampling`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 from genai.generation.drivers import LoopSettings, make_driver
 from genai.generation.logits import LogitsChain
 from genai.generation.search import SearchOptions
+from genai.generation.speculative.sampling import ReferenceStream, truncated_distribution
 
 __all__ = ["DraftProposer"]
 
@@ -53,6 +54,12 @@ class DraftProposer:
         self._next = self.loop.array("next_tokens")
         self._eos = frozenset(int(t) for t in eos)
         self.counters = counters
+        #: sampled proposals: the stream they are drawn with (None: greedy), the truncation
+        #: (top_k, top_p, temperature) of q, and per proposal of the last round the
+        #: (ids, probabilities) of the q it was drawn from
+        self.stream: ReferenceStream | None = None
+        self.truncation: tuple[int, float, float] = (0, 1.0, 1.0)
+        self.drafts_q: list[tuple[np.ndarray, np.ndarray]] = []
 
     def invalidate(self) -> None:
         """Nothing kept to rebuild: the next proposal compares the sequences."""
@@ -87,16 +94,29 @@ class DraftProposer:
                 self.counters.draft_forward_passes += 1
 
     def propose(self, committed: np.ndarray, count: int) -> list[int]:
-        """Up to ``count`` greedy draft tokens after ``committed`` (ending at an EOS)."""
+        """Up to ``count`` draft tokens after ``committed`` (ending at an EOS): greedy, or
+        drawn from q with `stream`."""
+        self.drafts_q = []
         if count <= 0:
             return []
         self._catch_up(committed)
         loop, driver = self.loop, self.driver
+        sequences = loop.array("sequences")
         proposal: list[int] = []
-        while len(proposal) < count and loop.length < loop.array("sequences").shape[1]:
+        while len(proposal) < count and loop.length < sequences.shape[1]:
             self.counters.draft_forward_passes += 1
-            driver.step()
-            token = int(self._next[0])
+            if self.stream is None:
+                driver.step()
+                token = int(self._next[0])
+            else:
+                if not loop.logits_ready:
+                    driver.run()
+                logits = loop.array("logits_rows")[:1].copy()
+                self.chain.apply_stages(logits, sequences, loop.length, loop.prompt_length)
+                ids, probs = truncated_distribution(logits[0], *self.truncation)
+                self.drafts_q.append((ids, probs))
+                token = int(ids[self.stream.choice(probs)])
+                loop.push_tokens(np.array([token], np.int32), False)
             proposal.append(token)
             if token in self._eos:
                 break

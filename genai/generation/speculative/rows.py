@@ -156,6 +156,8 @@ class RowSpeculation:
             chain = sub._chain
             if seed != -1 and chain.sampler is not None:
                 chain.seed(seed, row=0, stream=row)  # row b's stream, as in a batched run
+                if getattr(sub._spec, "_stream", None) is not None:
+                    sub._spec.reseed(seed + row)  # the rows' speculative sampling differs too
             self.rows.append(sub)
 
     # --- what the generator asks ----------------------------------------------------------------
