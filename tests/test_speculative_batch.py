@@ -433,7 +433,7 @@ def test_real_model_rows_equal_the_references_ngram_decoding_of_each_prompt(
 @pytest.mark.parametrize("spec", [None, {"ngram_size": 2}])
 def test_guidance_rows_match_their_grammar_and_plain_batched_decoding(fixture_folders, spec, mode):
     """Guidance at batch 3: each row's grammar holds (checked with `re`), and the tokens are
-    plain batched guided decoding's (the rows make guided plain steps, then the batch)."""
+    plain batched guided decoding's (each row runs guided rounds, then the batch steps)."""
     pytest.importorskip("llguidance", reason="constrained decoding needs llguidance")
     regex = r"[a-z]{2,6}( [a-z]{2,6}){1,3}[.!?]"
     model = genai.Model(str(fixture_folders["gqa"]))
