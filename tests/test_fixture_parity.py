@@ -64,17 +64,23 @@ def test_eos_pads_finished_rows_and_stops(fixture_folders, case):
     assert len(mine.next_tokens) >= 3
 
 
+def _after_six_steps(engine, model, max_length: int):
+    """A greedy generator of ``engine`` (genai or the reference) on PROMPT, six steps on."""
+    params = engine.GeneratorParams(model)
+    params.set_search_options(max_length=max_length)
+    generator = engine.Generator(model, params)
+    generator.append_tokens(PROMPT)
+    for _ in range(6):
+        generator.generate_next_token()
+    return generator
+
+
 @pytest.mark.parametrize("case", ["gqa", "gqa-noshare", "optimum", "gpt2"])
 def test_rewind_then_append(fixture_folders, case):
     ours, ref = engines(fixture_folders[case])
     results = []
     for engine, model in ((genai, ours), (og, ref)):
-        params = engine.GeneratorParams(model)
-        params.set_search_options(max_length=len(PROMPT) + 40)
-        generator = engine.Generator(model, params)
-        generator.append_tokens(PROMPT)
-        for _ in range(6):
-            generator.generate_next_token()
+        generator = _after_six_steps(engine, model, len(PROMPT) + 40)
         generator.rewind_to(4)
         generator.append_tokens(PROMPT[4:])
         steps = []
@@ -99,12 +105,7 @@ def test_rewind_then_step_as_the_reference(fixture_folders, case, back):
     ours, ref = engines(fixture_folders[case])
     results = []
     for engine, model in ((genai, ours), (og, ref)):
-        params = engine.GeneratorParams(model)
-        params.set_search_options(max_length=len(PROMPT) + 24)
-        generator = engine.Generator(model, params)
-        generator.append_tokens(PROMPT)
-        for _ in range(6):
-            generator.generate_next_token()
+        generator = _after_six_steps(engine, model, len(PROMPT) + 24)
         generator.rewind_to(generator.token_count() - back)
         seen = [
             generator.token_count(),
