@@ -226,3 +226,29 @@ def test_guided_rows_of_a_batch_run_rounds_with_plain_batched_tokens(smollm2_pat
         out = [t for t in out if t != pad]
         text = tokenizer.decode(np.asarray(out, np.int32))
         assert re.fullmatch(GRAMMARS["regex"][1] + " ?", text)
+
+
+@pytest.mark.parametrize(
+    "prompt", ["The capital of France is Paris. Again: The capital of France is", "Say:"]
+)
+def test_forced_spans_ride_one_verify_run(smollm2_path, prompt):
+    """With fast-forward tokens, a proposal continues with what the grammar forces (from the
+    start too, when the lookup finds nothing), and forced tokens the verify run holds are kept
+    without a run of their own: many tokens per target run, the literal's text."""
+    literal = "The capital of France is Paris and Berlin is in Germany."
+    model = genai.Model(str(smollm2_path))
+    tokenizer = genai.Tokenizer(model)
+    ids = tokenizer.encode(prompt)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=len(ids) + 24)
+    params.set_speculative_options(ngram_size=3, max_draft_tokens=8)
+    params.set_guidance("lark_grammar", f'start: "{literal}"', True)
+    gen = genai.Generator(model, params)
+    gen.append_tokens(ids)
+    tokens, _ = _finish(gen)
+    eos = set(model.config.eos_token_ids)
+    out = [t for t in tokens[len(ids) :] if t not in eos]
+    assert tokenizer.decode(np.asarray(out, np.int32)) == literal
+    stats = gen.get_speculative_stats()
+    assert stats["target_forward_passes"] >= 1
+    assert len(out) / stats["target_forward_passes"] >= 2.0, stats

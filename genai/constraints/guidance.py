@@ -396,13 +396,36 @@ class TokenConstraint:
         self._start_mask()
         return forced
 
-    def valid_prefix(self, tokens: Sequence[int]) -> int:
-        """How many leading ``tokens`` the grammar allows in a row from here (nothing is
-        consumed): speculative proposals are cut there."""
-        if self._ended or not tokens:
-            return 0
+    def continue_proposal(self, tokens: Sequence[int], limit: int) -> tuple[list[int], int, bool]:
+        """A speculative proposal as the grammar continues it, nothing consumed: the longest
+        prefix of ``tokens`` it allows, and with fast-forward on, after the first of them that
+        leaves tokens forced (or before any, when tokens are forced now) those forced tokens
+        instead of the rest; at most ``limit``. Returns (the proposal, how many of ``tokens``
+        it keeps, True when the grammar refused one of them)."""
+        tokens = [int(t) for t in tokens[:limit]]
+        if self._ended or limit <= 0:
+            return [], 0, bool(tokens)
         self._wait()
-        return int(self._matcher.validate_tokens([int(t) for t in tokens]))
+        matcher = self._matcher
+        if not self.enable_ff_tokens or matcher.is_stopped():
+            kept = int(matcher.validate_tokens(tokens)) if tokens else 0
+            return tokens[:kept], kept, kept < len(tokens)
+        forced = [int(t) for t in matcher.compute_ff_tokens()]
+        if forced:
+            return forced[:limit], 0, False
+        clone = matcher.deep_copy()
+        out: list[int] = []
+        for token in tokens:
+            if not clone.consume_token(token):
+                return out, len(out), True
+            out.append(token)
+            if clone.is_stopped():
+                break
+            forced = [int(t) for t in clone.compute_ff_tokens()]
+            if forced:
+                kept = len(out)
+                return (out + forced)[:limit], kept, False
+        return out, len(out), False
 
     def mark(self) -> tuple[int, bool]:
         """The state so far, for `restore` (tokens consumed, ended with EOS)."""

@@ -265,13 +265,13 @@ class SpeculativeDecoder:
             if truncation:
                 self.proposer.truncation = truncation
         proposal = self.proposer.propose(g._sequences[0, :length], k)[:k]
-        if constraint is not None and proposal:
-            kept = constraint.valid_prefix(proposal)
+        if constraint is not None:  # what the grammar allows, and the tokens it forces
+            guided, kept, rejected = constraint.continue_proposal(proposal, k)
             if kept < len(proposal):
                 trimmed = getattr(self.proposer, "trimmed", None)
                 if trimmed is not None:
-                    trimmed(len(proposal), kept)
-                proposal = proposal[:kept]
+                    trimmed(len(proposal), kept, rejected)
+            proposal = guided
         propose_ms = (time.perf_counter() - started) * 1e3
         self.counters.total_draft_ms += propose_ms
         if not proposal:  # a plain step (it runs the pending token, if not run yet)
@@ -304,7 +304,10 @@ class SpeculativeDecoder:
             if accepted == k and len(emitted) == k and emitted[-1] not in self._eos and not forced
             else 0
         )
-        self._commit(length, emitted, accepted)
+        matched = 0  # the emitted tokens the verify run ran (accepted or forced alike)
+        while matched < min(len(emitted), k) and emitted[matched] == proposal[matched]:
+            matched += 1
+        self._commit(length, emitted, matched)
         counters = self.counters
         counters.rounds += 1
         counters.draft_tokens_proposed += k
@@ -314,7 +317,7 @@ class SpeculativeDecoder:
         if constraint is None:  # the reference's speed-up estimate leaves guided rounds out
             counters.formula_rounds += 1
             counters.k_counts[k] = counters.k_counts.get(k, 0) + 1
-        if accepted == k:
+        if matched >= k:  # every proposal kept (judged or forced): the bonus follows
             counters.bonus_tokens += 1
         else:
             counters.correction_tokens += 1
@@ -459,14 +462,15 @@ class SpeculativeDecoder:
         self._marks = []
         if constraint is not None:
             self._start_mark = constraint.mark()
-        for i in range(len(proposal) + 1):
+        n, i, forced_count = len(proposal), 0, 0
+        while True:
             token = self._choose(rows[i], length + i)
             emitted.append(token)
             draw = rng.get_state() if rng is not None else None
             if draw is not None:
                 self._draws.append(draw)
             match = False
-            if i < len(proposal):
+            if i < n:
                 evaluated += 1
                 match = token == proposal[i]
                 accepted += match
@@ -477,29 +481,45 @@ class SpeculativeDecoder:
                 self._marks.append((base, ended))
                 if forced:  # consumed by the grammar already; no draw of their own
                     forced = forced[: max(room - len(emitted), 0)]
+                    # the forced tokens the proposal holds next ran in the verify run: the
+                    # round goes on after them
+                    ride = 0
+                    while (
+                        match
+                        and ride < len(forced)
+                        and i + 1 + ride < n
+                        and proposal[i + 1 + ride] == forced[ride]
+                    ):
+                        ride += 1
                     for j, extra in enumerate(forced, 1):
                         emitted.append(extra)
                         self._marks.append((base + j, False))
                         if draw is not None:
                             self._draws.append(draw)
+                    forced_count += len(forced)
                     if self._marks[-1][0] < consumed:  # cut at max_length
                         constraint.restore(self._marks[-1])
-                    return emitted, accepted, evaluated, len(forced)
+                    if not match or ride < len(forced) or len(emitted) >= room:
+                        break
+                    i += 1 + ride
+                    continue
             if not match or len(emitted) >= room or token in self._eos:
                 break
-        return emitted, accepted, evaluated, 0
+            i += 1
+        return emitted, accepted, evaluated, forced_count
 
-    def _commit(self, length: int, emitted: list[int], accepted: int) -> None:
+    def _commit(self, length: int, emitted: list[int], matched: int) -> None:
         """Keep the emitted tokens in the sequences and the KV cache (an EOS is not added):
-        the accepted proposals keep the KV the verify run made; the token after them (and
-        any the grammar forced) are pending, as after a plain step."""
+        the first ``matched`` (the proposals they equal ran in the verify run) keep its KV;
+        the token after them (and any the grammar forced) are pending, as after a plain
+        step."""
         g = self.g
         loop, driver = g._loop, g._driver
         body = emitted[:-1] if emitted[-1] in self._eos else emitted
         end = length + len(body)
         if body:
             g._sequences[0, length:end] = body
-        keep = length + min(accepted, len(body) - 1) + 1  # through the first pending token
+        keep = length + min(matched, len(body) - 1) + 1  # through the first pending token
         if keep <= loop.length:
             driver.rewind(keep)
         else:  # every proposal accepted: the bonus follows them

@@ -112,14 +112,15 @@ class NGramProposer:
         self._sync(committed)
         return bool(self.lookup.propose(1))
 
-    def trimmed(self, proposed: int, kept: int) -> None:
-        """The caller kept the first ``kept`` of the ``proposed`` tokens (guidance allowed no
-        more): the counters count those, as the reference's."""
+    def trimmed(self, proposed: int, kept: int, rejected: bool) -> None:
+        """The caller kept the first ``kept`` of the ``proposed`` tokens (guidance refused the
+        next one, ``rejected``, or forces tokens after them): the counters count those, as
+        the reference's."""
         counters = self.counters
         counters.ngram_lookup_tokens_proposed -= proposed - kept
         if self.chained:
             counters.ngram_chained_tokens_proposed -= max(proposed - 1, 0) - max(kept - 1, 0)
-        counters.ngram_grammar_candidate_rejections += 1
+        counters.ngram_grammar_candidate_rejections += rejected
 
     def propose(self, committed: np.ndarray, count: int) -> list[int]:
         """Up to ``count`` tokens that followed the last ``ngram_size - 1`` committed ones."""
