@@ -801,11 +801,10 @@ class Generator:
             return
         self._settle()
         boundary = self._sequences[:, length].astype(np.int32)
-        # the boundary token pending on the KV of the first `length`: as just generated
-        self._cut(length + 1)
+        # the boundary token pending on the KV of the first `length`: as just generated;
+        # stop matching, guidance and max_new_tokens see the visible tokens
+        self._cut(length + 1, visible=length)
         self._boundary = boundary
-        if self._python_stage:
-            self._replay(length)  # stop matching and guidance see the visible tokens
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` tokens and continue from there (beyond the reference):
@@ -823,9 +822,11 @@ class Generator:
         if length and self.num_beams > 1:
             raise UnsupportedFeatureError("rewind_to(n > 0) needs num_beams 1")
 
-    def _cut(self, length: int, keep_last: bool = False) -> None:
+    def _cut(self, length: int, keep_last: bool = False, visible: int | None = None) -> None:
         """Keep the first ``length`` tokens of the loop: the KV of all but the last (of all
-        with ``keep_last``, when tokens are appended or logits set next)."""
+        with ``keep_last``, when tokens are appended or logits set next). ``visible``: the
+        tokens the caller sees (default ``length``), those the Python stage is brought to."""
+        visible = length if visible is None else visible
         self._boundary = None
         self._settle(replay=True)
         if self._spec is not None:
@@ -838,9 +839,9 @@ class Generator:
         if self._spec is not None:
             self._spec.forward("truncate", length)
         if self._python_stage:
-            self._replay(length)
+            self._replay(visible)
         else:
-            self._gen_start = min(self._gen_start, length)
+            self._gen_start = min(self._gen_start, visible)
         self._set_stop_length()
 
     def _drop_boundary(self) -> None:
