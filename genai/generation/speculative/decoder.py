@@ -450,10 +450,11 @@ class SpeculativeDecoder:
         self, rows: np.ndarray, proposal: Sequence[int], length: int, room: int
     ) -> tuple[list[int], int, int, int]:
         """The tokens the round emits (accepted proposals, then the correction or bonus, cut
-        at EOS and at ``room``; with guidance, the tokens the grammar forces after one end
-        the round), how many proposals were accepted, how many judged and how many forced.
-        With guidance each row is masked by the grammar as it stands after the tokens before
-        it, which then consumes the choice."""
+        at EOS and at ``room``), how many proposals were accepted, how many judged and how
+        many the grammar forced. With guidance each row is masked by the grammar as it stands
+        after the tokens before it, which then consumes the choice; tokens it forces after one
+        are emitted behind it, and the round goes on after them where the proposal held them
+        (they ran in the verify run), else ends."""
         emitted: list[int] = []
         accepted = evaluated = 0
         rng = None if self._argmax else self._chain.sampler.rng
