@@ -237,6 +237,29 @@ def test_rewind_replays_the_constraint(fixture_model):
     np.testing.assert_array_equal(generator.get_sequence(0)[len(ids) :], whole)
 
 
+@pytest.mark.parametrize("how", ["rewind_to", "truncate"])
+def test_a_rewind_into_a_forced_span_gives_the_rest_back(fixture_model, how):
+    """With fast-forward, the grammar consumed a forced span with the token before it; a rewind
+    to inside the span replays the kept part and gives the rest back to the grammar, so the
+    output is the grammar's text again (before, the grammar stayed past the span)."""
+    regex = "the (cat|dog) sat on the mat and the dog sat on the cat\\."
+    _, tokenizer, (whole,), _ = guided_run(fixture_model, "regex", regex, ff=True, max_length=64)
+    params = params_for(fixture_model, max_length=64)
+    params.set_guidance("regex", regex, True)
+    generator = genai.Generator(fixture_model, params)
+    ids = tokenizer.encode(PROMPT)
+    generator.append_tokens(ids)
+    for _ in range(2):
+        generator.generate_next_token()
+    assert generator.token_count() - len(ids) > 4, "no forced span: the test checks nothing"
+    getattr(generator, how)(len(ids) + 3)
+    while not generator.is_done():
+        generator.generate_next_token()
+    out = generator.get_sequence(0)[len(ids) :]
+    assert re.fullmatch(regex, tokenizer.decode(out)), tokenizer.decode(out)
+    np.testing.assert_array_equal(out, whole)
+
+
 # --- TokenConstraint over the real tokenizer (no model run) ---------------------------------------
 
 

@@ -464,12 +464,7 @@ class Generator:
         self._all_finished = False
         for r in range(self.rows):
             if self._constraints is not None:
-                constraint = self._constraints[r]
-                constraint.reset()
-                for token in generated[r]:
-                    if constraint.is_finished:
-                        break
-                    constraint.advance(int(token))
+                self._chain.replay(r, generated[r])
             if self._stops is not None and self._streams is not None:
                 self._stops[r].reset()
                 self._streams[r].reset()

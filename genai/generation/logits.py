@@ -396,16 +396,25 @@ class LogitsChain:
 
     def replay(self, row: int, tokens: Sequence[int] | np.ndarray) -> None:
         """Bring row ``row``'s constraint back to the start, then through ``tokens`` (the
-        generated tokens kept after a rewind); tokens after the grammar completed are
-        skipped."""
+        generated tokens kept after a rewind); tokens the grammar forced (fast-forward) are
+        consumed with the token before them (those past the end of ``tokens`` given back),
+        tokens after the grammar completed are skipped."""
         constraint = self.constraints[row] if self.constraints is not None else None
         if constraint is None:
             return
         constraint.reset()
+        forced: list[int] = []
         for token in tokens:
+            token = int(token)
+            if forced and forced[0] == token:  # consumed already, with the token before it
+                forced.pop(0)
+                continue
             if constraint.is_finished:
                 break
-            constraint.advance(int(token))
+            forced = list(constraint.advance(token))
+        if forced:  # the tokens end inside a forced span: give back the rest of it
+            consumed, _ = constraint.mark()
+            constraint.restore((consumed - len(forced), False))
 
     def reset(self) -> None:
         """Every constraint back to the start of its grammar (a new sequence)."""
