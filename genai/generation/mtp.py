@@ -33,6 +33,7 @@ from genai.generation.speculative import (
 from genai.generation.speculative.mtp import MtpProposer
 from genai.generation.speculative.sampling import (
     ReferenceStream,
+    processed_distribution,
     speculative_sample,
     truncated_distribution,
 )
@@ -260,9 +261,9 @@ class MtpRounds:
         """The main model's truncated distribution of ``row`` (the token at ``length``) after
         the penalties (min_length, repetition, no_repeat_ngram, bias)."""
         g = self.g
-        logits = np.array(row, np.float32)[None, :]
-        g._chain.apply_stages(logits, g._sequences, length, g._loop.prompt_length)
-        return truncated_distribution(logits[0], *self._truncation)
+        return processed_distribution(
+            g._chain, row, g._sequences, length, g._loop.prompt_length, self._truncation
+        )
 
     def _choose(self, row: np.ndarray, length: int) -> int:
         """The token at ``length`` from the main model's ``row``: argmax of the processed row

@@ -41,8 +41,8 @@ from genai.generation.speculative.options import SpeculativeOptions
 from genai.generation.speculative.policy import AdaptiveK, Backoff, Cooldown
 from genai.generation.speculative.sampling import (
     ReferenceStream,
+    processed_distribution,
     speculative_sample,
-    truncated_distribution,
 )
 from genai.generation.speculative.stats import SpeculativeCounters
 
@@ -293,7 +293,7 @@ class SpeculativeDecoder:
             rows = np.concatenate([ready[None, :], logits[logits.shape[0] - k :]], axis=0)
         else:  # the pending token's row judges the first proposal
             rows = logits[logits.shape[0] - k - 1 :]
-        if truncation and self._stream is not None:
+        if truncation:  # (only with a stream)
             emitted, accepted, evaluated, forced = self._accept_sampled(
                 rows, proposal, length, room, truncation
             )
@@ -429,11 +429,12 @@ class SpeculativeDecoder:
         round, and no bonus is drawn past ``room``."""
         g = self.g
         self._draws, self._marks = [], []  # the stream's draws are not given back
-        targets = []
-        for i in range(len(proposal) + 1):
-            logits = np.array(rows[i], np.float32)[None, :]
-            self._chain.apply_stages(logits, g._sequences, length + i, g._loop.prompt_length)
-            targets.append(truncated_distribution(logits[0], *truncation))
+        targets = [
+            processed_distribution(
+                self._chain, rows[i], g._sequences, length + i, g._loop.prompt_length, truncation
+            )
+            for i in range(len(proposal) + 1)
+        ]
         kept, token, bonus = speculative_sample(
             targets, proposal, self.proposer.drafts_q, self._stream
         )

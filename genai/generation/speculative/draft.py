@@ -22,7 +22,7 @@ import numpy as np
 from genai.generation.drivers import LoopSettings, make_driver
 from genai.generation.logits import LogitsChain
 from genai.generation.search import SearchOptions
-from genai.generation.speculative.sampling import ReferenceStream, truncated_distribution
+from genai.generation.speculative.sampling import ReferenceStream, processed_distribution
 
 __all__ = ["DraftProposer"]
 
@@ -111,9 +111,14 @@ class DraftProposer:
             else:
                 if not loop.logits_ready:
                     driver.run()
-                logits = loop.array("logits_rows")[:1].copy()
-                self.chain.apply_stages(logits, sequences, loop.length, loop.prompt_length)
-                ids, probs = truncated_distribution(logits[0], *self.truncation)
+                ids, probs = processed_distribution(
+                    self.chain,
+                    loop.array("logits_rows")[0],
+                    sequences,
+                    loop.length,
+                    loop.prompt_length,
+                    self.truncation,
+                )
                 self.drafts_q.append((ids, probs))
                 token = int(ids[self.stream.choice(probs)])
                 loop.push_tokens(np.array([token], np.int32), False)

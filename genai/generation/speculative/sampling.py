@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["ReferenceStream", "probability", "speculative_sample", "truncated_distribution"]
+__all__ = [
+    "ReferenceStream",
+    "probability",
+    "processed_distribution",
+    "speculative_sample",
+    "truncated_distribution",
+]
 
 Distribution = tuple[np.ndarray, np.ndarray]
 
@@ -110,6 +117,22 @@ def truncated_distribution(
 def probability(ids: np.ndarray, probs: np.ndarray, token: int) -> np.float32:
     found = np.flatnonzero(ids == token)
     return probs[found[0]] if found.size else np.float32(0.0)
+
+
+def processed_distribution(
+    chain: Any,
+    row: np.ndarray,
+    sequences: np.ndarray,
+    length: int,
+    prompt_length: Any,
+    truncation: tuple[int, float, float],
+) -> Distribution:
+    """The truncated distribution (``truncation``: top_k, top_p, temperature) of logits
+    ``row`` for the token at ``length``, after ``chain``'s penalties and bias
+    (`LogitsChain.apply_stages` over ``sequences``); ``row`` is not changed."""
+    logits = np.array(row, np.float32).reshape(1, -1)
+    chain.apply_stages(logits, sequences, length, prompt_length)
+    return truncated_distribution(logits[0], *truncation)
 
 
 def speculative_sample(
