@@ -67,7 +67,7 @@ def _finish(gen, one_per_call: bool = True) -> tuple[list[int], int]:
 
 
 def _check_text(folder, grammar: str, tokens: list[int]) -> None:
-    text = genai.Tokenizer(genai.Model(str(folder))).decode(np.asarray(tokens, np.int32))
+    text = genai.Tokenizer(str(folder)).decode(np.asarray(tokens, np.int32))
     if grammar == "json":
         value = json.loads(text)
         assert value["answer"] == 42 and isinstance(value["note"], str)
@@ -180,7 +180,7 @@ def test_a_round_cut_short_gives_the_grammar_back(smollm2_path):
             assert gen._spec.pending, "no round in flight: the test checks nothing"
             with pytest.raises(genai.GenaiError, match="guided round has buffered tokens"):
                 gen.get_logits()
-        vocab = genai.Model(str(smollm2_path)).io.vocab_size
+        vocab = gen.vocab_size
         flat = np.zeros((1, vocab), np.float32)  # the grammar's mask decides: its first token
         gen.set_logits(flat)
         gen.generate_next_token()
@@ -219,7 +219,7 @@ def test_guided_rows_of_a_batch_run_rounds_with_plain_batched_tokens(smollm2_pat
         found.append([[int(t) for t in gen.get_sequence(r)] for r in range(2)])
     assert found[1] == found[0]
     assert gen.get_speculative_stats()["rounds"] > 0
-    eos = set(genai.Model(str(smollm2_path)).config.eos_token_ids)
+    eos = set(model.config.eos_token_ids)
     for row in found[1]:
         out = [t for t in row[ids.shape[1] :] if t not in eos]
         pad = int(model.config.get("model.pad_token_id", 0))
