@@ -252,3 +252,57 @@ def test_forced_spans_ride_one_verify_run(smollm2_path, prompt):
     stats = gen.get_speculative_stats()
     assert stats["target_forward_passes"] >= 1
     assert len(out) / stats["target_forward_passes"] >= 2.0, stats
+
+
+@pytest.mark.parametrize("grammar", sorted(GRAMMARS))
+@pytest.mark.parametrize("ff", [False, True])
+def test_a_self_draft_proposes_what_the_grammar_allows(smollm2_path, tmp_path, grammar, ff):
+    """A draft model's rows are masked by a copy of the grammar (and take the tokens it
+    forces): SmolLM2 as its own draft then proposes the target's own guided choices, so
+    every proposal is accepted and nearly every round emits K + 1 tokens (unmasked, the
+    regex cases took 10-11 target runs for 55 tokens, their proposals cut where the
+    grammar refused the draft's choice); the tokens are plain guided decoding's."""
+    from genai.runtime.verify_rows import exact_rows
+    from genai.testing.speculative import with_draft
+
+    folder = with_draft(smollm2_path, None, tmp_path, speculative={"max_draft_tokens": 6})
+    if not exact_rows(genai.Model(str(folder)).session):
+        pytest.skip("this CPU's int4 kernels give a run's rows other numbers than one-token steps")
+    plain, _ = _generator(genai, smollm2_path, PROMPTS[grammar], grammar, ff=ff, new=80)
+    expected, _ = _finish(plain, one_per_call=False)
+    gen, prompt_length = _generator(genai, folder, PROMPTS[grammar], grammar, ff=ff, new=80)
+    found, _ = _finish(gen, one_per_call=ff is False)
+    assert found == expected
+    _check_text(smollm2_path, grammar, found[prompt_length:])
+    stats = gen.get_speculative_stats()
+    assert stats["rounds"] > 0
+    assert stats["draft_tokens_evaluated"] > 0
+    assert stats["acceptance_rate"] == 1.0, stats
+    generated = len(found) - prompt_length
+    assert stats["target_forward_passes"] <= -(-generated // 7) + 1, stats
+    assert not stats["formula_supported"] and stats["estimated_speedup"] == 0.0
+
+
+def test_a_drafts_proposal_is_masked_by_a_copy_of_the_grammar(smollm2_path):
+    """The draft's own choices after this prompt are digits; under a letters-only regex its
+    masked proposal is letters, and the constraint itself consumed nothing."""
+    from genai.constraints.guidance import TokenConstraint
+    from genai.generation.speculative.draft import DraftProposer
+    from genai.generation.speculative.stats import SpeculativeCounters
+
+    model = genai.Model(str(smollm2_path))
+    tokenizer = genai.Tokenizer(model)
+    constraint = TokenConstraint.create(tokenizer, "regex", r"[a-z]{3}-[a-z]{3}")
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=64)
+    eos = np.asarray(model.config.eos_token_ids, np.int32)
+    proposer = DraftProposer(model, params.search, eos, SpeculativeCounters())
+    prompt = np.asarray(tokenizer.encode(REPEATED), np.int32)
+    unmasked = tokenizer.decode(np.asarray(proposer.propose(prompt, 4), np.int32))
+    assert re.search(r"[0-9]", unmasked), unmasked
+    masked = proposer.propose(prompt, 8, constraint.lookahead())
+    body = [t for t in masked if t not in set(eos.tolist())]
+    text = tokenizer.decode(np.asarray(body, np.int32))
+    assert re.fullmatch(r"[a-z]{1,3}(-[a-z]{0,3})?", text), text
+    assert constraint.mark() == (0, False)
+    assert constraint.continue_proposal(masked, 8)[1] == len(masked)

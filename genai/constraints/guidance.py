@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GUIDANCE_TYPES",
     "LOWEST",
+    "GrammarLookahead",
     "GuidanceError",
     "TokenConstraint",
     "apply_bitmask",
@@ -427,6 +428,12 @@ class TokenConstraint:
                 return (out + forced)[:limit], kept, False
         return out, len(out), False
 
+    def lookahead(self) -> GrammarLookahead:
+        """A copy of the grammar's state that a speculative proposal walks forward (masking a
+        draft model's rows, consuming its choices), this constraint left as it is."""
+        self._wait()
+        return GrammarLookahead(self._matcher.deep_copy(), self, self._ended)
+
     def mark(self) -> tuple[int, bool]:
         """The state so far, for `restore` (tokens consumed, ended with EOS)."""
         return self._consumed, self._ended
@@ -470,3 +477,57 @@ class TokenConstraint:
         """Wait for a mask computation still running (call before dropping the constraint
         mid-computation, e.g. in tests that count threads)."""
         self._wait()
+
+
+class GrammarLookahead:
+    """A `TokenConstraint`'s grammar copied for a speculative proposal (`TokenConstraint.
+    lookahead`): `forced` gives the tokens forced now, `fill_mask` masks a proposer's logits
+    row, `advance` consumes its choice. Masks are computed when asked, on the caller's
+    thread."""
+
+    def __init__(self, matcher: Any, constraint: TokenConstraint, ended: bool) -> None:
+        self._matcher = matcher
+        self.vocab_size = constraint.vocab_size
+        self.eos_token_id = constraint.eos_token_id
+        self._fast_forward = constraint.enable_ff_tokens
+        self._bits = np.zeros_like(constraint._bits)
+        #: no token may follow (the sequence ended with EOS, or the grammar refused one)
+        self.ended = ended
+
+    def forced(self) -> list[int]:
+        """The tokens the grammar forces next (fast-forward on), consumed here; [] else."""
+        matcher = self._matcher
+        if self.ended or not self._fast_forward or matcher.is_stopped():
+            return []
+        forced = [int(t) for t in matcher.compute_ff_tokens()]
+        if forced and not matcher.consume_tokens(forced):
+            self.ended = True
+            return []
+        return forced
+
+    def fill_mask(self, logits_row: np.ndarray) -> None:
+        """Set the ids the grammar does not allow next in ``logits_row`` (float32, at least
+        the grammar's vocabulary; ids past it are never allowed) to the lowest float; once
+        the grammar is complete only EOS stays."""
+        matcher = self._matcher
+        vocab = self.vocab_size
+        if logits_row.shape[0] > vocab:
+            logits_row[vocab:] = LOWEST
+        row = logits_row[:vocab]
+        if matcher.is_stopped():
+            eos = row[self.eos_token_id]
+            row.fill(LOWEST)
+            row[self.eos_token_id] = eos
+            return
+        matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        apply_bitmask(row, self._bits)
+
+    def advance(self, token: int) -> list[int]:
+        """Consume ``token``; returns the tokens the grammar then forces (`forced`). EOS, or
+        a token the grammar refuses, ends the lookahead."""
+        if self.ended:
+            return []
+        if int(token) == self.eos_token_id or not self._matcher.consume_token(int(token)):
+            self.ended = True
+            return []
+        return self.forced()

@@ -53,7 +53,9 @@ __all__ = ["Proposer", "SpeculativeDecoder"]
 
 
 class Proposer(Protocol):
-    """Proposes the tokens a round verifies."""
+    """Proposes the tokens a round verifies. One whose ``masks_with_grammar`` is true also
+    takes a `genai.constraints.guidance.GrammarLookahead` as a third argument under guidance
+    and proposes only what the grammar allows; others' proposals are cut where it refuses."""
 
     def propose(self, committed: np.ndarray, count: int) -> list[int]:
         """Up to ``count`` tokens to follow ``committed`` (the sequence so far, int32)."""
@@ -117,6 +119,11 @@ class SpeculativeDecoder:
         self._constraint = constraints[0] if constraints is not None else None
         self._marks: list[tuple[int, bool]] = []
         self._start_mark: tuple[int, bool] | None = None
+        #: a proposer that masks its rows with a copy of the grammar (a draft model) and takes
+        #: the tokens it forces: its proposals are what the grammar allows already
+        self._masked_proposals = self._constraint is not None and getattr(
+            proposer, "masks_with_grammar", False
+        )
         #: sampling with a proposer that draws its proposals (a draft model): the rounds'
         #: stream, shared with the proposer, for speculative sampling (`_accept_sampled`)
         self._stream: ReferenceStream | None = None
@@ -264,8 +271,13 @@ class SpeculativeDecoder:
             self.proposer.stream = self._stream if truncation else None
             if truncation:
                 self.proposer.truncation = truncation
-        proposal = self.proposer.propose(g._sequences[0, :length], k)[:k]
-        if constraint is not None:  # what the grammar allows, and the tokens it forces
+        committed = g._sequences[0, :length]
+        if self._masked_proposals:
+            proposal = self.proposer.propose(committed, k, constraint.lookahead())[:k]
+        else:
+            proposal = self.proposer.propose(committed, k)[:k]
+        if constraint is not None and not self._masked_proposals:
+            # what the grammar allows, and the tokens it forces
             guided, kept, rejected = constraint.continue_proposal(proposal, k)
             if kept < len(proposal):
                 trimmed = getattr(self.proposer, "trimmed", None)

@@ -9,7 +9,9 @@ rewind, then running the tokens it has not seen, as rows with one-token steps' n
 the target's verify runs get them: `run_as_steps`), then makes one step per proposed token.
 Greedy, a step takes the draft's argmax. Sampled (`stream` set by the decoder), it draws from
 the draft's truncated distribution q and keeps q for the accept test
-(`genai.generation.speculative.sampling`).
+(`genai.generation.speculative.sampling`). Under guidance a step's row is masked by a copy of
+the grammar (`genai.constraints.guidance.GrammarLookahead`) before the greedy choice, and the
+tokens the grammar forces join the proposal as they come.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from genai.constraints.guidance import GrammarLookahead
 from genai.generation.drivers import LoopSettings, make_driver
 from genai.generation.logits import LogitsChain
 from genai.generation.search import SearchOptions
@@ -30,6 +33,9 @@ __all__ = ["DraftProposer"]
 class DraftProposer:
     """Proposals from ``draft`` (a `genai.Model`) for a target generating with ``search``;
     ``counters``: the round's `SpeculativeCounters` (draft runs are counted)."""
+
+    #: guided rounds pass a `GrammarLookahead` to `propose`, which masks the draft's rows
+    masks_with_grammar = True
 
     def __init__(self, draft: Any, search: SearchOptions, eos: np.ndarray, counters: Any) -> None:
         # the target's options, greedy: the same penalties (min_length, repetition, presence,
@@ -93,13 +99,19 @@ class DraftProposer:
             if not common:  # as the reference counts: the prompt, then one run per proposal
                 self.counters.draft_forward_passes += 1
 
-    def propose(self, committed: np.ndarray, count: int) -> list[int]:
+    def propose(
+        self, committed: np.ndarray, count: int, grammar: GrammarLookahead | None = None
+    ) -> list[int]:
         """Up to ``count`` draft tokens after ``committed`` (ending at an EOS): greedy, or
-        drawn from q with `stream`."""
+        drawn from q with `stream`. With ``grammar`` (guidance) each row is masked by it
+        before the choice, and the tokens it forces join the proposal without a choice (the
+        draft runs them to propose what follows)."""
         self.drafts_q = []
         if count <= 0:
             return []
         self._catch_up(committed)
+        if grammar is not None:
+            return self._propose_guided(count, grammar)
         loop, driver = self.loop, self.driver
         sequences = loop.array("sequences")
         proposal: list[int] = []
@@ -126,3 +138,37 @@ class DraftProposer:
             if token in self._eos:
                 break
         return proposal
+
+    def _propose_guided(self, count: int, grammar: GrammarLookahead) -> list[int]:
+        """`propose` under guidance: greedy choices from the draft's processed rows masked
+        by ``grammar``, forced tokens taken as they come."""
+        loop = self.loop
+        sequences = loop.array("sequences")
+        proposal: list[int] = []
+        forced = grammar.forced()
+        while len(proposal) < count and loop.length < sequences.shape[1] and not grammar.ended:
+            self.counters.draft_forward_passes += 1  # as unguided: one per proposed token
+            if forced:
+                token = forced.pop(0)
+            else:
+                if not loop.logits_ready:
+                    self._run_pending()
+                row = np.array(loop.array("logits_rows")[0], np.float32)[None, :]
+                self.chain.apply_stages(row, sequences, loop.length, loop.prompt_length)
+                grammar.fill_mask(row[0])
+                token = int(np.argmax(row[0]))
+                forced = grammar.advance(token)
+            loop.push_tokens(np.array([token], np.int32), False)
+            proposal.append(token)
+            if token in self._eos:
+                break
+        return proposal
+
+    def _run_pending(self) -> None:
+        """Run the draft's tokens not run yet: one after a choice, or a forced span with
+        it (as one-token steps' rows, where the driver gives them)."""
+        loop, driver = self.loop, self.driver
+        if 1 < loop.length - loop.computed <= getattr(driver, "verify_tokens", 0):
+            driver.run_as_steps()
+        else:
+            driver.run()
