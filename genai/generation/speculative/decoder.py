@@ -96,9 +96,10 @@ class SpeculativeDecoder:
         #: greedy with no stage that changes the logits: the choice is the plain argmax
         self._argmax = chain.loop_sampler is None and not chain.python_stage
         self._out = np.zeros(1, np.int32)
-        #: with sampling: the random stream's state after each of the round's choices, so a
-        #: round cut short (an append, a rewind) gives back the draws of the tokens not emitted
-        self._draws: list[np.ndarray] = []
+        #: per token of the round: the random stream's state after its choice (sampling) and
+        #: the grammar's (guidance), so that a round cut short (an append, a rewind, a stop)
+        #: gives back the draws and the grammar's steps of the tokens not emitted
+        self._checkpoints: list[tuple[np.ndarray | None, tuple[int, bool] | None]] = []
         #: the round's tokens not emitted yet, and the logits rows they were chosen from
         self.queue: list[int] = []
         self._rows: np.ndarray | None = None
@@ -114,10 +115,9 @@ class SpeculativeDecoder:
         #: guidance (batch 1): the row's grammar, None without; with guidance a round's
         #: proposals are cut where the grammar stops allowing them, every row is masked
         #: before the choice, and the grammar's state after each queued token is kept
-        #: (`_marks`) so that a round cut short gives the tokens not emitted back
+        #: (`_checkpoints`; before the round: `_start_mark`)
         constraints = generator._constraints
         self._constraint = constraints[0] if constraints is not None else None
-        self._marks: list[tuple[int, bool]] = []
         self._start_mark: tuple[int, bool] | None = None
         #: a proposer that masks its rows with a copy of the grammar (a draft model) and takes
         #: the tokens it forces: its proposals are what the grammar allows already
@@ -440,7 +440,7 @@ class SpeculativeDecoder:
         target's processed, truncated rows (`speculative_sample`); an accepted EOS ends the
         round, and no bonus is drawn past ``room``."""
         g = self.g
-        self._draws, self._marks = [], []  # the stream's draws are not given back
+        self._checkpoints = []  # the stream's draws are not given back
         targets = [
             processed_distribution(
                 self._chain, rows[i], g._sequences, length + i, g._loop.prompt_length, truncation
@@ -472,8 +472,7 @@ class SpeculativeDecoder:
         accepted = evaluated = 0
         rng = None if self._argmax else self._chain.sampler.rng
         constraint = self._constraint
-        self._draws = []
-        self._marks = []
+        self._checkpoints = []
         if constraint is not None:
             self._start_mark = constraint.mark()
         n, i, forced_count = len(proposal), 0, 0
@@ -481,18 +480,18 @@ class SpeculativeDecoder:
             token = self._choose(rows[i], length + i)
             emitted.append(token)
             draw = rng.get_state() if rng is not None else None
-            if draw is not None:
-                self._draws.append(draw)
             match = False
             if i < n:
                 evaluated += 1
                 match = token == proposal[i]
                 accepted += match
-            if constraint is not None:
+            if constraint is None:
+                self._checkpoints.append((draw, None))
+            else:
                 forced = self._chain.accept(0, token)
                 consumed, ended = constraint.mark()
                 base = consumed - len(forced)
-                self._marks.append((base, ended))
+                self._checkpoints.append((draw, (base, ended)))
                 if forced:  # consumed by the grammar already; no draw of their own
                     forced = forced[: max(room - len(emitted), 0)]
                     # the forced tokens the proposal holds next ran in the verify run: the
@@ -507,12 +506,10 @@ class SpeculativeDecoder:
                         ride += 1
                     for j, extra in enumerate(forced, 1):
                         emitted.append(extra)
-                        self._marks.append((base + j, False))
-                        if draw is not None:
-                            self._draws.append(draw)
+                        self._checkpoints.append((draw, (base + j, False)))
                     forced_count += len(forced)
-                    if self._marks[-1][0] < consumed:  # cut at max_length
-                        constraint.restore(self._marks[-1])
+                    if base + len(forced) < consumed:  # cut at max_length
+                        constraint.restore((base + len(forced), False))
                     if not match or ride < len(forced) or len(emitted) >= room:
                         break
                     i += 1 + ride
@@ -543,14 +540,14 @@ class SpeculativeDecoder:
         self.proposer.accepted(g._sequences[0, :end])
 
     def _discard(self) -> None:
-        if self._draws:  # the stream as after the last emitted token's draw
-            kept = len(self._draws) - len(self.queue)
-            self._chain.sampler.rng.set_state(self._draws[kept - 1])
-            self._draws = []
-        if self._constraint is not None and self._start_mark is not None:
-            # the grammar as after the last emitted token
-            kept = len(self._marks) - len(self.queue)
-            self._constraint.restore(self._marks[kept - 1] if kept else self._start_mark)
+        if self._checkpoints:  # the stream and the grammar as after the last emitted token
+            kept = len(self._checkpoints) - len(self.queue)
+            draw, mark = self._checkpoints[kept - 1] if kept else (None, self._start_mark)
+            if draw is not None:
+                self._chain.sampler.rng.set_state(draw)
+            if mark is not None and self._constraint is not None:
+                self._constraint.restore(mark)
+            self._checkpoints = []
         self.counters.tokens_discarded += len(self.queue)
         self.queue.clear()
         self.g._driver.rewind(self.visible)
