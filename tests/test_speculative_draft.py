@@ -169,6 +169,29 @@ def test_controlled_pair_matches_the_reference(pair, prompt, max_length, spec):
     assert got[2] == pytest.approx(want[2])
 
 
+@pytest.mark.parametrize("k", [1, 2])
+def test_target_runs_are_counted_when_the_reference_counts_them(pair, k):
+    """After every call, the stats (target runs included) are the reference's: after a
+    round of one proposal the target runs the round's last token in the call that emits it,
+    as the reference re-anchors there, so the per-token baseline and the speed-up estimate
+    exist as soon as the reference's do."""
+    trace = {}
+    for mod in (og, genai):
+        _model, gen = start(mod, pair, [1, 2], 20, {"max_draft_tokens": k})
+        steps = []
+        while not gen.is_done():
+            gen.generate_next_token()
+            stats = gen.get_speculative_stats()
+            baseline = stats["target_baseline_ms_per_token"] > 0
+            speedup = stats["estimated_speedup"] > 0
+            steps.append(({key: stats[key] for key in STATS}, baseline, speedup))
+        trace[mod] = steps
+    assert len(trace[genai]) == len(trace[og])
+    for (got, *flags), (want, *want_flags) in zip(trace[genai], trace[og], strict=True):
+        assert got == pytest.approx(want) and flags == want_flags
+    assert any(baseline for _, baseline, _ in trace[genai]) == (k == 1)
+
+
 def test_controlled_pair_equals_plain_decoding_of_the_target(pair, tmp_path):
     target = write_table_decoder(tmp_path, transition_table(10, {3: 5}), name="plain")
     plain = _run(og, target, [4, 5, 6], 30)

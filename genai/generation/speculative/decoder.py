@@ -217,7 +217,20 @@ class SpeculativeDecoder:
             self.counters.tokens_discarded += cut
             self._end_round(interrupted=bool(cut))
             self._after_round = True
+            if not cut and self._reanchors_now():
+                self._run_alone(True)
         return True
+
+    def _reanchors_now(self) -> bool:
+        """True when a round that just ended runs its last token at once, as the reference
+        does where it would not verify it with the next proposals (with a fixed K: after a
+        round of one proposal, and before Phi-3's rope rewind length); its time is then the
+        stats' per-token baseline."""
+        g = self.g
+        if self.adaptive.enabled or g._all_finished or g.is_done() or g._loop.logits_ready:
+            return False
+        length = g._loop.length
+        return self._last_k == 1 or length + 1 == g._rope_rewind_at
 
     def step(self) -> None:
         """A new round (or a plain step: cooldown, backoff, nothing proposed); emits its first
