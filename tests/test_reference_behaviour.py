@@ -8,6 +8,8 @@ of its Python classes. The folders follow the reference's recipes (its
 from __future__ import annotations
 
 import contextlib
+import gc
+import json
 import pathlib
 import shutil
 from collections.abc import Callable
@@ -283,6 +285,33 @@ def test_terminate_session_as_the_reference(base: pathlib.Path) -> None:
     assert seen[genai] == seen[og]
     assert "raises" in seen[og] and "ok" in seen[og]
     np.testing.assert_array_equal(rows[genai], rows[og])
+
+
+def test_per_run_profiling_is_refused_and_session_profiling_writes_a_trace(
+    base: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """``set_runtime_option("enable_profiling", prefix)`` would reach onnxruntime as an
+    unknown run config entry and profile nothing: genai refuses it, naming the session
+    option that works (its trace is onnxruntime's JSON, written when the session is
+    released)."""
+    gen = generator(genai, genai.Model(str(base)))
+    with pytest.raises(genai.errors.GenerationError, match="session_options.enable_profiling"):
+        gen.set_runtime_option("enable_profiling", str(tmp_path / "run"))
+    folder = copy_of(base, tmp_path, "profiled")
+    config = json.loads((folder / "genai_config.json").read_text())
+    session = config["model"]["decoder"].setdefault("session_options", {})
+    session["enable_profiling"] = str(tmp_path / "session")
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    model = genai.Model(str(folder))
+    gen = generator(genai, model)
+    gen.append_tokens(PROMPT)
+    gen.generate_next_token()
+    del gen, model
+    gc.collect()
+    traces = list(tmp_path.glob("session*.json"))
+    assert traces, "no profile written"
+    events = json.loads(traces[0].read_text())
+    assert any(event.get("cat") == "Node" for event in events)
 
 
 def test_run_option_and_no_op_state_calls_keep_the_tokens(base: pathlib.Path) -> None:

@@ -747,8 +747,9 @@ class Generator:
     def set_runtime_option(self, key: str, value: str) -> None:
         """A run option for this generator's runs (the reference's ``SetRuntimeOption``):
         ``terminate_session`` ``"1"`` makes every call that runs the model or reads its state
-        raise until ``"0"``; any other key is an onnxruntime run config entry (e.g.
-        ``memory.enable_memory_arena_shrinkage``) for this generator's runs."""
+        raise until ``"0"``; ``enable_profiling`` is refused (not supported yet); any other key
+        is an onnxruntime run config entry (e.g. ``memory.enable_memory_arena_shrinkage``) for
+        this generator's runs."""
         key, value = str(key), str(value)
         self._settle()
         if key == "terminate_session":
@@ -756,6 +757,13 @@ class Generator:
                 raise GenerationError(f"terminate_session key value unexpected: {value}")
             self._terminated = value == "1"
             return
+        if key == "enable_profiling":
+            # onnxruntime would take it as an unknown run config entry and profile nothing
+            raise GenerationError(
+                "set_runtime_option('enable_profiling') (onnxruntime's per-run profiling) is not "
+                "supported by genai yet; profile the model's sessions with "
+                "session_options.enable_profiling in genai_config.json instead"
+            )
         self._driver.set_run_option(key, value)
         if self._spec is not None:
             self._spec.forward("set_runtime_option", key, value)
