@@ -8,7 +8,6 @@ of its Python classes. The folders follow the reference's recipes (its
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import pathlib
 import shutil
@@ -28,6 +27,7 @@ from genai.testing.models import (
     save_external_data,
     write_gqa_decoder,
 )
+from genai.testing.speculative import with_draft
 from tests.test_providers import load_provider_package
 
 og = pytest.importorskip("onnxruntime_genai", reason="the reference engine is a test dependency")
@@ -287,31 +287,45 @@ def test_terminate_session_as_the_reference(base: pathlib.Path) -> None:
     np.testing.assert_array_equal(rows[genai], rows[og])
 
 
-def test_per_run_profiling_is_refused_and_session_profiling_writes_a_trace(
-    base: pathlib.Path, tmp_path: pathlib.Path
-) -> None:
-    """``set_runtime_option("enable_profiling", prefix)`` would reach onnxruntime as an
-    unknown run config entry and profile nothing: genai refuses it, naming the session
-    option that works (its trace is onnxruntime's JSON, written when the session is
-    released)."""
+def _profiles(folder: pathlib.Path, prefix: str) -> list[Any]:
+    """The JSON traces onnxruntime wrote as ``<prefix>_<time>.json`` in ``folder``."""
+    return [json.loads(path.read_text()) for path in sorted(folder.glob(f"{prefix}_*.json"))]
+
+
+def test_run_level_profiling_as_the_reference(base: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """``set_runtime_option("enable_profiling", prefix)``: onnxruntime (>= 1.25) profiles each
+    run into ``<prefix>_<time>.json`` (the reference's run option; "0" turns it off again),
+    where a run config entry of that name would profile nothing. The traces name the graph's
+    nodes; with a draft model (its own graph) its runs are profiled too."""
+    if tuple(int(x) for x in onnxruntime.__version__.split(".")[:2]) < (1, 25):
+        pytest.skip(f"run-level profiling needs onnxruntime >= 1.25 ({onnxruntime.__version__})")
     gen = generator(genai, genai.Model(str(base)))
-    with pytest.raises(genai.errors.GenerationError, match="session_options.enable_profiling"):
-        gen.set_runtime_option("enable_profiling", str(tmp_path / "run"))
-    folder = copy_of(base, tmp_path, "profiled")
-    config = json.loads((folder / "genai_config.json").read_text())
-    session = config["model"]["decoder"].setdefault("session_options", {})
-    session["enable_profiling"] = str(tmp_path / "session")
-    (folder / "genai_config.json").write_text(json.dumps(config))
-    model = genai.Model(str(folder))
-    gen = generator(genai, model)
+    gen.set_runtime_option("enable_profiling", str(tmp_path / "run"))
     gen.append_tokens(PROMPT)
     gen.generate_next_token()
-    del gen, model
-    gc.collect()
-    traces = list(tmp_path.glob("session*.json"))
-    assert traces, "no profile written"
-    events = json.loads(traces[0].read_text())
-    assert any(event.get("cat") == "Node" for event in events)
+    traces = _profiles(tmp_path, "run")
+    assert traces, "no run profile written"
+    nodes = {event["name"] for trace in traces for event in trace if event.get("cat") == "Node"}
+    graph = onnx.load(str(base / "model.onnx"), load_external_data=False).graph
+    assert nodes & {f"{node.name}_kernel_time" for node in graph.node}, sorted(nodes)[:5]
+    gen.set_runtime_option("enable_profiling", "0")
+    count = len(traces)
+    gen.generate_next_token()
+    assert len(_profiles(tmp_path, "run")) == count
+
+    # a one-layer draft: its runs' traces show one attention node, the target's two
+    draft = write_gqa_decoder(tmp_path, num_layers=1, seed=3, name="draft")
+    folder = with_draft(base, draft, tmp_path / "pair", speculative={"max_draft_tokens": 2})
+    model = genai.Model(str(folder))
+    gen = generator(genai, model, batch_size=1)
+    gen.set_runtime_option("enable_profiling", str(tmp_path / "spec"))
+    gen.append_tokens(PROMPT[:1])
+    gen.generate_next_token()
+    attention = {
+        len({e["name"] for e in trace if "GroupQueryAttention" in e["name"]})
+        for trace in _profiles(tmp_path, "spec")
+    }
+    assert attention == {1, 2}, attention
 
 
 def test_run_option_and_no_op_state_calls_keep_the_tokens(base: pathlib.Path) -> None:

@@ -40,6 +40,7 @@ from genai._core.ort_api cimport (
     memory_info_to_dict,
     ort_default_allocator,
     ort_env,
+    ort_api_version,
     ort_fns,
     status_to_exception,
 )
@@ -288,6 +289,66 @@ cdef int _load_initializer_fns() except -1:
            sizeof(void*))
     memcpy(&_initfns.Name, &table[_SLOT_SessionGetOverridableInitializerName], sizeof(void*))
     _initfns_loaded = True
+    return 0
+
+
+# Run-level profiling (onnxruntime >= 1.25, C API 25): OrtApi positions, same documented
+# layout as above (RunOptionsEnableProfiling takes an ORTCHAR_T prefix: char on POSIX).
+cdef enum:
+    _PROFILING_API_VERSION = 25
+    _SLOT_RunOptionsEnableProfiling = 415
+    _SLOT_RunOptionsDisableProfiling = 416
+
+
+cdef struct _ProfilingFns:
+    OrtStatus* (*Enable)(OrtRunOptions* options, const char* prefix) noexcept nogil
+    OrtStatus* (*Disable)(OrtRunOptions* options) noexcept nogil
+
+cdef _ProfilingFns _proffns
+cdef bint _proffns_loaded = False
+
+#: The run option that turns on onnxruntime's run-level profiling (the reference's key).
+RUN_PROFILING_KEY = "enable_profiling"
+#: Its prefix for the value "1", as the reference's.
+DEFAULT_RUN_PROFILE_PREFIX = "onnxruntime_run_profile"
+
+
+cdef int _load_profiling_fns() except -1:
+    """Read _ProfilingFns from the library ort_api loaded, as _load_device_fns; raises OrtError
+    when its C API is older than 25."""
+    global _proffns_loaded
+    if _proffns_loaded:
+        return 0
+    if ort_api_version() < _PROFILING_API_VERSION:
+        raise OrtError(
+            f"enable_profiling requires ONNX Runtime 1.25 or later (this is {version()})"
+        )
+    cdef const void* const* table = _api_table()
+    memcpy(&_proffns.Enable, &table[_SLOT_RunOptionsEnableProfiling], sizeof(void*))
+    memcpy(&_proffns.Disable, &table[_SLOT_RunOptionsDisableProfiling], sizeof(void*))
+    _proffns_loaded = True
+    return 0
+
+
+cdef int _add_run_entries(const OrtFns* f, OrtRunOptions* opts, dict config) except -1:
+    """Add ``config``'s entries to ``opts``: run config entries, and `RUN_PROFILING_KEY`
+    as the reference takes it ("0": off; "1": profile with `DEFAULT_RUN_PROFILE_PREFIX`; any
+    other value: the prefix; each run writes ``<prefix>_<time>.json``)."""
+    cdef bytes bkey, bvalue
+    for key, value in config.items():
+        key, value = str(key), str(value)
+        if key == RUN_PROFILING_KEY:
+            _load_profiling_fns()
+            if value == "0":
+                check_status(_proffns.Disable(opts), "RunOptionsDisableProfiling")
+            else:
+                bvalue = os.fsencode(DEFAULT_RUN_PROFILE_PREFIX if value == "1" else value)
+                check_status(_proffns.Enable(opts, bvalue), "RunOptionsEnableProfiling")
+            continue
+        bkey = key.encode()
+        bvalue = value.encode()
+        check_status(f.AddRunConfigEntry(opts, bkey, bvalue),
+                     f"adding run config entry {key!r}={value!r}")
     return 0
 
 
@@ -668,11 +729,7 @@ cdef class NativeSession:
         self._run_config = {str(k): str(v) for k, v in (run_config_entries or {}).items()}
         if run_config_entries:
             check_status(f.CreateRunOptions(&self.run_options), "CreateRunOptions")
-            for key, value in run_config_entries.items():
-                bkey = str(key).encode()
-                bvalue = str(value).encode()
-                check_status(f.AddRunConfigEntry(self.run_options, bkey, bvalue),
-                             f"adding run config entry {key!r}={value!r}")
+            _add_run_entries(f, self.run_options, self._run_config)
 
         self._init_binding_state()
 
@@ -1684,7 +1741,6 @@ cdef class NativeSession:
         cdef OrtRunOptions* capture = NULL
         cdef OrtRunOptions* skip = NULL
         cdef const OrtFns* f = self.fn
-        cdef bytes bkey, bvalue
         if graph_id is not None:
             graph_id = int(graph_id)
             if graph_id == 0 or graph_id < -1:
@@ -1694,12 +1750,8 @@ cdef class NativeSession:
                            else (-1,) if graph_id == -1 else ()):
                 check_status(f.CreateRunOptions(&skip if target == -1 else &capture),
                              "CreateRunOptions")
-                for key, value in {**self._run_config, "gpu_graph_id": str(target)}.items():
-                    bkey = key.encode()
-                    bvalue = value.encode()
-                    check_status(f.AddRunConfigEntry(skip if target == -1 else capture,
-                                                     bkey, bvalue),
-                                 f"adding run config entry {key!r}={value!r}")
+                _add_run_entries(f, skip if target == -1 else capture,
+                                 {**self._run_config, "gpu_graph_id": str(target)})
         except BaseException:
             if capture != NULL:
                 f.ReleaseRunOptions(capture)
@@ -1719,7 +1771,6 @@ cdef class NativeSession:
         bindings of the session keep the session's run options)."""
         cdef OrtRunOptions* opts = NULL
         cdef const OrtFns* f = self.fn
-        cdef bytes bkey, bvalue
         if self.session == NULL:
             raise RuntimeError("NativeSession is not initialised")
         config = {**self._run_config, key: value}  # a copy: the dict is shared with the owner
@@ -1729,11 +1780,7 @@ cdef class NativeSession:
             return
         try:
             check_status(f.CreateRunOptions(&opts), "CreateRunOptions")
-            for k, v in config.items():
-                bkey = str(k).encode()
-                bvalue = str(v).encode()
-                check_status(f.AddRunConfigEntry(opts, bkey, bvalue),
-                             f"adding run config entry {k!r}={v!r}")
+            _add_run_entries(f, opts, config)
         except BaseException:
             if opts != NULL:
                 f.ReleaseRunOptions(opts)

@@ -747,9 +747,11 @@ class Generator:
     def set_runtime_option(self, key: str, value: str) -> None:
         """A run option for this generator's runs (the reference's ``SetRuntimeOption``):
         ``terminate_session`` ``"1"`` makes every call that runs the model or reads its state
-        raise until ``"0"``; ``enable_profiling`` is refused (not supported yet); any other key
-        is an onnxruntime run config entry (e.g. ``memory.enable_memory_arena_shrinkage``) for
-        this generator's runs."""
+        raise until ``"0"``; ``enable_profiling`` turns on onnxruntime's run-level profiling
+        (onnxruntime >= 1.25; ``"0"`` off, ``"1"`` the prefix ``onnxruntime_run_profile``, any
+        other value the prefix: each run writes ``<prefix>_<time>.json``); any other key is an
+        onnxruntime run config entry (e.g. ``memory.enable_memory_arena_shrinkage``) for this
+        generator's runs, and a draft model's."""
         key, value = str(key), str(value)
         self._settle()
         if key == "terminate_session":
@@ -757,14 +759,10 @@ class Generator:
                 raise GenerationError(f"terminate_session key value unexpected: {value}")
             self._terminated = value == "1"
             return
-        if key == "enable_profiling":
-            # onnxruntime would take it as an unknown run config entry and profile nothing
-            raise GenerationError(
-                "set_runtime_option('enable_profiling') (onnxruntime's per-run profiling) is not "
-                "supported by genai yet; profile the model's sessions with "
-                "session_options.enable_profiling in genai_config.json instead"
-            )
         self._driver.set_run_option(key, value)
+        draft = getattr(self._spec, "draft_driver", None)
+        if draft is not None:  # as the reference: a draft model's runs take them too
+            draft.set_run_option(key, value)
         if self._spec is not None:
             self._spec.forward("set_runtime_option", key, value)
 
