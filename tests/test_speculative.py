@@ -83,6 +83,13 @@ CASES = {
         {"ngram_size": 2, "max_draft_tokens": 16, "ngram_chained_lookup": True},
     ),
     "eos-correction": ({3: 9}, [1, 2, 3, 4, 1, 2], 30, {"ngram_size": 2, "max_draft_tokens": 3}),
+    # an accepted EOS: the proposal after it is still judged and queued, then discarded
+    "eos-accepted": (
+        {2: 9, 9: 5},
+        [1, 2, 9, 4, 1, 2],
+        10,
+        {"ngram_size": 3, "max_draft_tokens": 2},
+    ),
     "partial-accept": (
         {5: 1},
         [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3],

@@ -527,8 +527,12 @@ class SpeculativeDecoder:
                         break
                     i += 1 + ride
                     continue
-            if not match or len(emitted) >= room or token in self._eos:
+            if not match or len(emitted) >= room:
                 break
+            if token in self._eos and constraint is not None:
+                break  # the grammar ended with it: nothing may follow
+            # (an accepted EOS: as the reference, the next proposal is still judged; the
+            # tokens after the EOS are queued and discarded when it is emitted)
             i += 1
         return emitted, accepted, evaluated, forced_count
 
@@ -539,7 +543,8 @@ class SpeculativeDecoder:
         step."""
         g = self.g
         loop, driver = g._loop, g._driver
-        body = emitted[:-1] if emitted[-1] in self._eos else emitted
+        eos = [j for j, token in enumerate(emitted) if token in self._eos]
+        body = emitted[: eos[0]] if eos else emitted
         end = length + len(body)
         if body:
             g._sequences[0, length:end] = body
