@@ -192,6 +192,31 @@ def test_target_runs_are_counted_when_the_reference_counts_them(pair, k):
     assert any(baseline for _, baseline, _ in trace[genai]) == (k == 1)
 
 
+@pytest.mark.parametrize(
+    "spec", [{"max_draft_tokens": 3}, {"max_draft_tokens": 2, "cooldown": True}]
+)
+def test_a_target_with_last_position_logits_verifies_a_token_per_run(tmp_path, spec):
+    """A target graph that returns the last position's logits only (refused for n-gram
+    decoding) runs with a draft model as the reference runs it: each proposal verified in a
+    run of its own, the round's last token re-anchored; tokens, per-call trace and stats are
+    the reference's (but one run per round), the tokens plain decoding's."""
+    target = write_table_decoder(
+        tmp_path, transition_table(10, {3: 5}), name="target", last_token_only=True
+    )
+    draft = write_table_decoder(tmp_path, transition_table(10, {3: 7, 6: 2}), name="draft")
+    folder = with_draft(target, draft, tmp_path)
+    want = _run(og, folder, [1, 2], 24, spec)
+    got = _run(genai, folder, [1, 2], 24, spec)
+    assert got[0] == want[0] == _run(og, target, [1, 2], 24)[0]
+    assert got[1] == want[1]
+    # each round of the reference first runs its proposals in one run, finds one row, then
+    # runs them one by one: a target run per round more than genai's
+    runs = got[2].pop("target_forward_passes")
+    assert runs == want[2].pop("target_forward_passes") - want[2]["rounds"]
+    assert got[2] == pytest.approx(want[2])
+    assert got[2]["rounds"] > 0 and got[2]["draft_tokens_accepted"] > 0
+
+
 def test_controlled_pair_equals_plain_decoding_of_the_target(pair, tmp_path):
     target = write_table_decoder(tmp_path, transition_table(10, {3: 5}), name="plain")
     plain = _run(og, target, [4, 5, 6], 30)

@@ -159,6 +159,21 @@ class NativeDriver(SessionInputs):
             )
         return np.asarray(logits, np.float32)
 
+    def verify_sequentially(self, tokens: np.ndarray) -> np.ndarray:
+        """`verify` for a graph that returns the last position's logits only (the reference's
+        fallback for a draft model's target): the pending tokens must have run; each token
+        of ``tokens`` (int32 [1, n]) then runs alone. Returns the n rows after them, float32
+        [1, n, vocab]."""
+        loop = self.loop
+        if loop.length != loop.computed:
+            raise GenerationError("verifying one token at a time needs the pending tokens run")
+        rows = []
+        for token in np.asarray(tokens, np.int32)[0]:
+            loop.push_tokens(np.array([token], np.int32), False)
+            loop.run(False)
+            rows.append(np.array(loop.array("logits_rows")[0], np.float32))
+        return np.stack(rows)[None]
+
     # --- snapshots ------------------------------------------------------------------------------
     @property
     def kv_layout(self) -> str:

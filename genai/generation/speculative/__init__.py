@@ -118,15 +118,16 @@ def make_speculative(
         check_plain_decoding(generator, "N-gram decoding")
         proposer = NGramProposer(options.ngram_size, options.ngram_chained_lookup, counters)
     else:
-        check_plain_decoding(generator, "Speculative decoding")
+        # a target with the last position's logits only verifies one token per run
+        check_plain_decoding(generator, "Speculative decoding", sequential=True)
         proposer = DraftProposer(draft, generator.search, generator._eos, counters)
     return SpeculativeDecoder(generator, options, proposer, counters)
 
 
-def check_plain_decoding(generator: Any, what: str) -> None:
+def check_plain_decoding(generator: Any, what: str, sequential: bool = False) -> None:
     """Refuse, as the reference does, a model whose runs cannot be verified (windowed or
-    pipeline models, last-position-only logits); and log-probabilities (beyond the
-    reference)."""
+    pipeline models; last-position-only logits, unless ``sequential``: verified one token
+    per run); and log-probabilities (beyond the reference)."""
     search, driver = generator.search, generator._driver
     if getattr(driver, "verify", None) is None:
         if generator.model.config.get("model.decoder.sliding_window"):
@@ -137,7 +138,9 @@ def check_plain_decoding(generator: Any, what: str) -> None:
         raise UnsupportedFeatureError(
             f"{what} requires a plain decoder-only text model in this release."
         )
-    if not driver.verify_tokens:
+    if not driver.verify_tokens and not (
+        sequential and getattr(driver, "verify_sequentially", None) is not None
+    ):
         raise UnsupportedFeatureError(
             f"{what} requires target logits for every verified token; pruned last-token-only "
             "logits are not supported in this release. (A folder built by genai's builder "

@@ -119,6 +119,10 @@ class SpeculativeDecoder:
         constraints = generator._constraints
         self._constraint = constraints[0] if constraints is not None else None
         self._start_mark: tuple[int, bool] | None = None
+        #: the target returns the last position's logits only: a round verifies each proposal
+        #: in a run of its own (`NativeDriver.verify_sequentially`), as the reference's
+        #: fallback for a draft model
+        self._sequential = not getattr(generator._driver, "verify_tokens", 0)
         #: a proposer that masks its rows with a copy of the grammar (a draft model) and takes
         #: the tokens it forces: its proposals are what the grammar allows already
         self._masked_proposals = self._constraint is not None and getattr(
@@ -224,13 +228,13 @@ class SpeculativeDecoder:
     def _reanchors_now(self) -> bool:
         """True when a round that just ended runs its last token at once, as the reference
         does where it would not verify it with the next proposals (with a fixed K: after a
-        round of one proposal, and before Phi-3's rope rewind length); its time is then the
-        stats' per-token baseline."""
+        round of one proposal, and before Phi-3's rope rewind length; a target verified one
+        token per run, always); its time is then the stats' per-token baseline."""
         g = self.g
         if self.adaptive.enabled or g._all_finished or g.is_done() or g._loop.logits_ready:
             return False
         length = g._loop.length
-        return self._last_k == 1 or length + 1 == g._rope_rewind_at
+        return self._sequential or self._last_k == 1 or length + 1 == g._rope_rewind_at
 
     def step(self) -> None:
         """A new round (or a plain step: cooldown, backoff, nothing proposed); emits its first
@@ -264,10 +268,11 @@ class SpeculativeDecoder:
         # plain decoding's). With adaptive K (genai's own run shapes) the pending token is
         # always verified with the proposals: one run per round instead of two after a plain
         # step.
-        alone = (
-            not loop.logits_ready
-            and not self.adaptive.enabled
-            and (not after_round or self._last_k == 1)
+        # A target with the last position's logits only (`_sequential`) verifies each
+        # proposal in a run of its own, after the pending tokens ran alone.
+        alone = not loop.logits_ready and (
+            self._sequential
+            or (not self.adaptive.enabled and (not after_round or self._last_k == 1))
         )
         budget = self.adaptive.k
         # a round emits up to the stop length, or the rope rewind length: its proposals end one
@@ -277,7 +282,8 @@ class SpeculativeDecoder:
         proposals = room if limit == g._stop_length else max(1, room - 1)
         # the verify run feeds the pending token(s) not run alone and the proposals
         pending = 0 if alone else length - loop.computed
-        k = min(budget, proposals, g._driver.verify_tokens - pending)
+        most = proposals if self._sequential else g._driver.verify_tokens - pending
+        k = min(budget, proposals, most)
         started = time.perf_counter()
         truncation = self._sampled_truncation()
         if self._stream is not None:  # q drawn with the stream, or greedy (None)
@@ -310,9 +316,13 @@ class SpeculativeDecoder:
         # logits already current (after a prompt, or set_logits) judge the first proposal
         ready = g._logits_rows[0].copy() if loop.logits_ready else None
         started = time.perf_counter()
-        logits = g._driver.verify(np.asarray(proposal, np.int32)[None, :])[0]
+        tokens = np.asarray(proposal, np.int32)[None, :]
+        if self._sequential:
+            logits = g._driver.verify_sequentially(tokens)[0]
+        else:
+            logits = g._driver.verify(tokens)[0]
         target_ms = (time.perf_counter() - started) * 1e3
-        self.counters.target_verify_forward_passes += 1
+        self.counters.target_verify_forward_passes += k if self._sequential else 1
         self.counters.total_target_verify_ms += target_ms
         if ready is not None:
             rows = np.concatenate([ready[None, :], logits[logits.shape[0] - k :]], axis=0)
