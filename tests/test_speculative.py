@@ -84,6 +84,13 @@ CASES = {
     ),
     "eos-correction": ({3: 9}, [1, 2, 3, 4, 1, 2], 30, {"ngram_size": 2, "max_draft_tokens": 3}),
     # an accepted EOS: the proposal after it is still judged and queued, then discarded
+    # (also the bonus beyond max_length of a chained proposal accepted whole)
+    "eos-accepted-chain": (
+        {2: 9, 9: 2},
+        [2, 9, 2],
+        11,
+        {"ngram_size": 2, "max_draft_tokens": 8, "ngram_chained_lookup": True},
+    ),
     "eos-accepted": (
         {2: 9, 9: 5},
         [1, 2, 9, 4, 1, 2],

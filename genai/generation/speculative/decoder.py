@@ -218,7 +218,6 @@ class SpeculativeDecoder:
             # a bonus beyond max_length is not computed here; the reference queues and
             # discards it, ending the round interrupted
             cut = self._round.get("cut", 0)
-            self.counters.tokens_discarded += cut
             self._end_round(interrupted=bool(cut))
             self._after_round = True
             if not cut and self._reanchors_now():
@@ -586,6 +585,8 @@ class SpeculativeDecoder:
         if not info:
             return
         self._round = {}
+        # a bonus beyond max_length was queued, never emitted (however the round ends)
+        counters.tokens_discarded += info.get("cut", 0)
         if interrupted:
             counters.interrupted_rounds += 1
             return
