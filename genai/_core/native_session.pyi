@@ -19,6 +19,8 @@ _Bindable: TypeAlias = np.ndarray[Any, Any] | DeviceTensor
 ELEM_TO_DTYPE: dict[int, np.dtype[Any]]
 #: numpy dtype -> ONNX element type.
 DTYPE_TO_ELEM: dict[np.dtype[Any], int]
+RUN_PROFILING_KEY: str
+DEFAULT_RUN_PROFILE_PREFIX: str
 
 class DeviceTensor:
     """A tensor in the memory a session wants (a device's, through the session's allocator),
