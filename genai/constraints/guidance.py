@@ -80,6 +80,17 @@ def apply_bitmask(logits_row: np.ndarray, bitmask: np.ndarray) -> None:
     as_bits |= keep
 
 
+def _fill_row(matcher: Any, bits: np.ndarray, logits_row: np.ndarray, eos_token_id: int) -> None:
+    """Mask ``logits_row`` by ``matcher``'s state: only EOS once it stopped, else the ids
+    whose bit is set in ``bits`` (its mask, computed already when it did not stop)."""
+    if matcher.is_stopped():
+        eos = logits_row[eos_token_id]
+        logits_row.fill(LOWEST)
+        logits_row[eos_token_id] = eos
+        return
+    apply_bitmask(logits_row, bits)
+
+
 class GuidanceError(GenaiError, ValueError):
     """Bad guidance: unknown type, invalid schema / regex / grammar, or a token the grammar
     does not allow."""
@@ -353,12 +364,7 @@ class TokenConstraint:
         matcher = self._matcher
         if matcher.is_error():
             raise GuidanceError(f"guidance failed: {matcher.get_error()}")
-        if matcher.is_stopped():
-            eos = logits_row[self.eos_token_id]
-            logits_row.fill(LOWEST)
-            logits_row[self.eos_token_id] = eos
-            return
-        apply_bitmask(logits_row, self._bits)
+        _fill_row(matcher, self._bits, logits_row, self.eos_token_id)
 
     # --- consuming tokens --------------------------------------------------------------------
     def advance(self, token: int) -> list[int]:
@@ -513,14 +519,9 @@ class GrammarLookahead:
         vocab = self.vocab_size
         if logits_row.shape[0] > vocab:
             logits_row[vocab:] = LOWEST
-        row = logits_row[:vocab]
-        if matcher.is_stopped():
-            eos = row[self.eos_token_id]
-            row.fill(LOWEST)
-            row[self.eos_token_id] = eos
-            return
-        matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
-        apply_bitmask(row, self._bits)
+        if not matcher.is_stopped():
+            matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        _fill_row(matcher, self._bits, logits_row[:vocab], self.eos_token_id)
 
     def advance(self, token: int) -> list[int]:
         """Consume ``token``; returns the tokens the grammar then forces (`forced`). EOS, or

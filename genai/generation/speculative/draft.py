@@ -89,13 +89,10 @@ class DraftProposer:
             driver.rewind(common, keep_last=common < want)
         if common < want:
             loop.append(np.ascontiguousarray(committed[None, common:want], np.int32))
-            if common and 1 < loop.length - loop.computed <= getattr(driver, "verify_tokens", 0):
-                # the last proposal and the target's token: rows with one-token steps'
-                # numbers, as the target's verify run gives them (a self-draft then always
-                # agrees, as in the reference, where both run the same rows)
-                driver.run_as_steps()
+            if common:
+                self._run_pending()
             else:
-                driver.run(prompt=common == 0)
+                driver.run(prompt=True)
             if not common:  # as the reference counts: the prompt, then one run per proposal
                 self.counters.draft_forward_passes += 1
 
@@ -165,8 +162,11 @@ class DraftProposer:
         return proposal
 
     def _run_pending(self) -> None:
-        """Run the draft's tokens not run yet: one after a choice, or a forced span with
-        it (as one-token steps' rows, where the driver gives them)."""
+        """Run the draft's tokens not run yet (not a prompt): one after a choice, or several
+        (a forced span; the last proposal and the target's token after a round) as rows
+        with one-token steps' numbers, as the target's verify run gives them, where the
+        driver can (a self-draft then always agrees, as in the reference, where both run
+        the same rows)."""
         loop, driver = self.loop, self.driver
         if 1 < loop.length - loop.computed <= getattr(driver, "verify_tokens", 0):
             driver.run_as_steps()
