@@ -208,7 +208,9 @@ def print_table(rows: list[dict], first: str) -> None:
     """The rows as a ``|``-separated table: column ``first`` (the folder or pair), then the
     task, engine, configuration and measures."""
     header = (first, "task", "engine", "config", "tokens", "tok/s", "speed-up", "acceptance")
-    header += ("tokens/run", "same", "same as ref")
+    header += ("tokens/run",)
+    header += ("plain steps",) if any("plain steps" in row for row in rows) else ()
+    header += ("same", "same as ref")
     print(" | ".join(header))
     for row in rows:
         cells = []

@@ -3,6 +3,7 @@ onnxruntime-genai side by side on the same folders, with the tokens checked iden
 
     python benchmarks/speculative_draft.py [--rounds 3] [--new-tokens 120] [--threads 1]
                                            [--tasks repeat chat ...] [--ks 2 4] [--work DIR]
+                                           [--min-adaptive-k 1]
 
 Two pairs, each a target folder and a copy of it whose ``model.draft`` is the draft's decoder
 (`genai.testing.speculative.with_draft`; the reference's folder format, so both engines run it):
@@ -16,10 +17,12 @@ Two pairs, each a target folder and a copy of it whose ``model.draft`` is the dr
   agree, so nothing is accepted: it measures what a useless draft costs.
 
 For each pair, task and engine: plain decoding of the target folder, then the combined folder
-with ``max_draft_tokens`` = each ``--ks``. Rounds are interleaved (engines alternate first);
+with ``max_draft_tokens`` = each ``--ks`` (and with ``--min-adaptive-k``, each again as adaptive
+K's maximum). Rounds are interleaved (engines alternate first);
 the table shows median tokens/s, the speed-up over the same engine's plain decoding, the
-acceptance rate, tokens per target run, and whether the tokens equal plain decoding's ("same")
-and the reference's ("same as ref").
+acceptance rate, tokens per target run, the plain steps among the calls (adaptive K's backing
+off, cooldown), and whether the tokens equal plain decoding's ("same") and the reference's
+("same as ref").
 """
 
 from __future__ import annotations
@@ -82,6 +85,11 @@ def bench_pair(
     }
     configs: list[tuple[str, str, dict | None]] = [("plain", "plain", None)]
     configs += [(f"draft K={k}", "draft", {"max_draft_tokens": k}) for k in args.ks]
+    if args.min_adaptive_k:
+        adaptive = {"min_adaptive_k": args.min_adaptive_k}
+        configs += [
+            (f"draft K={k} adaptive", "draft", {"max_draft_tokens": k, **adaptive}) for k in args.ks
+        ]
     tasks = args.tasks if pair == "real" else ["fixture"]
     rows = []
     for task in tasks:
@@ -112,6 +120,7 @@ def bench_pair(
                     "speed-up": speed / statistics.median(times[(name, "plain")]),
                     "acceptance": stats["acceptance_rate"] if label != "plain" else None,
                     "tokens/run": len(tokens) / runs if label != "plain" and runs else None,
+                    "plain steps": stats["standard_fallback_steps"] if label != "plain" else None,
                     "same": tokens == results[(name, "plain")][0],
                     "same as ref": tokens == ref[0] if name == "genai" and ref else None,
                 }
@@ -126,6 +135,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tasks", nargs="+", default=["repeat", "chat"], choices=list(TASKS))
     parser.add_argument("--ks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument(
+        "--min-adaptive-k",
+        type=int,
+        default=0,
+        help="also run each K as adaptive K's maximum, from this minimum (0: fixed K only)",
+    )
     parser.add_argument("--pairs", nargs="+", default=["real"], choices=["real", "fixture"])
     parser.add_argument(
         "--work",

@@ -281,30 +281,43 @@ def test_gqa_self_speculation_matches_the_references_stats(gqa_pairs):
         assert got[2][key] == want[2][key], key
 
 
-def test_the_draft_catches_up_without_recomputing_what_it_ran(gqa_pairs, monkeypatch):
-    """After a round whose proposals were partly rejected the draft already holds the KV of the
-    accepted ones: its catch-up run feeds only the target's token (as the reference's does),
-    where it used to run the last accepted proposal again; the tokens are unchanged."""
+def _record_draft_runs(monkeypatch) -> list[int]:
+    """Record how many tokens each run of a draft's catch-up feeds (the list returned)."""
     from genai.generation.speculative.draft import DraftProposer
 
-    prompt = [5, 9, 12, 3, 30]
     fed: list[int] = []
     catch_up = DraftProposer._catch_up
 
     def counting(self, committed):
-        loop, run = self.driver.loop, self.driver.run
+        driver = self.driver
+        loop, run, run_as_steps = driver.loop, driver.run, driver.run_as_steps
 
         def feeding(prompt=False):
             fed.append(loop.length - loop.computed)
             run(prompt=prompt)
 
-        monkeypatch.setattr(self.driver, "run", feeding)
+        def feeding_rows():
+            fed.append(loop.length - loop.computed)
+            run_as_steps()
+
+        monkeypatch.setattr(driver, "run", feeding)
+        monkeypatch.setattr(driver, "run_as_steps", feeding_rows)
         try:
             catch_up(self, committed)
         finally:
-            monkeypatch.setattr(self.driver, "run", run)
+            monkeypatch.setattr(driver, "run", run)
+            monkeypatch.setattr(driver, "run_as_steps", run_as_steps)
 
     monkeypatch.setattr(DraftProposer, "_catch_up", counting)
+    return fed
+
+
+def test_the_draft_catches_up_without_recomputing_what_it_ran(gqa_pairs, monkeypatch):
+    """After a round whose proposals were partly rejected the draft already holds the KV of the
+    accepted ones: its catch-up run feeds only the target's token (as the reference's does),
+    where it used to run the last accepted proposal again; the tokens are unchanged."""
+    prompt = [5, 9, 12, 3, 30]
+    fed = _record_draft_runs(monkeypatch)
     got = _run(genai, gqa_pairs["small-draft"], prompt, 44, {"max_draft_tokens": 4})
     plain = _run(genai, gqa_pairs["target"], prompt, 44)
     assert got[0] == plain[0]
@@ -314,6 +327,47 @@ def test_the_draft_catches_up_without_recomputing_what_it_ran(gqa_pairs, monkeyp
     # one token after a round with a rejection, two (the last proposal and the target's
     # token) after a round that accepted every proposal
     assert set(runs) <= {1, 2} and 1 in runs
+
+
+def test_the_draft_runs_appended_tokens_when_they_are_appended(gqa_pairs, monkeypatch):
+    """As the reference's prompt run: `append_tokens` runs the draft on the prompt (and on a
+    later append) with the target, so the first round proposes from logits it has, and the
+    round's draft time leaves the prompt out. The tokens stay plain decoding's."""
+    prompt = [5, 9, 12, 3, 30]
+    fed = _record_draft_runs(monkeypatch)
+    model = genai.Model(str(gqa_pairs["small-draft"]))
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=44)
+    params.set_speculative_options(max_draft_tokens=3)
+    gen = genai.Generator(model, params)
+    gen.append_tokens(np.array([prompt], np.int32))
+    assert fed == [len(prompt)]
+    fed.clear()
+    gen.generate_next_token()
+    assert fed == []  # the first round's catch-up had nothing to run
+    while gen.token_count() < len(prompt) + 6:
+        gen.generate_next_token()
+    kept = gen.token_count()
+    fed.clear()
+    gen.append_tokens(np.array([[7, 8]], np.int32))
+    assert fed and fed[-1] >= 2  # (with the round's tokens the draft had not run, if any)
+    fed.clear()
+    gen.generate_next_token()
+    assert fed == []
+    while not gen.is_done():
+        gen.generate_next_token()
+    sequence = [int(t) for t in gen.get_sequence(0)]
+    plain = genai.Model(str(gqa_pairs["target"]))
+    params = genai.GeneratorParams(plain)
+    params.set_search_options(max_length=44)
+    want = genai.Generator(plain, params)
+    want.append_tokens(np.array([prompt], np.int32))
+    while want.token_count() < kept:
+        want.generate_next_token()
+    want.append_tokens(np.array([[7, 8]], np.int32))
+    while not want.is_done():
+        want.generate_next_token()
+    assert sequence == [int(t) for t in want.get_sequence(0)]
 
 
 def test_rewind_and_append_mid_round_continue_as_plain_decoding(gqa_pairs):

@@ -337,6 +337,8 @@ class Generator:
         if self._spec is not None and self._spec.take_tokens(array, length):
             return  # batch > 1: each row's generator runs its tokens
         self._driver.run(prompt=length == 0)
+        if self._spec is not None:
+            self._spec.appended()
 
     def set_active_adapter(self, adapters: Adapters, name: str) -> None:
         """Activate the LoRA adapter ``name`` loaded in ``adapters`` for this generator's

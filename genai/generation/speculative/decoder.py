@@ -69,6 +69,9 @@ class Proposer(Protocol):
         """A round committed tokens: ``committed`` is the sequence now."""
         ...
 
+    # optional: ``prepare(committed)``, called after the generator ran appended tokens (a
+    # draft model runs them then, not at the next round)
+
 
 class SpeculativeDecoder:
     """Speculative rounds for one generator (see the module docstring). ``generator`` is the
@@ -162,6 +165,14 @@ class SpeculativeDecoder:
     def take_tokens(self, tokens: np.ndarray, length: int) -> bool:
         """Appended tokens: the generator runs them itself (False)."""
         return False
+
+    def appended(self) -> None:
+        """The generator ran appended tokens: a proposer that keeps a model's state (a draft)
+        runs them now too, as the reference's prompt run does, so the next round proposes at
+        once (and its draft time, as the reference's, leaves the prompt out)."""
+        prepare = getattr(self.proposer, "prepare", None)
+        if prepare is not None:
+            prepare(self.g._sequences[0, : self.g._loop.length])
 
     @property
     def draft_driver(self) -> Any:

@@ -73,6 +73,11 @@ class DraftProposer:
     def accepted(self, committed: np.ndarray) -> None:
         """Nothing to do: the next proposal catches the draft up."""
 
+    def prepare(self, committed: np.ndarray) -> None:
+        """Run the tokens the generator appended (its prompt, or a later append) now, as the
+        reference's prompt run does: the next round's first proposal comes from their logits."""
+        self._catch_up(committed)
+
     def _catch_up(self, committed: np.ndarray) -> None:
         """Make the draft's sequence ``committed`` (its KV cache kept for their common
         prefix)."""

@@ -192,6 +192,10 @@ class RowSpeculation:
             sub.append_tokens(np.ascontiguousarray(tokens[row : row + 1]))
         return True
 
+    def appended(self) -> None:
+        """Nothing to run: the batch's own loop ran the tokens (the rows' proposers catch up
+        at their next round)."""
+
     def drain(self) -> bool:
         """Nothing is queued at the batch's level: every step is a `step`."""
         return False
