@@ -70,6 +70,35 @@ def test_probe_answers_as_onnxruntime_runs(accuracy: int, zero_points: bool) -> 
     assert rows_like_steps(ops) == _alone_as_in_a_run(data)
 
 
+@pytest.mark.parametrize(
+    "setting", [(256, 96, FLOAT_BITS, 0, 0, False), (256, 96, 4, 32, 4, True)], ids=str
+)
+def test_a_probe_model_is_what_onnx_reads(setting) -> None:
+    """The probe's one-node model, written by hand with its weight last (one copy), is a
+    model onnx parses and onnxruntime runs: ``y = a @ w`` for a float setting."""
+    import onnx
+
+    from genai.runtime.verify_rows import _probe_model
+
+    k, n, bits = setting[:3]
+    data = _probe_model(*setting)
+    model = onnx.load_from_string(data)
+    onnx.checker.check_model(model)
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    node = model.graph.node[0]
+    assert [i.name for i in model.graph.input] == ["a"] and list(node.output) == ["y"]
+    if bits == FLOAT_BITS:
+        assert node.op_type == "MatMul" and weights["w"].shape == (k, n)
+        rows = np.random.default_rng(2).standard_normal((3, k)).astype(np.float32)
+        session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(session.run(None, {"a": rows})[0], rows @ weights["w"], 1e-4)
+    else:
+        attrs = {a.name: a.i for a in node.attribute}
+        assert (node.domain, node.op_type) == ("com.microsoft", "MatMulNBits")
+        assert (attrs["K"], attrs["N"], attrs["bits"], attrs["block_size"]) == setting[:4]
+        assert weights["w"].shape == (n, k // 32, 16) and set(weights) == {"w", "s", "z"}
+
+
 def test_float_matmuls_on_initializers_are_asked_too() -> None:
     """A float32 MatMul on a [K, N] initializer is a setting of its own; its answer is
     onnxruntime's (its packed SGEMM gives a row alone the bits it gives it in a run)."""

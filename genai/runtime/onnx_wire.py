@@ -97,7 +97,13 @@ def encode_varint(value: int) -> bytes:
 
 def len_field(number: int, payload: bytes) -> bytes:
     """A length-delimited field (a string, bytes or a message)."""
-    return encode_varint(number << 3 | LEN) + encode_varint(len(payload)) + payload
+    return field_head(number, len(payload)) + payload
+
+
+def field_head(number: int, length: int) -> bytes:
+    """A length-delimited field's key and length: the field is this, then its ``length``
+    payload bytes (so a large payload can be written once, after the head)."""
+    return encode_varint(number << 3 | LEN) + encode_varint(length)
 
 
 def _varint_field(number: int, value: int) -> bytes:
@@ -249,12 +255,17 @@ def int_tensor(
 
 def raw_tensor(name: str, elem: int, shape: list[int], data: bytes) -> bytes:
     """A TensorProto of element type ``elem`` and ``shape`` holding ``data`` (its raw bytes)."""
+    return raw_tensor_head(name, elem, shape, len(data)) + data
+
+
+def raw_tensor_head(name: str, elem: int, shape: list[int], size: int) -> bytes:
+    """`raw_tensor` up to its raw data of ``size`` bytes: the tensor is this, then the data."""
     out = bytearray()
-    for size in shape:
-        out += _varint_field(TENSOR_DIMS, size)
+    for length in shape:
+        out += _varint_field(TENSOR_DIMS, length)
     out += _varint_field(TENSOR_TYPE, elem)
     out += len_field(TENSOR_NAME, name.encode())
-    out += len_field(TENSOR_RAW, data)
+    out += field_head(TENSOR_RAW, size)
     return bytes(out)
 
 
