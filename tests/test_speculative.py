@@ -316,6 +316,26 @@ def test_last_token_logits_are_refused_as_the_reference(tmp_path):
     assert messages[1].startswith(messages[0])
 
 
+@pytest.mark.parametrize("window", [{"window_size": 8, "slide_key_value_cache": True}, {}], ids=str)
+def test_a_sliding_cache_is_refused_before_the_generator_is_made(tmp_path, window):
+    """n-gram decoding of a model whose cache the engine slides is refused with the
+    reference's message before the generator's state is made (this fixture has no KV inputs,
+    so a windowed generator could not be made at all); ``{}``: the defaults, which slide too."""
+    folder = write_table_decoder(tmp_path, transition_table())
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["model"]["decoder"]["sliding_window"] = {"window_size": 8, **window}
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    messages = []
+    for mod in (og, genai):
+        model = mod.Model(str(folder))
+        params = mod.GeneratorParams(model)
+        params.set_search_options(max_length=12)
+        params.set_speculative_options(ngram_size=3)
+        messages.append(error_text(lambda mod=mod, m=model, p=params: mod.Generator(m, p)))
+    assert messages[0] is not None and "rewindable KV cache" in messages[0]
+    assert messages[1] == messages[0]
+
+
 @pytest.mark.parametrize(
     "section",
     [{"ngram_size": 1}, {"max_draft_tokens": 0}, {"min_adaptive_k": 20}, {"ngram_size": 3}],

@@ -27,6 +27,7 @@ from genai.generation.speculative.ngram import NGramLookup, NGramProposer
 from genai.generation.speculative.options import SpeculativeOptionError, SpeculativeOptions
 from genai.generation.speculative.rows import RowSpeculation
 from genai.generation.speculative.stats import SpeculativeCounters
+from genai.kv.windowed_cache import engine_slides
 
 __all__ = [
     "DraftProposer",
@@ -44,6 +45,13 @@ __all__ = [
 ]
 
 
+#: The reference's refusal of a model whose KV cache cannot rewind.
+_NOT_REWINDABLE = (
+    "{what} requires a rewindable KV cache; sliding-window, hybrid, and model-managed state "
+    "are not supported in this release."
+)
+
+
 def plain_stats() -> dict[str, Any]:
     """`Generator.get_speculative_stats` of a generator without speculative decoding (every
     counter 0, as the reference)."""
@@ -55,9 +63,9 @@ def check_speculative(
 ) -> None:
     """What the reference refuses before anything else when a generator is made: chained
     lookup without n-gram decoding, n-gram decoding with a draft model, beam search, several
-    return sequences (``config``: the model's `Config`; ``search``: the generator's
-    `SearchOptions`; ``draft``: a draft model chosen at run time, if any). Beyond the
-    reference, batch > 1 runs (`RowSpeculation`)."""
+    return sequences, n-gram decoding of a model whose cache slides (``config``: the model's
+    `Config`; ``search``: the generator's `SearchOptions`; ``draft``: a draft model chosen at
+    run time, if any). Beyond the reference, batch > 1 runs (`RowSpeculation`)."""
     has_draft = draft is not None or config.get("model.draft") is not None
     if options.ngram_chained_lookup and not options.ngram:
         raise SpeculativeOptionError(
@@ -77,6 +85,8 @@ def check_speculative(
         raise UnsupportedFeatureError(f"{what} does not support beam search in this release.")
     if search.num_return_sequences != 1:
         raise UnsupportedFeatureError(f"{what} requires num_return_sequences=1 in this release.")
+    if engine_slides(config):  # (windowed models are never verified: `WindowedDriver`)
+        raise UnsupportedFeatureError(_NOT_REWINDABLE.format(what=what))
 
 
 def _check_draft_search(search: Any) -> None:
@@ -131,10 +141,7 @@ def check_plain_decoding(generator: Any, what: str, sequential: bool = False) ->
     search, driver = generator.search, generator._driver
     if getattr(driver, "verify", None) is None:
         if generator.model.config.get("model.decoder.sliding_window"):
-            raise UnsupportedFeatureError(
-                f"{what} requires a rewindable KV cache; sliding-window, hybrid, and "
-                "model-managed state are not supported in this release."
-            )
+            raise UnsupportedFeatureError(_NOT_REWINDABLE.format(what=what))
         raise UnsupportedFeatureError(
             f"{what} requires a plain decoder-only text model in this release."
         )
