@@ -41,6 +41,20 @@ def test_prefill_inputs_match_numpy(dtype, seed):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_prefill_inputs_unpadded_rows_keep_the_last_real_logits(impl):
+    # batch 1 as the reference: pad_id -1 (nothing masked), yet the kept logits are those of
+    # the last token that is not the model's pad id (0); a row of pads only keeps index 0
+    tokens = np.array([[5, 0, 9, 0, 0], [0, 0, 0, 0, 0], [4, 4, 4, 4, 4]], np.int32)
+    mask = np.zeros((3, 5), np.int64)
+    positions = np.zeros((3, 5), np.int64)
+    last = np.full(3, 9, np.int32)
+    impl.prefill_inputs(tokens, -1, mask, positions, last, 0)
+    assert (mask == 1).all()
+    np.testing.assert_array_equal(positions, np.tile(np.arange(5), (3, 1)))
+    np.testing.assert_array_equal(last, [2, 0, 4])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_append_mask_column(impl):
     batch, old = 3, 4
     rows = np.array([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], np.int64)

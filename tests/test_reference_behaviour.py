@@ -138,6 +138,79 @@ def test_model_from_memory_reads_external_data_from_the_model_folder(
 
 
 # --------------------------------------------------------------------------------------------
+# Trailing pad tokens: padding only with a batch size above 1
+# --------------------------------------------------------------------------------------------
+
+
+def run_rows(
+    engine: Any, model: Any, prompt: np.ndarray, num_beams: int = 1
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The first step's logits and the final rows of a greedy (or beam) run on ``prompt``."""
+    params = engine.GeneratorParams(model)
+    params.set_search_options(
+        max_length=prompt.shape[1] + 5,
+        batch_size=prompt.shape[0],
+        num_beams=num_beams,
+        num_return_sequences=num_beams,
+    )
+    gen = engine.Generator(model, params)
+    gen.append_tokens(prompt)
+    logits = np.asarray(gen.get_output("logits")).copy()
+    while not gen.is_done():
+        gen.generate_next_token()
+    rows = prompt.shape[0] * num_beams
+    return logits, [np.asarray(gen.get_sequence(i)) for i in range(rows)]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "num_beams"),
+    [
+        ([[5, 52, 0, 0]], 1),  # batch 1: the trailing pad ids are tokens
+        ([[0]], 1),  # a prompt of one pad id
+        ([[5, 52, 0]], 2),  # beams of one prompt: still no padding
+        ([[5, 52, 0, 0], [7, 19, 31, 40]], 1),  # batch 2: trailing pads masked
+    ],
+    ids=["batch1", "lone-pad", "batch1-beams", "batch2"],
+)
+def test_trailing_pad_ids_as_the_reference(
+    base: pathlib.Path, prompt: list[list[int]], num_beams: int
+) -> None:
+    ids = np.array(prompt, dtype=np.int32)
+    ref_logits, ref_rows = run_rows(og, og.Model(str(base)), ids, num_beams)
+    our_logits, our_rows = run_rows(genai, genai.Model(base), ids, num_beams)
+    assert our_logits.shape == ref_logits.shape
+    np.testing.assert_allclose(our_logits, ref_logits, atol=1e-4)
+    for ours, ref in zip(our_rows, ref_rows, strict=True):
+        np.testing.assert_array_equal(ours, ref)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_next_tokens_after_append_as_the_reference(base: pathlib.Path, batch_size: int) -> None:
+    prompt = PROMPT[:batch_size]
+    seen: dict[Any, list[list[int]]] = {}
+    for engine in (og, genai):
+        gen = generator(engine, engine.Model(str(base)), max_length=12, batch_size=batch_size)
+        gen.append_tokens(prompt)
+        tokens = [np.asarray(gen.get_next_tokens()).tolist()]
+        gen.generate_next_token()
+        tokens.append(np.asarray(gen.get_next_tokens()).tolist())
+        if batch_size == 1:  # continuous decoding: the appended tokens are the next ones
+            gen.append_tokens(np.array([[9, 33]], np.int32))
+            tokens.append(np.asarray(gen.get_next_tokens()).tolist())
+            gen.generate_next_token()
+            tokens.append(np.asarray(gen.get_next_tokens()).tolist())
+        seen[engine] = tokens
+    assert seen[genai] == seen[og]
+    assert seen[genai][0] == prompt[:, -1].tolist()
+
+
+def test_next_tokens_before_any_token_is_an_error(base: pathlib.Path) -> None:
+    gen = generator(genai, genai.Model(base))
+    with pytest.raises(genai.GenaiError, match="append_tokens"):
+        gen.get_next_tokens()
+
+
+# --------------------------------------------------------------------------------------------
 # get_output for every declared output
 # --------------------------------------------------------------------------------------------
 

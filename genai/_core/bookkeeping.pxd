@@ -30,7 +30,7 @@ cdef inline int64_t load_index(const void* buf, bint wide, Py_ssize_t i) noexcep
 cdef void prefill_rows(
     const int32_t* tokens, Py_ssize_t token_stride, Py_ssize_t batch, Py_ssize_t count,
     int32_t pad_id, void* mask, void* positions, Py_ssize_t out_stride, bint wide,
-    int32_t* last_index, int64_t* real_count,
+    int32_t* last_index, int64_t* real_count, int32_t last_pad,
 ) noexcept nogil
 cdef void grow_mask(void* mask, bint wide, Py_ssize_t batch, Py_ssize_t old_length) noexcept nogil
 cdef void write_positions(

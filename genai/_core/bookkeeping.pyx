@@ -24,9 +24,12 @@ from libc.string cimport memcpy, memmove
 cdef void prefill_rows(
     const int32_t* tokens, Py_ssize_t token_stride, Py_ssize_t batch, Py_ssize_t count,
     int32_t pad_id, void* mask, void* positions, Py_ssize_t out_stride, bint wide,
-    int32_t* last_index, int64_t* real_count,
+    int32_t* last_index, int64_t* real_count, int32_t last_pad,
 ) noexcept nogil:
-    cdef Py_ssize_t b, i, n
+    # Trailing ``pad_id`` tokens are padding (mask and position 0); ``last_index`` skips the
+    # trailing ``last_pad`` tokens (the reference picks the logits of a batch-1 prompt's last
+    # token that is not its pad id, though it masks no padding there).
+    cdef Py_ssize_t b, i, n, m
     cdef const int32_t* row
     for b in range(batch):
         row = tokens + b * token_stride
@@ -37,21 +40,25 @@ cdef void prefill_rows(
             store_index(mask, wide, b * out_stride + i, 1 if i < n else 0)
             if positions != NULL:
                 store_index(positions, wide, b * out_stride + i, i if i < n else 0)
-        last_index[b] = <int32_t>(n - 1 if n > 0 else 0)
+        m = n if last_pad == pad_id else count
+        while m > 0 and row[m - 1] == last_pad:
+            m -= 1
+        last_index[b] = <int32_t>(m - 1 if m > 0 else 0)
         if real_count != NULL:
             real_count[b] = n
 
 
 def prefill_inputs(
     const int32_t[:, :] tokens, int32_t pad_id, index_t[:, ::1] mask,
-    index_t[:, ::1] positions, int32_t[::1] last_index,
+    index_t[:, ::1] positions, int32_t[::1] last_index, object last_pad=None,
 ):
     """Mask and positions for a right-padded prompt batch, as the reference builds them.
 
     Per row, trailing ``pad_id`` tokens get mask 0 and position 0; the others mask 1 and
-    positions 0..n-1. ``last_index[b]`` receives the index of row b's last real token (0 for a
-    row of padding only). ``mask``/``positions`` may be wider than ``tokens``: only the first
-    ``tokens.shape[1]`` columns are written. ``positions`` may have zero rows (no position input).
+    positions 0..n-1. ``last_index[b]`` receives the index of row b's last token that is not
+    ``last_pad`` (default ``pad_id``; 0 for a row of such tokens only). ``mask``/``positions``
+    may be wider than ``tokens``: only the first ``tokens.shape[1]`` columns are written.
+    ``positions`` may have zero rows (no position input).
     """
     cdef Py_ssize_t batch = tokens.shape[0], length = tokens.shape[1]
     cdef bint with_positions = positions.shape[0] > 0
@@ -64,7 +71,7 @@ def prefill_inputs(
     prefill_rows(
         &tokens[0, 0], tokens.strides[0] // sizeof(int32_t), batch, length, pad_id,
         &mask[0, 0], &positions[0, 0] if with_positions else NULL, mask.shape[1],
-        index_t is int64_t, &last_index[0], NULL,
+        index_t is int64_t, &last_index[0], NULL, pad_id if last_pad is None else last_pad,
     )
 
 

@@ -19,6 +19,8 @@ class DecoderLoop:
     @property
     def prompt_length(self) -> int: ...
     kv_capacity: int
+    #: the id of a prompt's trailing padding (-1: none)
+    prompt_pad: int
     kv_rewind: Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], None] | None
     @property
     def capture(self) -> bool: ...

@@ -138,7 +138,7 @@ cdef class DecoderLoop:
         self.sess = session
         self._arrays = {}
         self.batch, self.vocab, self.max_length = batch, vocab, max_length
-        self.pad_id = pad_id
+        self.pad_id = self.prompt_pad = pad_id
         if session is None:
             if kv_pairs:
                 raise ValueError("kv_pairs need a session")
@@ -314,6 +314,7 @@ cdef class DecoderLoop:
         self.prompt_length = self.length
         self.done[:] = 0
         self.all_done = False
+        self.generated = False  # no step since these tokens
 
     def push_tokens(self, tokens, bint all_done):
         """Append tokens chosen outside the loop (beam search) at ``length`` for every row."""
@@ -525,10 +526,12 @@ cdef class DecoderLoop:
                 store_index(self.ids_buf, self.ids_elem == ELEM_INT64, b * count + i,
                             self.sequences[b, start + i])
         if prompt:
-            # Right-padded prompt: trailing pad tokens get mask 0 and position 0.
-            prefill_rows(&self.sequences[0, 0], self.max_length, batch, count, self.pad_id,
+            # Right-padded prompt: trailing pad tokens get mask 0 and position 0; the logits
+            # kept are those of each row's last token that is not a pad id (the reference's
+            # choice at batch 1 too, where no token is padding).
+            prefill_rows(&self.sequences[0, 0], self.max_length, batch, count, self.prompt_pad,
                          self.mask_buf, self.pos_buf, count, wide, self.last_index,
-                         self.next_position)
+                         self.next_position, self.pad_id)
             self.mask_length = count
         else:
             if batch == 1:  # the mask is all ones of the total length

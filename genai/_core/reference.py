@@ -8,17 +8,24 @@ from __future__ import annotations
 import numpy as np
 
 
-def prefill_inputs(tokens, pad_id, mask, positions, last_index):
+def _real_length(row, pad_id):
+    """The length of ``row`` without its trailing ``pad_id`` tokens."""
+    real = len(row)
+    while real > 0 and row[real - 1] == pad_id:
+        real -= 1
+    return real
+
+
+def prefill_inputs(tokens, pad_id, mask, positions, last_index, last_pad=None):
     """See `genai._core.bookkeeping.prefill_inputs`."""
     batch, length = tokens.shape
+    last_pad = pad_id if last_pad is None else last_pad
     for b in range(batch):
-        real = length
-        while real > 0 and tokens[b, real - 1] == pad_id:
-            real -= 1
+        real = _real_length(tokens[b], pad_id)
         mask[b, :length] = np.arange(length) < real
         if positions.shape[0]:
             positions[b, :length] = np.where(np.arange(length) < real, np.arange(length), 0)
-        last_index[b] = max(real - 1, 0)
+        last_index[b] = max(_real_length(tokens[b], last_pad) - 1, 0)
 
 
 def append_mask_column(mask, batch, old_length):

@@ -378,7 +378,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
     def bind_prompt_inputs(self, object grid, cnp.ndarray error):
         """A first prompt's inputs for `run_prompt` (the loop's pending tokens, from
         ``computed`` to ``length``), bound: the decoder's attention mask (the loop's; mRoPE
-        models: 0 at every ``pad_token_id``, else trailing pads of ``pad_id`` masked and
+        models: 0 at every ``pad_token_id``, else trailing pads of ``prompt_pad`` masked and
         each row's count of real tokens in the loop's ``next_position``), each row's index of
         its last real token (the loop's ``last_index``), for mRoPE models the rows'
         ``rope_deltas`` and, when the decoder takes them, the 3-D positions [3, batch, seq]
@@ -418,8 +418,8 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         with nogil:
             # the index of each row's last real token (and the decoder-only mask)
             prefill_rows(&self.sequences[0, start], self.max_length, batch, seq,
-                         self.pad_id, self.mask_buf, NULL, seq, wide, self.last_index,
-                         self.next_position)
+                         self.prompt_pad, self.mask_buf, NULL, seq, wide, self.last_index,
+                         self.next_position, self.pad_id)
             if self.emb_ids_in >= 0:
                 for b in range(batch):
                     row = &self.sequences[b, start]

@@ -158,6 +158,7 @@ class Generator:
             pad_id=pad_id,
             eos=self._eos,
             sampler=self._sampler,
+            padded=self.batch_size > 1,
             logprobs=search.top_logprobs if (search.logprobs or search.top_logprobs) else -1,
         )
         #: Runs the model kind's graphs (`genai.generation.drivers`).
@@ -608,15 +609,19 @@ class Generator:
 
     # --- reading state --------------------------------------------------------------------------
     def get_next_tokens(self) -> np.ndarray:
-        """The tokens chosen by the last step, int32 [batch]."""
+        """The tokens chosen by the last step, int32 [batch]; right after `append_tokens`,
+        as the reference, each row's last appended token."""
         ahead = self._ahead
         if ahead is not None and ahead.running:
             return ahead.next_tokens.copy()
         if self._boundary is not None:
             return self._boundary.copy()  # as the reference: the token to be replayed
-        if not self._loop.generated:
-            raise GenerationError("no tokens generated yet")
-        return self._loop.array("next_tokens").copy()
+        loop = self._loop
+        if not loop.generated:
+            if not loop.length:
+                raise GenerationError("no tokens yet: call append_tokens first")
+            return self._sequences[:, loop.length - 1].copy()
+        return loop.array("next_tokens").copy()
 
     def get_sequence(self, index: int) -> np.ndarray:
         """Row ``index``: prompt (padding included) + generated tokens, int32. With beam

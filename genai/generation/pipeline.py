@@ -66,6 +66,8 @@ class PipelineRunner:
         share_buffer: bool,
         pad_id: int,
         logits_rows: np.ndarray,
+        *,
+        padded: bool = True,
     ) -> None:
         io: DecoderIO = model.io
         if io.combined_kv:
@@ -77,6 +79,8 @@ class PipelineRunner:
         self.stages: tuple[PipelineStage, ...] = model.pipeline
         self.bindings = [session.new_binding() for session in model.stage_sessions]
         self.share_buffer, self.pad_id = share_buffer, pad_id
+        #: the id a prompt's trailing padding has (-1: none; batch 1)
+        self.prompt_pad = pad_id if padded else -1
         self.logits_rows = logits_rows
         self._past_of = dict(zip(io.present_keys, io.past_keys, strict=True))
         self._past_of.update(zip(io.present_values, io.past_values, strict=True))
@@ -195,7 +199,7 @@ class PipelineRunner:
             positions = np.zeros((b, count), io.mask_dtype)
             last = np.zeros(b, np.int32)
             tokens32 = np.ascontiguousarray(tokens, np.int32)
-            prefill_inputs(tokens32, self.pad_id, self.mask, positions, last)
+            prefill_inputs(tokens32, self.prompt_pad, self.mask, positions, last, self.pad_id)
             self.next_position = self.mask.sum(axis=1, dtype=np.int64)
         else:
             if b == 1:

@@ -191,11 +191,15 @@ class VisionRunner:
         search: SearchOptions,
         pad_id: int,
         loop: EmbedDecoderLoop,
+        *,
+        padded: bool = True,
     ) -> None:
         graphs = model.vision
         assert graphs is not None
         self.model, self.graphs, self.io = model, graphs, model.io
         self.batch, self.max_length, self.pad_id = batch, max_length, pad_id
+        #: the id a prompt's trailing padding has (-1: none; batch 1)
+        self.prompt_pad = pad_id if padded else -1
         self.loop = loop
         self.logits_rows = loop.array("logits_rows")
         self.decoder = model.session.new_binding()
@@ -778,7 +782,12 @@ class VisionRunner:
             self.mask = np.zeros((b, count), io.mask_dtype)
             positions = np.zeros((b, count), io.mask_dtype)
             prefill_inputs(
-                np.ascontiguousarray(tokens, np.int32), self.pad_id, self.mask, positions, last
+                np.ascontiguousarray(tokens, np.int32),
+                self.prompt_pad,
+                self.mask,
+                positions,
+                last,
+                self.pad_id,
             )
             self.next_position = self.mask.sum(axis=1, dtype=np.int64)
         else:

@@ -81,6 +81,14 @@ class LoopSettings:
     sampler: Sampler | None = None
     #: Top log-probabilities recorded per step (-1: no log-probabilities).
     logprobs: int = -1
+    #: Whether a prompt's trailing ``pad_id`` tokens are padding (masked): with a batch size
+    #: above 1; at batch size 1 (whatever the beams) they are tokens, as in the reference.
+    padded: bool = True
+
+    @property
+    def prompt_pad(self) -> int:
+        """The id a prompt's trailing padding has: ``pad_id``, or -1 (none) unless `padded`."""
+        return self.pad_id if self.padded else -1
 
 
 def new_loop(
@@ -93,7 +101,7 @@ def new_loop(
     """The native loop (``loop_class``, a `DecoderLoop` or a subclass) over ``session``
     (None: the model runs outside the loop) for ``settings``, with the KV handover ``kv``
     (``kv_pairs``, ``grow_kv``, ``kv_capacity``)."""
-    return loop_class(
+    loop = loop_class(
         session,
         input_ids=io.input_ids,
         attention_mask=io.attention_mask,
@@ -111,6 +119,8 @@ def new_loop(
         logprobs=settings.logprobs,
         **kv,
     )
+    loop.prompt_pad = settings.prompt_pad
+    return loop
 
 
 @runtime_checkable

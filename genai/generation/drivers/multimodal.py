@@ -69,7 +69,13 @@ class VisionDriver(RunnerSessions):
         # the loop's class runs the embedding graph too; the runner makes its other runs
         self.loop = loop = new_loop(io, None, settings, EmbedDecoderLoop, kv_pairs=[])
         self.runner = VisionRunner(
-            model, settings.rows, settings.max_length, search, settings.pad_id, loop
+            model,
+            settings.rows,
+            settings.max_length,
+            search,
+            settings.pad_id,
+            loop,
+            padded=settings.padded,
         )
         # the runs the loop does not make natively; through a weak reference, so that the
         # loop holds no cycle back to the driver: a dropped generator frees its bindings and

@@ -52,6 +52,7 @@ class PipelineDriver(RunnerSessions):
             search.past_present_share_buffer,
             settings.pad_id,
             loop.array("logits_rows"),
+            padded=settings.padded,
         )
 
     def prepare_prompt(self, tokens: np.ndarray, length: int) -> np.ndarray:

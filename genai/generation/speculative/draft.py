@@ -52,6 +52,7 @@ class DraftProposer:
             pad_id=pad_id,
             eos=eos,
             sampler=self.chain.loop_sampler,
+            padded=False,
         )
         self.model = draft
         self.driver = make_driver(draft, options, settings)
