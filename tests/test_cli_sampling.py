@@ -75,12 +75,53 @@ def test_a_seed_repeats_a_sampled_text(fixture_folders, capsys):
         (["--search", "no_such_option=1"], "unknown search option 'no_such_option'"),
         (["--top-p", "1.5"], "top_p"),
         (["--temperature", "-1"], "temperature"),
+        (["--search", "max_length=5"], "--search max_length: use --max-length"),
+        (["--search", "max_new_tokens=5"], "--search max_new_tokens: use --max-new-tokens"),
+        (["--search", "batch_size=2"], "--search batch_size: the command runs one prompt"),
     ],
 )
-def test_bad_sampling_values_exit_1_naming_the_problem(fixture_folders, capsys, flags, message):
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_bad_sampling_values_exit_1_naming_the_problem(
+    fixture_folders, capsys, monkeypatch, command, flags, message
+):
     folder = fixture_folders["gqa"]
-    assert main(["generate", "-m", str(folder), "x", *flags]) == 1
-    assert message in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x\n"))
+    prompt = ["x"] if command == "generate" else []
+    assert main([command, "-m", str(folder), *prompt, *flags]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("returned", [1, 2])
+def test_generate_prints_the_best_beam_hypotheses(fixture_folders, capsys, returned):
+    """With beam search the command prints the hypotheses the Python API returns, best first
+    (not a stream of one beam's tokens)."""
+    folder = fixture_folders["gqa"]
+    flags = ["--search", "num_beams=3", "--search", f"num_return_sequences={returned}"]
+    out = _cli_text(capsys, folder, *flags)
+    model = genai.Model(folder)
+    tokenizer = genai.Tokenizer(model)
+    ids = tokenizer.encode("abc de")
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=40, num_beams=3, num_return_sequences=returned)
+    generator = genai.Generator(model, params)
+    generator.append_tokens(ids)
+    while not generator.is_done():
+        generator.generate_next_token()
+    texts = [tokenizer.decode(generator.get_sequence(i)[len(ids) :]) for i in range(returned)]
+    if returned == 1:
+        assert out == texts[0] + "\n"
+    else:
+        assert out == "".join(
+            f"--- hypothesis {i + 1} of {returned}\n{text}\n" for i, text in enumerate(texts)
+        )
+    assert out != _cli_text(capsys, folder)  # not the greedy text
+
+
+def test_chat_refuses_beam_search(fixture_folders, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("abc\n"))
+    assert main(["chat", "-m", str(fixture_folders["gqa"]), "--search", "num_beams=2"]) == 1
+    assert "beam search (num_beams 2) needs `genai generate`" in capsys.readouterr().err
 
 
 def test_chat_takes_the_sampling_flags(fixture_folders, capsys, monkeypatch):

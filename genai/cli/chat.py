@@ -95,6 +95,11 @@ def _chat(args: argparse.Namespace) -> int:
     params = genai.GeneratorParams(model)
     params.set_search_options(**sampling, max_length=limit)
     generator = genai.Generator(model, params)
+    if generator.num_beams > 1:
+        raise InvalidArgumentError(
+            f"genai chat streams one reply and continues the conversation on it: beam search "
+            f"(num_beams {generator.num_beams}) needs `genai generate`"
+        )
     activate_adapters(model, generator, args.adapter)
     images = load_images(args.image)
     processor = image_processor(model) if images is not None else None

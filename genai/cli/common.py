@@ -130,6 +130,14 @@ def _search_value(name: str, text: str) -> object:
         raise InvalidArgumentError(f"--search {name}={text}: expected {what}") from None
 
 
+#: Search options the commands set themselves: what to use instead of ``--search``.
+_SET_BY_THE_COMMAND = {
+    "max_length": "use --max-length",
+    "max_new_tokens": "use --max-new-tokens",
+    "batch_size": "the command runs one prompt (batch size 1)",
+}
+
+
 def search_options(args: argparse.Namespace) -> dict[str, object]:
     """The search options the sampling flags and ``--search`` ask for."""
     options: dict[str, object] = {}
@@ -138,6 +146,8 @@ def search_options(args: argparse.Namespace) -> dict[str, object]:
         name = name.strip()
         if not sep or not name:
             raise InvalidArgumentError(f"--search {spec!r}: expected KEY=VALUE")
+        if name in _SET_BY_THE_COMMAND:
+            raise InvalidArgumentError(f"--search {name}: {_SET_BY_THE_COMMAND[name]}")
         options[name] = _search_value(name, text.strip())
     flags = {
         "temperature": args.temperature,

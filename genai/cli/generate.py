@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from typing import TextIO
 
 import genai
 from genai.cli.common import (
@@ -98,13 +99,16 @@ def _generate(args: argparse.Namespace) -> int:
     prefilled = time.perf_counter()
     new_tokens = 0
     out = sys.stdout
-    while not generator.is_done():
-        generator.generate_next_token()
-        new_tokens += 1
-        out.write(stream.decode(int(generator.get_next_tokens()[0])))
-        out.flush()
+    if generator.num_beams > 1:  # the best hypotheses are known only at the end
+        new_tokens = _print_beams(generator, tokenizer, len(ids), out)
+    else:
+        while not generator.is_done():
+            generator.generate_next_token()
+            new_tokens += 1
+            out.write(stream.decode(int(generator.get_next_tokens()[0])))
+            out.flush()
+        out.write("\n")
     finished = time.perf_counter()
-    out.write("\n")
     if args.verbose:
         decode_s = finished - prefilled
         rate = new_tokens / decode_s if decode_s > 0 else float("inf")
@@ -115,3 +119,21 @@ def _generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _print_beams(
+    generator: genai.Generator, tokenizer: genai.Tokenizer, prompt: int, out: TextIO
+) -> int:
+    """Beam search to the end, then each returned hypothesis (best first) without its
+    ``prompt`` tokens, one per paragraph; returns the steps run."""
+    steps = 0
+    while not generator.is_done():
+        generator.generate_next_token()
+        steps += 1
+    returned = generator.search.num_return_sequences
+    for index in range(returned):
+        if returned > 1:
+            out.write(f"--- hypothesis {index + 1} of {returned}\n")
+        out.write(tokenizer.decode(generator.get_sequence(index)[prompt:]) + "\n")
+    out.flush()
+    return steps
