@@ -481,3 +481,63 @@ def test_a_woken_waiter_never_holds_the_worker_mutex_while_it_waits_for_the_gil(
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[:2] == ["ok", "False"]  # the ring was full: nothing in flight
     assert float(done.stdout.split()[2]) >= 0.9  # the waiter did wait for the GIL
+
+
+def test_a_second_thread_is_refused_not_left_waiting(fixture_folders, monkeypatch):
+    """While one thread is inside a generator's method, another thread's call raises at once
+    (with decode ahead, two threads stepping one generator used to wait on each other
+    forever); once the first call returns, the other thread may go on."""
+    import threading
+
+    generator = make(genai.Model(fixture_folders["gqa"]), monkeypatch, True, max_length=30)
+    entered, release = threading.Event(), threading.Event()
+    run = generator._driver.run
+
+    def slow_run(*args, **kwargs):
+        entered.set()
+        assert release.wait(60)
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(generator._driver, "run", slow_run)
+    first = threading.Thread(target=generator.append_tokens, args=(PROMPT,))
+    first.start()
+    assert entered.wait(60)
+    for call in (generator.generate_next_token, generator.is_done, generator.get_logits):
+        with pytest.raises(GenaiError, match="in use by another thread"):
+            call()
+    release.set()
+    first.join(60)
+    assert not first.is_alive()
+    monkeypatch.setattr(generator._driver, "run", run)
+    plain = make(genai.Model(fixture_folders["gqa"]), monkeypatch, False, max_length=30)
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(generator.get_next_tokens().tolist())
+    assert tokens == plain_loop(plain, PROMPT)[0]
+
+
+def test_two_threads_stepping_one_generator_end(fixture_folders, monkeypatch):
+    """Two threads running the per-token loop on one generator: both end (one of them is
+    told the generator is in use), neither waits forever."""
+    import threading
+
+    generator = make(genai.Model(fixture_folders["gqa"]), monkeypatch, True, max_length=128)
+    generator.append_tokens(PROMPT)
+    errors: list[str] = []
+
+    def loop() -> None:
+        try:
+            while not generator.is_done():
+                generator.generate_next_token()
+                generator.get_next_tokens()
+        except GenaiError as error:
+            errors.append(str(error))
+
+    threads = [threading.Thread(target=loop) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads), "a thread is still waiting"
+    assert all("in use by another thread" in error for error in errors)

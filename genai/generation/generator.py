@@ -25,9 +25,12 @@ to the constraints and the stop-string matchers; a row that hits a stop string i
 from __future__ import annotations
 
 import copy
+import functools
+import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -75,6 +78,38 @@ def _tokenizer_of(model: Model) -> Any:
     return found
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_thread_at_a_time(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``method`` of a `Generator`, refused with a `GenerationError` while another thread is
+    inside one of the generator's guarded methods (a generator keeps one sequence of steps;
+    from two threads at once they would interleave, or wait on each other's run-ahead
+    forever). Calls nested in the same thread pass."""
+
+    @functools.wraps(method)
+    def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        self = args[0]
+        assert isinstance(self, Generator)
+        busy = self._busy
+        if not busy.acquire(blocking=False):
+            if self._busy_thread == threading.get_ident():
+                return method(*args, **kwargs)  # nested in the same thread
+            raise GenerationError(
+                f"Generator.{method.__name__}: this generator is in use by another thread; "
+                "a generator takes one thread at a time (use one per thread, or genai.Engine)"
+            )
+        self._busy_thread = threading.get_ident()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            self._busy_thread = None
+            busy.release()
+
+    return guarded
+
+
 @dataclass(frozen=True)
 class KVSnapshot:
     """Tokens and KV cache of a generator at one point (see `Generator.snapshot`)."""
@@ -95,6 +130,9 @@ class Generator:
     onnxruntime-genai's ``Generator``)."""
 
     def __init__(self, model: Model, params: GeneratorParams) -> None:
+        #: held while a thread is inside a guarded method (`_one_thread_at_a_time`)
+        self._busy = threading.Lock()
+        self._busy_thread: int | None = None
         self.model = model
         self.search = copy.deepcopy(params.search)
         check_speculative(params.speculative, model.config, self.search, params.draft_model)
@@ -277,6 +315,7 @@ class Generator:
             )
 
     # --- feeding tokens -------------------------------------------------------------------------
+    @_one_thread_at_a_time
     def append_tokens(self, tokens: np.ndarray | list[int] | list[list[int]]) -> None:
         """Append prompt tokens (1-D for batch 1, or [batch, length]) and run the model on them
         now. Later calls continue the sequence (batch 1)."""
@@ -341,6 +380,7 @@ class Generator:
         if self._spec is not None:
             self._spec.appended()
 
+    @_one_thread_at_a_time
     def set_active_adapter(self, adapters: Adapters, name: str) -> None:
         """Activate the LoRA adapter ``name`` loaded in ``adapters`` for this generator's
         runs; several adapters may be active at once (onnxruntime-genai's API)."""
@@ -350,6 +390,7 @@ class Generator:
             self._spec.forward("set_active_adapter", adapters, name)
 
     # --- steps ----------------------------------------------------------------------------------
+    @_one_thread_at_a_time
     def generate_next_token(self) -> None:
         """Run the model on pending tokens if needed, choose the next token per row and append
         it."""
@@ -488,6 +529,7 @@ class Generator:
             self._driver.reorder(order)
         loop.push_tokens(beams.next_tokens, beams.all_done)
 
+    @_one_thread_at_a_time
     def generate_until_done(self, max_new_tokens: int | None = None) -> int:
         """Run greedy steps until every row is done, max_length, or ``max_new_tokens`` steps,
         in one GIL-free block; returns the number of steps made. Same tokens as calling
@@ -536,6 +578,7 @@ class Generator:
             loop.array("top_logprobs")[:, :n].copy(),
         )
 
+    @_one_thread_at_a_time
     def set_row_search_options(self, row: int, **options: float | int | bool) -> None:
         """Per-row sampling options in a batch (beyond the reference): do_sample,
         temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
@@ -560,6 +603,7 @@ class Generator:
         if seed is not None:
             self._chain.seed(int(seed), row=row, stream=0)  # as a batch-1 run with that seed
 
+    @_one_thread_at_a_time
     def is_done(self) -> bool:
         """True when every row finished (EOS, a stop string; beam search: every batch entry has
         its hypotheses) or the sequence reached max_length or max_new_tokens."""
@@ -608,6 +652,7 @@ class Generator:
         return FinishReason.NONE
 
     # --- reading state --------------------------------------------------------------------------
+    @_one_thread_at_a_time
     def get_next_tokens(self) -> np.ndarray:
         """The tokens chosen by the last step, int32 [batch]; right after `append_tokens`,
         as the reference, each row's last appended token."""
@@ -648,6 +693,7 @@ class Generator:
             return self._spec.visible  # the round's tokens emitted so far
         return int(self._loop.length) - (self._boundary is not None)
 
+    @_one_thread_at_a_time
     def get_logits(self) -> np.ndarray:
         """A copy of the logits the next token is chosen from, float32 [batch, 1, vocab]
         (runs the model on a pending token first, as the reference)."""
@@ -664,6 +710,7 @@ class Generator:
             self._driver.run()
         return self._logits_rows[:, None, :].copy()
 
+    @_one_thread_at_a_time
     def set_logits(self, logits: np.ndarray) -> None:
         """Replace the logits the next token is chosen from ([batch, vocab] or
         [batch, 1, vocab], float32)."""
@@ -702,6 +749,7 @@ class Generator:
         return self._driver.read_input(name)
 
     # --- model inputs and run options -----------------------------------------------------------
+    @_one_thread_at_a_time
     def set_model_input(self, name: str, value: np.ndarray) -> None:
         """Feed graph input ``name`` with ``value`` (a copy is bound) in this generator's runs
         from the next one on: an input the model takes beyond ids, mask, positions and KV
@@ -724,6 +772,7 @@ class Generator:
         else:
             self._missing_inputs.add(name)
 
+    @_one_thread_at_a_time
     def set_inputs(self, named_tensors: Any) -> None:
         """The reference's input path for multimodal models: a processor's output
         (``input_ids`` with the image placeholders, pixel values, ...) is appended and run
@@ -794,6 +843,7 @@ class Generator:
         speculative decoding); see `genai.generation.speculative.stats`."""
         return plain_stats() if self._spec is None else self._spec.stats()
 
+    @_one_thread_at_a_time
     def rewind_to(self, length: int) -> None:
         """Drop the tokens after the first ``length``, as the reference does. The token that
         sat at index ``length`` is replayed: the next `generate_next_token`,
@@ -814,6 +864,7 @@ class Generator:
         self._cut(length + 1, visible=length)
         self._boundary = boundary
 
+    @_one_thread_at_a_time
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` tokens and continue from there (beyond the reference):
         the next step recomputes token ``length - 1`` and chooses the token at index
@@ -874,6 +925,7 @@ class Generator:
         if self.search.max_new_tokens:
             self._stop_length = min(self.max_length, self._gen_start + self.search.max_new_tokens)
 
+    @_one_thread_at_a_time
     def snapshot(self) -> KVSnapshot:
         """The state after the tokens so far (tokens and their KV cache), to start other
         generators from (`restore`) without recomputing them: e.g. after a system prompt.
@@ -895,6 +947,7 @@ class Generator:
             kv=driver.snapshot_kv(length),
         )
 
+    @_one_thread_at_a_time
     def restore(self, snapshot: KVSnapshot) -> None:
         """Continue from ``snapshot`` (made by `snapshot` on a generator of the same model and
         KV layout): the same tokens follow as after appending those tokens here."""
