@@ -7,6 +7,7 @@ punctuation)."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import itertools
 import json
 import logging
@@ -553,3 +554,60 @@ def test_genai_serve_empty_key_and_body_limit_options(fixture_folders):
         big = httpx.post(url + "/v1/completions", json={"prompt": "x" * 2000, "max_tokens": 2})
         assert "1000 bytes" in _error(big, 413)["message"]
     assert "API key is empty" in process.stderr.read()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--port", "99999"], "--port must be <= 65535, got 99999"),
+        (["--port", "-1"], "--port must be >= 0, got -1"),
+        (["--max-slots", "0"], "--max-slots must be >= 1, got 0"),
+        (["--max-queue", "-1"], "--max-queue must be >= 0, got -1"),
+        (["--timeout", "0"], "--timeout must be > 0, got 0.0"),
+        (["--timeout", "nan"], "--timeout must be > 0, got nan"),
+        (["--prefill-chunk", "0"], "--prefill-chunk must be >= 1, got 0"),
+        (["--prefix-cache-mb", "-1"], "--prefix-cache-mb must be >= 0, got -1"),
+        (["--switch-interval", "-1"], "--switch-interval must be >= 0, got -1.0"),
+        (["--lanes", "0"], "--lanes must be >= 1, got 0"),
+        (["--max-body-bytes", "0"], "--max-body-bytes must be >= 1, got 0"),
+        (["--speculative-max-streams", "0"], "--speculative-max-streams must be >= 1, got 0"),
+        (["--shutdown-timeout", "-2"], "--shutdown-timeout must be >= 0, got -2.0"),
+        (["--log-level", "bogus"], "--log-level 'bogus': expected one of critical, error"),
+        (["--ray", "--min-replicas", "3", "--max-replicas", "2"], "--min-replicas 3 exceeds"),
+    ],
+)
+def test_out_of_range_serve_flags_exit_1_before_loading(tmp_path, capsys, flags, message):
+    """Each flag is checked before any model loads: the folder here does not even exist."""
+    from genai.cli import main
+
+    assert main(["serve", "-m", str(tmp_path / "absent"), *flags]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "absent" not in err
+
+
+def test_ctrl_c_cuts_open_streams_after_the_shutdown_timeout(smollm2_path):
+    """The first Ctrl-C stops `genai serve` though a stream is still generating: open requests
+    get --shutdown-timeout seconds, then they are cut (uvicorn alone waits for every stream to
+    end)."""
+    import signal
+
+    with serve_command(smollm2_path, "--shutdown-timeout", "0.5") as (url, process):
+        body = {
+            "prompt": "Count: 1, 2, 3,",
+            "max_tokens": 6000,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        lines = []
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as reply:
+            assert reply.status_code == 200
+            chunks = reply.iter_lines()
+            while not lines:
+                lines = [line for line in [next(chunks)] if line.startswith("data: {")]
+            process.send_signal(signal.SIGINT)
+            with contextlib.suppress(httpx.HTTPError):
+                lines += list(chunks)
+        # far fewer than 6000 tokens came: the stream was cut, not waited for
+        assert "data: [DONE]" not in lines
+        assert len(lines) < 3000
+        assert process.wait(120) in (0, 130, -signal.SIGINT)

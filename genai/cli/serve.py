@@ -10,7 +10,7 @@ from pathlib import Path
 from genai import hub
 from genai.cli.common import add_model_option, default_model, load_model
 from genai.cli.registry import command
-from genai.errors import MissingDependencyError
+from genai.errors import InvalidArgumentError, MissingDependencyError
 from genai.runtime.model import Model
 from genai.serve.speculative import SpeculativeServing
 
@@ -137,7 +137,17 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
         "last bits from the same request served beside others); default: at least two rows, "
         "so that a request's tokens never depend on what else runs",
     )
-    serve.add_argument("--log-level", default="info", help="uvicorn log level")
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="after Ctrl-C or SIGTERM, seconds open requests (streams) may take to finish "
+        "before they are cut (default 5; a second Ctrl-C cuts them at once)",
+    )
+    serve.add_argument(
+        "--log-level", default="info", help=f"uvicorn log level: {', '.join(LOG_LEVELS)}"
+    )
     ray = serve.add_argument_group("Ray Serve (scale-out; needs the 'ray' extra)")
     ray.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
     ray.add_argument(
@@ -150,6 +160,54 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
     ray.add_argument("--min-replicas", type=int, metavar="N", help="autoscaling lower bound")
     ray.add_argument("--max-replicas", type=int, metavar="N", help="autoscaling upper bound")
     serve.set_defaults(handler=_serve)
+
+
+#: uvicorn's log levels.
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+#: Numeric flags and their bounds: (attribute, lowest allowed, highest allowed or None, lowest
+#: excluded); a flag left unset (None) is not checked.
+_BOUNDS: tuple[tuple[str, float, float | None, bool], ...] = (
+    ("port", 0, 65535, False),
+    ("max_slots", 1, None, False),
+    ("max_queue", 0, None, False),
+    ("timeout", 0, None, True),
+    ("prefill_chunk", 1, None, False),
+    ("prefix_cache_mb", 0, None, False),
+    ("threads", 1, None, False),
+    ("switch_interval", 0, None, False),
+    ("lanes", 1, None, False),
+    ("max_body_bytes", 1, None, False),
+    ("speculative_max_streams", 1, None, False),
+    ("shutdown_timeout", 0, None, False),
+    ("replicas", 1, None, False),
+    ("min_replicas", 1, None, False),
+    ("max_replicas", 1, None, False),
+)
+
+
+def check_serve_flags(args: argparse.Namespace) -> None:
+    """Refuse out-of-range flags (`InvalidArgumentError` naming the flag) before any model
+    loads."""
+    for name, low, high, low_excluded in _BOUNDS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value != value or (value <= low if low_excluded else value < low):  # NaN too
+            relation = ">" if low_excluded else ">="
+            raise InvalidArgumentError(f"{flag} must be {relation} {low:g}, got {value}")
+        if high is not None and value > high:
+            raise InvalidArgumentError(f"{flag} must be <= {high:g}, got {value}")
+    if args.log_level.lower() not in LOG_LEVELS:
+        raise InvalidArgumentError(
+            f"--log-level {args.log_level!r}: expected one of {', '.join(LOG_LEVELS)}"
+        )
+    args.log_level = args.log_level.lower()
+    if args.min_replicas and args.max_replicas and args.min_replicas > args.max_replicas:
+        raise InvalidArgumentError(
+            f"--min-replicas {args.min_replicas} exceeds --max-replicas {args.max_replicas}"
+        )
 
 
 def _serve_ray(args: argparse.Namespace) -> int:
@@ -210,6 +268,7 @@ def _serve_ray(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    check_serve_flags(args)
     speculative = None
     if args.speculative:
         speculative = SpeculativeServing.parse(
@@ -273,6 +332,7 @@ def _serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         allowed_origins=args.allowed_origin,
         webui=not args.no_webui,
+        shutdown_timeout=args.shutdown_timeout,
         **http,
     )
     return 0

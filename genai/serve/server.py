@@ -23,9 +23,11 @@ def run_server(
     allowed_origins: Sequence[str] = (),
     max_body_bytes: int | None = None,
     webui: bool = True,
+    shutdown_timeout: float = 5.0,
 ) -> None:
     """Serve ``engine`` until interrupted (``api_key``, ``allowed_origins``,
-    ``max_body_bytes``, ``webui``: see `create_app`)."""
+    ``max_body_bytes``, ``webui``: see `create_app`); after the signal, open requests get
+    ``shutdown_timeout`` seconds to finish before they are cut."""
     import uvicorn
 
     app = create_app(
@@ -35,7 +37,14 @@ def run_server(
         max_body_bytes=max_body_bytes,
         webui=webui,
     )
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=shutdown_timeout,
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
