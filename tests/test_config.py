@@ -218,3 +218,67 @@ def test_sliding_window_slides_default_to_true_as_in_the_reference(tmp_path):
         slide_key_value_cache=False, slide_inputs=False
     )
     genai.Config(write(tmp_path / "gqa", doc))
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("decoder", "num_hidden_layers"), 1, "num_hidden_layers is 1 in .* more layers"),
+        (("decoder", "num_key_value_heads"), 4, "num_key_value_heads gives 4 KV heads .* has 2"),
+        (("decoder", "head_size"), 8, "head_size gives 8 head size .* has 16"),
+        (("vocab_size",), 60, "vocab_size is 60 .* logits .* are 64 wide"),
+    ],
+)
+def test_sizes_the_graph_contradicts_are_config_errors(tmp_path, path, value, message):
+    """A config whose sizes disagree with the graph's fixed dimensions fails at load with a
+    ConfigError naming the key, not at the first step inside ORT."""
+    from genai.testing.models import write_gqa_decoder
+
+    folder = write_gqa_decoder(tmp_path, name="sizes")
+    config_file = folder / "genai_config.json"
+    config = json.loads(config_file.read_text())
+    section = config["model"]
+    for key in path[:-1]:
+        section = section[key]
+    section[path[-1]] = value
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(genai.ConfigError, match=message):
+        genai.Model(folder)
+
+
+def test_a_decoder_type_without_a_decoder_section_says_so(tmp_path):
+    from genai.testing.models import write_gqa_decoder
+
+    folder = write_gqa_decoder(tmp_path, name="nodecoder")
+    config_file = folder / "genai_config.json"
+    config = json.loads(config_file.read_text())
+    del config["model"]["decoder"]
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(genai.ConfigError, match="no model.decoder section"):
+        genai.Model(folder)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("context_length",), 0, r"context_length must be in \[1, 2147483647\]"),
+        (("context_length",), 2**40, r"context_length must be in \[1, 2147483647\]"),
+        (("vocab_size",), 0, r"vocab_size must be in \[1, 2147483647\]"),
+        (("vocab_size",), -5, r"vocab_size must be in \[1, 2147483647\]"),
+        (("decoder", "num_hidden_layers"), -1, "num_hidden_layers must be >= 0"),
+        (("decoder", "head_size"), -16, "head_size must be >= 0"),
+    ],
+)
+def test_sizes_out_of_range_are_config_errors(tmp_path, path, value, message):
+    from genai.testing.models import write_gqa_decoder
+
+    folder = write_gqa_decoder(tmp_path, name="range")
+    config_file = folder / "genai_config.json"
+    config = json.loads(config_file.read_text())
+    section = config["model"]
+    for key in path[:-1]:
+        section = section[key]
+    section[path[-1]] = value
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(genai.ConfigError, match=message):
+        genai.Config(folder)

@@ -924,12 +924,29 @@ def window_slides(window: Mapping[str, Any] | None) -> bool:
     return bool(window.get("slide_key_value_cache", True) or window.get("slide_inputs", True))
 
 
+#: Token ids and positions are int32 in the graphs.
+INT32_MAX = 2**31 - 1
+
+#: The decoder's size keys, none of them negative.
+_DECODER_SIZES = (
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_size",
+    "hidden_size",
+)
+
+
 class Config:
     """A model folder's ``genai_config.json``, validated.
 
     ``Config(path)`` takes the model folder (or the json file itself). ``strict=False`` turns
     unknown keys into warnings. The provider-editing methods mirror onnxruntime-genai's.
     """
+
+    #: Whether ``model.vocab_size`` describes the decoder's own graph (False in a draft's
+    #: config, which inherits its target's: the draft's width is checked against the target).
+    own_vocab_size: bool = True
 
     def __init__(self, path: str | os.PathLike[str], *, strict: bool = True) -> None:
         given = Path(path)
@@ -1028,9 +1045,21 @@ class Config:
         for key in ("type", "context_length"):
             if key not in model:
                 raise ConfigError(f"model.{key} is required in {self.file}")
-        if model["context_length"] <= 0:
-            raise ConfigError(f"model.context_length must be positive in {self.file}")
+        if not 0 < model["context_length"] <= INT32_MAX:
+            raise ConfigError(
+                f"model.context_length must be in [1, {INT32_MAX}] in {self.file}, "
+                f"got {model['context_length']}"
+            )
+        vocab = model.get("vocab_size")
+        if vocab is not None and not 0 < vocab <= INT32_MAX:
+            raise ConfigError(
+                f"model.vocab_size must be in [1, {INT32_MAX}] in {self.file}, got {vocab}"
+            )
         decoder = model.get("decoder")
+        for key in _DECODER_SIZES:
+            value = (decoder or {}).get(key)
+            if value is not None and value < 0:
+                raise ConfigError(f"model.decoder.{key} must be >= 0 in {self.file}, got {value}")
         if decoder is not None and "filename" in decoder:
             self.resolve_file(decoder["filename"], "model.decoder.filename", must_exist=False)
         if decoder is not None and decoder.get("sliding_window") is not None:

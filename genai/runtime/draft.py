@@ -58,6 +58,7 @@ def draft_config(config: Config) -> Config:
     data = copy.deepcopy(config._data)
     data["model"]["decoder"] = data["model"].pop("draft")
     draft._data = data
+    draft.own_vocab_size = False  # the target's: load_draft compares the widths
     return draft
 
 

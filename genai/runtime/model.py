@@ -287,10 +287,13 @@ class Model:
         pipelined = model_type == PIPELINE_TYPE
         vision = model_type in VISION_TYPES
         encoder_decoder = model_type in ENCODER_DECODER_TYPES
-        if not pipelined and (
-            (model_type not in DECODER_ONLY_TYPES and not vision and not encoder_decoder)
-            or self.config.get("model.decoder") is None
-        ):
+        known = model_type in DECODER_ONLY_TYPES or vision or encoder_decoder
+        if not pipelined and known and self.config.get("model.decoder") is None:
+            raise ConfigError(
+                f"{self.config.file} has no model.decoder section (model.type {model_type!r} "
+                "needs one: its graph's filename, inputs, outputs and sizes)"
+            )
+        if not pipelined and not known:
             raise UnsupportedFeatureError(
                 f"model.type {model_type!r} in {self.config.file} is not supported yet; "
                 f"supported decoder-only types: {', '.join(sorted(DECODER_ONLY_TYPES))}, "
@@ -837,6 +840,51 @@ class _StageUnion:
             self.output_shapes.update(session.output_shapes)
 
 
+def _check_graph_sizes(
+    config: Config,
+    shapes: dict[str, Any],
+    where: str,
+    layers: tuple[int, Any, dict[str, Any]],
+    kv: tuple[int, int, str | None, tuple[str, ...]],
+    vocab: tuple[int, Any],
+) -> None:
+    """Refuse a config whose sizes the graph contradicts (`ConfigError` naming both), before
+    a run fails inside ORT: a graph with more layers than ``num_hidden_layers``, KV inputs
+    whose fixed head count or head size differ from the config's, logits whose fixed width is
+    not ``vocab_size``."""
+    num_layers, past_keys, names_in = layers
+    if past_keys is not None and num_layers:
+        template = names_in.get("past_key_names", "past_key_values.%d.key")
+        beyond = _layer_names(template, num_layers + 1)[-1]
+        if beyond in shapes:
+            raise ConfigError(
+                f"model.decoder.num_hidden_layers is {num_layers} in {config.file}, but {where} "
+                f"has more layers (input {beyond!r})"
+            )
+    kv_heads, head_size, past_key, past_values = kv
+    key_shape = shapes.get(past_key) if past_key else None
+    value_shape = shapes.get(past_values[0]) if past_values else None
+    checks = (
+        (key_shape, 1, kv_heads, "num_key_value_heads", "KV heads"),
+        (value_shape, 3, head_size, "head_size", "head size"),
+    )
+    for shape, axis, expected, key, what in checks:
+        if shape is None or len(shape) != 4 or not expected:
+            continue
+        dim = shape[axis]
+        if isinstance(dim, int) and dim > 0 and dim != expected:
+            raise ConfigError(
+                f"model.decoder.{key} gives {expected} {what} in {config.file}, but {where} "
+                f"has {dim} (KV input shape {list(shape)})"
+            )
+    expected_vocab, width = vocab
+    if config.own_vocab_size and isinstance(width, int) and width > 0 and width != expected_vocab:
+        raise ConfigError(
+            f"model.vocab_size is {expected_vocab} in {config.file}, but the logits of {where} "
+            f"are {width} wide"
+        )
+
+
 def _describe_io(config: Config, session: Any, where: str | None = None) -> DecoderIO:
     inputs = session.input_dtypes
     outputs = session.output_dtypes
@@ -912,6 +960,14 @@ def _describe_io(config: Config, session: Any, where: str | None = None) -> Deco
         vocab = logits_shape[-1]
     if vocab is None:
         raise ConfigError(f"model.vocab_size is missing in {config.file}")
+    _check_graph_sizes(
+        config,
+        getattr(session, "input_shapes", {}),
+        where,
+        layers=(num_layers, None if combined else past_k, names_in),
+        kv=(kv_heads, head_size, past_k[0] if past_k and not combined else None, past_v),
+        vocab=(int(vocab), logits_shape[-1]),
+    )
     id_dtype = dtype_of(input_ids, inputs, "input")
     mask_dtype = dtype_of(mask, inputs, "input") if mask else id_dtype
     window_size, window_layers, window_slack = _sliding_window(config, num_layers, present_k)
