@@ -641,6 +641,33 @@ def test_chat_template_errors(ours, ref):
         tok.apply_chat_template(CHAT, template_str="{{ messages.__class__.__mro__ }}")
 
 
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ('{{ "x" * 10**10 }}', "would make 10000000000 items"),
+        ("{{ [0] * 10**9 }}", "would make 1000000000 items"),
+        ("{{ 2 ** 100000000 }}", "too large"),
+        ('{% for i in range(100000) %}{{ "x" * 1000 }}{% endfor %}', "rendered text passes"),
+        ("{{ 1 / 0 }}", "ZeroDivisionError"),
+        ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
+    ],
+)
+def test_runaway_templates_are_chat_template_errors(template, message):
+    """What would exhaust memory or the stack is a ChatTemplateError, not an OOM kill or a
+    bare Python exception; ordinary repetition and arithmetic still render."""
+    with pytest.raises(ChatTemplateError, match=message):
+        render_chat_template(template, CHAT)
+    assert render_chat_template('{{ "ab" + "c" }}{{ "-" * 3 }}{{ 2 ** 10 }}', CHAT) == "abc---1024"
+
+
+def test_malformed_template_sources_are_chat_template_errors(tmp_path):
+    with pytest.raises(ChatTemplateError, match="not int"):
+        select_chat_template(5)
+    (tmp_path / "chat_template.jinja").write_bytes(b"{{ 1 }}\xff\xfe")
+    with pytest.raises(ChatTemplateError, match="not UTF-8"):
+        load_chat_template(tmp_path)
+
+
 def test_chat_template_module_rules(tmp_path):
     # A list of named templates: "default" normally, "tool_use" when tools are given.
     listed = [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]

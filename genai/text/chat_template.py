@@ -92,9 +92,52 @@ def _strftime_now(format: str) -> str:
     return datetime.now().strftime(format)
 
 
+#: The longest string, list or rendered text a template may make (characters or items):
+#: far above any real prompt, far below what exhausts memory.
+MAX_TEMPLATE_OUTPUT = 1 << 26
+
+#: The most bits an integer a template computes with ``**`` may have.
+_MAX_POWER_BITS = 1 << 16
+
+
+def _size_of(value: Any) -> int | None:
+    return len(value) if isinstance(value, (str, list, tuple)) else None
+
+
+class _BoundedEnvironment(ImmutableSandboxedEnvironment):
+    """The sandbox, with ``*``, ``+`` and ``**`` refused where their result would exceed
+    `MAX_TEMPLATE_OUTPUT` items (``"x" * 10**10``) or `_MAX_POWER_BITS` bits (``9**9**9``)."""
+
+    intercepted_binops = frozenset({"*", "+", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        size: float = 0
+        if operator == "*":
+            for seq, count in ((left, right), (right, left)):
+                n = _size_of(seq)
+                if n is not None and isinstance(count, int):
+                    size = n * count
+        elif operator == "+":
+            a, b = _size_of(left), _size_of(right)
+            if a is not None and b is not None:
+                size = a + b
+        elif (
+            isinstance(left, int)
+            and isinstance(right, int)
+            and abs(left) > 1
+            and abs(left).bit_length() * right > _MAX_POWER_BITS
+        ):
+            raise jinja2.exceptions.SecurityError(f"{left} ** {right} is too large")
+        if size > MAX_TEMPLATE_OUTPUT:
+            raise jinja2.exceptions.SecurityError(
+                f"the {operator!r} would make {size} items (at most {MAX_TEMPLATE_OUTPUT})"
+            )
+        return super().call_binop(context, operator, left, right)
+
+
 @functools.lru_cache(maxsize=32)
 def _compile(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(
+    env = _BoundedEnvironment(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[jinja2.ext.loopcontrols, _GenerationBlock],
@@ -238,6 +281,11 @@ def select_chat_template(
         return None
     if isinstance(chat_template, str):
         return chat_template
+    if not isinstance(chat_template, Sequence):
+        raise ChatTemplateError(
+            "chat_template must be a string or a list of {'name', 'template'} objects, not "
+            f"{type(chat_template).__name__}"
+        )
     named: dict[str, str] = {}
     for entry in chat_template:
         if not isinstance(entry, Mapping) or not isinstance(entry.get("template"), str):
@@ -277,7 +325,10 @@ def load_chat_template(
         return source
     path = folder / CHAT_TEMPLATE_FILE
     if path.is_file():
-        return path.read_text(encoding="utf-8")
+        try:
+            return path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ChatTemplateError(f"{path} is not UTF-8 text: {exc}") from exc
     return None
 
 
@@ -309,11 +360,34 @@ def render_chat_template(
     variables["tools"] = parse_tools(tools)
     variables["add_generation_prompt"] = bool(add_generation_prompt)
     try:
-        return compiled.render(**variables)
+        return _render_bounded(compiled, variables)
     except jinja2.exceptions.TemplateError as exc:
         raise ChatTemplateError(f"chat template raised an error: {exc}") from exc
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        ArithmeticError,
+        RecursionError,
+        MemoryError,
+    ) as exc:
         raise ChatTemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _render_bounded(compiled: jinja2.Template, variables: dict[str, Any]) -> str:
+    """``compiled`` rendered, stopped once the text passes `MAX_TEMPLATE_OUTPUT` characters."""
+    parts: list[str] = []
+    total = 0
+    for part in compiled.generate(**variables):
+        total += len(part)
+        if total > MAX_TEMPLATE_OUTPUT:
+            raise jinja2.exceptions.SecurityError(
+                f"the rendered text passes {MAX_TEMPLATE_OUTPUT} characters"
+            )
+        parts.append(part)
+    return "".join(parts)
 
 
 #: The tool a template is probed with by `template_supports_tools` (a name no real tool has).
