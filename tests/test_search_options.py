@@ -75,6 +75,8 @@ def test_bad_names_and_types(models, options, message):
         ({"temperature": -1}, "temperature"),
         ({"repetition_penalty": 0}, "repetition_penalty"),
         ({"min_length": -1}, "min_length"),
+        ({"top_logprobs": 60000}, r"top_logprobs \(60000\) cannot exceed the vocabulary \(49152\)"),
+        ({"top_logprobs": 10**9}, r"top_logprobs \(1000000000\) cannot exceed the vocabulary"),
     ],
 )
 def test_ranges_checked_when_generator_is_created(models, options, message):

@@ -816,7 +816,7 @@ class Engine:
         if search.temperature == 0.0:
             search.do_sample, search.temperature = False, 1.0
         try:
-            search.validate(self._context)
+            search.validate(self._context, self._vocab)
         except Exception as exc:
             raise GenerationError(str(exc)) from None
         if search.do_sample and search.top_k == 0 and search.top_p <= 0.0:

@@ -136,7 +136,7 @@ class Generator:
         self.model = model
         self.search = copy.deepcopy(params.search)
         check_speculative(params.speculative, model.config, self.search, params.draft_model)
-        self.search.validate(model.config.context_length)
+        self.search.validate(model.config.context_length, model.io.vocab_size)
         io = self._io = model.io
         search = self.search
         config = model.config

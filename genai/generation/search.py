@@ -138,8 +138,9 @@ class SearchOptions:
             if name not in self.EXTENSIONS or value != getattr(defaults, name)
         }
 
-    def validate(self, context_length: int) -> None:
-        """Check ranges against the model; raise `SearchOptionError` naming the option."""
+    def validate(self, context_length: int, vocab_size: int | None = None) -> None:
+        """Check ranges against the model (its context length and, when given, its vocabulary
+        size); raise `SearchOptionError` naming the option."""
 
         def need(ok: bool, message: str) -> None:
             if not ok:
@@ -177,6 +178,11 @@ class SearchOptions:
         need(self.random_seed >= -1, f"random_seed ({self.random_seed}) must be >= -1")
         need(0.0 <= self.min_p <= 1.0, f"min_p ({self.min_p}) must be in [0, 1]")
         need(self.top_logprobs >= 0, f"top_logprobs ({self.top_logprobs}) must be >= 0")
+        if vocab_size is not None:
+            need(
+                self.top_logprobs <= vocab_size,
+                f"top_logprobs ({self.top_logprobs}) cannot exceed the vocabulary ({vocab_size})",
+            )
         need(
             self.kv_initial_capacity >= 0,
             f"kv_initial_capacity ({self.kv_initial_capacity}) must be >= 0",
