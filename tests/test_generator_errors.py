@@ -147,3 +147,44 @@ def test_every_genai_error_class_shares_one_base():
         error, NotImplementedError
     )
     assert "StreamingProcessor.process" in str(error) and "docs/differences.md" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "batch", "message"),
+    [
+        ([], 1, "append_tokens needs at least one token"),
+        (np.zeros((1, 0), np.int32), 1, "append_tokens needs at least one token"),
+        ([[1, 2], [3]], 2, "rectangular"),
+    ],
+)
+def test_empty_or_ragged_tokens(model, tokens, batch, message):
+    with pytest.raises(ValueError, match=message):
+        make(model, batch_size=batch).append_tokens(tokens)
+
+
+@pytest.mark.parametrize("bad", [1.5, "2", None])
+def test_lengths_and_indices_must_be_ints(model, bad):
+    generator = make(model)
+    generator.append_tokens(np.array([5, 6, 7], np.int32))
+    generator.generate_next_token()
+    for call in (generator.rewind_to, generator.truncate, generator.get_sequence):
+        with pytest.raises(genai.ArgumentTypeError, match="must be an int, not"):
+            call(bad)
+    generator.rewind_to(np.int64(2))  # NumPy integers are ints
+    assert generator.get_sequence(np.int32(0)).tolist() == [5, 6]
+
+
+def test_constructors_check_their_argument_types(model, fixture_folders):
+    params = genai.GeneratorParams(model)
+    with pytest.raises(genai.ArgumentTypeError, match="model must be a genai.Model, not str"):
+        genai.Generator(str(fixture_folders["gqa"]), params)
+    with pytest.raises(genai.ArgumentTypeError, match="params must be a genai.GeneratorParams"):
+        genai.Generator(model, None)
+    with pytest.raises(genai.ArgumentTypeError, match="model must be a genai.Model, not str"):
+        genai.GeneratorParams(str(fixture_folders["gqa"]))
+
+
+def test_removing_model_data_never_added_is_an_error(fixture_folders):
+    config = genai.Config(fixture_folders["gqa"])
+    with pytest.raises(RuntimeError, match="Model data for 'nothing.onnx' was not found."):
+        config.remove_model_data("nothing.onnx")

@@ -480,6 +480,10 @@ def test_bad_inputs(ours):
         tok.encode_batch(["a", 1])
     with pytest.raises(ValueError, match="empty"):
         tok.encode_batch([])
+    with pytest.raises(ValueError, match="not valid Unicode: surrogates not allowed at index 1"):
+        tok.encode("a\ud800b")
+    with pytest.raises(ValueError, match=r"texts\[1\] is not valid Unicode"):
+        tok.encode_batch(["a", "\udfff"])
     with pytest.raises(ValueError, match="2-D"):
         tok.decode_batch(np.array([1, 2], dtype=np.int32))
     with pytest.raises(TypeError, match="str"):

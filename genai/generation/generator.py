@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import operator
 import threading
 import weakref
 from collections.abc import Callable
@@ -76,6 +77,15 @@ def _tokenizer_of(model: Model) -> Any:
     if found is None:
         found = _TOKENIZERS[model] = Tokenizer(model)
     return found
+
+
+def _as_index(value: Any, what: str) -> int:
+    """``value`` as an int (Python or NumPy integers); `ArgumentTypeError` naming ``what``
+    for anything else (1.5, "0")."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ArgumentTypeError(f"{what} must be an int, not {type(value).__name__}") from None
 
 
 _P = ParamSpec("_P")
@@ -130,6 +140,17 @@ class Generator:
     onnxruntime-genai's ``Generator``)."""
 
     def __init__(self, model: Model, params: GeneratorParams) -> None:
+        from genai.generation.generator_params import GeneratorParams  # lazy: imports us
+        from genai.runtime.model import Model  # lazy: the runtime imports the generation
+
+        if not isinstance(model, Model):
+            raise ArgumentTypeError(
+                f"Generator: model must be a genai.Model, not {type(model).__name__}"
+            )
+        if not isinstance(params, GeneratorParams):
+            raise ArgumentTypeError(
+                f"Generator: params must be a genai.GeneratorParams, not {type(params).__name__}"
+            )
         #: held while a thread is inside a guarded method (`_one_thread_at_a_time`)
         self._busy = threading.Lock()
         self._busy_thread: int | None = None
@@ -331,7 +352,14 @@ class Generator:
             self._spec.settle()  # tokens of a round not emitted yet are dropped
             if not self._loop.length:
                 self._spec.reset()  # a new sequence: adaptive K, cooldown, lookup start over
-        array = np.asarray(tokens)
+        try:
+            array = np.asarray(tokens)
+        except ValueError:  # ragged nested lists
+            raise InvalidArgumentError(
+                "tokens must be 1-D or a rectangular [batch, length] array (rows of equal length)"
+            ) from None
+        if array.size == 0:
+            raise InvalidArgumentError("append_tokens needs at least one token")
         if array.dtype.kind not in "iu":
             raise ArgumentTypeError(f"tokens must be integers, got dtype {array.dtype}")
         if array.ndim == 1:
@@ -672,6 +700,7 @@ class Generator:
         """Row ``index``: prompt (padding included) + generated tokens, int32. With beam
         search, index ``b * num_return_sequences + r`` is batch entry b's r-th best
         hypothesis (this finalizes the search, as the reference)."""
+        index = _as_index(index, "index")
         if self._beams is not None:
             returned = self.search.num_return_sequences
             if not 0 <= index < self.batch_size * returned:
@@ -851,6 +880,7 @@ class Generator:
         the sequence as a generated token. `append_tokens` or `set_logits` before that replaces
         it. Rewinding to the current length changes nothing. `truncate` continues from
         ``length`` instead."""
+        length = _as_index(length, "length")
         self._check_rewind(length)
         if length == self.token_count():
             return
@@ -869,10 +899,12 @@ class Generator:
         """Keep the first ``length`` tokens and continue from there (beyond the reference):
         the next step recomputes token ``length - 1`` and chooses the token at index
         ``length``, as if generation had stopped at ``length`` tokens."""
+        length = _as_index(length, "length")
         self._check_rewind(length)
         self._cut(length)
 
     def _check_rewind(self, length: int) -> None:
+        length = _as_index(length, "length")
         current = self.token_count()
         if not 0 <= length <= current:
             raise InvalidArgumentError(

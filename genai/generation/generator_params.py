@@ -26,6 +26,12 @@ class GeneratorParams:
     """
 
     def __init__(self, model: Model) -> None:
+        from genai.runtime.model import Model  # lazy: the runtime imports the generation
+
+        if not isinstance(model, Model):
+            raise ArgumentTypeError(
+                f"GeneratorParams: model must be a genai.Model, not {type(model).__name__}"
+            )
         self.model = model
         self.search = SearchOptions()
         self.search.update(**(model.config.get("search", {}) or {}))

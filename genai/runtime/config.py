@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from genai.compat.unsupported import FEATURES, Feature
-from genai.errors import ArgumentTypeError, ConfigError
+from genai.errors import ArgumentTypeError, ConfigError, ModelError
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -1326,8 +1326,10 @@ class Config:
         self._overlay_model_data[name] = bytes(data)
 
     def remove_model_data(self, name: str) -> None:
-        """Forget bytes given to `add_model_data`."""
-        self._overlay_model_data.pop(name, None)
+        """Forget bytes given to `add_model_data` (`ModelError` when none were, as in the
+        reference)."""
+        if self._overlay_model_data.pop(name, None) is None:
+            raise ModelError(f"Model data for '{name}' was not found.")
 
     def model_data(self, name: str) -> bytes | None:
         """Bytes given to `add_model_data` for ``name``, if any."""

@@ -280,6 +280,17 @@ def _int_or_none(value: Any, key: str) -> int | None:
     return int(value)
 
 
+def _check_unicode(text: str, what: str) -> None:
+    """`InvalidArgumentError` when ``text`` cannot be UTF-8 (a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"{what} is not valid Unicode: {exc.reason} at index {exc.start} "
+            f"({text[exc.start : exc.end]!r})"
+        ) from None
+
+
 class Tokenizer:
     """Text <-> token ids for a model folder, API-compatible with ``onnxruntime_genai.Tokenizer``.
 
@@ -471,6 +482,7 @@ class Tokenizer:
         return np.asarray(self._encode_ids(text), dtype=np.int32)
 
     def _encode_ids(self, text: str) -> list[int]:
+        _check_unicode(text, "text")
         add_special = self._add_special_tokens
         if self._spm is None:
             return self._hf.encode(text, add_special_tokens=add_special).ids
@@ -498,6 +510,7 @@ class Tokenizer:
                 raise ArgumentTypeError(
                     f"encode_batch: texts[{i}] is {type(text).__name__}, not str"
                 )
+            _check_unicode(text, f"encode_batch: texts[{i}]")
         if self._spm is None:
             encodings = self._hf.encode_batch(
                 list(texts), add_special_tokens=self._add_special_tokens
