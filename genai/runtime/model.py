@@ -862,7 +862,9 @@ def _check_graph_sizes(
                 f"has more layers (input {beyond!r})"
             )
     kv_heads, head_size, past_key, past_values = kv
-    key_shape = shapes.get(past_key) if past_key else None
+    # a windowed cache (model.decoder.sliding_window) puts the heads first (QNN's layout)
+    windowed = config.decoder.get("sliding_window") is not None
+    key_shape = shapes.get(past_key) if past_key and not windowed else None
     value_shape = shapes.get(past_values[0]) if past_values else None
     checks = (
         (key_shape, 1, kv_heads, "num_key_value_heads", "KV heads"),
