@@ -286,3 +286,24 @@ def test_long_prompt_does_not_stall_running_streams(server):
     # (one run), 9 arrive, all before the run starts.
     during = [t for t in arrivals if t0 < t < t1]
     assert len(during) >= len(arrivals) // 5, f"{len(during)} of {len(arrivals)} tokens"
+
+
+def test_logprob_bytes_are_each_tokens_own_bytes(server, smollm2):
+    """A byte-level token that is part of a character reports its own bytes, not those of
+    U+FFFD; the bytes of the chosen tokens join into the reply's UTF-8 text. Forced by
+    logit_bias: 東 splits into two SmolLM2 tokens (first and last bytes)."""
+    tokenizer = genai.Tokenizer(smollm2)
+    first, second = (int(t) for t in tokenizer.encode("東"))
+    body = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "logit_bias": {str(first): 100},
+    }
+    reply = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=300).json()
+    content = reply["choices"][0]["logprobs"]["content"]
+    assert [item["bytes"] for item in content] == [list("東".encode())[:2]] * 4
+    assert content[0]["top_logprobs"][0]["bytes"] == list("東".encode())[:2]
+    assert "東".encode()[2:] == tokenizer.token_bytes(second)

@@ -810,3 +810,17 @@ def test_tokenizer_dir_as_the_reference(tmp_path, og, where):
         tokenizer = Tokenizer(source)
         assert tokenizer.encode(text).tolist() == expected
         assert tokenizer.decode(expected) == og.Tokenizer(og.Model(str(folder))).decode(expected)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_token_bytes_join_into_the_texts_bytes(name, ours):
+    """Each token's bytes (part of a character for byte-level and byte-fallback tokens)
+    concatenate to the UTF-8 of the text the ids decode to; special tokens are their text."""
+    tok = ours(name)
+    for text in STREAM_TEXTS:
+        ids = tok.encode(text)
+        joined = b"".join(tok.token_bytes(i) for i in ids)
+        # SentencePiece-style tokenizers prepend a space (▁) that decode drops
+        decoded = tok.decode(ids)
+        assert joined.decode("utf-8") in (decoded, " " + decoded)
+    assert tok.token_bytes(10**9) == b""

@@ -31,6 +31,7 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 
 from genai.errors import ArgumentTypeError, GenaiError, InvalidArgumentError
+from genai.text.token_bytes import TokenBytes
 
 if TYPE_CHECKING:
     from genai.text.tokenizer import Tokenizer
@@ -157,7 +158,7 @@ def llg_tokenizer(path: str | Path, vocab_size: int, eos_token_id: int) -> Any:
 
     llguidance reads the file itself, as the reference does; a file whose decoder it does not
     recognise (e.g. a bare ``Replace`` + ``Fuse`` sequence) is read through `tokenizers`
-    instead, with each token's bytes taken from its vocabulary entry (see `_token_bytes`).
+    instead, with each token's bytes taken from its vocabulary entry (see `TokenBytes`).
     """
     key = (str(Path(path).resolve()), int(vocab_size), int(eos_token_id))
     with _TOKENIZERS_LOCK:
@@ -172,59 +173,14 @@ def llg_tokenizer(path: str | Path, vocab_size: int, eos_token_id: int) -> Any:
         return found
 
 
-def _byte_level_table() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, character -> byte."""
-    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
-    chars, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            chars[chr(byte)] = byte
-        else:
-            chars[chr(256 + extra)] = byte
-            extra += 1
-    return chars
-
-
-def _mentions(node: Any, kind: str) -> bool:
-    if isinstance(node, dict):
-        return node.get("type") == kind or any(_mentions(v, kind) for v in node.values())
-    if isinstance(node, list):
-        return any(_mentions(v, kind) for v in node)
-    return False
-
-
-def _token_bytes(piece: str, byte_level: dict[str, int] | None) -> bytes:
-    """The bytes a vocabulary entry stands for: byte-level BPE maps each character back to a
-    byte; SentencePiece-style entries use ``▁`` for space and ``<0xNN>`` for raw bytes."""
-    if byte_level is not None:
-        try:
-            return bytes(byte_level[c] for c in piece)
-        except KeyError:
-            return piece.encode("utf-8")
-    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
-        try:
-            return bytes([int(piece[3:5], 16)])
-        except ValueError:
-            pass
-    return piece.replace("\u2581", " ").encode("utf-8")
-
-
 def _wrapped_tokenizer(file: Path, vocab_size: int, eos_token_id: int) -> Any:
     """An LLTokenizer over `tokenizers` for a tokenizer.json llguidance cannot read."""
     llg = load_llguidance()
     spec = json.loads(file.read_text(encoding="utf-8"))
     hf = HFTokenizer.from_file(str(file))
-    byte_level = _byte_level_table() if _mentions(spec.get("decoder"), "ByteLevel") else None
     special = {t["id"] for t in spec.get("added_tokens", []) if t.get("special")}
-    tokens = []
-    for i in range(vocab_size):
-        piece = hf.id_to_token(i)
-        if piece is None:
-            tokens.append(b"")
-        elif i in special:
-            tokens.append(piece.encode("utf-8"))
-        else:
-            tokens.append(_token_bytes(piece, byte_level))
+    token_bytes = TokenBytes(hf)
+    tokens = [token_bytes(i) for i in range(vocab_size)]
 
     class _Vocabulary:
         def __init__(self) -> None:

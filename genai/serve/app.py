@@ -302,6 +302,11 @@ class ServeEngine:
         """The text of one token (for log-probabilities)."""
         return self.tokenizer.decode([token])
 
+    def token_bytes(self, token: int) -> list[int]:
+        """The bytes of one token (log-probabilities' ``bytes``: a byte-level token that is
+        part of a character has its own bytes, not those of U+FFFD)."""
+        return list(self.tokenizer.token_bytes(token))
+
     def constraint_factory(self, kind: str, data: str) -> Any:
         """A `TokenConstraint` (validated now: a bad schema raises here, not in the
         scheduler)."""
@@ -947,12 +952,12 @@ def _chat_logprobs(
             {
                 "token": text,
                 "logprob": lp,
-                "bytes": list(text.encode()),
+                "bytes": engine.token_bytes(token),
                 "top_logprobs": [
                     {
                         "token": engine.token_text(t),
                         "logprob": a,
-                        "bytes": list(engine.token_text(t).encode()),
+                        "bytes": engine.token_bytes(t),
                     }
                     for t, a in alts
                 ],

@@ -36,6 +36,7 @@ from genai.text.chat_template import (
     render_chat_template,
     special_token_strings,
 )
+from genai.text.token_bytes import TokenBytes
 
 __all__ = ["ChatTemplateError", "Tokenizer", "TokenizerStream"]
 
@@ -313,6 +314,7 @@ class Tokenizer:
         self._tokenizer_config = load_tokenizer_config(folder)
         self._spm = _SpmEncoder.for_tokenizer(self._hf, self._tokenizer_config)
         self._lock = threading.Lock()
+        self._token_bytes: TokenBytes | None = None  # built on first use
         self._add_special_tokens = False
         self._skip_special_tokens = True
 
@@ -590,6 +592,14 @@ class Tokenizer:
                 )
         checked = [self._check_ids(row, "decode_batch") for row in rows]
         return self._hf.decode_batch(checked, skip_special_tokens=self._skip_special_tokens)
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes token ``token`` stands for (beyond the reference): part of a character
+        for a byte-level or byte-fallback token, where `decode` gives U+FFFD; a special token's
+        text; ``b""`` for an id the tokenizer does not know."""
+        if self._token_bytes is None:
+            self._token_bytes = TokenBytes(self._hf)
+        return self._token_bytes(int(token))
 
     def create_stream(self) -> TokenizerStream:
         """A new :class:`TokenizerStream` for decoding generated tokens one at a time."""
