@@ -452,6 +452,28 @@ def test_a_burst_fills_the_free_slots_and_the_queue_then_429(held_server):
     assert [r.status_code for r in admitted] == [200] * (slots + 2)
 
 
+def test_a_request_that_can_never_fit_is_400_not_429(held_server):
+    """More choices than the slots and the queue hold even on an idle server: a 400 naming
+    n (a retry after a 429 could never succeed); one that fits is taken."""
+    engine, url, slots = held_server
+    capacity = slots + 2
+    too_many = {"prompt": "x", "max_tokens": 2, "n": capacity + 1}
+    reply = httpx.post(url + "/v1/completions", json=too_many, timeout=60)
+    error = _error(reply, 400)
+    assert error["param"] == "n"
+    assert f"asks for {capacity + 1} sequences" in error["message"]
+    assert f"at most {capacity} at once" in error["message"]
+    assert engine.scheduler.queue_depth == 0
+    fits = {"prompt": "x", "max_tokens": 2, "n": capacity}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(httpx.post, url + "/v1/completions", json=fits, timeout=120)
+        deadline = time.monotonic() + 30
+        while engine.scheduler.queue_depth < capacity and time.monotonic() < deadline:
+            time.sleep(0.01)
+        engine.start()
+        assert len(future.result().json()["choices"]) == capacity
+
+
 def test_streamed_logprob_offsets_continue_and_usage_has_the_fingerprint(server):
     body = {
         "prompt": "the",

@@ -58,7 +58,12 @@ from genai.serve.protocol import (
     parse_request,
     validation_message,
 )
-from genai.serve.scheduler import GenerationRequest, QueueFullError, Scheduler
+from genai.serve.scheduler import (
+    GenerationRequest,
+    QueueFullError,
+    Scheduler,
+    TooManySequencesError,
+)
 from genai.serve.scheduler_group import SchedulerGroup, default_lanes
 from genai.serve.speculative import SpeculativeServing
 from genai.serve.transcriptions import (
@@ -811,6 +816,8 @@ async def _prepare_completion(engine: ServeEngine, body: CompletionRequest) -> _
 async def _respond(engine: ServeEngine, request: Request, prepared: _Prepared) -> Response:
     try:
         handle = engine.scheduler.submit(prepared.sequences)
+    except TooManySequencesError as exc:
+        raise APIError(str(exc), param="n") from None
     except QueueFullError as exc:
         engine.metrics.outcome("rejected")
         raise APIError(

@@ -85,6 +85,20 @@ class QueueFullError(GenaiError, RuntimeError):
     """The waiting queue is full (HTTP 429)."""
 
 
+class TooManySequencesError(GenaiError, ValueError):
+    """A request has more sequences than the scheduler holds even when idle (HTTP 400: a
+    retry cannot succeed)."""
+
+
+def check_capacity(count: int, capacity: int) -> None:
+    """Raise `TooManySequencesError` when ``count`` sequences exceed ``capacity``."""
+    if count > capacity:
+        raise TooManySequencesError(
+            f"the request asks for {count} sequences (prompts x n) but the server holds at most "
+            f"{capacity} at once (its slots and queue: --max-slots + --max-queue)"
+        )
+
+
 @dataclass
 class GenerationRequest:
     """One sequence to generate (a choice of an API request)."""
@@ -404,6 +418,11 @@ class Scheduler:
         return max(0, len(self._waiting) - self.free_slots)
 
     @property
+    def capacity(self) -> int:
+        """The most sequences one request may have: the slots and the queue."""
+        return self.runner.max_slots + self.max_queue
+
+    @property
     def running(self) -> int:
         """Sequences holding a slot."""
         return len(self._active)
@@ -456,6 +475,8 @@ class Scheduler:
         handle; a `SchedulerGroup` makes it, checks its own bound and passes ``bounded=False``).
         Raises `QueueFullError` like `submit` when the sequences waiting beyond the free slots
         would exceed ``max_queue``. Returns their scheduler-side state (`resume` takes it)."""
+        if bounded:
+            check_capacity(len(requests), self.capacity)
         now = time.monotonic()
         deadline = now + (self.request_timeout if timeout is None else timeout)
         with self._cond:

@@ -36,6 +36,7 @@ from genai.serve.scheduler import (
     RequestHandle,
     Scheduler,
     _Sequence,
+    check_capacity,
 )
 
 __all__ = ["SchedulerGroup", "default_lanes"]
@@ -166,6 +167,7 @@ class SchedulerGroup:
     ) -> RequestHandle:
         """Queue ``requests`` (the choices of one API request) on the least loaded member;
         raises `QueueFullError` when the group's queue cannot take them all."""
+        check_capacity(len(requests), self.capacity)
         loop = loop or asyncio.get_running_loop()
         waiting = sum(m.queue_depth for m in self.members)
         free = sum(m.free_slots for m in self.members)
@@ -180,6 +182,11 @@ class SchedulerGroup:
         # an idle member with free slots takes them over if the chosen one is full
         self._wake()
         return handle
+
+    @property
+    def capacity(self) -> int:
+        """The most sequences one request may have: every member's slots and the queue."""
+        return sum(m.runner.max_slots for m in self.members) + self.max_queue
 
     def _wake(self) -> None:
         for member in self.members:
