@@ -46,3 +46,33 @@ def test_pull_command_prints_the_folder(monkeypatch, tmp_path, capsys):
     args = _parser().parse_args(["pull", "-q"])
     assert args.handler(args) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: "{not json", "is not valid JSON"),
+        (lambda c: "[1, 2]", "expected a JSON object, got list"),
+        (
+            lambda c: {**c, "hidden_size": "big"},
+            "'hidden_size' must be a positive integer, got 'big'",
+        ),
+        (lambda c: {**c, "num_attention_heads": 0}, "'num_attention_heads' must be a positive"),
+        (lambda c: {**c, "num_key_value_heads": 3}, "not a multiple of num_key_value_heads (3)"),
+        (lambda c: {k: v for k, v in c.items() if k != "vocab_size"}, "missing 'vocab_size'"),
+        (lambda c: {**c, "rms_norm_eps": "tiny"}, "malformed value (ValueError"),
+    ],
+)
+def test_a_malformed_hf_config_is_one_line_naming_the_key(tmp_path, capsys, edit, message):
+    pytest.importorskip("safetensors")
+    from genai.builder.testing import write_hf_checkpoint
+    from genai.cli import main
+
+    cfg = ARCH_CONFIGS["llama"]
+    folder = write_hf_checkpoint(tmp_path / "hf", cfg, random_weights(cfg))
+    config_file = folder / "config.json"
+    edited = edit(json.loads(config_file.read_text()))
+    config_file.write_text(edited if isinstance(edited, str) else json.dumps(edited))
+    assert main(["build", str(folder), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

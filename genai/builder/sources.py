@@ -192,7 +192,10 @@ class HFSource(Source):
         config_path = self.path / "config.json"
         if not config_path.is_file():
             raise BuildError(f"{self.path}: no config.json (a Hugging Face model folder needs one)")
-        self.config = json.loads(config_path.read_text(encoding="utf-8"))
+        try:
+            self.config = json.loads(config_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BuildError(f"{config_path} is not valid JSON: {exc}") from exc
         self.spec = spec_from_hf_config(self.config, str(config_path))
         files = sorted(self.path.glob("*.safetensors"))
         if not files:

@@ -191,7 +191,32 @@ def _rope_params(cfg: dict[str, Any]) -> tuple[float, float | None, dict[str, An
 
 
 def spec_from_hf_config(cfg: dict[str, Any], where: str = "config.json") -> ModelSpec:
-    """A :class:`ModelSpec` from a Hugging Face ``config.json`` dict."""
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` dict; `BuildError` naming the
+    key for a missing or malformed value."""
+    if not isinstance(cfg, dict):
+        raise BuildError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+    try:
+        return _spec_from_hf_config(cfg, where)
+    except (TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, BuildError):
+            raise
+        raise BuildError(f"{where}: malformed value ({type(exc).__name__}: {exc})") from exc
+
+
+def _size(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+    """``cfg[key]``, a positive integer (``default`` when absent or null; required when the
+    default is None)."""
+    value = cfg.get(key)
+    if value is None:
+        if default is None:
+            raise BuildError(f"{where}: missing {key!r}")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise BuildError(f"{where}: {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def _spec_from_hf_config(cfg: dict[str, Any], where: str) -> ModelSpec:
     model_type = cfg.get("model_type")
     archs = cfg.get("architectures") or []
     if model_type not in SUPPORTED_ARCHITECTURES:
@@ -204,16 +229,16 @@ def spec_from_hf_config(cfg: dict[str, Any], where: str = "config.json") -> Mode
     if model_type == "gemma3" and "text_config" in cfg:
         raise BuildError(f"{where}: multimodal Gemma 3 checkpoints are not supported (text only)")
 
-    def need(key: str) -> Any:
-        if key not in cfg or cfg[key] is None:
-            raise BuildError(f"{where}: missing {key!r}")
-        return cfg[key]
-
-    hidden = int(need("hidden_size"))
-    heads = int(need("num_attention_heads"))
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
-    layers = int(need("num_hidden_layers"))
+    hidden = _size(cfg, "hidden_size", where)
+    heads = _size(cfg, "num_attention_heads", where)
+    kv_heads = _size(cfg, "num_key_value_heads", where, heads)
+    if heads % kv_heads:
+        raise BuildError(
+            f"{where}: num_attention_heads ({heads}) is not a multiple of num_key_value_heads "
+            f"({kv_heads})"
+        )
+    head_dim = _size(cfg, "head_dim", where, hidden // heads or None)
+    layers = _size(cfg, "num_hidden_layers", where)
     theta, local_theta, scaling = _rope_params(cfg)
     rotary_dim = int(head_dim * float(cfg.get("partial_rotary_factor", 1.0)))
     gemma = model_type in _GEMMA
@@ -256,14 +281,14 @@ def spec_from_hf_config(cfg: dict[str, Any], where: str = "config.json") -> Mode
     tie = cfg.get("tie_word_embeddings")
     return ModelSpec(
         arch=model_type,
-        vocab_size=int(need("vocab_size")),
+        vocab_size=_size(cfg, "vocab_size", where),
         hidden_size=hidden,
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=int(need("intermediate_size")),
-        context_length=int(cfg.get("max_position_embeddings") or 4096),
+        intermediate_size=_size(cfg, "intermediate_size", where),
+        context_length=_size(cfg, "max_position_embeddings", where, 4096),
         rms_eps=float(cfg.get("rms_norm_eps", 1e-6 if gemma else 1e-5)),
         rope_theta=theta,
         rope_local_theta=float(local_theta)
