@@ -202,6 +202,12 @@ def test_batch_matches_reference(name, ours, ref):
     assert ours(name).decode_batch(got.tolist()) == decoded
     # The reference's own Tensor (anything with .as_numpy()) is accepted too.
     assert ours(name).decode_batch(ref(name).encode_batch(texts)) == decoded
+    # and ours answers the Tensor methods scripts call on the reference's result
+    reference_tensor = ref(name).encode_batch(texts)
+    assert type(got.as_numpy()) is np.ndarray
+    np.testing.assert_array_equal(got.as_numpy(), reference_tensor.as_numpy())
+    assert got.type() == 6  # ONNX int32 (the reference's own type() fails to convert in 0.18)
+    assert got.data() is not None
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -16,7 +16,7 @@ import numpy as np
 
 from genai.errors import ArgumentTypeError, TensorNotFoundError
 
-__all__ = ["ELEMENT_TYPES", "NamedTensors", "Tensor"]
+__all__ = ["ELEMENT_TYPES", "NamedTensors", "Tensor", "TensorArray"]
 
 #: NumPy dtype -> ONNX element type (``TensorProto.DataType``), what `Tensor.type` returns.
 ELEMENT_TYPES: dict[np.dtype, int] = {
@@ -92,6 +92,28 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape()}, dtype={self._array.dtype})"
+
+
+class TensorArray(np.ndarray):
+    """A NumPy array that also answers the reference's `Tensor` methods ``as_numpy``,
+    ``type`` and ``data``, for results the reference returns as a ``Tensor`` (e.g.
+    ``Tokenizer.encode_batch``): scripts written for either keep working. ``shape`` stays
+    NumPy's tuple (the reference's ``shape()`` is a method)."""
+
+    def as_numpy(self) -> np.ndarray:
+        """A copy of the contents as a plain NumPy array."""
+        return np.array(self, copy=True).view(np.ndarray)
+
+    def type(self) -> int:
+        """The ONNX element type (`Tensor.type`)."""
+        return ELEMENT_TYPES[self.dtype]
+
+    def data(self) -> Any:
+        """The address of the first element as a PyCapsule (`Tensor.data`); None when empty
+        or not C-contiguous."""
+        if self.size == 0 or not self.flags.c_contiguous:
+            return None
+        return _capsule_new(self.ctypes.data, None, None)
 
 
 class NamedTensors(MutableMapping[str, Tensor]):

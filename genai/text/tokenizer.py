@@ -26,6 +26,7 @@ from tokenizers import pre_tokenizers as _hf_pre_tokenizers
 from tokenizers.models import BPE as _HFBPE
 
 from genai.boolean_words import parse_bool_word
+from genai.compat.tensors import TensorArray
 from genai.errors import ArgumentTypeError, InvalidArgumentError, ModelError
 from genai.text.chat_template import (
     ChatTemplateError,
@@ -498,9 +499,10 @@ class Tokenizer:
                     return full[:start] + ids + full[start + len(bare) :]
         return ids
 
-    def encode_batch(self, texts: Sequence[str]) -> np.ndarray:
+    def encode_batch(self, texts: Sequence[str]) -> TensorArray:
         """Token ids of several texts as an int32 ``[batch, longest]`` array, right-padded
-        with ``pad_token_id``."""
+        with ``pad_token_id`` (a NumPy array with the reference's ``Tensor`` methods
+        ``as_numpy``, ``type`` and ``data``, as its result is a ``Tensor``)."""
         if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
             raise ArgumentTypeError(
                 f"encode_batch expects a list of str, not {type(texts).__name__}"
@@ -524,7 +526,7 @@ class Tokenizer:
         out = np.full((len(rows), longest), self._pad_token_id, dtype=np.int32)
         for row, ids in enumerate(rows):
             out[row, : len(ids)] = ids
-        return out
+        return out.view(TensorArray)
 
     def to_token_id(self, token: str) -> int:
         """Id of a vocabulary entry (e.g. ``"<|im_end|>"``), or -1 when there is none."""
