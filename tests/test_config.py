@@ -232,28 +232,32 @@ def test_sliding_window_slides_default_to_true_as_in_the_reference(tmp_path):
 def test_sizes_the_graph_contradicts_are_config_errors(tmp_path, path, value, message):
     """A config whose sizes disagree with the graph's fixed dimensions fails at load with a
     ConfigError naming the key, not at the first step inside ORT."""
+    folder = _fixture_with(tmp_path, path, value)
+    with pytest.raises(genai.ConfigError, match=message):
+        genai.Model(folder)
+
+
+def _fixture_with(tmp_path: Path, path: tuple[str, ...], value: object) -> Path:
+    """A GQA fixture folder whose ``model`` section has ``value`` at ``path`` (None: the key
+    removed)."""
     from genai.testing.models import write_gqa_decoder
 
-    folder = write_gqa_decoder(tmp_path, name="sizes")
+    folder = write_gqa_decoder(tmp_path, name="edited")
     config_file = folder / "genai_config.json"
     config = json.loads(config_file.read_text())
     section = config["model"]
     for key in path[:-1]:
         section = section[key]
-    section[path[-1]] = value
+    if value is None:
+        del section[path[-1]]
+    else:
+        section[path[-1]] = value
     config_file.write_text(json.dumps(config))
-    with pytest.raises(genai.ConfigError, match=message):
-        genai.Model(folder)
+    return folder
 
 
 def test_a_decoder_type_without_a_decoder_section_says_so(tmp_path):
-    from genai.testing.models import write_gqa_decoder
-
-    folder = write_gqa_decoder(tmp_path, name="nodecoder")
-    config_file = folder / "genai_config.json"
-    config = json.loads(config_file.read_text())
-    del config["model"]["decoder"]
-    config_file.write_text(json.dumps(config))
+    folder = _fixture_with(tmp_path, ("decoder",), None)
     with pytest.raises(genai.ConfigError, match="no model.decoder section"):
         genai.Model(folder)
 
@@ -270,15 +274,5 @@ def test_a_decoder_type_without_a_decoder_section_says_so(tmp_path):
     ],
 )
 def test_sizes_out_of_range_are_config_errors(tmp_path, path, value, message):
-    from genai.testing.models import write_gqa_decoder
-
-    folder = write_gqa_decoder(tmp_path, name="range")
-    config_file = folder / "genai_config.json"
-    config = json.loads(config_file.read_text())
-    section = config["model"]
-    for key in path[:-1]:
-        section = section[key]
-    section[path[-1]] = value
-    config_file.write_text(json.dumps(config))
     with pytest.raises(genai.ConfigError, match=message):
-        genai.Config(folder)
+        genai.Config(_fixture_with(tmp_path, path, value))
