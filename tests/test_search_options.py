@@ -71,6 +71,7 @@ def test_bad_names_and_types(models, options, message):
         ({"batch_size": 33}, r"batch_size \(33\) must be in \[1, 32\]"),
         ({"num_beams": 2, "num_return_sequences": 3}, "num_return_sequences"),
         ({"top_k": -1}, "top_k"),
+        ({"top_k": 2**40}, r"top_k \(1099511627776\) must be in \[0, 2147483647\]"),
         ({"top_p": 1.5}, "top_p"),
         ({"temperature": -1}, "temperature"),
         ({"repetition_penalty": 0}, "repetition_penalty"),

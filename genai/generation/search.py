@@ -164,7 +164,7 @@ class SearchOptions:
             f"num_return_sequences ({self.num_return_sequences}) must be in [1, {self.num_beams}]",
         )
         need(self.min_length >= 0, f"min_length ({self.min_length}) must be >= 0")
-        need(self.top_k >= 0, f"top_k ({self.top_k}) must be >= 0")
+        need(0 <= self.top_k <= 2**31 - 1, f"top_k ({self.top_k}) must be in [0, 2147483647]")
         need(0.0 <= self.top_p <= 1.0, f"top_p ({self.top_p}) must be in [0, 1]")
         need(self.temperature >= 0.0, f"temperature ({self.temperature}) must be >= 0")
         need(
