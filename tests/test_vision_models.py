@@ -133,6 +133,25 @@ def test_greedy_tokens_and_logits_match_the_reference(folders, images, kind, cou
     assert len(our_seqs[0]) == max_length
 
 
+def test_phi3v_prompt_ending_in_image_placeholders_as_the_reference(folders, images):
+    """A batch-1 prompt that ends inside an image's placeholder ids (Phi-3 Vision's are
+    negative) has no padding: the same logits and tokens as the reference."""
+    folder = folders["phi3v"]
+    ref_model, named = _reference_inputs(folder, _prompt("phi3v", 1), images[:1])
+    arrays = {name: named[name].as_numpy() for name in named.keys()}  # noqa: SIM118
+    ids = arrays["input_ids"]
+    cut = int(np.flatnonzero(ids[0] < 0)[-1]) + 1  # up to the last placeholder
+    assert cut < ids.shape[1]
+    arrays["input_ids"] = np.ascontiguousarray(ids[:, :cut])
+    ref_logits, ref_seqs, _ = _generate(og, ref_model, _as_reference(arrays), cut + 4)
+    ours = genai.NamedTensors()
+    for name, array in arrays.items():
+        ours[name] = array
+    our_logits, our_seqs, _ = _generate(genai, genai.Model(folder), ours, cut + 4)
+    np.testing.assert_array_equal(our_seqs[0], ref_seqs[0])
+    np.testing.assert_allclose(our_logits, ref_logits, atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize(("kind", "count"), [("phi3v", 2), ("qwen2_5_vl", 2), ("gemma3", 1)])
 def test_embeddings_and_image_features_stage_by_stage(folders, images, kind, count):
     """The embedding graph's output equals the reference's; its rows at the image

@@ -14,6 +14,7 @@ _IndexArray: TypeAlias = npt.NDArray[np.int32] | npt.NDArray[np.int64]
 
 #: Elements of work from which a kernel releases the GIL.
 NOGIL_MIN_WORK: int
+NO_PAD: int
 
 def prefill_inputs(
     tokens: npt.NDArray[np.int32],

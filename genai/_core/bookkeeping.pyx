@@ -15,6 +15,10 @@ whole switch interval (5 ms) to take the GIL back, far more than these microseco
 #: Elements of work from which a kernel releases the GIL.
 NOGIL_MIN_WORK = 1 << 20
 
+#: The "pad id" of prompts without padding (`prefill_inputs`): no token has it (Phi-3
+#: Vision's image placeholders are small negative ids, so -1 will not do).
+NO_PAD = -(2**31)
+
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 import numpy as np

@@ -18,7 +18,7 @@ cdef class DecoderLoop:
 
     cdef Py_ssize_t batch, vocab, max_length
     cdef int32_t pad_id
-    #: the id a prompt's trailing padding has (-1: no padding, batch size 1)
+    #: the id a prompt's trailing padding has (NO_PAD, -2^31: no padding, batch size 1)
     cdef public int32_t prompt_pad
 
     # buffers (owned by numpy arrays in _keep)

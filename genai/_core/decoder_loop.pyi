@@ -19,7 +19,7 @@ class DecoderLoop:
     @property
     def prompt_length(self) -> int: ...
     kv_capacity: int
-    #: the id of a prompt's trailing padding (-1: none)
+    #: the id of a prompt's trailing padding (drivers.base.NO_PAD: none)
     prompt_pad: int
     kv_rewind: Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], None] | None
     @property

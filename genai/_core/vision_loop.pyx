@@ -594,7 +594,9 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         return True
 
     cdef object raise_error(self, int rc):
-        failed = self.embedding if self.failed == 1 else self.decoder if self.failed == 2 else None
+        cdef NativeSession failed = (
+            self.embedding if self.failed == 1 else self.decoder if self.failed == 2 else None
+        )
         self.failed = 0
         if failed is not None and (rc > 0 or -4 <= rc <= -1):
             failed.raise_last_error()

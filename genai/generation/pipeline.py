@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from genai._core.bookkeeping import prefill_inputs
+from genai._core.bookkeeping import NO_PAD, prefill_inputs
 from genai.errors import GenerationError, UnsupportedFeatureError
 from genai.generation.run_logits import copy_last_rows
 from genai.runtime.pipeline_stages import PipelineStage
@@ -79,8 +79,8 @@ class PipelineRunner:
         self.stages: tuple[PipelineStage, ...] = model.pipeline
         self.bindings = [session.new_binding() for session in model.stage_sessions]
         self.share_buffer, self.pad_id = share_buffer, pad_id
-        #: the id a prompt's trailing padding has (-1: none; batch 1)
-        self.prompt_pad = pad_id if padded else -1
+        #: the id a prompt's trailing padding has (`NO_PAD`: none; batch 1)
+        self.prompt_pad = pad_id if padded else NO_PAD
         self.logits_rows = logits_rows
         self._past_of = dict(zip(io.present_keys, io.past_keys, strict=True))
         self._past_of.update(zip(io.present_values, io.past_values, strict=True))

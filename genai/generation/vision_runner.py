@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genai._core.bookkeeping import prefill_inputs
+from genai._core.bookkeeping import NO_PAD, prefill_inputs
 from genai._core.vision_loop import EmbedDecoderLoop, mrope_rows, prompt_ids
 from genai.errors import (
     GenerationError,
@@ -198,8 +198,8 @@ class VisionRunner:
         assert graphs is not None
         self.model, self.graphs, self.io = model, graphs, model.io
         self.batch, self.max_length, self.pad_id = batch, max_length, pad_id
-        #: the id a prompt's trailing padding has (-1: none; batch 1)
-        self.prompt_pad = pad_id if padded else -1
+        #: the id a prompt's trailing padding has (`NO_PAD`: none; batch 1)
+        self.prompt_pad = pad_id if padded else NO_PAD
         self.loop = loop
         self.logits_rows = loop.array("logits_rows")
         self.decoder = model.session.new_binding()

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from genai._core.bookkeeping import NO_PAD
 from genai._core.decoder_loop import DecoderLoop
 from genai.errors import UnsupportedFeatureError
 
@@ -87,8 +88,8 @@ class LoopSettings:
 
     @property
     def prompt_pad(self) -> int:
-        """The id a prompt's trailing padding has: ``pad_id``, or -1 (none) unless `padded`."""
-        return self.pad_id if self.padded else -1
+        """The id a prompt's trailing padding has: ``pad_id``, or `NO_PAD` unless `padded`."""
+        return self.pad_id if self.padded else NO_PAD
 
 
 def new_loop(
