@@ -311,6 +311,20 @@ def test_without_jpeglib_colour_jpegs_lie_within_the_documented_bound(
 # -- og.Images -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("size", [(6000, 1), (1, 6000)], ids=["wide", "tall"])
+def test_a_sliver_of_an_image_keeps_one_row_for_phi3v(processors, tmp_path, size) -> None:
+    """An aspect ratio above 16 x 336 : 1 resized to less than a pixel (Pillow's bare
+    ValueError, the reference's allocation failure); the side keeps one pixel, so the image
+    makes one tile row or column and the features' shapes follow."""
+    path = tmp_path / "sliver.png"
+    Image.fromarray(np.full((size[1], size[0], 3), 200, np.uint8)).save(path)
+    ours = processors["phi3v"][1]
+    inputs = ours("<|image_1|>\nhi", images=genai.Images.open(str(path)))
+    sizes = inputs["image_sizes"].as_numpy()[0].tolist()
+    assert sizes == ([336, 5376] if size[0] > size[1] else [5376, 336])
+    assert np.isfinite(inputs["pixel_values"].as_numpy()).all()
+
+
 def test_images_open_and_open_bytes_decode_the_same(files) -> None:
     names = [files["rgb_odd.png"], files["gray.jpg"], files["rgba.png"]]
     opened = genai.Images.open(*names)

@@ -407,6 +407,24 @@ def test_timestamp_rules_keep_timestamps_paired_and_monotonic() -> None:
 # --- bad input ------------------------------------------------------------------------------
 
 
+def test_non_finite_samples_absurd_rates_and_no_channels_are_clear_errors(tmp_path: Path) -> None:
+    """A float WAV with one NaN (the features would be NaN and the first step would fail), a
+    sample rate that would make the resampling window absurd, an array without channels."""
+    soundfile = pytest.importorskip("soundfile")
+    samples = np.zeros(1600, np.float32)
+    samples[100] = np.nan
+    path = tmp_path / "nan.wav"
+    soundfile.write(path, samples, 16000, subtype="FLOAT")
+    with pytest.raises(InvalidArgumentError, match="has NaN or infinite samples"):
+        genai.Audios.open(path)
+    with pytest.raises(InvalidArgumentError, match="sample rate 1000000000000 Hz; expected 1 to"):
+        genai.Audios.from_arrays(np.zeros(1600, np.float32), sample_rate=10**12)
+    with pytest.raises(InvalidArgumentError, match="has no channels"):
+        genai.Audios.from_arrays(np.zeros((100, 0), np.float32))
+    with pytest.raises(ArgumentTypeError, match="Audios takes AudioClip objects, not str"):
+        genai.Audios(["x"])  # type: ignore[list-item]
+
+
 def test_unreadable_or_empty_audio_is_a_clear_error(audio: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="does not exist"):
         genai.Audios.open(tmp_path / "missing.wav")
@@ -424,7 +442,7 @@ def test_unreadable_or_empty_audio_is_a_clear_error(audio: dict[str, Path], tmp_
         genai.Audios.open(42)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         genai.Audios.open()
-    with pytest.raises(InvalidArgumentError, match="sample_rate"):
+    with pytest.raises(InvalidArgumentError, match="sample rate 0 Hz"):
         genai.Audios.from_arrays(np.zeros(100, np.float32), sample_rate=0)
 
 

@@ -41,6 +41,26 @@ class AudioClip:
         return self.samples.shape[0] / self.sample_rate
 
 
+#: The highest sample rate taken (Hz): above any audio format's (DXD is 352.8 kHz), below
+#: what would make the resampling filter's window absurd.
+MAX_SAMPLE_RATE = 768_000
+
+
+def _check_clip(samples: np.ndarray, rate: int, source: str) -> None:
+    """`InvalidArgumentError` for a clip the features cannot be made of: no samples, no
+    channels, a sample rate outside [1, `MAX_SAMPLE_RATE`], NaN or infinite samples."""
+    if samples.ndim == 2 and samples.shape[1] == 0:
+        raise InvalidArgumentError(f"audio {source} has no channels")
+    if samples.shape[0] == 0:
+        raise InvalidArgumentError(f"audio {source} has no samples")
+    if not 0 < rate <= MAX_SAMPLE_RATE:
+        raise InvalidArgumentError(
+            f"audio {source} has sample rate {rate} Hz; expected 1 to {MAX_SAMPLE_RATE}"
+        )
+    if samples.dtype.kind == "f" and not np.isfinite(samples).all():
+        raise InvalidArgumentError(f"audio {source} has NaN or infinite samples")
+
+
 def _soundfile() -> Any:
     try:
         import soundfile  # lazy: libsndfile (the speech extra) loads only to decode audio
@@ -85,8 +105,7 @@ def decode_audio(data: bytes | str | os.PathLike[str], source: str = "") -> Audi
         raise InvalidArgumentError(
             f"cannot decode audio {source}: {exc} (WAV, FLAC, OGG and MP3 are supported)"
         ) from None
-    if samples.shape[0] == 0:
-        raise InvalidArgumentError(f"audio {source} has no samples")
+    _check_clip(samples, int(rate), source)
     return AudioClip(_mono(samples), int(rate), source)
 
 
@@ -98,6 +117,12 @@ class Audios:
     def __init__(self, clips: Sequence[AudioClip]) -> None:
         if not clips:
             raise InvalidArgumentError("Audios needs at least one clip")
+        for clip in clips:
+            if not isinstance(clip, AudioClip):
+                raise ArgumentTypeError(
+                    f"Audios takes AudioClip objects, not {type(clip).__name__} (use Audios.open "
+                    "for files, Audios.from_arrays for samples)"
+                )
         #: The clips, mono float32 at their own sample rates.
         self.clips: tuple[AudioClip, ...] = tuple(clips)
 
@@ -136,7 +161,7 @@ class Audios:
         ``[frames, channels]``, float in [-1, 1] (integers are scaled from their range)."""
         if not arrays:
             raise InvalidArgumentError("Audios.from_arrays needs at least one array")
-        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int):
             raise InvalidArgumentError(f"sample_rate must be a positive int, got {sample_rate!r}")
         clips = []
         for i, array in enumerate(arrays):
@@ -153,8 +178,7 @@ class Audios:
                 )
             elif samples.dtype.kind != "f":
                 raise ArgumentTypeError(f"audio <array #{i}> has dtype {samples.dtype}")
-            if not np.isfinite(samples).all():
-                raise InvalidArgumentError(f"audio <array #{i}> has NaN or infinite samples")
+            _check_clip(samples, sample_rate, f"<array #{i}>")
             clips.append(AudioClip(_mono(samples), sample_rate, f"<array #{i}>"))
         return Audios(clips)
 

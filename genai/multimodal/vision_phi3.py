@@ -58,7 +58,7 @@ def _hd_size(width: int, height: int, max_crops: int) -> tuple[int, int]:
         scale += 1
     scale -= 1
     new_w = scale * HD_TILE
-    new_h = int(new_w / ratio)
+    new_h = max(1, int(new_w / ratio))  # a sliver of an image keeps one row
     if width < height:
         new_w, new_h = new_h, new_w
     return new_w, new_h
