@@ -133,6 +133,26 @@ def test_greedy_tokens_and_logits_match_the_reference(folders, images, kind, cou
     assert len(our_seqs[0]) == max_length
 
 
+def test_phi3v_sequences_with_placeholders_decode(folders, images, tmp_path):
+    """get_sequence of an image prompt holds Phi-3 Vision's negative placeholder ids; decoding
+    it gives the reference's text without its <unk> per placeholder (a text tokenizer still
+    refuses negative ids)."""
+    folder = folders["phi3v"]
+    ref_model, named = _reference_inputs(folder, _prompt("phi3v", 1), images[:1])
+    _, ref_seqs, _ = _generate(og, ref_model, named, named["input_ids"].as_numpy().shape[1] + 3)
+    model = genai.Model(folder)
+    _, our_seqs, _ = _generate(genai, model, _ours(named), len(ref_seqs[0]))
+    assert (our_seqs[0] < 0).any()
+    reference_text = og.Tokenizer(ref_model).decode(ref_seqs[0])
+    assert "<unk>" in reference_text
+    assert genai.Tokenizer(model).decode(our_seqs[0]) == reference_text.replace("<unk>", "")
+    from genai.testing.models import write_gqa_decoder
+
+    text_model = write_gqa_decoder(tmp_path, name="text")
+    with pytest.raises(genai.InvalidArgumentError, match="token id -1 is out of range"):
+        genai.Tokenizer(text_model).decode([5, -1])
+
+
 def test_phi3v_prompt_ending_in_image_placeholders_as_the_reference(folders, images):
     """A batch-1 prompt that ends inside an image's placeholder ids (Phi-3 Vision's are
     negative) has no padding: the same logits and tokens as the reference."""

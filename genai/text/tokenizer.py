@@ -316,6 +316,8 @@ class Tokenizer:
         self._spm = _SpmEncoder.for_tokenizer(self._hf, self._tokenizer_config)
         self._lock = threading.Lock()
         self._token_bytes: TokenBytes | None = None  # built on first use
+        #: whether the model's prompts hold negative image placeholder ids (Phi-3 Vision)
+        self._placeholder_ids = has_model_config and config.get("model.type") == "phi3v"
         self._add_special_tokens = False
         self._skip_special_tokens = True
 
@@ -554,6 +556,13 @@ class Tokenizer:
             raise ArgumentTypeError(f"{what} expects integer token ids, got dtype {array.dtype}")
         values = array.tolist()
         low, high = min(values), max(values)
+        if low < 0 and self._placeholder_ids:
+            # a vision prompt's image placeholders (Phi-3 Vision's are negative) stand for no
+            # text: get_sequence of an image prompt decodes (the reference writes <unk>s)
+            values = [v for v in values if v >= 0]
+            if not values:
+                return []
+            low = min(values)
         if low < 0 or high >= self._id_limit:
             bad = next(v for v in values if v < 0 or v >= self._id_limit)
             raise InvalidArgumentError(
