@@ -549,3 +549,11 @@ def test_import_genai_loads_no_audio_decoder() -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["False", "False"]
+
+
+def test_transcribe_checks_its_argument_types(folder: Path) -> None:
+    model = genai.Model(folder)
+    with pytest.raises(ArgumentTypeError, match="transcribe takes genai.Audios .* not str"):
+        transcribe(model, "speech.wav")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="temperature must be a number, not str"):
+        transcribe(model, genai.Audios.from_arrays(np.zeros(1600, np.float32)), temperature="hot")  # type: ignore[arg-type]

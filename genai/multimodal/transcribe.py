@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from genai.compat.tensors import NamedTensors
-from genai.errors import InvalidArgumentError
+from genai.errors import ArgumentTypeError, InvalidArgumentError
 from genai.generation.generator import Generator
 from genai.generation.generator_params import GeneratorParams
 from genai.multimodal.audios import AudioClip, Audios
@@ -418,10 +418,17 @@ def transcribe(
         if len(audio) != 1:
             raise InvalidArgumentError("transcribe takes one recording at a time")
         clip = audio.clips[0]
-    else:
+    elif isinstance(audio, AudioClip):
         clip = audio
+    else:
+        raise ArgumentTypeError(
+            f"transcribe takes genai.Audios (e.g. Audios.open(path)) or an AudioClip, not "
+            f"{type(audio).__name__}"
+        )
     if task not in ("transcribe", "translate"):
         raise InvalidArgumentError(f"task must be 'transcribe' or 'translate', not {task!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        raise ArgumentTypeError(f"temperature must be a number, not {type(temperature).__name__}")
     if not 0.0 <= float(temperature) <= 2.0:
         raise InvalidArgumentError(f"temperature must be in [0, 2], got {temperature}")
     vocab = whisper_vocabulary(model, processor)
