@@ -345,6 +345,10 @@ def test_images_argument_errors(tmp_path) -> None:
         genai.Images.open(str(tmp_path / "missing.png"))
     with pytest.raises(ArgumentTypeError, match="Image paths must be strings"):
         genai.Images.open(3)
+    with pytest.raises(InvalidArgumentError, match="is a directory, not an image file"):
+        genai.Images.open(str(tmp_path))
+    with pytest.raises(InvalidArgumentError, match="is a directory, not an audio file"):
+        genai.Audios.open(str(tmp_path))
     with pytest.raises(ArgumentTypeError, match="Image data must be bytes"):
         genai.Images.open_bytes("not bytes")
 

@@ -136,6 +136,8 @@ class Audios:
             if not isinstance(path, str | os.PathLike):
                 raise ArgumentTypeError("Audio paths must be strings.")
             name = os.fspath(path)
+            if os.path.isdir(name):
+                raise InvalidArgumentError(f"{name!r} is a directory, not an audio file")
             if not os.path.isfile(name):
                 raise InvalidArgumentError(f"audio file {name!r} does not exist")
             clips.append(decode_audio(name, source=repr(name)))

@@ -262,6 +262,8 @@ class Images:
             if not isinstance(path, (str, os.PathLike)):
                 raise ArgumentTypeError("Image paths must be strings.")
             name = os.fspath(path)
+            if os.path.isdir(name):
+                raise InvalidArgumentError(f"{name!r} is a directory, not an image file")
             if not os.path.isfile(name):
                 raise _ImageNotFoundError(f"Image path does not exist: {name}")
             with open(name, "rb") as file:
