@@ -916,3 +916,23 @@ def test_turns_and_rewinds_on_fixture_models_match_the_reference(fixture_pair) -
     ours = converse(genai, our_model, copy(conversations))
     for a, b in zip(theirs, ours, strict=True):
         assert without_cached(b) == without_cached(a)
+
+
+@pytest.mark.parametrize("case", ["nan-temperature", "bad-schema"])
+def test_bad_turn_options_are_runtime_errors_as_the_reference(smollm2, case) -> None:
+    """A NaN sampling option or a schema that does not compile is a RuntimeError in both
+    engines (genai's were ValueErrors: code catching the reference's RuntimeError missed them)."""
+
+    def script(og: ModuleType, model: Any) -> None:
+        engine = _engine(og, model)
+        request = engine.create_request()
+        options = og.TurnOptions(request)
+        if case == "nan-temperature":
+            options.set_do_sample(True)
+            options.set_temperature(float("nan"))
+        else:
+            options.set_guidance("json_schema", '{"type": "object", "properties": 5}')
+        request.begin_turn(np.asarray([1, 504, 3575], np.int32), options)
+        _drain(engine)
+
+    _reference_and_ours(smollm2, script)

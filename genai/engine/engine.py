@@ -42,6 +42,7 @@ from genai.compat.engine_enums import EngineErrorCode, EngineEventFlags, FinishR
 from genai.constraints.guidance import GUIDANCE_TYPES, TokenConstraint
 from genai.errors import (
     ArgumentTypeError,
+    GenaiError,
     GenerationError,
     InvalidArgumentError,
     UnsupportedFeatureError,
@@ -808,16 +809,16 @@ class Engine:
     ) -> GenerationRequest:
         search = SearchOptions()
         search.update(**{name: getattr(self._search, name) for name in SearchOptions.names()})
-        search.update(**options._options)
-        search.min_length = start + len(ids) + options._min_generated
-        search.max_length = 0
-        if options._seed is not None:
-            search.random_seed = options._seed
-        if search.temperature == 0.0:
-            search.do_sample, search.temperature = False, 1.0
-        try:
+        try:  # a bad option is a RuntimeError, as the reference's
+            search.update(**options._options)
+            search.min_length = start + len(ids) + options._min_generated
+            search.max_length = 0
+            if options._seed is not None:
+                search.random_seed = options._seed
+            if search.temperature == 0.0:
+                search.do_sample, search.temperature = False, 1.0
             search.validate(self._context, self._vocab)
-        except Exception as exc:
+        except GenaiError as exc:
             raise GenerationError(str(exc)) from None
         if search.do_sample and search.top_k == 0 and search.top_p <= 0.0:
             raise GenerationError(
@@ -827,7 +828,10 @@ class Engine:
         if options._guidance is not None:
             kind, data = options._guidance
             tokenizer, vocab = self._tokenizer, self._vocab
-            TokenConstraint.create(tokenizer, kind, data, vocab_size=vocab)  # raises if bad
+            try:  # a bad grammar is a RuntimeError, as the reference's
+                TokenConstraint.create(tokenizer, kind, data, vocab_size=vocab)
+            except GenaiError as exc:
+                raise GenerationError(str(exc)) from None
 
             def factory() -> TokenConstraint:
                 return TokenConstraint.create(tokenizer, kind, data, vocab_size=vocab)
