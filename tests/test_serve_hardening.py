@@ -463,6 +463,9 @@ def test_a_request_that_can_never_fit_is_400_not_429(held_server):
     assert error["param"] == "n"
     assert f"asks for {capacity + 1} sequences" in error["message"]
     assert f"at most {capacity} at once" in error["message"]
+    many_prompts = {"prompt": ["x"] * (capacity + 1), "max_tokens": 2}
+    reply = httpx.post(url + "/v1/completions", json=many_prompts, timeout=60)
+    assert _error(reply, 400)["param"] == "prompt"
     assert engine.scheduler.queue_depth == 0
     fits = {"prompt": "x", "max_tokens": 2, "n": capacity}
     with concurrent.futures.ThreadPoolExecutor(1) as pool:

@@ -816,8 +816,8 @@ async def _prepare_completion(engine: ServeEngine, body: CompletionRequest) -> _
 async def _respond(engine: ServeEngine, request: Request, prepared: _Prepared) -> Response:
     try:
         handle = engine.scheduler.submit(prepared.sequences)
-    except TooManySequencesError as exc:
-        raise APIError(str(exc), param="n") from None
+    except TooManySequencesError as exc:  # the prompts of a list, or the choices n
+        raise APIError(str(exc), param="n" if prepared.body.n > 1 else "prompt") from None
     except QueueFullError as exc:
         engine.metrics.outcome("rejected")
         raise APIError(
