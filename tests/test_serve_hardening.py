@@ -636,3 +636,29 @@ def test_ctrl_c_cuts_open_streams_after_the_shutdown_timeout(smollm2_path):
         assert "data: [DONE]" not in lines
         assert len(lines) < 3000
         assert process.wait(120) in (0, 130, -signal.SIGINT)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_grammar_the_vocabulary_cannot_follow_is_400_and_health_stays_ok(server, stream):
+    """json_object on the fixture's vocabulary, which cannot spell '{': the request's own
+    grammar fails mid-generation. That is the request's fault (400 naming response_format),
+    not a failing server: /health stays "ok"."""
+    body = {
+        "messages": [{"role": "user", "content": "hello"}],
+        "response_format": {"type": "json_object"},
+        "max_tokens": 10,
+        "stream": stream,
+    }
+    reply = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    if stream:
+        assert reply.status_code == 200
+        errors = [
+            json.loads(line[6:])["error"]
+            for line in reply.text.splitlines()
+            if line.startswith("data: {") and '"error"' in line
+        ]
+        assert errors and errors[0]["param"] == "response_format"
+    else:
+        assert _error(reply, 400)["param"] == "response_format"
+    health = httpx.get(server.url + "/health", timeout=10).json()
+    assert health["status"] == "ok"

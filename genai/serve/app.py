@@ -853,12 +853,30 @@ async def _collect(handle: Any, count: int) -> list[_Choice]:
     return choices
 
 
+#: How the scheduler reports a sequence whose own grammar cannot continue (no token of this
+#: model's vocabulary follows it): the request's fault, a 400 that leaves /health alone.
+_GRAMMAR_FAILURE = "GuidanceError:"
+
+
+def _generation_failure(engine: ServeEngine, error: str | None) -> APIError:
+    """The answer to a failed generation (``error``: the scheduler's reason), counted."""
+    if error and error.startswith(_GRAMMAR_FAILURE):
+        engine.metrics.outcome("invalid", error)
+        reason = error[len(_GRAMMAR_FAILURE) :].strip()
+        return APIError(
+            f"the request's grammar cannot be followed with this model's vocabulary: {reason}",
+            param="response_format",
+        )
+    engine.metrics.outcome("error", error)
+    return APIError(f"generation failed: {error}", 500)
+
+
 def _raise_for(engine: ServeEngine, choices: Sequence[_Choice]) -> None:
     reasons = {c.finish_reason for c in choices}
     if "error" in reasons:
-        error = next(c.error for c in choices if c.finish_reason == "error")
-        engine.metrics.outcome("error", error)
-        raise APIError(f"generation failed: {error}", 500)
+        raise _generation_failure(
+            engine, next(c.error for c in choices if c.finish_reason == "error")
+        )
     if "timeout" in reasons:
         engine.metrics.outcome("timeout")
         raise APIError("the request ran past its timeout", 408, code="timeout")
@@ -1034,14 +1052,12 @@ async def _stream(
         async for event in handle:
             i = event.index
             if event.finish_reason in ("error", "timeout"):
-                engine.metrics.outcome(event.finish_reason, event.error)
-                status = 500 if event.finish_reason == "error" else 408
-                message = (
-                    f"generation failed: {event.error}"
-                    if event.finish_reason == "error"
-                    else "the request ran past its timeout"
-                )
-                yield _sse(APIError(message, status).body())
+                if event.finish_reason == "error":
+                    failure = _generation_failure(engine, event.error)
+                else:
+                    engine.metrics.outcome("timeout")
+                    failure = APIError("the request ran past its timeout", 408)
+                yield _sse(failure.body())
                 finished_ok = True
                 handle.cancel()
                 return

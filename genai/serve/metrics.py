@@ -80,7 +80,8 @@ class ServerMetrics:
 
     def outcome(self, label: str, error: str | None = None) -> None:
         """A request finished as ``label`` ("ok", "error", "timeout", "rejected",
-        "disconnected"); ``error``: why a generation failed."""
+        "disconnected", "invalid": its own grammar could not be followed); ``error``: why a
+        generation failed."""
         self.requests.labels(label).inc()
         with self._lock:
             if label == "error":
