@@ -880,8 +880,7 @@ class Generator:
         the sequence as a generated token. `append_tokens` or `set_logits` before that replaces
         it. Rewinding to the current length changes nothing. `truncate` continues from
         ``length`` instead."""
-        length = _as_index(length, "length")
-        self._check_rewind(length)
+        length = self._check_rewind(length)
         if length == self.token_count():
             return
         if not length:
@@ -899,11 +898,11 @@ class Generator:
         """Keep the first ``length`` tokens and continue from there (beyond the reference):
         the next step recomputes token ``length - 1`` and chooses the token at index
         ``length``, as if generation had stopped at ``length`` tokens."""
-        length = _as_index(length, "length")
-        self._check_rewind(length)
+        length = self._check_rewind(length)
         self._cut(length)
 
-    def _check_rewind(self, length: int) -> None:
+    def _check_rewind(self, length: int) -> int:
+        """``length`` as an int, checked as a length to rewind or truncate to."""
         length = _as_index(length, "length")
         current = self.token_count()
         if not 0 <= length <= current:
@@ -912,6 +911,7 @@ class Generator:
             )
         if length and self.num_beams > 1:
             raise UnsupportedFeatureError("rewind_to(n > 0) needs num_beams 1")
+        return length
 
     def _cut(self, length: int, keep_last: bool = False, visible: int | None = None) -> None:
         """Keep the first ``length`` tokens of the loop: the KV of all but the last (of all
