@@ -176,10 +176,9 @@ def llg_tokenizer(path: str | Path, vocab_size: int, eos_token_id: int) -> Any:
 def _wrapped_tokenizer(file: Path, vocab_size: int, eos_token_id: int) -> Any:
     """An LLTokenizer over `tokenizers` for a tokenizer.json llguidance cannot read."""
     llg = load_llguidance()
-    spec = json.loads(file.read_text(encoding="utf-8"))
     hf = HFTokenizer.from_file(str(file))
-    special = {t["id"] for t in spec.get("added_tokens", []) if t.get("special")}
     token_bytes = TokenBytes(hf)
+    special = token_bytes.special_ids
     tokens = [token_bytes(i) for i in range(vocab_size)]
 
     class _Vocabulary:

@@ -64,7 +64,10 @@ class TokenBytes:
         self._byte_level = (
             byte_level_table() if mentions(spec.get("decoder"), "ByteLevel") else None
         )
-        self._special = frozenset(t["id"] for t in spec.get("added_tokens", []) if t.get("special"))
+        #: the ids of the special (added) tokens
+        self.special_ids = frozenset(
+            t["id"] for t in spec.get("added_tokens", []) if t.get("special")
+        )
         self._cache: dict[int, bytes] = {}
 
     def __call__(self, token: int) -> bytes:
@@ -73,7 +76,7 @@ class TokenBytes:
             piece = self._hf.id_to_token(token) if token >= 0 else None
             if piece is None:
                 found = b""
-            elif token in self._special:
+            elif token in self.special_ids:
                 found = piece.encode("utf-8")
             else:
                 found = piece_bytes(piece, self._byte_level)
