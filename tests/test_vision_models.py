@@ -587,3 +587,86 @@ def test_a_large_lm_head_is_trimmed_and_matches_the_reference(tmp_path, images, 
     every = ours.get_output("logits")
     assert every.shape == (1, prompt_length, model.config.get("model.vocab_size"))
     np.testing.assert_allclose(every, reference.get_output("logits"), atol=1e-4, rtol=0)
+
+
+def _mismatched(kind: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A processor's outputs with one changed so the vision graph makes other feature rows
+    than the prompt has image placeholders (Phi-3 Vision: larger image_sizes; Qwen and
+    Gemma 3: the pixels of two images for one)."""
+    arrays = dict(arrays)
+    if kind == "phi3v":
+        arrays["image_sizes"] = arrays["image_sizes"] * 2
+    else:
+        arrays["pixel_values"] = np.concatenate([arrays["pixel_values"]] * 2)
+        if kind == "qwen2_5_vl":
+            arrays["image_grid_thw"] = np.concatenate([arrays["image_grid_thw"]] * 2)
+    return arrays
+
+
+@pytest.mark.parametrize("chain", [True, False], ids=["one-native-call", "python-runs"])
+@pytest.mark.parametrize("kind", ["phi3v", "qwen2_5_vl", "gemma3"])
+def test_image_features_that_num_image_tokens_does_not_count_are_refused(
+    folders, images, kind, chain
+):
+    """Features the placeholders do not count would fill the wrong positions: the reference
+    fails in onnxruntime (its vision output is allocated from num_image_tokens); genai names
+    the problem and keeps no half-run prompt, so the generator takes the right inputs next.
+    (A changed num_image_tokens alone, which the reference also refuses, runs in genai: the
+    features still fill the placeholders.)"""
+    folder = folders[kind]
+    ref_model, named = _reference_inputs(folder, _prompt(kind, 1), images[:1])
+    arrays = {name: named[name].as_numpy() for name in named.keys()}  # noqa: SIM118
+    bad = _mismatched(kind, arrays)
+    max_length = arrays["input_ids"].shape[1] + 4
+    reference = _generator(og, ref_model, max_length=max_length)
+    with pytest.raises(RuntimeError, match="image_features"):
+        reference.set_inputs(_as_reference(bad))
+    model = genai.Model(folder)
+    generator = _generator(genai, model, max_length=max_length)
+    generator._driver.runner._chain &= chain  # the prompt's runs from Python when False
+    with pytest.raises(InvalidArgumentError, match="image feature rows for the"):
+        generator.set_inputs(_ours(_as_reference(bad)))
+    with pytest.raises(genai.GenerationError, match="no prior state"):
+        generator.generate_next_token()
+    generator.set_inputs(_ours(named))
+    while not generator.is_done():
+        generator.generate_next_token()
+    _, ref_seqs, _ = _generate(og, ref_model, named, max_length)
+    np.testing.assert_array_equal(generator.get_sequence(0), ref_seqs[0])
+
+
+def test_qwen_set_inputs_without_num_image_tokens_runs_the_images(folders, images):
+    """Without num_image_tokens genai still runs the vision graph on the pixels it is given
+    (it used to skip it, then failed on the grid): logits and tokens equal the reference's on
+    the complete inputs. (The reference's own run without num_image_tokens gives other
+    logits: docs/differences.md.)"""
+    folder = folders["qwen2_5_vl"]
+    ref_model, named = _reference_inputs(folder, _prompt("qwen2_5_vl", 1), images[:1])
+    arrays = {name: named[name].as_numpy() for name in named.keys()}  # noqa: SIM118
+    del arrays["num_image_tokens"]
+    max_length = arrays["input_ids"].shape[1] + NEW_TOKENS
+    ref_logits, ref_seqs, _ = _generate(og, ref_model, named, max_length)
+    ours = _ours(_as_reference(arrays))
+    our_logits, our_seqs, generator = _generate(genai, genai.Model(folder), ours, max_length)
+    np.testing.assert_allclose(our_logits, ref_logits, atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(our_seqs[0], ref_seqs[0])
+    assert generator.get_output("image_features").shape[0] > 0
+
+
+def test_set_inputs_with_no_ids_adds_nothing(folders):
+    """As the reference: empty input_ids add nothing (the next step has no prior state), and
+    the generator takes a prompt afterwards."""
+    folder = folders["phi3v"]
+    empty = {"input_ids": np.zeros((1, 0), np.int32)}
+    reference = _generator(og, og.Model(str(folder)), max_length=16)
+    reference.set_inputs(_as_reference(empty))
+    with pytest.raises(RuntimeError, match="no prior state"):
+        reference.generate_next_token()
+    generator = _generator(genai, genai.Model(folder), max_length=16)
+    generator.set_inputs(_ours(_as_reference(empty)))
+    with pytest.raises(genai.GenerationError, match="no prior state"):
+        generator.generate_next_token()
+    assert len(generator.get_sequence(0)) == 0
+    generator.append_tokens([1, 2, 3])
+    generator.generate_next_token()
+    assert len(generator.get_sequence(0)) == 4

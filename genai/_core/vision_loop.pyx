@@ -27,6 +27,7 @@ cimport numpy as cnp
 
 import numpy as np
 
+from genai.errors import InvalidArgumentError
 from genai.runtime.buffers import aligned_zeros
 
 cnp.import_array()
@@ -37,6 +38,29 @@ cdef enum:
     NEED_GROW = -104
     # not an error: the pending tokens run from Python (`fallback`), then the loop goes on
     NEED_PYTHON = -200
+
+# run_prompt's vision output has other rows than the prompt's images need (check_feature_rows)
+cdef enum:
+    LOOP_ERR_ROWS = -110
+
+
+def check_feature_rows(tuple shape, int64_t expected):
+    """Raise `InvalidArgumentError` unless image features of ``shape`` (``[..., rows,
+    hidden]``) have ``expected`` rows in all, one per image placeholder of the prompt (-1:
+    any): others would fill the wrong positions, or leave placeholders unfilled (the
+    reference's vision output, allocated from ``num_image_tokens``, fails in onnxruntime
+    then)."""
+    cdef int64_t rows = 1
+    for dim in shape[:-1]:
+        rows *= dim
+    if not shape:
+        rows = 0
+    if expected >= 0 and rows != expected:
+        raise InvalidArgumentError(
+            f"the vision graph made {rows} image feature rows for the {expected} image "
+            "placeholders of input_ids: the processor outputs given to set_inputs do not "
+            "belong together (were pixel_values, image_sizes or image_grid_thw changed?)"
+        )
 
 
 cdef void* _data(cnp.ndarray array):
@@ -49,15 +73,18 @@ cdef int64_t _EMPTY[1]
 
 cdef int _pass_output(NativeSession source, Py_ssize_t output, int source_stage,
                       NativeSession target, Py_ssize_t input, int target_stage,
-                      int* failed) noexcept nogil:
+                      int* failed, int64_t* rows) noexcept nogil:
     """Bind ``source``'s output ``output`` of its last run, where ORT left it (host memory),
     as ``target``'s input ``input``: no copy, valid until ``source`` runs again or re-binds
     the output. On failure ``failed`` names the session whose error it is (the stages of
-    `EmbedDecoderLoop.failed`)."""
+    `EmbedDecoderLoop.failed`). ``rows`` (or NULL): the rows the output must have (the
+    product of its dims but the last; -1: any); when it has others, ``rows`` becomes that
+    count and the result `LOOP_ERR_ROWS`, nothing bound."""
     cdef OrtValue* value = NULL
     cdef int64_t shape[NS_MAX_DIMS]
-    cdef size_t ndim = 0
+    cdef size_t ndim = 0, i
     cdef int elem = 0, rc
+    cdef int64_t count = 1
     cdef void* data = NULL
     failed[0] = source_stage
     rc = source._output_value(output, &value)
@@ -67,6 +94,15 @@ cdef int _pass_output(NativeSession source, Py_ssize_t output, int source_stage,
         rc = source.output_value_data(output, &data)
     if rc != 0:
         return rc
+    if rows != NULL and rows[0] >= 0:
+        for i in range(ndim - 1 if ndim > 0 else 0):
+            count *= shape[i]
+        if ndim == 0:
+            count = 0
+        if count != rows[0]:
+            rows[0] = count
+            failed[0] = 0
+            return LOOP_ERR_ROWS
     failed[0] = target_stage
     if data == NULL:
         data = <void*>_EMPTY  # an empty tensor
@@ -474,7 +510,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             self.decoder.raise_last_error()
         return 0
 
-    def run_prompt(self, Py_ssize_t count, bint with_images):
+    def run_prompt(self, Py_ssize_t count, bint with_images, int64_t feature_rows=-1):
         """A first prompt's three runs (see `chain_prompt`) in one call, on the inputs the
         runner bound (`bind_prompt_inputs`, the pixel inputs, the ids): the vision graph when
         ``with_images`` (else the embedding's features input is bound already), its output
@@ -488,8 +524,11 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         binding runs again or re-binds them. Returns True: the rows copied, the tokens
         computed and the logits ready (the loop's state set as after its own runs); False:
         ran, but the logits output is not ``[batch, count or 1, vocab]`` (the runner reads
-        it; the loop's state untouched)."""
+        it; the loop's state untouched). ``feature_rows``: the image feature rows the vision
+        graph must make (-1: any); other counts raise `InvalidArgumentError` before the
+        embedding runs (`check_feature_rows`)."""
         cdef int rc = 0
+        cdef int64_t rows = feature_rows
         cdef int64_t shape[NS_MAX_DIMS]
         cdef size_t ndim = 0
         cdef void* data = NULL
@@ -509,15 +548,17 @@ cdef class EmbedDecoderLoop(DecoderLoop):
                 rc = vision.run_binding()
                 if rc == 0:
                     rc = _pass_output(vision, self.features_out, 3, embedding, self.features_in,
-                                      1, &self.failed)
+                                      1, &self.failed, &rows)
             if rc == 0:
                 self.failed = 1
                 rc = embedding.run_binding()
             if rc == 0:
                 rc = _pass_output(embedding, self.embeds_out, 1, self.decoder, self.embeds_in,
-                                  2, &self.failed)
+                                  2, &self.failed, NULL)
             if rc == 0:
                 rc = self.decoder_prompt_run(self.prompt_logits, shape, &ndim, &data, True)
+        if rc == LOOP_ERR_ROWS:
+            check_feature_rows((rows, 0), feature_rows)
         if rc != 0:
             if self.failed == 3:
                 self.failed = 0

@@ -825,9 +825,16 @@ class Generator:
                 f"input_ids size ({array.shape[1]}) + current sequence length ({length}) "
                 f"exceeds max length ({self.max_length})"
             )
+        if array.shape[1] == 0:
+            return  # as the reference: no ids, nothing added
         self._loop.append(array)
         self._new_generation()
-        self._driver.run(prompt=length == 0)
+        try:
+            self._driver.run(prompt=length == 0)
+        except InvalidArgumentError:
+            if length == 0:  # inputs that do not belong together: no half-run prompt is kept
+                self.rewind_to(0)
+            raise
 
     def set_runtime_option(self, key: str, value: str) -> None:
         """A run option for this generator's runs (the reference's ``SetRuntimeOption``):

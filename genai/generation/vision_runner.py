@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai._core.bookkeeping import NO_PAD, prefill_inputs
-from genai._core.vision_loop import EmbedDecoderLoop, mrope_rows, prompt_ids
+from genai._core.vision_loop import (
+    EmbedDecoderLoop,
+    check_feature_rows,
+    mrope_rows,
+    prompt_ids,
+)
 from genai.errors import (
     GenerationError,
     InvalidArgumentError,
@@ -427,6 +432,10 @@ class VisionRunner:
         self.last_run_count = 0
         #: multimodal inputs of `set_inputs`, consumed by the next prompt run
         self.pending: dict[str, np.ndarray] = {}
+        #: the image feature rows the pending prompt's vision run must make (-1: any), and
+        #: the image placeholders of the pending prompt's ids (`_count_placeholders`)
+        self.feature_rows = -1
+        self._placeholders = -1
         self.last_inputs: dict[str, np.ndarray] = {}
         self.last_outputs: dict[str, np.ndarray] = {}
 
@@ -448,6 +457,8 @@ class VisionRunner:
             raise InvalidArgumentError(
                 f"input_ids has shape {list(ids.shape)}; the generator runs {self.batch} rows"
             )
+        if ids.shape[1] == 0:  # as the reference: no tokens, nothing added (nor kept)
+            return np.zeros((self.batch, 0), np.int32)
         # the int32 copy and the bounds in one pass (NumPy for other dtypes)
         checked = prompt_ids(ids)
         if checked is None:
@@ -473,8 +484,18 @@ class VisionRunner:
                 "rewind_to(0)) with every image in one prompt"
             )
         self.pending = arrays
+        self._placeholders = self._count_placeholders(ids)
         self.fast = False  # the next run is ours (it consumes the pending inputs)
         return ids
+
+    def _count_placeholders(self, ids: np.ndarray) -> int:
+        """The image placeholders in ``ids``, each the place of one image feature row:
+        Phi-3 Vision's negative ids, else ``model.image_token_id``'s (-1: the config names
+        none, any count is taken)."""
+        if self.model.type in NEGATIVE_ID_TYPES:
+            return int(np.count_nonzero(ids < 0))
+        token = int(self.model.config.get("model.image_token_id", -1))
+        return int(np.count_nonzero(ids == token)) if token >= 0 else -1
 
     def _settle_kv(self) -> None:
         """A first prompt's native run leaves a growing cache's presents -> pasts hand-over
@@ -620,10 +641,19 @@ class VisionRunner:
 
     def _vision_inputs(self, pending: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """The vision graph's inputs from ``pending`` (a first prompt's), None when it has no
-        images."""
+        images: ``num_image_tokens`` adds up to 0, or, without it, no pixel values (as the
+        reference, which then runs the vision graph on the pixels it has). Sets
+        `feature_rows`, the image feature rows the vision graph must make: one per image
+        placeholder of the prompt (-1: not known)."""
         tokens = pending.get("num_image_tokens")
-        if tokens is None or int(tokens.sum()) <= 0:
+        self.feature_rows = -1
+        if tokens is None:
+            pixels = pending.get("pixel_values")
+            if pixels is None or pixels.size == 0:
+                return None
+        elif int(tokens.sum()) <= 0:
             return None
+        self.feature_rows = self._placeholders
         if self.vision is None:
             raise ModelError(f"{self.model.config.file} has no model.vision graph for images")
         fed = {}
@@ -693,6 +723,7 @@ class VisionRunner:
                 vision, fed, graphs.vision_features, self._features_out_dtype
             )
             self.last_outputs[graphs.vision_features] = _IN_BINDING
+        check_feature_rows(features.shape, self.feature_rows)
         return features
 
     @staticmethod

@@ -111,7 +111,7 @@ class VisionDriver(RunnerSessions):
         images = runner.prepare_prompt(tokens)
         if images is None:
             runner.feed(tokens, True)
-        elif loop.run_prompt(tokens.shape[1], images):
+        elif loop.run_prompt(tokens.shape[1], images, runner.feature_rows):
             return  # (the loop counted the tokens and made its logits ready)
         else:
             runner.finish_prompt(tokens.shape[1])
