@@ -430,6 +430,27 @@ def test_seed_reproducible_and_n(server, client):
     assert several.usage.completion_tokens >= 3
 
 
+def test_seeds_beyond_int63_are_their_own(server, client):
+    """Seeds cover int64 and uint64: 2**63 is not seed 0 (it was reduced modulo 2**63), a
+    negative seed is a fixed seed (not the sampler's 'random' -1), and choice i of seed s
+    draws what a request with seed s + i draws."""
+    kwargs = {
+        "model": model_name(server),
+        "messages": [{"role": "user", "content": "random"}],
+        "max_tokens": 24,
+        "temperature": 1.0,
+    }
+
+    def text(seed: int, n: int = 1) -> list[str]:
+        reply = client.chat.completions.create(**kwargs, seed=seed, n=n)
+        return [c.message.content for c in reply.choices]
+
+    assert text(2**63) != text(0)
+    assert text(2**64 - 1) == text(2**64 - 1)
+    assert text(-1) == text(-1)
+    assert text(2**63, n=2)[1] == text(2**63 + 1)[0]
+
+
 def test_penalties_and_logit_bias(server, client):
     kwargs = {"model": model_name(server), "prompt": "bias", "max_tokens": 8, "temperature": 0}
     plain = client.completions.create(**kwargs).choices[0].text

@@ -591,7 +591,9 @@ def _sampling(body: Any, n_logprobs: int | None, index: int) -> SearchOptions:
     """The search options of choice ``index`` of a request (OpenAI's parameters)."""
     seed = body.seed
     if seed is not None:  # in [-2**63, 2**64) (`genai.serve.protocol`)
-        seed = (seed + index) % 2**63  # each choice its own stream
+        # each choice its own stream; the sampler's seeds are [0, 2**64): every int64 and
+        # every uint64 seed is its own (a negative one shares its stream with seed + 2**64)
+        seed = (seed + index) % 2**64
     return SearchOptions.from_openai(
         temperature=1.0 if body.temperature is None else float(body.temperature),
         top_p=1.0 if body.top_p is None else float(body.top_p),
