@@ -383,11 +383,13 @@ def test_corrupt_files_raise_a_clear_error(files) -> None:
         "png with a broken header": png[:12] + b"XXXX" + png[16:],
         "truncated jpeg": jpeg[: len(jpeg) // 2],
         "jpeg without frames": jpeg[:4] + b"\x00" * 100,
+        "png signature, no chunks": png[:8] + b"\x00" * 40,  # Pillow: "cannot identify"
     }
     for what, data in cases.items():
         with pytest.raises(InvalidArgumentError, match="image 0: ") as raised:
             genai.Images.open_bytes(data)
         assert "PNG" in str(raised.value) or "JPEG" in str(raised.value), what
+        assert "object at 0x" not in str(raised.value), what  # no Pillow file object repr
 
 
 def test_cmyk_jpeg_is_refused() -> None:

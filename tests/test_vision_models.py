@@ -670,3 +670,18 @@ def test_set_inputs_with_no_ids_adds_nothing(folders):
     generator.append_tokens([1, 2, 3])
     generator.generate_next_token()
     assert len(generator.get_sequence(0)) == 4
+
+
+def test_a_list_of_prompts_is_refused_by_name(folders, images):
+    """The reference's image processors read no prompt of a list (input_ids [1, 0], nothing
+    said); genai refuses the list, naming images only when there are some."""
+    folder = folders["phi3v"]
+    prompts = [_prompt("phi3v", 0), _prompt("phi3v", 0)]
+    reference = og.Model(str(folder)).create_multimodal_processor()
+    assert reference(prompts)["input_ids"].as_numpy().size == 0
+    processor = genai.Model(folder).create_multimodal_processor()
+    with pytest.raises(genai.UnsupportedFeatureError, match="list of 2 prompts is not") as bare:
+        processor(prompts)
+    assert "images" not in str(bare.value).split(":")[0]
+    with pytest.raises(genai.UnsupportedFeatureError, match="2 prompts with images"):
+        processor(prompts, images=genai.Images.open(images[0]))

@@ -500,7 +500,9 @@ def test_prompt_rows_that_do_not_fit_the_batch_are_refused(folder: Path) -> None
         generator.set_inputs(named)
 
 
-def test_audio_for_a_text_model_is_refused(fixture_folders: dict[str, Path]) -> None:
+def test_audio_for_a_text_model_is_refused(
+    fixture_folders: dict[str, Path], audio: dict[str, Path]
+) -> None:
     model = genai.Model(fixture_folders["gqa"])
     with pytest.raises(ModelError, match="not a registered multi-modal model type"):
         model.create_multimodal_processor()
@@ -511,6 +513,8 @@ def test_audio_for_a_text_model_is_refused(fixture_folders: dict[str, Path]) -> 
     named["audio_features"] = np.zeros((1, 80, 3000), np.float32)
     with pytest.raises(GenerationError, match="append_tokens"):
         generator.set_inputs(named)
+    with pytest.raises(InvalidArgumentError, match="transcribe needs a Whisper model, not"):
+        transcribe(model, genai.Audios.open(audio["wav2"]))
 
 
 # --- the command line -----------------------------------------------------------------------

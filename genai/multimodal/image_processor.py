@@ -99,9 +99,11 @@ def check_prompt_and_images(prompt: Any, images: Any) -> str:
     after checking the argument types."""
     if isinstance(prompt, list):
         if len(prompt) != 1:
+            what = "prompts with images" if images is not None else "prompts"
             raise UnsupportedFeatureError(
-                f"a list of {len(prompt)} prompts with images is not supported: process one "
-                "prompt at a time (the reference's image processors read a single prompt)"
+                f"a list of {len(prompt)} {what} is not supported by an image processor: "
+                "process one prompt at a time (the reference's image processors read a single "
+                "prompt)"
             )
         prompt = prompt[0]
     if prompt is not None and not isinstance(prompt, str):

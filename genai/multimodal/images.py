@@ -130,15 +130,17 @@ def decode_image(data: bytes, name: str = "image", path: str | None = None) -> n
     if size is not None:  # before Pillow: its own bomb check would speak of an "attack"
         _check_size(*size, name)
     image_module = pillow_image()
+    stream = io.BytesIO(data)
     try:
-        image = image_module.open(io.BytesIO(data), formats=[kind])
+        image = image_module.open(stream, formats=[kind])
     except image_module.DecompressionBombError as error:  # far over our limit too
         raise InvalidArgumentError(
             f"{name}: image too large ({error}); the limit is {MAX_IMAGE_SIDE} pixels a side "
             f"and {MAX_IMAGE_PIXELS:,} pixels in all"
         ) from None
     except Exception as error:  # Pillow raises OSError, SyntaxError, ValueError, ...
-        raise InvalidArgumentError(f"{name}: cannot read the {kind} header ({error})") from None
+        detail = str(error).replace(f" {stream!r}", "")  # Pillow names its file object
+        raise InvalidArgumentError(f"{name}: cannot read the {kind} header ({detail})") from None
     _check_size(*image.size, name)
     if image.mode in ("CMYK", "YCbCr;K") or (kind == "JPEG" and image.mode not in ("RGB", "L")):
         raise InvalidArgumentError(

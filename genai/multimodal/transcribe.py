@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from genai.compat.tensors import NamedTensors
-from genai.errors import ArgumentTypeError, InvalidArgumentError
+from genai.errors import ArgumentTypeError, GenaiError, InvalidArgumentError
 from genai.generation.generator import Generator
 from genai.generation.generator_params import GeneratorParams
 from genai.multimodal.audios import AudioClip, Audios
@@ -409,11 +409,15 @@ def transcribe(
     ``"translate"``; ``timestamps`` False decodes fixed 30 s windows with
     ``<|notimestamps|>``; ``fallback`` False keeps every window's first decoding (no
     temperature fallback)."""
+    wrong = InvalidArgumentError(f"transcribe needs a Whisper model, not {model.type!r}")
     if processor is None:
-        processor = model.create_multimodal_processor()
+        try:
+            processor = model.create_multimodal_processor()
+        except GenaiError:  # a text model has no processor: say what transcribe needs
+            raise wrong from None
     kind = processor.kind
     if not isinstance(kind, WhisperProcessor):
-        raise InvalidArgumentError(f"transcribe needs a Whisper model, not {model.type!r}")
+        raise wrong
     if isinstance(audio, Audios):
         if len(audio) != 1:
             raise InvalidArgumentError("transcribe takes one recording at a time")
