@@ -9,6 +9,7 @@ concurrently is compared with the same conversation run alone there."""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -732,7 +733,39 @@ SCRIPTS = {
     "unknown guidance type": lambda og, m: og.TurnOptions(
         _engine(og, m).create_request()
     ).set_guidance("yaml", "x"),
+    "rewind before a turn": lambda og, m: (
+        _engine(og, m).create_request().rewind_to_start_of_turn(1)
+    ),
+    "max_session_tokens above search.max_length": lambda og, m: _engine(og, m).create_request(
+        options=_session_options(og, 10**9)
+    ),
+    "min above max generated": lambda og, m: _begin_with(
+        og, m, lambda o: (o.set_min_generated_tokens(6), o.set_max_generated_tokens(5))
+    ),
+    "min beyond the session": lambda og, m: _begin_with(
+        og, m, lambda o: o.set_min_generated_tokens(6), session=8
+    ),
+    "min beyond the context": lambda og, m: _begin_with(
+        og, m, lambda o: o.set_min_generated_tokens(2**40)
+    ),
+    "sampled top_k above the vocabulary": lambda og, m: _begin_with(
+        og, m, lambda o: (o.set_do_sample(True), o.set_top_k(10**6))
+    ),
 }
+
+
+def _session_options(og: ModuleType, max_session_tokens: int) -> Any:
+    options = og.RequestOptions()
+    options.set_max_session_tokens(max_session_tokens)
+    return options
+
+
+def _begin_with(og: ModuleType, model: Any, setup: Any, session: int = 0) -> None:
+    """Begin a turn of [1, 504, 3575] with ``setup(turn_options)`` (and a session limit)."""
+    request = _engine(og, model).create_request(options=_session_options(og, session))
+    options = og.TurnOptions(request)
+    setup(options)
+    request.begin_turn(np.asarray([1, 504, 3575], np.int32), options)
 
 
 @pytest.mark.parametrize("case", sorted(SCRIPTS))
@@ -741,14 +774,70 @@ def test_misuse_raises_the_references_error(smollm2, case: str) -> None:
     assert ours == theirs
 
 
-@pytest.mark.parametrize("kind", ["past-vocab", "negative", "2-d"])
+@pytest.mark.parametrize("kind", ["past-vocab", "negative", "float-negative", "nan", "infinity"])
 def test_tokens_outside_the_vocabulary_are_a_value_error(smollm2, kind: str) -> None:
+    """genai's own check (the reference runs them: docs/engine.md)."""
     _, model, folder = smollm2
     vocab = json.loads((Path(folder) / "genai_config.json").read_text())["model"]["vocab_size"]
-    tokens = {"past-vocab": [1, vocab], "negative": [-1, 5], "2-d": [[1, 2], [3, 4]]}[kind]
+    tokens = {
+        "past-vocab": np.asarray([1, vocab], np.int32),
+        "negative": np.asarray([-1, 5], np.int32),
+        "float-negative": np.asarray([-1.0, 5.0], np.float32),
+        "nan": np.asarray([np.nan, 5.0]),
+        "infinity": np.asarray([1.0, np.inf]),
+    }[kind]
     request = genai.Engine(model).create_request()
-    with pytest.raises(ValueError, match="outside the vocabulary|one sequence"):
-        request.begin_turn(np.asarray(tokens, np.int32))
+    with pytest.raises(ValueError, match="outside the vocabulary|must be finite"):
+        request.begin_turn(tokens)
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        np.asarray([[1, 504, 3575]], np.int32),
+        np.asarray([[1], [504]], np.int32),
+        np.asarray([[1.0, 504.0]], np.float32),
+        np.zeros((1, 0), np.int32),
+        np.int32(5),
+    ],
+    ids=["1xn", "nx1", "float-1xn", "empty-1x0", "scalar"],
+)
+def test_tokens_of_any_other_shape_than_n_are_a_value_error(smollm2, tokens: Any) -> None:
+    """The reference's binding takes only a one-dimensional array: also not [1, n] (genai took
+    [1, n] as [n])."""
+    messages = []
+    for og, model in ((ref, smollm2[0]), (genai, smollm2[1])):
+        request = _engine(og, model).create_request()
+        with pytest.raises(ValueError, match="one-dimensional") as info:
+            request.begin_turn(tokens)
+        messages.append(str(info.value))
+    assert messages[1].startswith(messages[0].rstrip("."))
+
+
+@pytest.mark.parametrize(
+    ("tokens", "as_int32"),
+    [
+        (np.asarray([1.0, 504.0, 3575.0], np.float32), [1, 504, 3575]),
+        (np.asarray([1.0, 504.9, 3575.5]), [1, 504, 3575]),
+        ([1.0, 504.0, 3575.0], [1, 504, 3575]),
+        (np.asarray([1, 504, 3575], np.int64), [1, 504, 3575]),
+        (np.asarray([True, False, True]), [1, 0, 1]),
+    ],
+    ids=["float32", "fractional-float64", "float-list", "int64", "bool"],
+)
+def test_float_tokens_are_cast_as_the_reference_casts_them(
+    smollm2_all_logits, tokens: Any, as_int32: list[int]
+) -> None:
+    """The reference's binding casts a float (or bool) array to int32, floats toward zero, and
+    runs it; genai refused them. Both now give the tokens of the cast ids."""
+    ref_model, our_model, _ = smollm2_all_logits
+
+    def setup(options: Any) -> None:
+        options.set_max_generated_tokens(3)
+
+    theirs = _turn_events(ref, ref_model, tokens, setup)
+    assert _turn_events(genai, our_model, tokens, setup) == theirs
+    assert theirs == _turn_events(ref, ref_model, np.asarray(as_int32, np.int32), setup)
 
 
 @pytest.mark.parametrize(
@@ -758,13 +847,61 @@ def test_tokens_outside_the_vocabulary_are_a_value_error(smollm2, kind: str) -> 
         lambda og, m: og.RequestOptions().set_max_session_tokens(-1),
         lambda og, m: og.TurnOptions(_engine(og, m).create_request()).set_max_generated_tokens(-1),
         lambda og, m: _engine(og, m).run(None),
+        lambda og, m: og.TurnOptions(_engine(og, m).create_request()).set_seed(2**64 + 5),
+        lambda og, m: og.RequestOptions().set_max_session_tokens(2**64),
+        lambda og, m: og.TurnOptions(_engine(og, m).create_request()).set_top_k(2**31),
+        lambda og, m: og.TurnOptions(_engine(og, m).create_request()).set_no_repeat_ngram_size(
+            2**31
+        ),
+        lambda og, m: og.TurnOptions(_engine(og, m).create_request()).set_stop_strings(
+            ["a\ud800b"]
+        ),
     ],
-    ids=["capacity", "session", "max-generated", "run-none"],
+    ids=[
+        "capacity",
+        "session",
+        "max-generated",
+        "run-none",
+        "seed-above-uint64",
+        "session-above-uint64",
+        "top-k-above-int32",
+        "ngram-above-int32",
+        "stop-string-lone-surrogate",
+    ],
 )
 def test_negative_counts_and_wrong_types_are_type_errors(smollm2, script: Any) -> None:
+    """What the reference's binding cannot convert (a negative or too large int for its
+    uint64 / int32 argument, a str with a lone surrogate) is a TypeError; genai wrapped a seed
+    above 2**64 - 1 and took the rest."""
     for og, model in ((ref, smollm2[0]), (genai, smollm2[1])):
         with pytest.raises(TypeError):
             script(og, model)
+
+
+def test_the_largest_seed_is_taken_as_the_reference_takes_it(smollm2) -> None:
+    """2**64 - 1 (uint64's largest) is a seed in both; genai's seeds a repeatable turn."""
+    ref_model, model, _ = smollm2
+    prompt = np.asarray([1, 504, 3575], np.int32)
+    ref.TurnOptions(_engine(ref, ref_model).create_request()).set_seed(2**64 - 1)
+
+    def setup(options: Any) -> None:
+        options.set_do_sample(True)
+        options.set_max_generated_tokens(3)
+        options.set_seed(2**64 - 1)
+
+    events = _turn_events(genai, model, prompt, setup)
+    assert len(events) == 3 and events[-1][2] == int(genai.FinishReason.MAX_GENERATED_TOKENS)
+    assert _turn_events(genai, model, prompt, setup) == events
+
+
+def test_a_stop_string_with_a_nul_byte_is_the_references_value_error(smollm2) -> None:
+    messages = []
+    for og, model in ((ref, smollm2[0]), (genai, smollm2[1])):
+        options = og.TurnOptions(_engine(og, model).create_request())
+        with pytest.raises(ValueError) as info:
+            options.set_stop_strings(["ok", "a\0b"])
+        messages.append(str(info.value))
+    assert messages[1] == messages[0]
 
 
 def test_streaming_processor_needs_a_streaming_speech_model(smollm2) -> None:
@@ -845,6 +982,146 @@ def test_turn_options_match_the_reference(smollm2_all_logits, setup: Any) -> Non
     ref_model, our_model, _ = smollm2_all_logits
     prompt = chat(ref.Tokenizer(ref_model), "Give me a number.")
     assert _one_turn(genai, our_model, prompt, setup) == _one_turn(ref, ref_model, prompt, setup)
+
+
+def _turn_events(
+    og: ModuleType, model: Any, tokens: Any, setup: Any, *, max_session_tokens: int = 0
+) -> list[tuple[int, int | None, int, int]]:
+    """One turn of ``tokens`` with ``setup(turn_options)``: every event as (flags, token,
+    finish reason, generated tokens)."""
+    engine = og.Engine(model)
+    options = og.RequestOptions()
+    options.set_max_session_tokens(max_session_tokens)
+    request = engine.create_request(options=options)
+    turn_options = og.TurnOptions(request)
+    setup(turn_options)
+    request.begin_turn(tokens, turn_options)
+    buffer = engine.create_event_buffer(32)
+    events = []
+    while engine.has_pending_requests():
+        engine.run(buffer)
+        for i in range(len(buffer)):
+            event = buffer[i]
+            events.append(
+                (
+                    int(event.flags),
+                    event.token,
+                    int(event.finish_reason),
+                    event.usage.generated_tokens,
+                )
+            )
+    request.close()
+    return events
+
+
+@pytest.mark.parametrize(
+    ("max_generated", "session_room"),
+    [(0, 0), (3, 0), (2, 0), (0, 3), (3, 3)],
+    ids=["grammar-ends", "grammar-ends-at-max", "max-first", "grammar-ends-at-session", "both"],
+)
+def test_a_completed_grammar_ends_the_turn_as_the_reference_does(
+    smollm2_all_logits, max_generated: int, session_room: int
+) -> None:
+    """The grammar's last token is a TOKEN event and the end a TURN_FINISHED of its own (token
+    None, EOS: the reference samples the EOS the grammar forces next); when that last token
+    reaches max_generated_tokens or max_session_tokens, the reason is that limit. genai sent
+    one TOKEN|TURN_FINISHED event with EOS in every case."""
+    ref_model, our_model, _ = smollm2_all_logits
+    prompt = np.asarray(chat(ref.Tokenizer(ref_model), "Give me a number."), np.int32)
+    session = len(prompt) + session_room if session_room else 0
+
+    def setup(options: Any) -> None:
+        options.set_guidance("regex", "[0-9]{3}")
+        options.set_max_generated_tokens(max_generated)
+
+    theirs = _turn_events(ref, ref_model, prompt, setup, max_session_tokens=session)
+    ours = _turn_events(genai, our_model, prompt, setup, max_session_tokens=session)
+    assert ours == theirs
+    if (max_generated, session_room) == (0, 0):  # what the reference's events say
+        assert [flags for flags, *_ in theirs] == [1, 1, 1, 2]
+        assert theirs[-1][1:] == (None, int(ref.FinishReason.EOS), 3)
+
+
+#: Turn options on the folder's search defaults (greedy: do_sample false, top_k 50,
+#: temperature 1), and whether the reference takes them: it refuses sampling options that a
+#: turn resolved to the top logit would ignore, and takes their neutral values.
+GREEDY_POLICY = {
+    "top_k": ([("top_k", 5)], False),
+    "top_k-50": ([("top_k", 50)], False),
+    "top_p": ([("top_p", 0.5)], False),
+    "temperature": ([("temperature", 2.0)], False),
+    "all-three": ([("top_k", 5), ("top_p", 0.5), ("temperature", 0.7)], False),
+    "do_sample-false": ([("do_sample", False), ("top_k", 5)], False),
+    "do_sample-top_k-1": ([("do_sample", True), ("top_k", 1), ("top_p", 0.5)], False),
+    "do_sample-temperature-0": ([("do_sample", True), ("temperature", 0.0), ("top_k", 5)], False),
+    "before-min-above-max": (
+        [("min_generated_tokens", 6), ("max_generated_tokens", 5), ("top_k", 5)],
+        False,
+    ),
+    "neutral-values": ([("top_k", 1), ("top_p", 1.0), ("temperature", 1.0)], True),
+    "neutral-zeros": ([("top_k", 0), ("top_p", 0.0), ("temperature", 0.0)], True),
+    "sampled": ([("do_sample", True), ("top_k", 5), ("top_p", 0.5), ("temperature", 0.5)], True),
+    "greedy-by-choice": ([("do_sample", True), ("temperature", 0.0), ("top_k", 1)], True),
+}
+
+
+def _policy_outcome(og: ModuleType, model: Any, calls: list[tuple[str, Any]]) -> str:
+    """``begin_turn`` after ``calls`` (setter name, value): "ok" or the RuntimeError's text."""
+    request = _engine(og, model).create_request()
+    options = og.TurnOptions(request)
+    for name, value in calls:
+        getattr(options, f"set_{name}")(value)
+    try:
+        request.begin_turn(np.asarray([1, 504, 3575], np.int32), options)
+    except RuntimeError as exc:
+        return str(exc)
+    request.cancel_turn(1)
+    return "ok"
+
+
+@pytest.mark.parametrize("case", sorted(GREEDY_POLICY))
+def test_sampling_options_on_a_greedy_turn_are_refused_as_the_reference(smollm2, case) -> None:
+    ref_model, our_model, _ = smollm2
+    calls, accepted = GREEDY_POLICY[case]
+    theirs = _policy_outcome(ref, ref_model, calls)
+    assert _policy_outcome(genai, our_model, calls) == theirs
+    assert (theirs == "ok") == accepted
+
+
+@pytest.fixture(scope="module")
+def greedy_defaults(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """The smollm2 folder with search defaults ``do_sample: true, top_k: 1`` (copied: genai
+    refuses files that link out of the folder)."""
+    folder = tmp_path_factory.mktemp("greedy-defaults")
+    for source in Path(smollm2_path).iterdir():
+        if source.is_file():
+            shutil.copy(source, folder / source.name)
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["search"].update(do_sample=True, top_k=1)
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    return ref.Model(str(folder)), genai.Model(str(folder))
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        [("do_sample", True)],
+        [("do_sample", True), ("temperature", 0.5)],
+        [("temperature", 0.5)],
+        [("top_k", 5)],
+        [("do_sample", True), ("temperature", 0.0)],
+        [("do_sample", False), ("top_k", 5)],
+    ],
+    ids=["do_sample", "do_sample-temperature", "temperature", "top_k", "own-zero", "off"],
+)
+def test_do_sample_overruled_by_the_folders_defaults_is_refused_as_the_reference(
+    greedy_defaults, calls
+) -> None:
+    """do_sample=true that only the folder's top_k = 1 makes greedy is refused, naming the
+    default; the options the turn sets decide otherwise."""
+    ref_model, our_model = greedy_defaults
+    theirs = _policy_outcome(ref, ref_model, calls)
+    assert _policy_outcome(genai, our_model, calls) == theirs
 
 
 def test_a_turn_seed_makes_sampling_repeatable(smollm2) -> None:

@@ -73,14 +73,21 @@ PREFIX_CACHE_BYTES = 256 << 20
 #: Stop strings a turn may have, and their total UTF-8 bytes (the reference's limits).
 MAX_STOP_STRINGS = 16
 MAX_STOP_STRING_BYTES = 16 * 1024
+#: The largest values the reference's bindings convert: its counts and seeds are uint64, its
+#: ``top_k`` and ``no_repeat_ngram_size`` int32 (anything larger is a TypeError there).
+UINT64_MAX = 2**64 - 1
+INT32_MAX = 2**31 - 1
 
 
-def _count(value: Any, what: str) -> int:
-    """A non-negative int (the reference's unsigned arguments: anything else is a TypeError)."""
+def _count(value: Any, what: str, limit: int = UINT64_MAX) -> int:
+    """A non-negative int up to ``limit`` (the reference's unsigned arguments: anything else
+    is a TypeError, as its binding raises)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise ArgumentTypeError(f"{what} must be an int, got {type(value).__name__}")
     if value < 0:
         raise ArgumentTypeError(f"{what} must be >= 0, got {value}")
+    if value > limit:
+        raise ArgumentTypeError(f"{what} must be at most {limit}, got {value}")
     return int(value)
 
 
@@ -88,6 +95,46 @@ def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise ArgumentTypeError(f"{what} must be a number, got {type(value).__name__}")
     return float(value)
+
+
+def _greedy_conflict(search: SearchOptions, explicit: dict[str, Any]) -> str | None:
+    """The reference's refusal (its words) of a turn that resolves to the top logit yet sets
+    sampling options that would change a sampled choice, or that sets do_sample=true while
+    only the model's defaults make it greedy; None when the turn is consistent. ``search``:
+    the turn's options over the model's, ``explicit``: those the turn set."""
+    causes = []  # (why, the default that says so, the turn set it)
+    if not search.do_sample:
+        causes.append(("do_sample is false", "search.do_sample = false", "do_sample" in explicit))
+    if search.top_k == 1:
+        causes.append(("top_k is 1", "search.top_k = 1", "top_k" in explicit))
+    if search.temperature == 0.0:
+        causes.append(("temperature is 0", "search.temperature = 0", "temperature" in explicit))
+    if not causes:
+        return None
+    if explicit.get("do_sample") is True and not any(own for _, _, own in causes):
+        defaults = " and ".join(default for _, default, _ in causes)
+        return (
+            "do_sample=true was explicitly set, but this turn still selects the top logit "
+            f"because the model's own search defaults supply {defaults}. Set that field "
+            "explicitly on the turn -- top_k above 1, or a nonzero temperature -- to request "
+            "sampling, or drop do_sample to accept top-logit selection."
+        )
+    neutral = {  # values that choose the same token as the top logit
+        "temperature": lambda v: v in (0.0, 1.0),
+        "top_p": lambda v: v <= 0.0 or v >= 1.0,
+        "top_k": lambda v: v <= 1,
+    }
+    contradicting = [
+        name for name, ok in neutral.items() if name in explicit and not ok(explicit[name])
+    ]
+    if not contradicting:
+        return None
+    return (
+        f"The resolved turn policy selects the top logit ({' and '.join(c[0] for c in causes)}), "
+        f"so these explicitly set sampling options contradict it: {' '.join(contradicting)}. "
+        "Either remove them or request sampling with do_sample=true, top_k != 1, and a nonzero "
+        "temperature."
+    )
 
 
 def _no_constructor(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -327,7 +374,7 @@ class TurnOptions:
 
     def set_top_k(self, top_k: int) -> None:
         """Top-k bound (one: the top logit; zero: no top-k)."""
-        self._options["top_k"] = _count(top_k, "top_k")
+        self._options["top_k"] = _count(top_k, "top_k", INT32_MAX)
 
     def set_repetition_penalty(self, repetition_penalty: float) -> None:
         """Repetition penalty; finite and greater than zero."""
@@ -335,10 +382,13 @@ class TurnOptions:
 
     def set_no_repeat_ngram_size(self, no_repeat_ngram_size: int) -> None:
         """Forbid repeating any n-gram of this size (zero: off)."""
-        self._options["no_repeat_ngram_size"] = _count(no_repeat_ngram_size, "no_repeat_ngram_size")
+        self._options["no_repeat_ngram_size"] = _count(
+            no_repeat_ngram_size, "no_repeat_ngram_size", INT32_MAX
+        )
 
     def set_seed(self, seed: int) -> None:
-        """Reseed the request's random streams at the start of this turn (zero is a seed)."""
+        """Reseed the request's random streams at the start of this turn (zero is a seed; at
+        most 2**64 - 1, the reference's uint64)."""
         self._seed = _count(seed, "seed")
 
     def clear_seed(self) -> None:
@@ -359,11 +409,17 @@ class TurnOptions:
         for index, stop in enumerate(stops):
             if not isinstance(stop, str):
                 raise ArgumentTypeError(f"stop string {index} is a {type(stop).__name__}")
+            try:  # the reference's binding cannot convert a lone surrogate: a TypeError
+                size = len(stop.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise ArgumentTypeError(
+                    f"stop string {index} is not valid Unicode (it has a lone surrogate)"
+                ) from None
             if not stop:
                 raise GenerationError(f"Stop string at index {index} is empty.")
-            if "\0" in stop:
-                raise GenerationError(f"Stop string at index {index} contains a NUL byte.")
-            total += len(stop.encode("utf-8", "surrogatepass"))
+            if "\0" in stop:  # the reference's ValueError
+                raise InvalidArgumentError("Stop strings must not contain an embedded NUL byte.")
+            total += size
         if total > MAX_STOP_STRING_BYTES:
             raise GenerationError(
                 f"Stop strings total {total} bytes, the maximum is {MAX_STOP_STRING_BYTES}."
@@ -529,7 +585,8 @@ class Request:
             self._engine._settle()
             if self._closed:
                 raise GenerationError("Cannot rewind a closed request.")
-            if self._turn is not None and not self._turn.finished:
+            # the reference's words, also before any turn began
+            if self._turn is None or not self._turn.finished:
                 raise GenerationError(
                     "Request rewind is only valid after the current turn is complete."
                 )
@@ -662,6 +719,14 @@ class Engine:
         if options is not None and not isinstance(options, RequestOptions):
             raise ArgumentTypeError(f"options must be RequestOptions, got {type(options).__name__}")
         with self._owner:
+            if options is not None:
+                session, bound = options._max_session_tokens, self._search.max_length
+                bound = bound or self._context
+                if session > bound:  # the reference refuses it here, with these words
+                    raise GenerationError(
+                        f"max_session_tokens ({session}) must be greater than zero and no "
+                        f"greater than the model-configured search.max_length ({bound})."
+                    )
             return Request(self, options, _REQUEST_TOKEN)
 
     def create_event_buffer(self, capacity: int) -> EngineEventBuffer:
@@ -779,16 +844,23 @@ class Engine:
 
     # --- helpers for Request ----------------------------------------------------------------------
     def _check_tokens(self, tokens: Any) -> np.ndarray:
+        """``tokens`` as int32 [n]. As the reference's binding: any other shape (also [1, n])
+        is a ValueError, and bool or float arrays are cast (floats toward zero); genai also
+        refuses non-finite floats and ids outside the vocabulary."""
         try:
             ids = np.asarray(tokens)
         except Exception as exc:
             raise ArgumentTypeError(f"tokens must be an int32 array: {exc}") from None
-        if ids.size and ids.dtype.kind not in "iu":
+        if ids.size and ids.dtype.kind not in "iubf":
             raise ArgumentTypeError(f"tokens must be integers, got {ids.dtype}")
-        if ids.ndim == 2 and ids.shape[0] == 1:
-            ids = ids[0]
         if ids.ndim != 1:
-            raise InvalidArgumentError(f"tokens must be one sequence [n], got shape {ids.shape}")
+            raise InvalidArgumentError(
+                f"tokens must be a one-dimensional array, got shape {ids.shape}."
+            )
+        if ids.dtype.kind == "f":
+            if not np.isfinite(ids).all():
+                raise InvalidArgumentError("tokens must be finite (got NaN or infinity)")
+            ids = np.trunc(ids)
         if ids.size == 0:
             raise GenerationError("Expected at least one input token for generation. Received 0.")
         bad = np.flatnonzero((ids < 0) | (ids >= self._vocab))
@@ -809,9 +881,10 @@ class Engine:
     ) -> GenerationRequest:
         search = SearchOptions()
         search.update(**{name: getattr(self._search, name) for name in SearchOptions.names()})
+        conflict = None
         try:  # a bad option is a RuntimeError, as the reference's
             search.update(**options._options)
-            search.min_length = start + len(ids) + options._min_generated
+            conflict = _greedy_conflict(search, options._options)
             search.max_length = 0
             if options._seed is not None:
                 search.random_seed = options._seed
@@ -820,10 +893,28 @@ class Engine:
             search.validate(self._context, self._vocab)
         except GenaiError as exc:
             raise GenerationError(str(exc)) from None
+        # the reference's order: values, then the policy, then the lengths, then the grammar
+        if conflict is not None:
+            raise GenerationError(conflict)
+        if search.do_sample and search.top_k > self._vocab and "top_k" in options._options:
+            raise GenerationError(
+                f"top_k ({search.top_k}) must be less than or equal to vocab_size ({self._vocab})."
+            )
         if search.do_sample and search.top_k == 0 and search.top_p <= 0.0:
             raise GenerationError(
                 "A sampled turn requires a positive top_k or a positive top_p; both are 0."
             )
+        least, cap, prompt = options._min_generated, options._max_generated, start + len(ids)
+        if cap and least > cap:
+            raise GenerationError(
+                f"min_generated_tokens ({least}) must not exceed max_generated_tokens ({cap})."
+            )
+        if least > room:
+            raise GenerationError(
+                f"min_generated_tokens ({least}) does not fit between the turn's prompt length "
+                f"({prompt}) and max_session_tokens ({prompt + room})."
+            )
+        search.min_length = prompt + least
         factory = None
         if options._guidance is not None:
             kind, data = options._guidance
@@ -883,7 +974,8 @@ class Engine:
 
     def _translate(self, events: list[tuple[Any, Event]]) -> None:
         """Scheduler events -> `EngineEvent`s, one per token; the last one of a turn is
-        TURN_FINISHED too (or alone when no token ends it: EOS, cancellation)."""
+        TURN_FINISHED too, or a TURN_FINISHED of its own when no token ends it (EOS, also a
+        completed grammar's, cancellation), as the reference's."""
         for turn, event in events:
             request = turn.request
             if turn.finished:
@@ -896,17 +988,19 @@ class Engine:
             tokens = event.tokens
             turn.generated = event.completion_tokens or turn.generated + len(tokens)
             done = event.finish_reason is not None
-            last = len(tokens) - 1
+            # the token that ends the turn comes on its TURN_FINISHED event; an EOS end (a
+            # grammar's too: the reference's next step samples the EOS it forces) is an event
+            # of its own
+            closing = None
+            if done and tokens and event.reason is not FinishReason.EOS:
+                closing = tokens[-1]
             request._tokens.extend(tokens)
-            for index, token in enumerate(tokens):
-                if done and index == last:
-                    break
+            for token in tokens[: len(tokens) - (closing is not None)]:
                 self._events.append(
                     EngineEvent._make(request, turn.id, EngineEventFlags.TOKEN, token)
                 )
-            if not done:
-                continue
-            self._finish(turn, event, tokens[-1] if tokens else None)
+            if done:
+                self._finish(turn, event, closing)
 
     def _finish(self, turn: _Turn, event: Event, token: int | None) -> None:
         request = turn.request

@@ -1095,8 +1095,12 @@ class Scheduler:
             and seq.chain is not None
             and seq.chain.finished(0)
         ):
-            # the grammar is complete (also when its last token hit the limit)
-            finish, reason = "stop", FinishReason.EOS
+            # the grammar is complete: "stop", also when its last token hit the limit; the
+            # reference's reason is EOS only when no limit did (it keeps MAX_GENERATED_TOKENS
+            # / MAX_SESSION_TOKENS then, as its own EOS step never runs)
+            if finish is None:
+                reason = FinishReason.EOS
+            finish = "stop"
         if finish is not None:
             tail = seq.stream.flush() if seq.stream is not None else ""
             if seq.stopper is None:
