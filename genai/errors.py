@@ -6,6 +6,8 @@ a bug, not a user error."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 __all__ = [
     "ArgumentTypeError",
     "ConfigError",
@@ -19,7 +21,10 @@ __all__ = [
     "SearchOptionError",
     "TensorNotFoundError",
     "UnsupportedFeatureError",
+    "check_type",
 ]
+
+_T = TypeVar("_T")
 
 
 class GenaiError(Exception):
@@ -76,3 +81,14 @@ class TensorNotFoundError(GenaiError, KeyError, RuntimeError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+def check_type(value: _T, expected: type | tuple[type, ...], what: str) -> _T:
+    """``value`` when it is an ``expected`` instance (a bool is no int), else
+    `ArgumentTypeError` naming the argument ``what`` (the reference's bindings raise a
+    TypeError there)."""
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds):
+        return value
+    names = " or ".join(kind.__name__ for kind in kinds)
+    raise ArgumentTypeError(f"{what} must be {names}, not {type(value).__name__}")

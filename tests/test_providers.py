@@ -547,3 +547,37 @@ def test_cli_providers_shows_why_not(isolated, capsys) -> None:
 def test_graph_capture_declaration() -> None:
     capture = GraphCapture(option="enable_x", default=True)
     assert capture.requires_shared_buffer and capture.max_batch_size == 1
+
+
+# --- several providers in the config ------------------------------------------------------------
+
+
+def test_every_listed_provider_must_exist_and_only_the_first_runs(
+    isolated, fixture_folders, caplog
+) -> None:
+    """The reference appends every listed provider to its sessions (an unknown or unavailable
+    one is an error); genai checks each and runs on the first, naming any other it leaves
+    unused (the CPU is every session's fallback anyway)."""
+
+    class SecondProvider(CPUProvider):
+        name = "second"
+
+    module = types.ModuleType("second_provider")
+    module.register_providers = hookimpl(lambda register: register(SecondProvider))
+    isolated(module)
+    folder = str(fixture_folders["gqa"])
+
+    def load(*names: str) -> genai.Model:
+        config = genai.Config(folder)
+        config.clear_providers()
+        for name in names:
+            config.append_provider(name)
+        return genai.Model(config)
+
+    with pytest.raises(ProviderUnavailableError, match="bogus_ep"):
+        load("cpu", "bogus_ep")
+    with caplog.at_level("WARNING", logger="genai.runtime.model"):
+        assert load("cpu", "cpu").provider.name == "cpu"
+        assert not [r for r in caplog.records if "is not used" in r.getMessage()]
+        assert load("cpu", "second").provider.name == "cpu"
+    assert any("second is not used" in r.getMessage() for r in caplog.records)

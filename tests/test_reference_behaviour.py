@@ -67,6 +67,49 @@ def greedy(engine: Any, model: Any, setup: Callable[[Any], None] | None = None) 
 
 
 # --------------------------------------------------------------------------------------------
+# max_length against the context length (Config.overlay) and max_length 0
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", [genai, og], ids=["genai", "reference"])
+def test_a_lowered_context_length_is_checked_when_a_generator_is_made(
+    engine: Any, base: pathlib.Path
+) -> None:
+    """The folder's search.max_length above an overlaid context length loads; a generator
+    whose max_length is still above it is refused, one within it runs (the reference's
+    generators.cpp checks max_length there, not at load)."""
+    config = engine.Config(str(base))
+    config.overlay('{"model": {"context_length": 16}, "search": {"max_length": 64}}')
+    model = engine.Model(config)
+    with pytest.raises((RuntimeError, ValueError), match=r"max_length \(64\) cannot be greater"):
+        engine.Generator(model, engine.GeneratorParams(model))
+    with pytest.raises((RuntimeError, ValueError), match=r"max_length \(20\) cannot be greater"):
+        generator(engine, model, max_length=20)
+    gen = generator(engine, model, max_length=12)
+    gen.append_tokens(PROMPT)
+    while not gen.is_done():
+        gen.generate_next_token()
+    assert len(gen.get_sequence(0)) == 12
+
+
+def test_max_length_zero_is_refused_and_a_folders_zero_is_its_context(
+    base: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    for engine in (genai, og):
+        with pytest.raises((RuntimeError, ValueError), match="search max_length is 0"):
+            generator(engine, engine.Model(str(base)), max_length=0)
+    folder = copy_of(base, tmp_path, "zero")
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["search"]["max_length"] = 0
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    lengths = []
+    for engine in (genai, og):
+        model = engine.Model(str(folder))
+        lengths.append(engine.GeneratorParams(model).get_search_options()["max_length"])
+    assert lengths[0] == lengths[1] == config["model"]["context_length"]
+
+
+# --------------------------------------------------------------------------------------------
 # Model.device_type
 # --------------------------------------------------------------------------------------------
 
@@ -571,3 +614,50 @@ def test_set_model_input_leaves_initializers_to_adapters(adapter_model: pathlib.
     plain.append_tokens(PROMPT)
     np.testing.assert_allclose(logits[og], np.asarray(plain.get_logits()), atol=1e-6)
     np.testing.assert_allclose(logits[genai], logits[og], atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments of the wrong type: a TypeError naming the argument (the reference's bindings raise
+# a TypeError; given None for a string some of them crash the process)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", [genai, og], ids=["genai", "reference"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda e, m, g: e.Adapters(None),
+        lambda e, m, g: e.Adapters(str(m)),
+        lambda e, m, g: g.set_active_adapter(None, "a"),
+        lambda e, m, g: e.GeneratorParams(m).set_guidance("regex", "a", "yes"),
+    ],
+    ids=["Adapters(None)", "Adapters(path)", "set_active_adapter(None)", "ff_tokens=str"],
+)
+def test_wrong_argument_types_are_type_errors(engine: Any, base: pathlib.Path, call) -> None:
+    model = engine.Model(str(base))
+    gen = generator(engine, model)
+    with pytest.raises(TypeError) as raised:
+        call(engine, model, gen)
+    if engine is genai:
+        assert isinstance(raised.value, genai.ArgumentTypeError)
+        assert " must be " in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("call", "what"),
+    [
+        (lambda c: c.append_provider(None), "provider name"),
+        (lambda c: c.set_provider_option("cpu", None, "1"), "provider option name"),
+        (lambda c: c.set_provider_option(None, "k", "1"), "provider name"),
+        (lambda c: c.add_model_data(None, b"x"), "model data name"),
+        (lambda c: c.add_model_data("model.onnx", "text"), "model data must be bytes"),
+        (lambda c: c.add_model_data("model.onnx", 3), "model data must be bytes"),
+    ],
+)
+def test_config_arguments_of_the_wrong_type_are_named(base: pathlib.Path, call, what) -> None:
+    """(The reference crashes on None where a string is due: genai's own check.)"""
+    config = genai.Config(str(base))
+    with pytest.raises(genai.ArgumentTypeError, match=what):
+        call(config)
+    config.add_model_data("model.onnx", np.frombuffer(b"ab", np.uint8))  # a buffer is bytes
+    assert config.model_data("model.onnx") == b"ab"

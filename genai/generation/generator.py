@@ -46,6 +46,7 @@ from genai.errors import (
     SearchOptionError,
     TensorNotFoundError,
     UnsupportedFeatureError,
+    check_type,
 )
 from genai.generation.beam_search import BeamScorer
 from genai.generation.decode_ahead import make_ahead, take_step
@@ -58,11 +59,11 @@ from genai.generation.speculative import (
     make_speculative,
     plain_stats,
 )
+from genai.runtime.adapters import Adapters
 from genai.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from genai.generation.generator_params import GeneratorParams
-    from genai.runtime.adapters import Adapters
     from genai.runtime.model import DecoderIO, Model
 
 __all__ = ["Generator", "KVSnapshot", "TensorNotFoundError"]
@@ -157,6 +158,8 @@ class Generator:
         self.model = model
         self.search = copy.deepcopy(params.search)
         check_speculative(params.speculative, model.config, self.search, params.draft_model)
+        if self.search.max_length == 0:  # set so (the config's 0 is its context length)
+            raise SearchOptionError("search max_length is 0")
         self.search.validate(model.config.context_length, model.io.vocab_size)
         io = self._io = model.io
         search = self.search
@@ -412,6 +415,8 @@ class Generator:
     def set_active_adapter(self, adapters: Adapters, name: str) -> None:
         """Activate the LoRA adapter ``name`` loaded in ``adapters`` for this generator's
         runs; several adapters may be active at once (onnxruntime-genai's API)."""
+        check_type(adapters, Adapters, "set_active_adapter: adapters")
+        check_type(name, str, "set_active_adapter: name")
         self._settle(replay=True)
         adapters._activate(self, name)
         if self._spec is not None:

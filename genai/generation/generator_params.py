@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from genai.constraints.guidance import check_guidance
-from genai.errors import ArgumentTypeError, InvalidArgumentError, ModelError
+from genai.errors import ArgumentTypeError, InvalidArgumentError, ModelError, check_type
 from genai.generation.logits import ProcessorLike, check_processor
 from genai.generation.search import SearchOptions
 from genai.generation.speculative.options import SpeculativeOptions
@@ -35,6 +35,8 @@ class GeneratorParams:
         self.model = model
         self.search = SearchOptions()
         self.search.update(**(model.config.get("search", {}) or {}))
+        if not self.search.max_length:  # as the reference's config load: 0 or none
+            self.search.max_length = model.config.context_length
         #: (type, data) from `set_guidance`, or None
         self.guidance: tuple[str, str] | None = None
         self.guidance_ff_tokens = False
@@ -126,6 +128,10 @@ class GeneratorParams:
         Raises `GuidanceError` (a ValueError) for an unknown type or an invalid
         schema, regex or grammar, with llguidance's message. Needs ``llguidance``.
         """
+        check_type(type, str, "set_guidance: type")
+        check_type(data, str, "set_guidance: data")
+        # (the reference's bool converts ints and NumPy bools too, not strings)
+        check_type(enable_ff_tokens, (bool, int, np.bool_), "set_guidance: enable_ff_tokens")
         if type == "" and data == "":
             self.guidance = None
             self.guidance_ff_tokens = False

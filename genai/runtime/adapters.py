@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from genai.errors import GenaiError
+from genai.errors import GenaiError, check_type
 
 if TYPE_CHECKING:
     from genai.generation.generator import Generator
@@ -121,7 +121,9 @@ class Adapters:
     """
 
     def __init__(self, model: Model) -> None:
-        self.model = model
+        from genai.runtime.model import Model  # lazy: the builder imports this module
+
+        self.model = check_type(model, Model, "Adapters: model")
         self._adapters: dict[str, _Adapter] = {}
 
     @property

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from genai.compat.unsupported import FEATURES, Feature
-from genai.errors import ArgumentTypeError, ConfigError, ModelError
+from genai.errors import ArgumentTypeError, ConfigError, ModelError, check_type
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -1033,7 +1033,11 @@ class Config:
         path = self.path / candidate
         resolved = path.resolve()
         if not any(resolved.is_relative_to(root) for root in _link_roots(self.path)):
-            raise ConfigError(f"{what} {name!r} in {self.file} escapes the model folder")
+            raise ConfigError(
+                f"{what} {name!r} in {self.file} escapes the model folder: {path} is a "
+                f"symbolic link to {resolved} (genai follows links only within the folder, or "
+                "into a Hugging Face hub cache's blobs/; copy the file into the folder)"
+            )
         if must_exist and name not in self._overlay_model_data and not resolved.is_file():
             raise FileNotFoundError(f"{what} {name!r} named in {self.file} not found at {path}")
         return path
@@ -1070,12 +1074,8 @@ class Config:
             problem = speculative_range_error(name, self.get(f"speculative.{name}"))
             if problem:
                 raise ConfigError(f"{problem} in {self.file}")
-        max_length = self.get("search.max_length", 0)
-        if max_length and max_length > model["context_length"]:
-            raise ConfigError(
-                f"search.max_length ({max_length}) exceeds model.context_length "
-                f"({model['context_length']}) in {self.file}"
-            )
+        # (search.max_length above the context length is refused when a generator is made,
+        # as the reference does: an overlay may lower the context and the caller max_length)
 
     def _check_sliding_window(self, decoder: dict[str, Any]) -> None:
         """``model.decoder.sliding_window``: a positive ``window_size``, a non-negative
@@ -1189,7 +1189,7 @@ class Config:
 
     def append_provider(self, name: str) -> None:
         """Add provider ``name`` to the list (no-op if it is already there)."""
-        canonical = normalize_provider_name(name)
+        canonical = normalize_provider_name(check_type(name, str, "provider name"))
         for entry in self.provider_options:
             if normalize_provider_name(next(iter(entry))) == canonical:
                 return
@@ -1197,6 +1197,8 @@ class Config:
 
     def set_provider_option(self, provider: str, key: str, value: str) -> None:
         """Set one option of a provider, adding the provider if absent."""
+        check_type(provider, str, "provider name")
+        check_type(key, str, "provider option name")
         if not isinstance(value, str):
             raise ArgumentTypeError(
                 f"provider option {key!r} must be a string, got {type(value).__name__}"
@@ -1323,7 +1325,15 @@ class Config:
 
     def add_model_data(self, name: str, data: bytes) -> None:
         """Supply a model file's bytes in memory instead of from the folder."""
-        self._overlay_model_data[name] = bytes(data)
+        check_type(name, str, "model data name")
+        if isinstance(data, str):  # bytes(str) would need an encoding: say what is wanted
+            raise ArgumentTypeError("model data must be bytes (a buffer), not str")
+        try:
+            self._overlay_model_data[name] = bytes(memoryview(data))
+        except TypeError:
+            raise ArgumentTypeError(
+                f"model data must be bytes (a buffer), not {type(data).__name__}"
+            ) from None
 
     def remove_model_data(self, name: str) -> None:
         """Forget bytes given to `add_model_data` (`ModelError` when none were, as in the

@@ -320,6 +320,7 @@ class Model:
         # The provider decides everything hardware-specific; one that cannot run raises
         # ProviderUnavailableError naming what is missing (never a silent CPU fallback).
         self.provider: ExecutionProvider = get_provider(name)
+        self._check_other_providers([other for other, _ in providers[1:]])
         self.provider_options = self.provider.validate_options(options)
         #: The length at which a batch-1 generator re-runs its sequence (`ROPE_REWIND_LENGTHS`;
         #: 0: never).
@@ -388,6 +389,22 @@ class Model:
             vocab = shape[-1] if isinstance(shape[-1], int) and shape[-1] > 0 else None
             self.draft = load_draft(self.config, vocab or self.io.vocab_size, Model)
         self._log_loaded(started, f"{len(self.shape_sessions) or 1} session(s)")
+
+    def _check_other_providers(self, names: list[str]) -> None:
+        """Providers listed after the first: each must exist and be able to run, as the
+        reference appends every one to its sessions; genai runs a model on one provider, so
+        one other than the first (and the CPU, every session's fallback) is named unused."""
+        first = type(self.provider)
+        for other in names:
+            provider = get_provider(other)  # unknown or unavailable: ProviderUnavailableError
+            if type(provider) is not first and provider.name != "cpu":
+                log.warning(
+                    "%s: genai runs a model on one execution provider, the first listed (%s); "
+                    "%s is not used",
+                    self.config.file,
+                    self.provider.name,
+                    provider.name,
+                )
 
     def _log_loaded(self, started: float, sessions: str) -> None:
         log.info(
