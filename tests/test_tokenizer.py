@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import genai
+from genai.errors import ArgumentTypeError, InvalidArgumentError
 from genai.text.chat_template import (
     ChatTemplateError,
     load_chat_template,
@@ -830,3 +831,165 @@ def test_token_bytes_join_into_the_texts_bytes(name, ours):
         decoded = tok.decode(ids)
         assert joined.decode("utf-8") in (decoded, " " + decoded)
     assert tok.token_bytes(10**9) == b""
+
+
+# -- reference parity: empty template_str, padded model vocabularies, argument types ---------
+
+
+@pytest.mark.parametrize("name", ["smollm2", "qwen3", "phi3"])
+def test_empty_template_str_means_the_models_template(name, ours, ref):
+    """template_str="" renders the model's own template as the reference does, wherever that
+    template lives: smollm2's and phi3's chat_template.jinja, qwen3's tokenizer_config.json
+    (with tools too: qwen3's template shows them)."""
+    tok, reference = ours(name), ref(name)
+    messages = json.dumps(CHAT[:2])
+    for tools in (None, json.dumps(TOOLS)):
+        want = reference.apply_chat_template(messages, template_str="", tools=tools)
+        assert tok.apply_chat_template(messages, template_str="", tools=tools) == want
+        assert tok.apply_chat_template(messages, tools=tools) == want
+    # A whitespace template is a template (both engines render it as is).
+    assert tok.apply_chat_template(messages, template_str=" ") == " "
+    assert reference.apply_chat_template(messages, template_str=" ") == " "
+
+
+def test_empty_template_str_without_a_model_template(ours, ref):
+    with pytest.raises(ChatTemplateError, match="no chat template.*non-empty template_str"):
+        ours("gpt2").apply_chat_template(CHAT, template_str="")
+    with pytest.raises(RuntimeError):
+        ref("gpt2").apply_chat_template(json.dumps(CHAT), template_str="")
+
+
+def _is_partial_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+#: ids qwen3's model may sample that its tokenizer lacks (151669 ids, vocab_size 151936)
+QWEN3_PADDED_IDS = (151669, 151700, 151935)
+
+
+@pytest.mark.parametrize("text", ["a𠀀b", "你好 👨‍👩‍👧 é", " 龘 🇫🇷!", "Hello world"])
+def test_padded_ids_between_split_characters_match_reference(text, ours, ref, og):
+    """Padded model-vocabulary ids decode to "" in both engines and do not break a UTF-8
+    character whose bytes are split over byte-level tokens around them: the stream's chunks,
+    decode and decode_batch equal the reference's."""
+    tok, reference = ours("qwen3"), ref("qwen3")
+    ids = tok.encode(text).tolist()
+    if text.isascii():
+        assert all(tok.token_bytes(i).isascii() for i in ids)
+    else:  # some token holds part of a character
+        assert any(_is_partial_utf8(tok.token_bytes(i)) for i in ids)
+    for pad in QWEN3_PADDED_IDS:
+        for mixed in (
+            [x for i in ids for x in (i, pad)],
+            [pad, *(x for i in ids for x in (i, pad, pad))],
+        ):
+            stream = reference.create_stream()
+            want = [stream.decode(i) for i in mixed]
+            assert stream_chunks(tok.create_stream(), mixed) == want
+            assert "".join(want) == text
+            array = np.asarray(mixed, dtype=np.int32)
+            assert tok.decode(array) == reference.decode(array) == text
+            rows = np.asarray([mixed, mixed], dtype=np.int32)
+            want_rows = reference.decode_batch(og.Tensor(rows))
+            assert tok.decode_batch(rows) == tok.decode_batch([mixed, mixed]) == want_rows
+            assert want_rows == [text, text]
+
+
+def test_ids_past_the_model_vocabulary_are_errors(ours):
+    """Negative ids and ids at or past the model's vocab_size stay errors in every decode path
+    (the reference decodes them to "" too: documented in docs/differences.md for negative ids);
+    the message names where the limit comes from."""
+    qwen3, gpt2 = ours("qwen3"), ours("gpt2")
+    for bad in (151936, 2**31 - 1, 2**70, -1):
+        message = rf"token id {bad} is out of range"
+        with pytest.raises(InvalidArgumentError, match=message):
+            qwen3.decode([14990, bad])
+        with pytest.raises(InvalidArgumentError, match=message):
+            qwen3.decode_batch([[14990], [bad]])
+        with pytest.raises(InvalidArgumentError, match=message):
+            qwen3.create_stream().decode(bad)
+    with pytest.raises(InvalidArgumentError, match=r"\[0, 151936\) for the model's vocab_size"):
+        qwen3.decode([151936])
+    with pytest.raises(InvalidArgumentError, match=r"\[0, 50257\) for this tokenizer"):
+        gpt2.create_stream().decode(50257)
+
+
+def test_padded_ids_through_a_genai_model(tmp_path):
+    """A genai.Model whose logits (vocab_size 80) are wider than its tokenizer (64 ids): the
+    Tokenizer made from the Model decodes the ids in between to "" in decode, decode_batch and
+    the stream, and refuses 80. (The reference writes "<unk>" for such ids with this
+    SentencePiece-style tokenizer, and "" with byte-level ones such as qwen3's.)"""
+    from genai.testing.models import write_gqa_decoder
+
+    small = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1)
+    folder = write_gqa_decoder(tmp_path, vocab_size=80, name="m", **small)
+    tokenizer_64 = write_gqa_decoder(tmp_path, vocab_size=64, name="t", **small)
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_64 / file, folder / file)
+    tok = genai.Tokenizer(genai.Model(folder))
+    assert tok.vocab_size == 64
+    ids = tok.encode("hello world the").tolist()
+    mixed = [x for i in ids for x in (i, 64, 79)]
+    assert tok.decode(mixed) == "hello world the"
+    assert tok.decode_batch([mixed, [70]]) == ["hello world the", ""]
+    assert "".join(stream_chunks(tok.create_stream(), mixed)) == "hello world the"
+    with pytest.raises(InvalidArgumentError, match="token id 80 is out of range"):
+        tok.decode([*ids, 80])
+
+
+def test_bad_decode_arguments_are_type_errors_like_the_reference(ours, ref):
+    """None, text, mappings and nested lists where token ids are expected: the reference
+    raises TypeError; genai raises ArgumentTypeError (a TypeError) naming the argument, or
+    InvalidArgumentError for a wrong shape, never a bare Python error from its internals."""
+    tok, reference = ours("smollm2"), ref("smollm2")
+    cases = [
+        ("decode", (None,), r"decode: ids must be a 1-D sequence of token ids, not NoneType"),
+        ("decode", ("abc",), r"ids must be .* not str"),
+        ("decode", ({1: 2},), r"ids must be .* not dict"),
+        ("decode", (iter([1, 2]),), r"ids must be .* not list_iterator"),
+        ("decode", ([1, None],), r"decode: ids\[1\] is NoneType, not an integer token id"),
+        ("decode_batch", (None,), r"decode_batch: batch must be a 2-D .* not NoneType"),
+        ("decode_batch", (5,), r"batch must be .* not int"),
+        ("decode_batch", ("ab",), r"batch must be .* not str"),
+        ("decode_batch", ({1: [2]},), r"batch must be .* not dict"),
+        ("decode_batch", ([None],), r"decode_batch: batch\[0\] is NoneType"),
+        ("decode_batch", ([[1, None]],), r"decode_batch: batch\[0\]\[1\] is NoneType"),
+    ]
+    for method, args, message in cases:
+        with pytest.raises(ArgumentTypeError, match=message):
+            getattr(tok, method)(*args)
+        with pytest.raises(TypeError):
+            getattr(reference, method)(*args)
+    # Wrong shapes: value errors here (the reference's TypeError, as it takes a Tensor)
+    with pytest.raises(InvalidArgumentError, match="ids must be a 1-D .* not nested sequences"):
+        tok.decode([[1], [2, 3]])
+    with pytest.raises(InvalidArgumentError, match="got a 1-D one"):
+        tok.decode_batch([1, 2])
+    with pytest.raises(InvalidArgumentError, match="token id 1180591620717411303424 is out"):
+        tok.decode([2**70])
+    assert tok.decode(range(19556, 19557)) == reference.decode(range(19556, 19557)) == "Hello"
+    assert tok.decode_batch([]) == []
+
+
+def test_token_bytes_and_template_flag_argument_types(ours, ref):
+    tok = ours("smollm2")
+    for bad in (None, "5", 1.5, True, [5]):
+        with pytest.raises(ArgumentTypeError, match="token_bytes expects one int token id"):
+            tok.token_bytes(bad)
+    assert tok.token_bytes(2**70) == tok.token_bytes(-1) == b""
+    assert tok.token_bytes(np.int64(19556)) == tok.token_bytes(np.array(19556)) == b"Hello"
+    # add_generation_prompt takes what the reference's bool takes (None, numbers, NumPy
+    # booleans) and refuses words: "false" would otherwise count as true.
+    messages = json.dumps(CHAT[1:2])
+    for flag in (None, 0, 1, np.bool_(False), 0.0):
+        want = ref("smollm2").apply_chat_template(messages, add_generation_prompt=flag)
+        assert tok.apply_chat_template(messages, add_generation_prompt=flag) == want
+    for flag in ("false", b"no", [True]):
+        with pytest.raises(ArgumentTypeError, match="add_generation_prompt must be a bool"):
+            tok.apply_chat_template(messages, add_generation_prompt=flag)
+        with pytest.raises(TypeError):
+            ref("smollm2").apply_chat_template(messages, add_generation_prompt=flag)

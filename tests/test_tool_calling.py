@@ -201,6 +201,12 @@ def test_generic_prompt_describes_the_tools_in_the_system_message(smol_tokenizer
     assert chat.prompt == want
 
 
+def test_an_empty_template_str_means_the_models_template(smol_tokenizer):
+    """As Tokenizer.apply_chat_template (and the reference's): "" is no template given."""
+    own = prepare_tool_chat(smol_tokenizer, ASK, [WEATHER])
+    assert prepare_tool_chat(smol_tokenizer, ASK, [WEATHER], template_str="").prompt == own.prompt
+
+
 def test_generic_prompt_merges_with_an_existing_system_message(smol_tokenizer):
     messages = [{"role": "system", "content": "Be brief."}, *ASK]
     chat = prepare_tool_chat(smol_tokenizer, messages, [WEATHER], tool_choice="required")

@@ -738,8 +738,8 @@ def prepare_tool_chat(
     """Render a chat with tools for ``tokenizer``'s model and build the matching guidance.
 
     The chat template comes from the tokenizer's folder (a ``"tool_use"`` entry when the
-    config lists named templates) unless ``template_str`` is given; ``bos_token`` etc. come
-    from its ``tokenizer_config.json``. ``tool_choice`` None means ``"auto"``,
+    config lists named templates) unless a non-empty ``template_str`` is given; ``bos_token``
+    etc. come from its ``tokenizer_config.json``. ``tool_choice`` None means ``"auto"``,
     ``parallel_tool_calls`` None means True (the OpenAI defaults). Then: the prompt as
     `render_chat_with_tools` makes it, and `tool_call_guidance` for its format (None when
     there are no tools or ``tool_choice`` is ``"none"``). ``ToolChat.result`` reads the reply.
@@ -751,7 +751,7 @@ def prepare_tool_chat(
     tool_list = parse_tools(tools)
     folder = Path(tokenizer.path)
     config = _config_of(folder)
-    if template_str is not None:
+    if template_str:  # None or "": the model's own, as Tokenizer.apply_chat_template
         source: str | None = template_str
     else:
         source = load_chat_template(folder, tools=tool_list, tokenizer_config=config)

@@ -293,6 +293,18 @@ def _check_unicode(text: str, what: str) -> None:
         ) from None
 
 
+def _is_id_sequence(value: Any) -> bool:
+    """Whether ``value`` may hold token ids: an array, an array-like or a sequence that is
+    not text (``None``, a number, a str or a dict is not)."""
+    if isinstance(value, (str, bytes, bytearray, Mapping)):
+        return False
+    if isinstance(value, np.ndarray):
+        return True
+    return isinstance(value, Sequence) or (
+        hasattr(value, "__array__") and not isinstance(value, np.generic)
+    )
+
+
 class Tokenizer:
     """Text <-> token ids for a model folder, API-compatible with ``onnxruntime_genai.Tokenizer``.
 
@@ -539,22 +551,47 @@ class Tokenizer:
 
     # -- decoding ---------------------------------------------------------------------------
 
-    def _check_ids(self, ids: Any, what: str) -> list[int]:
-        """Validate a 1-D sequence of token ids and return it as a list of ints."""
+    def _out_of_range(self, what: str, token: int) -> InvalidArgumentError:
+        limit = self._id_limit
+        source = "the model's vocab_size" if limit > self._known_size else "this tokenizer"
+        return InvalidArgumentError(
+            f"{what}: token id {token} is out of range [0, {limit}) for {source}"
+        )
+
+    def _check_ids(self, ids: Any, what: str, name: str = "ids") -> list[int]:
+        """Validate a 1-D sequence of token ids (argument ``name`` of ``what``) and return it
+        as a list of ints."""
         if hasattr(ids, "as_numpy") and not isinstance(ids, np.ndarray):
             ids = ids.as_numpy()
-        if isinstance(ids, (str, bytes)):
-            raise ArgumentTypeError(f"{what} expects token ids, not {type(ids).__name__}")
-        array = np.asarray(ids)
+        if not _is_id_sequence(ids):
+            raise ArgumentTypeError(
+                f"{what}: {name} must be a 1-D sequence of token ids, not {type(ids).__name__}"
+            )
+        try:
+            array = np.asarray(ids)
+        except (ValueError, TypeError, OverflowError):  # ragged nested lists
+            raise InvalidArgumentError(
+                f"{what}: {name} must be a 1-D sequence of token ids, not nested sequences"
+            ) from None
         if array.ndim != 1:
             raise InvalidArgumentError(
                 f"{what} expects a 1-D sequence of token ids, got shape {array.shape}"
             )
         if array.size == 0:
             return []
-        if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
+        if array.dtype == object:
+            # ints past int64 (out of range below) or items that are not ids (None, str, ...)
+            for index, value in enumerate(array.tolist()):
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                    raise ArgumentTypeError(
+                        f"{what}: {name}[{index}] is {type(value).__name__}, "
+                        "not an integer token id"
+                    )
+        elif array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
             raise ArgumentTypeError(f"{what} expects integer token ids, got dtype {array.dtype}")
         values = array.tolist()
+        if array.dtype == object:
+            values = [int(v) for v in values]
         low, high = min(values), max(values)
         if low < 0 and self._placeholder_ids:
             # a vision prompt's image placeholders (Phi-3 Vision's are negative) stand for no
@@ -564,10 +601,7 @@ class Tokenizer:
                 return []
             low = min(values)
         if low < 0 or high >= self._id_limit:
-            bad = next(v for v in values if v < 0 or v >= self._id_limit)
-            raise InvalidArgumentError(
-                f"{what}: token id {bad} is out of range [0, {self._id_limit}) for this tokenizer"
-            )
+            raise self._out_of_range(what, next(v for v in values if v < 0 or v >= self._id_limit))
         return values
 
     def _decode_ids(self, ids: list[int], skip_special_tokens: bool) -> str:
@@ -584,8 +618,13 @@ class Tokenizer:
         """Texts of a 2-D ``[batch, length]`` array of token ids (e.g. from ``encode_batch``)."""
         if hasattr(batch, "as_numpy") and not isinstance(batch, np.ndarray):
             batch = batch.as_numpy()
-        if isinstance(batch, (str, bytes)):
-            raise ArgumentTypeError(f"decode_batch expects token ids, not {type(batch).__name__}")
+        if not _is_id_sequence(batch):
+            raise ArgumentTypeError(
+                "decode_batch: batch must be a 2-D [batch, length] array or a list of token id "
+                f"sequences, not {type(batch).__name__}"
+            )
+        if not isinstance(batch, Sequence):
+            batch = np.asarray(batch)  # another array-like (``__array__``)
         if isinstance(batch, np.ndarray):
             if batch.ndim != 2:
                 raise InvalidArgumentError(
@@ -594,23 +633,38 @@ class Tokenizer:
             rows: Iterable[Any] = list(batch)
         else:
             rows = list(batch)
-            if rows and not all(
-                isinstance(r, (Sequence, np.ndarray)) and not isinstance(r, (str, bytes))
-                for r in rows
-            ):
-                raise InvalidArgumentError(
-                    "decode_batch expects a 2-D [batch, length] sequence of ids"
-                )
-        checked = [self._check_ids(row, "decode_batch") for row in rows]
+            for index, row in enumerate(rows):
+                if isinstance(row, (int, np.integer)):
+                    raise InvalidArgumentError(
+                        "decode_batch expects a 2-D [batch, length] sequence of ids, got a "
+                        "1-D one (decode takes one sequence)"
+                    )
+                if not _is_id_sequence(row):
+                    raise ArgumentTypeError(
+                        f"decode_batch: batch[{index}] is {type(row).__name__}, "
+                        "not a sequence of token ids"
+                    )
+        checked = [
+            self._check_ids(row, "decode_batch", f"batch[{i}]") for i, row in enumerate(rows)
+        ]
         return self._hf.decode_batch(checked, skip_special_tokens=self._skip_special_tokens)
 
     def token_bytes(self, token: int) -> bytes:
         """The bytes token ``token`` stands for (beyond the reference): part of a character
         for a byte-level or byte-fallback token, where `decode` gives U+FFFD; a special token's
         text; ``b""`` for an id the tokenizer does not know."""
+        if isinstance(token, np.ndarray) and token.ndim == 0 and token.dtype.kind in "iu":
+            token = int(token)
+        if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+            raise ArgumentTypeError(
+                f"token_bytes expects one int token id, not {type(token).__name__}"
+            )
+        token = int(token)
+        if token < 0 or token >= self._known_size:
+            return b""
         if self._token_bytes is None:
             self._token_bytes = TokenBytes(self._hf)
-        return self._token_bytes(int(token))
+        return self._token_bytes(token)
 
     def create_stream(self) -> TokenizerStream:
         """A new :class:`TokenizerStream` for decoding generated tokens one at a time."""
@@ -629,26 +683,36 @@ class Tokenizer:
     ) -> str:
         """Render a chat with the model's (or the given) chat template.
 
+        ``template_str`` ``None`` or ``""`` means the model's own template (from
+        ``tokenizer_config.json`` or ``chat_template.jinja``), as in the reference.
         ``messages`` is a JSON array of ``{"role", "content"}`` objects as text (as the
         reference takes it) or a list of dicts; ``tools`` likewise. Extra keyword arguments
         become template variables (e.g. ``enable_thinking=False``). Raises
         :class:`ChatTemplateError` when the model has no template or the template fails.
         """
+        if template_str is not None and not isinstance(template_str, str):
+            raise ArgumentTypeError(
+                f"template_str must be a str, not {type(template_str).__name__}"
+            )
+        if not isinstance(add_generation_prompt, (bool, np.bool_, int, float, np.number)) and (
+            add_generation_prompt is not None
+        ):
+            # as the reference's bool argument: a word such as "false" is not taken as true
+            raise ArgumentTypeError(
+                f"add_generation_prompt must be a bool, not {type(add_generation_prompt).__name__}"
+            )
         tool_list = parse_tools(tools)
-        if template_str is not None:
-            if not isinstance(template_str, str):
-                raise ArgumentTypeError(
-                    f"template_str must be a str, not {type(template_str).__name__}"
-                )
-            source: str | None = template_str
-        else:
+        source: str | None
+        if template_str:
+            source = template_str
+        else:  # None or "": the model's own template, as in the reference
             source = load_chat_template(
                 self._path, tools=tool_list, tokenizer_config=self._tokenizer_config
             )
         if not source:
             raise ChatTemplateError(
                 f"no chat template: {self._path} has no 'chat_template' in tokenizer_config.json "
-                "and no chat_template.jinja; pass template_str="
+                "and no chat_template.jinja; pass a non-empty template_str="
             )
         variables = {**special_token_strings(self._tokenizer_config), **template_kwargs}
         return render_chat_template(
@@ -708,10 +772,7 @@ class TokenizerStream:
         token = int(token)
         tok = self._tokenizer
         if token < 0 or token >= tok._id_limit:
-            raise InvalidArgumentError(
-                f"TokenizerStream.decode: token id {token} is out of range "
-                f"[0, {tok._id_limit}) for this tokenizer"
-            )
+            raise tok._out_of_range("TokenizerStream.decode", token)
         skip = tok._skip_special_tokens
         if (skip and token in tok._special_ids) or token >= tok._known_size:
             # Skipped special token, or a padded model-vocabulary id with no text.
