@@ -34,6 +34,7 @@ og = pytest.importorskip("onnxruntime_genai", reason="the reference engine is a 
 
 ENGINES = pytest.mark.parametrize("engine", [og, genai], ids=["reference", "genai"])
 VOCAB = 64
+EOS = 2  # the fixture folders' eos_token_id
 #: Batch 2, left-padded as in the reference's test_get_output / test_hidden_states.
 PROMPT = np.array([[0, 0, 5, 52], [0, 7, 19, 31]], dtype=np.int32)
 
@@ -661,3 +662,65 @@ def test_config_arguments_of_the_wrong_type_are_named(base: pathlib.Path, call, 
         call(config)
     config.add_model_data("model.onnx", np.frombuffer(b"ab", np.uint8))  # a buffer is bytes
     assert config.model_data("model.onnx") == b"ab"
+
+
+# --------------------------------------------------------------------------------------------
+# After every row ended (EOS)
+# --------------------------------------------------------------------------------------------
+
+
+def _ended_by_eos(engine: Any, model: Any, speculative: bool) -> Any:
+    """A batch-1 generator whose third token is forced to the EOS."""
+    params = engine.GeneratorParams(model)
+    params.set_search_options(max_length=12)
+    if speculative:
+        params.set_speculative_options(ngram_size=3)
+    gen = engine.Generator(model, params)
+    gen.append_tokens(np.array([5, 52, 5, 52, 5], np.int32))
+    gen.generate_next_token()
+    logits = np.array(gen.get_logits(), np.float32)  # (the reference's set_logits needs them)
+    logits[:] = -10.0
+    logits[..., EOS] = 10.0
+    gen.set_logits(logits)
+    gen.generate_next_token()
+    assert gen.is_done()
+    return gen
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["plain", "ngram"])
+def test_generating_after_every_row_ended_adds_nothing(base: pathlib.Path, speculative) -> None:
+    """As the reference: generate_next_token after the EOS does nothing (genai raised 'no
+    pending tokens to run'; with n-gram decoding it went on generating)."""
+    counts = []
+    for engine in (genai, og):
+        gen = _ended_by_eos(engine, engine.Model(str(base)), speculative)
+        count = gen.token_count()
+        for _ in range(3):
+            gen.generate_next_token()
+        assert gen.token_count() == count and gen.is_done()
+        counts.append(count)
+    assert counts[0] == counts[1]
+
+
+def test_logits_after_every_row_ended_are_refused(base: pathlib.Path) -> None:
+    """With n-gram decoding both engines refuse, in the reference's words; genai's plain
+    decoding refuses too (the reference's would run the model on the EOS token)."""
+    message = "Speculative decoding logits are unavailable after generation is complete."
+    for engine in (genai, og):
+        gen = _ended_by_eos(engine, engine.Model(str(base)), True)
+        with pytest.raises(RuntimeError, match=message):
+            gen.get_logits()
+        with pytest.raises(RuntimeError, match=message):
+            gen.set_logits(np.zeros((1, 1, VOCAB), np.float32))
+    plain = _ended_by_eos(genai, genai.Model(str(base)), False)
+    with pytest.raises(genai.GenerationError, match="unavailable after generation is complete"):
+        plain.get_logits()
+
+
+def test_next_tokens_after_rewinding_to_zero_is_an_error(base: pathlib.Path) -> None:
+    gen = generator(genai, genai.Model(str(base)), batch_size=1)
+    gen.append_tokens(np.array([5, 52], np.int32))
+    gen.generate_next_token()
+    gen.rewind_to(0)
+    with pytest.raises(genai.GenerationError, match="no tokens yet"):
+        gen.get_next_tokens()

@@ -452,6 +452,8 @@ class Generator:
             raise GenerationError(
                 f"the rows generated max_new_tokens ({self.search.max_new_tokens}) tokens"
             )
+        if self._ended() and not loop.logits_ready:
+            return  # as the reference: every row ended, nothing is added
         if spec is not None:
             spec.step()
             return
@@ -695,9 +697,9 @@ class Generator:
         if self._boundary is not None:
             return self._boundary.copy()  # as the reference: the token to be replayed
         loop = self._loop
+        if not loop.length:  # also after rewind_to(0)
+            raise GenerationError("no tokens yet: call append_tokens first")
         if not loop.generated:
-            if not loop.length:
-                raise GenerationError("no tokens yet: call append_tokens first")
             return self._sequences[:, loop.length - 1].copy()
         return loop.array("next_tokens").copy()
 
@@ -733,6 +735,7 @@ class Generator:
         (runs the model on a pending token first, as the reference)."""
         self._settle(runs=True)
         self._replay_boundary()
+        self._refuse_logits_after_the_end()
         found = self._spec.logits() if self._spec is not None else None
         if found is not None:
             return found  # the verified row the next token comes from (or the rows')
@@ -744,11 +747,32 @@ class Generator:
             self._driver.run()
         return self._logits_rows[:, None, :].copy()
 
+    def _ended(self) -> bool:
+        """Every row ended before the length limits (EOS, a stop string, a completed
+        grammar); beam search keeps its own account."""
+        if self._beams is not None or (self._spec is not None and self._spec.pending):
+            return False
+        return bool(self._loop.all_done or self._all_finished)
+
+    def _refuse_logits_after_the_end(self) -> None:
+        """No logits follow the end of every row (the reference: speculative decoding refuses
+        with these words; its plain decoding would run the model on the EOS token)."""
+        if self._ended() and not self._loop.logits_ready:
+            if self._spec is not None:
+                raise GenerationError(
+                    "Speculative decoding logits are unavailable after generation is complete."
+                )
+            raise GenerationError(
+                "logits are unavailable after generation is complete: every row ended"
+            )
+
     @_one_thread_at_a_time
     def set_logits(self, logits: np.ndarray) -> None:
         """Replace the logits the next token is chosen from ([batch, vocab] or
         [batch, 1, vocab], float32)."""
         self._settle(replay=True)
+        if self._spec is not None:
+            self._refuse_logits_after_the_end()
         self._drop_boundary()  # the next token comes from these logits, after the kept ones
         if self._spec is not None:
             self._spec.settle()  # the next token comes from these logits, not a round's
