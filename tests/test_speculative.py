@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -417,6 +418,29 @@ def test_gqa_greedy_equals_the_references_plain_decoding(gqa, search, spec):
     assert got[0] == plain[0]
     if "max_new_tokens" not in search:
         assert got[2]["rounds"] > 0  # rounds ran (and were verified)
+
+
+def test_the_first_verify_runs_preparation_is_not_counted_as_a_verify_run(gqa, monkeypatch):
+    """The one-time verify preparation (linear probes, a step-rows session) runs once, before
+    the first timed verify run: the stats and adaptive K read verify runs, not it (the first
+    generator of a process reported verify runs ~5x slower than later ones)."""
+    from genai.generation.drivers.native import NativeDriver
+
+    calls = []
+    original = NativeDriver.prepare_verify
+
+    def slow_prepare(driver):
+        calls.append(driver)
+        time.sleep(0.5)
+        original(driver)
+
+    monkeypatch.setattr(NativeDriver, "prepare_verify", slow_prepare)
+    _model, gen = start(genai, gqa, _looping_prompt(gqa), 48, {"ngram_size": 2})
+    while not gen.is_done():
+        gen.generate_next_token()
+    stats = gen.get_speculative_stats()
+    assert stats["rounds"] > 1 and len(calls) == 1
+    assert stats["total_target_verify_ms"] < 500
 
 
 def test_gqa_stop_strings_end_where_plain_decoding_ends(gqa):

@@ -134,6 +134,12 @@ class NativeDriver(SessionInputs):
         with verify_rows(self.session):
             self.loop.run(False)
 
+    def prepare_verify(self) -> None:
+        """Make what a first verify run needs once (`verify_rows`' per-process probes of the
+        graph's linears, a second session with genai's step-rows op), so that the timed runs
+        of the speculative statistics and adaptive K do not count it."""
+        verify_rows(self.session)  # made, not entered: the probes and the build run now
+
     def verify(self, tokens: np.ndarray) -> np.ndarray:
         """Append ``tokens`` (int32 [rows, n]) after the sequences and run them with the
         pending tokens in one run; returns the logits of every token run, float32

@@ -126,6 +126,8 @@ class SpeculativeDecoder:
         #: in a run of its own (`NativeDriver.verify_sequentially`), as the reference's
         #: fallback for a draft model
         self._sequential = not getattr(generator._driver, "verify_tokens", 0)
+        #: the driver's one-time verify preparation, before the first timed verify run
+        self._prepare_verify = getattr(generator._driver, "prepare_verify", None)
         #: a proposer that masks its rows with a copy of the grammar (a draft model) and takes
         #: the tokens it forces: its proposals are what the grammar allows already
         self._masked_proposals = self._constraint is not None and getattr(
@@ -325,6 +327,9 @@ class SpeculativeDecoder:
         filled = k == budget
         # logits already current (after a prompt, or set_logits) judge the first proposal
         ready = g._logits_rows[0].copy() if loop.logits_ready else None
+        if self._prepare_verify is not None:  # (its cost is no verify run's: stats, backoff)
+            self._prepare_verify()
+            self._prepare_verify = None
         started = time.perf_counter()
         tokens = np.asarray(proposal, np.int32)[None, :]
         if self._sequential:
