@@ -38,6 +38,7 @@ restore moves).
 from __future__ import annotations
 
 import copy
+import logging
 import weakref
 from types import SimpleNamespace
 from typing import Any
@@ -47,6 +48,9 @@ import numpy as np
 from genai.compat.engine_enums import FinishReason
 from genai.errors import GenerationError
 from genai.generation.speculative.stats import SpeculativeCounters
+from genai.runtime.verify_rows import rows_like_steps
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CHECK_EVERY", "LEAVE_AT", "VERIFY_COST", "RowSpeculation"]
 
@@ -143,7 +147,22 @@ class RowSpeculation:
         self.fallback = 0
         #: `_runs` at the last check
         self._checked_runs = 0.0
-        for row in range(generator.rows):
+        #: whether the rows run apart: not where a row's own runs are known to give it other
+        #: numbers than the batch's steps, i.e. the graph's int4 linears give a row other bits
+        #: alone than in a run of rows on this CPU (AVX2; asked of onnxruntime once per
+        #: process). Rows apart would make batch-1 decoding's tokens there, not the batch's:
+        #: the batch makes plain batched steps from the start (the faster choice there anyway).
+        session = getattr(generator._driver, "session", None)
+        ops = getattr(session, "linear_ops", None)
+        self.apart = ops is None or rows_like_steps(ops)
+        if not self.apart:
+            self.batched = True
+            log.info(
+                "speculative decoding at batch %d makes plain batched steps: this CPU's int4 "
+                "linears give a row other numbers alone than in a batch",
+                generator.rows,
+            )
+        for row in range(generator.rows if self.apart else 0):
             row_params = copy.copy(params)
             row_params.search = copy.deepcopy(params.search)
             row_params.search.batch_size = 1
@@ -168,8 +187,10 @@ class RowSpeculation:
         g = self.g
         min_length = g.search.min_length
         if length == 0:
-            self.batched, self.leaving = False, False
+            self.batched, self.leaving = not self.apart, False
             self.columns, self.width, self._checked_runs = 0, tokens.shape[1], 0.0
+            if self.batched:
+                return False  # the batch's own loop runs it (plain batched decoding)
             for row, sub in enumerate(self.rows):
                 values = tokens[row]
                 kept = values.shape[0]
@@ -362,7 +383,7 @@ class RowSpeculation:
         """Do what the batch's generator was asked (``name``: its method) on the rows'
         generators: adapters, model inputs, run options for every row; a row's search options,
         logits and rewinds for that row."""
-        if self.batched and name in ("set_logits", "truncate"):
+        if self.batched and name in ("set_logits", "truncate", "set_row_search_options"):
             return  # the batch's own loop holds the tokens now
         if name == "set_logits":
             logits = np.asarray(args[0], np.float32).reshape(self.g.rows, -1)
