@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import genai
+from genai.runtime.verify_rows import rows_like_steps
 
 og = pytest.importorskip("onnxruntime_genai")
 pytest.importorskip("llguidance", reason="constrained decoding needs llguidance")
@@ -218,7 +219,10 @@ def test_guided_rows_of_a_batch_run_rounds_with_plain_batched_tokens(smollm2_pat
             gen.generate_next_token()
         found.append([[int(t) for t in gen.get_sequence(r)] for r in range(2)])
     assert found[1] == found[0]
-    assert gen.get_speculative_stats()["rounds"] > 0
+    # (where this CPU's int4 linears give a row other bits alone than in a batch, AVX2, the
+    # batch makes plain batched steps: docs/speculative.md, "Batches")
+    apart = rows_like_steps(gen._driver.session.linear_ops)
+    assert (gen.get_speculative_stats()["rounds"] > 0) is apart
     eos = set(model.config.eos_token_ids)
     for row in found[1]:
         out = [t for t in row[ids.shape[1] :] if t not in eos]
