@@ -249,3 +249,16 @@ def test_a_long_prefill_shows_progress_on_a_terminal(fixture_folders, monkeypatc
     assert capsys.readouterr().out == plain.out
     shown = terminal.getvalue()
     assert "genai: prompt 4/" in shown and "\r\033[K" in shown
+
+
+def test_ctrl_c_while_the_parser_is_built_exits_130_without_a_traceback(monkeypatch, capsys):
+    """Building the parser loads the plugins (a second or more): a Ctrl-C then is a quiet
+    130, as during a command."""
+    import genai.cli as cli
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_build_parser", interrupted)
+    assert main(["build", "x", "-o", "y"]) == 130
+    assert "Traceback" not in capsys.readouterr().err

@@ -143,8 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Configured before the parser is built: building it loads the plugins, which log.
     with _logging_to_stderr(_leading_verbosity(argv)):
-        parser = _build_parser(argv)
-        args = parser.parse_args(argv)
+        try:
+            parser = _build_parser(argv)  # (loads the plugins: a Ctrl-C may come here too)
+            args = parser.parse_args(argv)
+        except KeyboardInterrupt:
+            return 130
         try:
             return int(args.handler(args))
         except KeyboardInterrupt:
