@@ -27,6 +27,11 @@ What a driver does for its generator:
   input (an encoder, a vision graph) and return the token ids to append (int32 ``[rows, n]``,
   repeated per beam) or None; `genai.Generator.set_inputs` answers with the reference's error
   for a driver without it (a text-only kind).
+* speculative decoding's runs (only `NativeDriver` has them; `genai.generation.speculative`
+  asks with ``getattr``): ``verify_tokens`` (the most tokens one verify run takes; 0 when the
+  graph returns the last position's logits only), ``verify`` / ``verify_sequentially``,
+  ``run_as_steps`` (a draft's catch-up) and ``prepare_verify`` (the one-time work of a first
+  verify run, done before the statistics time it).
 
 What a driver cannot do it declares in `Driver.unsupported` (an operation name -> the reason,
 the message of the `NotImplementedError` it raises), so a generator asks (`require`) instead
