@@ -293,6 +293,16 @@ def _check_unicode(text: str, what: str) -> None:
         ) from None
 
 
+def _one_token_id(token: Any, what: str) -> int:
+    """``token`` (an int, a NumPy integer or a 0-d integer array) as an int; else
+    `ArgumentTypeError` naming ``what`` (a bool is no token id)."""
+    if isinstance(token, np.ndarray) and token.ndim == 0 and token.dtype.kind in "iu":
+        token = int(token)
+    if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+        raise ArgumentTypeError(f"{what} expects one int token id, not {type(token).__name__}")
+    return int(token)
+
+
 def _is_id_sequence(value: Any) -> bool:
     """Whether ``value`` may hold token ids: an array, an array-like or a sequence that is
     not text (``None``, a number, a str or a dict is not)."""
@@ -653,13 +663,7 @@ class Tokenizer:
         """The bytes token ``token`` stands for (beyond the reference): part of a character
         for a byte-level or byte-fallback token, where `decode` gives U+FFFD; a special token's
         text; ``b""`` for an id the tokenizer does not know."""
-        if isinstance(token, np.ndarray) and token.ndim == 0 and token.dtype.kind in "iu":
-            token = int(token)
-        if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
-            raise ArgumentTypeError(
-                f"token_bytes expects one int token id, not {type(token).__name__}"
-            )
-        token = int(token)
+        token = _one_token_id(token, "token_bytes")
         if token < 0 or token >= self._known_size:
             return b""
         if self._token_bytes is None:
@@ -763,13 +767,7 @@ class TokenizerStream:
 
     def decode(self, token: int) -> str:
         """Add one generated token id; return the new text it completes (possibly ``""``)."""
-        if isinstance(token, np.ndarray) and token.ndim == 0 and token.dtype.kind in "iu":
-            token = int(token)
-        if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
-            raise ArgumentTypeError(
-                f"TokenizerStream.decode expects one int token id, not {type(token).__name__}"
-            )
-        token = int(token)
+        token = _one_token_id(token, "TokenizerStream.decode")
         tok = self._tokenizer
         if token < 0 or token >= tok._id_limit:
             raise tok._out_of_range("TokenizerStream.decode", token)
