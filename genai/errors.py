@@ -90,5 +90,5 @@ def check_type(value: _T, expected: type | tuple[type, ...], what: str) -> _T:
     kinds = expected if isinstance(expected, tuple) else (expected,)
     if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds):
         return value
-    names = " or ".join(kind.__name__ for kind in kinds)
+    names = " or ".join(dict.fromkeys(kind.__name__ for kind in kinds))  # (np.bool_: "bool")
     raise ArgumentTypeError(f"{what} must be {names}, not {type(value).__name__}")

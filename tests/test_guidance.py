@@ -94,8 +94,10 @@ def test_set_guidance_stores_and_clears(fixture_model):
     assert params.guidance == ("regex", "[a-z]+") and params.guidance_ff_tokens
     params.set_guidance("", "")
     assert params.guidance is None and not params.guidance_ff_tokens
+    params.set_guidance("regex", b"[a-z]+")  # UTF-8 bytes, as the reference's binding takes
+    assert params.guidance == ("regex", "[a-z]+")
     with pytest.raises(TypeError):
-        params.set_guidance("regex", b"[a-z]+")
+        params.set_guidance("regex", 3)
 
 
 def test_guidance_refuses_beam_search(fixture_model):

@@ -691,15 +691,17 @@ def _ended_by_eos(engine: Any, model: Any, speculative: bool) -> Any:
 def test_generating_after_every_row_ended_adds_nothing(base: pathlib.Path, speculative) -> None:
     """As the reference: generate_next_token after the EOS does nothing (genai raised 'no
     pending tokens to run'; with n-gram decoding it went on generating)."""
-    counts = []
+    found = []
     for engine in (genai, og):
         gen = _ended_by_eos(engine, engine.Model(str(base)), speculative)
         count = gen.token_count()
+        next_tokens = []
         for _ in range(3):
             gen.generate_next_token()
+            next_tokens.append([int(t) for t in gen.get_next_tokens()])  # the pad id
         assert gen.token_count() == count and gen.is_done()
-        counts.append(count)
-    assert counts[0] == counts[1]
+        found.append((count, next_tokens))
+    assert found[0] == found[1]
 
 
 def test_logits_after_every_row_ended_are_refused(base: pathlib.Path) -> None:

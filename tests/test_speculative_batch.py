@@ -484,3 +484,35 @@ def test_batch_refusals_are_batch_1s(tmp_path):
         messages.append(str(raised.value))
     assert messages[1] == messages[0]
     assert "last-token-only logits" in messages[0]
+
+
+def test_row_options_set_after_going_back_to_batched_steps_reach_the_next_prompts_rows(
+    folders, monkeypatch
+):
+    """After the rows went back to batched steps, set_row_search_options still reaches the
+    rows' generators: a new prompt runs its rounds with them (row 1 made greedy by top_k 1
+    gives plain greedy tokens)."""
+    folder = folders["shared"]
+    prompt = np.array([[5, 42, 5, 42, 5], [7, 19, 7, 19, 7]], np.int32)
+    model = genai.Model(str(folder))
+    params = genai.GeneratorParams(model)
+    params.set_search_options(
+        max_length=24, batch_size=2, do_sample=True, random_seed=3, temperature=5.0, top_k=20
+    )
+    params.set_speculative_options(ngram_size=2)
+    gen = genai.Generator(model, params)
+    monkeypatch.setattr(row_speculation, "CHECK_EVERY", 2)
+    monkeypatch.setattr(row_speculation, "LEAVE_AT", 0.0)
+    gen.append_tokens(prompt)
+    for _ in range(8):
+        gen.generate_next_token()
+    assert gen._spec.batched  # back to batched steps
+    gen.set_row_search_options(1, top_k=1, temperature=1.0)
+    monkeypatch.setattr(row_speculation, "CHECK_EVERY", 10**9)
+    gen.rewind_to(0)
+    gen.append_tokens(prompt)
+    while not gen.is_done():
+        gen.generate_next_token()
+    assert not gen._spec.batched
+    greedy = _run_batch(og, folder, [list(r) for r in prompt], 24)[0][1]
+    assert [int(t) for t in gen.get_sequence(1)] == greedy

@@ -685,3 +685,25 @@ def test_a_list_of_prompts_is_refused_by_name(folders, images):
     assert "images" not in str(bare.value).split(":")[0]
     with pytest.raises(genai.UnsupportedFeatureError, match="2 prompts with images"):
         processor(prompts, images=genai.Images.open(images[0]))
+
+
+@pytest.mark.parametrize("chain", [True, False], ids=["one-native-call", "python-runs"])
+def test_a_failing_first_prompt_leaves_the_generator_empty(folders, images, chain):
+    """A first prompt whose vision run fails in onnxruntime (pixel rows cut short) keeps no
+    half-run prompt: the corrected inputs then give the reference's tokens."""
+    folder = folders["qwen2_5_vl"]
+    ref_model, named = _reference_inputs(folder, _prompt("qwen2_5_vl", 1), images[:1])
+    arrays = {name: named[name].as_numpy() for name in named.keys()}  # noqa: SIM118
+    bad = dict(arrays)
+    bad["pixel_values"] = np.ascontiguousarray(bad["pixel_values"][..., :-3])
+    max_length = arrays["input_ids"].shape[1] + 4
+    generator = _generator(genai, genai.Model(folder), max_length=max_length)
+    generator._driver.runner._chain &= chain
+    with pytest.raises(Exception, match="pixel_values|dimension"):  # onnxruntime's words
+        generator.set_inputs(_ours(_as_reference(bad)))
+    assert generator.token_count() == 0
+    generator.set_inputs(_ours(named))
+    while not generator.is_done():
+        generator.generate_next_token()
+    _, ref_seqs, _ = _generate(og, ref_model, named, max_length)
+    np.testing.assert_array_equal(generator.get_sequence(0), ref_seqs[0])

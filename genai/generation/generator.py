@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 import operator
 import threading
 import weakref
@@ -67,6 +68,8 @@ if TYPE_CHECKING:
     from genai.runtime.model import DecoderIO, Model
 
 __all__ = ["Generator", "KVSnapshot", "TensorNotFoundError"]
+
+log = logging.getLogger(__name__)
 
 
 #: One `genai.Tokenizer` per model, built on first need (stop strings, guidance).
@@ -171,7 +174,7 @@ class Generator:
         self.max_length = max_length = self.search.max_length
         self.vocab_size = io.vocab_size
         self._eos = np.asarray(config.eos_token_ids, dtype=np.int32)
-        pad_id = int(config.get("model.pad_token_id", 0))
+        self._pad_id = pad_id = int(config.get("model.pad_token_id", 0))
         if search.do_sample and search.top_k > io.vocab_size:
             raise SearchOptionError(
                 f"top_k ({search.top_k}) must be less than or equal to vocab_size ({io.vocab_size})"
@@ -407,9 +410,23 @@ class Generator:
         self._new_generation()
         if self._spec is not None and self._spec.take_tokens(array, length):
             return  # batch > 1: each row's generator runs its tokens
-        self._driver.run(prompt=length == 0)
+        self._run_prompt(length)
         if self._spec is not None:
             self._spec.appended()
+
+    def _run_prompt(self, length: int) -> None:
+        """Run the tokens appended after ``length``; when a first prompt's run fails (inputs
+        that do not belong together, an onnxruntime error) no half-run prompt is kept: the
+        generator is empty again, so a corrected call starts afresh."""
+        try:
+            self._driver.run(prompt=length == 0)
+        except Exception:
+            if length == 0:
+                try:
+                    self.rewind_to(0)
+                except Exception:  # (the run's error is the one to report)
+                    log.debug("rewind after a failed prompt run failed", exc_info=True)
+            raise
 
     @_one_thread_at_a_time
     def set_active_adapter(self, adapters: Adapters, name: str) -> None:
@@ -453,7 +470,9 @@ class Generator:
                 f"the rows generated max_new_tokens ({self.search.max_new_tokens}) tokens"
             )
         if self._ended() and not loop.logits_ready:
-            return  # as the reference: every row ended, nothing is added
+            # as the reference: every row ended, nothing is added, the next tokens are pads
+            loop.array("next_tokens")[:] = self._pad_id
+            return
         if spec is not None:
             spec.step()
             return
@@ -858,12 +877,7 @@ class Generator:
             return  # as the reference: no ids, nothing added
         self._loop.append(array)
         self._new_generation()
-        try:
-            self._driver.run(prompt=length == 0)
-        except InvalidArgumentError:
-            if length == 0:  # inputs that do not belong together: no half-run prompt is kept
-                self.rewind_to(0)
-            raise
+        self._run_prompt(length)
 
     def set_runtime_option(self, key: str, value: str) -> None:
         """A run option for this generator's runs (the reference's ``SetRuntimeOption``):

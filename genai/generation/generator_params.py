@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,6 +17,16 @@ if TYPE_CHECKING:
     from genai.runtime.model import Model
 
 __all__ = ["GeneratorParams"]
+
+
+def _text(value: Any, what: str) -> str:
+    """A str argument, or UTF-8 bytes decoded (the reference's bindings take both)."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ArgumentTypeError(f"{what} must be UTF-8 text") from None
+    return check_type(value, str, what)
 
 
 class GeneratorParams:
@@ -128,10 +139,14 @@ class GeneratorParams:
         Raises `GuidanceError` (a ValueError) for an unknown type or an invalid
         schema, regex or grammar, with llguidance's message. Needs ``llguidance``.
         """
-        check_type(type, str, "set_guidance: type")
-        check_type(data, str, "set_guidance: data")
-        # (the reference's bool converts ints and NumPy bools too, not strings)
-        check_type(enable_ff_tokens, (bool, int, np.bool_), "set_guidance: enable_ff_tokens")
+        # as the reference's binding: strings or UTF-8 bytes; a flag from anything a number
+        # converts (None is False), not text or containers
+        type, data = _text(type, "set_guidance: type"), _text(data, "set_guidance: data")
+        if enable_ff_tokens is None:
+            enable_ff_tokens = False
+        check_type(
+            enable_ff_tokens, (bool, np.bool_, numbers.Number), "set_guidance: enable_ff_tokens"
+        )
         if type == "" and data == "":
             self.guidance = None
             self.guidance_ff_tokens = False

@@ -148,13 +148,15 @@ class RowSpeculation:
         #: `_runs` at the last check
         self._checked_runs = 0.0
         #: whether the rows run apart: not where a row's own runs are known to give it other
-        #: numbers than the batch's steps, i.e. the graph's int4 linears give a row other bits
-        #: alone than in a run of rows on this CPU (AVX2; asked of onnxruntime once per
-        #: process). Rows apart would make batch-1 decoding's tokens there, not the batch's:
-        #: the batch makes plain batched steps from the start (the faster choice there anyway).
+        #: numbers than the batch's steps, i.e. on a provider running onnxruntime's CPU
+        #: kernels, the graph's int4 linears give a row other bits alone than in a run of rows
+        #: (AVX2; asked of onnxruntime once per process). Rows apart would make batch-1
+        #: decoding's tokens there, not the batch's: the batch makes plain batched steps from
+        #: the start (the faster choice there anyway).
         session = getattr(generator._driver, "session", None)
         ops = getattr(session, "linear_ops", None)
-        self.apart = ops is None or rows_like_steps(ops)
+        host = bool(getattr(generator.model.provider, "host_ops", False))  # (CPU kernels)
+        self.apart = not host or ops is None or rows_like_steps(ops)
         if not self.apart:
             self.batched = True
             log.info(
@@ -383,8 +385,10 @@ class RowSpeculation:
         """Do what the batch's generator was asked (``name``: its method) on the rows'
         generators: adapters, model inputs, run options for every row; a row's search options,
         logits and rewinds for that row."""
-        if self.batched and name in ("set_logits", "truncate", "set_row_search_options"):
+        if self.batched and name in ("set_logits", "truncate"):
             return  # the batch's own loop holds the tokens now
+        if not self.rows:
+            return  # (rows never run apart here: the batch's own generator has it all)
         if name == "set_logits":
             logits = np.asarray(args[0], np.float32).reshape(self.g.rows, -1)
             for row, sub in enumerate(self.rows):
