@@ -76,3 +76,42 @@ def test_a_malformed_hf_config_is_one_line_naming_the_key(tmp_path, capsys, edit
     assert main(["build", str(folder), "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_an_unknown_option_shows_the_build_usage(tmp_path, capsys):
+    """argparse hands a subcommand's unknown options to the top-level parser, whose error
+    shows `usage: genai [-h] ... COMMAND`; `genai build` reports them with its own usage."""
+    from genai.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["build", "x.gguf", "-o", str(tmp_path / "out"), "--bogus"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: genai build ") and "--prefill-int8" in err
+    assert "genai build: error: unrecognized arguments: --bogus" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_built_line_names_the_options(tmp_path, capsys):
+    pytest.importorskip("safetensors")
+    from genai.builder.testing import write_hf_checkpoint
+
+    cfg = ARCH_CONFIGS["llama"]
+    src = write_hf_checkpoint(tmp_path / "hf", cfg, random_weights(cfg))
+    args = _parser().parse_args(["build", str(src), "-o", str(tmp_path / "out"), "--prefill-int8"])
+    assert args.handler(args) == 0
+    built = capsys.readouterr().err.strip().splitlines()[-1]
+    assert built.startswith(f"built {tmp_path / 'out'} (int4, --prefill-int8) in ")
+
+
+def test_window_cache_on_a_model_without_a_window_is_one_line(tmp_path, capsys):
+    pytest.importorskip("safetensors")
+    from genai.builder.testing import write_hf_checkpoint
+    from genai.cli import main
+
+    cfg = ARCH_CONFIGS["llama"]
+    src = write_hf_checkpoint(tmp_path / "hf", cfg, random_weights(cfg))
+    assert main(["build", str(src), "-o", str(tmp_path / "out"), "--window-cache"]) == 1
+    err = capsys.readouterr().err
+    assert "--window-cache: this llama model has no sliding-window layers" in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()

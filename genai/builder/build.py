@@ -19,7 +19,8 @@ from genai.builder.genai_config import (
     graph_section,
     search_section,
 )
-from genai.builder.onnx_writer import write_onnx
+from genai.builder.onnx_writer import PRECISIONS, check_source, write_onnx
+from genai.builder.output import check_output, staged_folder
 from genai.builder.sources import GGUFSource, HFSource, Source, open_source
 from genai.builder.spec import ModelSpec
 from genai.builder.tokenizer_gguf import write_tokenizer_files
@@ -108,16 +109,21 @@ def _hf_eos(source: HFSource) -> list[int]:
     return _as_list(source.spec.eos_token_id)
 
 
+def _check_tokenizer(source: Source) -> None:
+    """An HF folder must have a tokenizer.json (checked before anything is written)."""
+    if isinstance(source, HFSource) and not (source.path / "tokenizer.json").is_file():
+        raise BuildError(
+            f"{source.path}: no tokenizer.json (SentencePiece-only tokenizer.model folders are "
+            "not supported; save the tokenizer with a fast tokenizer first)"
+        )
+
+
 def _write_tokenizer(source: Source, out: Path) -> None:
     if isinstance(source, GGUFSource):
         write_tokenizer_files(source.gguf, out, source.spec.context_length)
         return
     assert isinstance(source, HFSource)
-    if not (source.path / "tokenizer.json").is_file():
-        raise BuildError(
-            f"{source.path}: no tokenizer.json (SentencePiece-only tokenizer.model folders are "
-            "not supported; save the tokenizer with a fast tokenizer first)"
-        )
+    _check_tokenizer(source)
     for name in _HF_TOKENIZER_FILES:
         if (source.path / name).is_file():
             shutil.copyfile(source.path / name, out / name)
@@ -143,41 +149,67 @@ def build(
     ``window_cache``: sliding-window layers (Gemma-2/3) keep window-sized KV caches (their
     GroupQueryAttention compacts them; both engines then size those caches from the config's
     ``sliding_window`` block). Off by default: such graphs need the shared-buffer layout in the
-    reference and cannot start from an empty past.
+    reference and cannot start from an empty past. A model without sliding-window layers
+    refuses it.
     ``prefill_int8`` (int4 decoders): prompts (runs of 18+ tokens) use int8 linears, ~2x
     faster prefill on CPUs for ~2.2x the weight file (`genai.builder.onnx_writer`).
     ``stage``: optional progress reporter (see :data:`StageFactory`).
+
+    The checks that read no weights (options, output folder, config against the tensors'
+    shapes, attention dims onnxruntime runs, rope scaling, tokenizer, eos) come first. The
+    folder is written beside ``out_dir`` (a hidden sibling) and renamed into place when
+    complete: a failed or interrupted build leaves nothing behind and a previous folder at
+    ``out_dir`` as it was. An existing ``out_dir`` is replaced when it is empty or a model
+    folder (`genai.builder.output.replaceable`); any other non-empty folder, the input folder
+    itself or a folder holding the input is refused.
     """
     started = time.perf_counter()
+    target = check_output(input_path, out_dir)
     if is_whisper_input(input_path):
         if window_cache:
             raise BuildError("--window-cache applies to sliding-window decoders, not Whisper")
         # Whisper's decoder always gives logits for every position (all_logits is moot).
-        return build_whisper(input_path, out_dir, precision=precision, stage=stage)
+        with staged_folder(target) as work:
+            build_whisper(input_path, work, precision=precision, stage=stage)
+        return Path(out_dir)
     if precision == "int8":
         raise BuildError("precision int8 builds Whisper models; decoders take int4, fp16 or fp32")
+    if precision not in PRECISIONS:
+        raise BuildError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if prefill_int8 and precision != "int4":
+        raise BuildError(f"--prefill-int8 applies to int4 builds, not {precision}")
     source = open_source(input_path)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     spec = source.spec
-    log.info("building %s (%s, %d layers, %s) into %s", input_path, spec.arch,
-             spec.num_layers, precision, out)  # fmt: skip
-    update = stage("weights", spec.num_layers + 2) if stage else None
-    write_onnx(
-        source,
-        out,
-        precision=precision,
-        all_logits=all_logits,
-        progress=update,
-        window_cache=window_cache,
-        prefill_int8=prefill_int8,
-    )
-    tok_update = stage("tokenizer", 1) if stage else None
-    _write_tokenizer(source, out)
+    check_source(source)
+    if window_cache and not (spec.sliding_window and any(spec.sliding_layers)):
+        raise BuildError(
+            f"{input_path}: --window-cache: this {spec.arch} model has no sliding-window "
+            "layers (nothing to shrink)"
+        )
+    _check_tokenizer(source)
     eos = _hf_eos(source) if isinstance(source, HFSource) else None
-    config = genai_config(spec, eos, window_cache)
-    (out / "genai_config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
-    if tok_update:
-        tok_update(1, 1)
-    log.info("built %s in %.1f s", out, time.perf_counter() - started)
-    return out
+    try:
+        config = genai_config(spec, eos, window_cache)
+    except BuildError as exc:
+        raise BuildError(f"{source.path}: {exc}") from None
+    log.info("building %s (%s, %d layers, %s) into %s", input_path, spec.arch,
+             spec.num_layers, precision, out_dir)  # fmt: skip
+    with staged_folder(target) as work:
+        tok_update = stage("tokenizer", 1) if stage else None
+        _write_tokenizer(source, work)
+        (work / "genai_config.json").write_text(
+            json.dumps(config, indent=4) + "\n", encoding="utf-8"
+        )
+        if tok_update:
+            tok_update(1, 1)
+        write_onnx(
+            source,
+            work,
+            precision=precision,
+            all_logits=all_logits,
+            progress=stage("weights", spec.num_layers + 2) if stage else None,
+            window_cache=window_cache,
+            prefill_int8=prefill_int8,
+        )
+    log.info("built %s in %.1f s", out_dir, time.perf_counter() - started)
+    return Path(out_dir)

@@ -5,8 +5,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from genai.builder.build import build
@@ -99,18 +103,48 @@ def _build(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"-o {args.output}: exists and is not a folder")
     started = time.perf_counter()
     reporter = None if args.quiet else StderrProgress()
-    out = build(
-        args.input,
-        args.output,
-        precision=args.precision,
-        all_logits=args.all_logits,
-        window_cache=args.window_cache,
-        prefill_int8=args.prefill_int8,
-        stage=reporter.stage if reporter else None,
-    )
+    with _sigterm_unwinds():  # `timeout`, `kill`: the half-built folder is removed too
+        out = build(
+            args.input,
+            args.output,
+            precision=args.precision,
+            all_logits=args.all_logits,
+            window_cache=args.window_cache,
+            prefill_int8=args.prefill_int8,
+            stage=reporter.stage if reporter else None,
+        )
     if reporter:
-        reporter.message(f"built {out} ({args.precision}) in {time.perf_counter() - started:.1f}s")
+        options = [args.precision] + [
+            flag
+            for flag, on in (
+                ("--prefill-int8", args.prefill_int8),
+                ("--all-logits", args.all_logits),
+                ("--window-cache", args.window_cache),
+            )
+            if on
+        ]
+        elapsed = time.perf_counter() - started
+        reporter.message(f"built {out} ({', '.join(options)}) in {elapsed:.1f}s")
     return 0
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While the block runs, SIGTERM raises ``SystemExit(143)`` (the shell's status for it)
+    instead of ending the process on the spot, so that the build's ``finally`` blocks remove
+    its temporary folder; only in the main thread (where Python delivers signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _pull(args: argparse.Namespace) -> int:

@@ -328,8 +328,9 @@ class GGUFFile:
         info = self._info(name)
         return self._map[info.offset : info.offset + info.nbytes]
 
-    def tensor(self, name: str) -> np.ndarray:
-        """Tensor ``name`` dequantized to float32, NumPy shape."""
+    def check_readable(self, name: str) -> None:
+        """A :class:`BuildError` when :meth:`tensor` cannot dequantize tensor ``name`` (its
+        ggml type, or rows that are not whole blocks): from the header, nothing read."""
         info = self._info(name)
         type_name = info.type_name
         if type_name not in DEQUANTIZERS:
@@ -340,7 +341,12 @@ class GGUFFile:
         _, block, _ = GGML_TYPES[info.type_id]
         if info.shape and info.shape[-1] % block:
             raise BuildError(f"{self.path}: tensor {name} rows are not whole {type_name} blocks")
-        return dequantize(self.raw(name), type_name, info.shape)
+
+    def tensor(self, name: str) -> np.ndarray:
+        """Tensor ``name`` dequantized to float32, NumPy shape."""
+        self.check_readable(name)
+        info = self._info(name)
+        return dequantize(self.raw(name), info.type_name, info.shape)
 
     def _info(self, name: str) -> GGUFTensorInfo:
         try:

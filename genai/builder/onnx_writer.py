@@ -43,7 +43,15 @@ from genai.builder.sources import Source
 from genai.builder.spec import ModelSpec
 from genai.runtime.onnx_graph import MS_DOMAIN, GraphBuilder
 
-__all__ = ["NEW_TOKEN_LOGITS", "PRECISIONS", "VERIFY_TOKENS", "write_onnx"]
+__all__ = [
+    "NEW_TOKEN_LOGITS",
+    "PRECISIONS",
+    "VERIFY_TOKENS",
+    "check_attention",
+    "check_rope",
+    "check_source",
+    "write_onnx",
+]
 
 #: The output with the logits of every new token of a short run on top of a past (see the
 #: module docstring): speculative decoding verifies several proposed tokens in one run.
@@ -255,6 +263,8 @@ class _Decoder:
         g = self.g
         if self.spec.activation == "silu":
             return g.op("Mul", x, g.op("Sigmoid", x))
+        if self.spec.activation == "gelu":  # HF "gelu": the exact (erf) GELU
+            return g.op("Gelu", x)
         return g.op("Gelu", x, approximate="tanh")
 
     # -- the whole graph ---------------------------------------------------------------------
@@ -512,6 +522,52 @@ def _split_by_run_length(g: _GraphWriter, decoder: _Decoder) -> None:
     )
 
 
+def check_attention(spec: ModelSpec, where: str = "spec") -> None:
+    """A one-line :class:`BuildError` when onnxruntime's ``GroupQueryAttention`` cannot run
+    ``spec``'s attention. With rotary inside the op (cos/sin caches), onnxruntime's
+    ``group_query_attention_helper.h`` needs head_size % 8 == 0, then head_size % 16 == 0,
+    and cos_cache's width (rotary_dim / 2) <= head_size / 2 and a multiple of 8, i.e. a
+    rotary dimension that is a multiple of 16 and at most head_size (checked on onnxruntime
+    1.32: head sizes 8, 12, 24, 40 and rotary 8, 24 fail at the first token in both engines;
+    16, 32, 48, 64 and rotary 16, 32, 48 run)."""
+    hd = spec.head_dim
+    rot = int(spec.rotary_dim if spec.rotary_dim is not None else hd)
+    if hd % 16:
+        raise BuildError(
+            f"{where}: head_dim {hd} is not a multiple of 16, which onnxruntime's "
+            "GroupQueryAttention (with rotary) needs"
+        )
+    if rot <= 0 or rot % 16 or rot > hd:
+        raise BuildError(
+            f"{where}: rotary dimension {rot} (head_dim {hd} x partial_rotary_factor) must be a "
+            f"multiple of 16 and at most head_dim {hd} for onnxruntime's GroupQueryAttention"
+        )
+
+
+def check_rope(spec: ModelSpec, where: str = "spec") -> None:
+    """A :class:`BuildError` when the rotary tables cannot be made (unsupported or malformed
+    rope scaling): before anything is written."""
+    try:
+        spec.inv_freq()
+        if spec.rope_local_theta:
+            spec.inv_freq(local=True)
+    except BuildError as exc:
+        raise BuildError(f"{where}: {exc}") from None
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise BuildError(
+            f"{where}: malformed rope scaling {spec.rope_scaling!r} ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def check_source(source: Source) -> None:
+    """Every check that reads no weights, before any is written: tensors present, their
+    shapes against the spec, no layers past the spec's, attention dims onnxruntime runs, rope
+    scaling supported."""
+    source.check()
+    check_attention(source.spec, str(source.path))
+    check_rope(source.spec, str(source.path))
+
+
 def write_onnx(
     source: Source,
     out_dir: str | os.PathLike[str],
@@ -532,8 +588,8 @@ def write_onnx(
     if prefill_int8 and precision != "int4":
         raise BuildError(f"prefill_int8 applies to int4 builds, not {precision}")
     out = Path(out_dir)
+    check_source(source)
     out.mkdir(parents=True, exist_ok=True)
-    source.check_complete()
     float_type = TensorProto.FLOAT16 if precision == "fp16" else TensorProto.FLOAT
     g = _GraphWriter(out / f"{filename}.data", float_type)
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,6 +115,99 @@ class Source(TensorSource):
             needed += self.layer_names(i)
         return needed
 
+    # -- checks against the spec, from the checkpoint's headers (no weights read) -------------
+
+    #: What the spec's sizes come from, in messages ("config.json", "the GGUF metadata").
+    _sizes_from = "the config"
+    #: The checkpoint key that gives the layer count, in messages.
+    _layers_key = "num_hidden_layers"
+
+    def _stored(self, name: str) -> tuple[str, int | None]:
+        """The checkpoint's tensor holding canonical ``name`` and, when that tensor is a fused
+        one (q|k|v, gate|up), the part ``name`` is (0, 1, 2)."""
+        raise NotImplementedError
+
+    def _stored_shape(self, stored: str) -> tuple[int, ...]:
+        """The shape of the checkpoint's tensor ``stored`` (from its header)."""
+        raise NotImplementedError
+
+    def _layer_indices(self) -> set[int]:
+        """The layer numbers the checkpoint has tensors for."""
+        raise NotImplementedError
+
+    def expected_shape(self, name: str) -> tuple[tuple[int, ...], str]:
+        """(the shape the spec implies for canonical ``name``, the sizes it comes from)."""
+        s = self.spec
+        key = name.partition(".")[2] if name[:1].isdigit() else name
+        hidden = f"hidden {s.hidden_size}"
+        q = (s.num_heads * s.head_dim, f"{s.num_heads} heads x head_dim {s.head_dim}")
+        kv = (s.num_kv_heads * s.head_dim, f"{s.num_kv_heads} kv heads x head_dim {s.head_dim}")
+        ffn = (s.intermediate_size, f"intermediate {s.intermediate_size}")
+        table: dict[str, tuple[tuple[int, ...], str]] = {
+            "embed": ((s.vocab_size, s.hidden_size), f"vocab {s.vocab_size}, {hidden}"),
+            "lm_head": ((s.vocab_size, s.hidden_size), f"vocab {s.vocab_size}, {hidden}"),
+            "q": ((q[0], s.hidden_size), f"{q[1]}, {hidden}"),
+            "k": ((kv[0], s.hidden_size), f"{kv[1]}, {hidden}"),
+            "v": ((kv[0], s.hidden_size), f"{kv[1]}, {hidden}"),
+            "q_bias": ((q[0],), q[1]),
+            "k_bias": ((kv[0],), kv[1]),
+            "v_bias": ((kv[0],), kv[1]),
+            "q_norm": ((s.head_dim,), f"head_dim {s.head_dim}"),
+            "k_norm": ((s.head_dim,), f"head_dim {s.head_dim}"),
+            "o": ((s.hidden_size, q[0]), f"{hidden}, {q[1]}"),
+            "gate": ((ffn[0], s.hidden_size), f"{ffn[1]}, {hidden}"),
+            "up": ((ffn[0], s.hidden_size), f"{ffn[1]}, {hidden}"),
+            "down": ((s.hidden_size, ffn[0]), f"{hidden}, {ffn[1]}"),
+        }
+        return table.get(key, ((s.hidden_size,), hidden))  # the norms
+
+    def check_shapes(self) -> None:
+        """A one-line :class:`BuildError` naming the first tensor whose shape is not the one
+        the spec implies (a fused tensor: its parts stacked), with both shapes."""
+        parts: dict[str, list[tuple[int, str]]] = {}
+        for name in self.needed():
+            stored, part = self._stored(name)
+            parts.setdefault(stored, []).append((-1 if part is None else part, name))
+        for stored, members in parts.items():
+            wanted = [self.expected_shape(name) for _, name in sorted(members)]
+            shape, reason = wanted[0]
+            if members[0][0] >= 0:  # fused: the parts stacked along the rows
+                shape = (sum(w[0][0] for w in wanted), *shape[1:])
+                reason = " + ".join(dict.fromkeys(w[1] for w in wanted))
+            actual = tuple(int(d) for d in self._stored_shape(stored))
+            if actual != shape:
+                raise BuildError(
+                    f"{self.path}: tensor {stored} has shape {actual}, but {self._sizes_from} "
+                    f"implies {shape} ({reason}): the config does not match the weights"
+                )
+
+    def check_layer_count(self) -> None:
+        """A :class:`BuildError` when the checkpoint has layers past the spec's last: they
+        would be dropped without a word (transformers' ``from_pretrained`` drops them with a
+        warning about unused weights); refused instead."""
+        found = self._layer_indices()
+        extra = sorted(i for i in found if i >= self.spec.num_layers)
+        if extra:
+            raise BuildError(
+                f"{self.path}: the checkpoint has tensors for {len(found)} layers "
+                f"(0-{max(found)}) but {self._layers_key} is {self.spec.num_layers}; refusing "
+                f"to drop layer{'s' if len(extra) > 1 else ''} "
+                f"{', '.join(map(str, extra[:8]))}{' ...' if len(extra) > 8 else ''} "
+                f"(fix {self._layers_key}, or remove those layers' tensors)"
+            )
+
+    def check_types(self) -> None:
+        """A :class:`BuildError` for a needed tensor stored in a type this builder cannot
+        read (from the headers; the same error reading it would give, before any work)."""
+
+    def check(self) -> None:
+        """Every check that needs no weights: tensors present, their types and shapes, the
+        layer count."""
+        self.check_complete()
+        self.check_types()
+        self.check_shapes()
+        self.check_layer_count()
+
 
 # --------------------------------------------------------------------------------------------
 # Hugging Face folder
@@ -169,11 +263,16 @@ class SafetensorsFile:
                 where[name] = st
         return where
 
+    def check_readable(self, name: str) -> None:
+        """A :class:`BuildError` when tensor ``name``'s dtype cannot be read."""
+        dtype = self.entries[name]["dtype"]
+        if dtype not in _ST_DTYPES:
+            raise BuildError(f"{self.path}: tensor {name} has unsupported dtype {dtype}")
+
     def tensor(self, name: str) -> np.ndarray:
         entry = self.entries[name]
         dtype = entry["dtype"]
-        if dtype not in _ST_DTYPES:
-            raise BuildError(f"{self.path}: tensor {name} has unsupported dtype {dtype}")
+        self.check_readable(name)
         begin, end = entry["data_offsets"]
         assert self._map is not None
         raw = self._map[self._start + begin : self._start + end].view(_ST_DTYPES[dtype])
@@ -197,6 +296,7 @@ class HFSource(Source):
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BuildError(f"{config_path} is not valid JSON: {exc}") from exc
         self.spec = spec_from_hf_config(self.config, str(config_path))
+        self._sizes_from = str(config_path)
         files = sorted(self.path.glob("*.safetensors"))
         if not files:
             if any(self.path.glob("*.bin")) or any(self.path.glob("*.pt")):
@@ -256,6 +356,21 @@ class HFSource(Source):
 
     def _describe(self, name: str) -> str:
         return self._hf_name(self._fused_name(name)[0])
+
+    def _stored(self, name: str) -> tuple[str, int | None]:
+        fused, part = self._fused_name(name)
+        return self._hf_name(fused), part
+
+    def check_types(self) -> None:
+        for stored in dict.fromkeys(self._stored(name)[0] for name in self.needed()):
+            self._where[stored].check_readable(stored)
+
+    def _stored_shape(self, stored: str) -> tuple[int, ...]:
+        return tuple(self._where[stored].entries[stored]["shape"])
+
+    def _layer_indices(self) -> set[int]:
+        pattern = re.compile(re.escape(self._prefix) + r"layers\.(\d+)\.")
+        return {int(m.group(1)) for name in self._where if (m := pattern.match(name))}
 
     def _fused_name(self, name: str) -> tuple[str, int | None]:
         layer, _, key = name.partition(".")
@@ -381,7 +496,9 @@ def _spec_from_gguf(f: GGUFFile) -> ModelSpec:
     if window:
         cfg["sliding_window"] = int(window)
         if model_type in ("qwen2", "qwen3"):
+            # GGUF has no max_window_layers: the window applies to every layer (as before)
             cfg["use_sliding_window"] = True
+            cfg["max_window_layers"] = 0
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
         if f.arch_get(key):
             cfg[key] = float(f.arch_get(key))
@@ -414,6 +531,8 @@ class GGUFSource(Source):
         self.path = Path(path)
         self.gguf = GGUFFile(path)
         self.spec = _spec_from_gguf(self.gguf)
+        self._sizes_from = "its GGUF metadata"
+        self._layers_key = f"{self.gguf.architecture}.block_count"
         self._permuted = self.gguf.architecture == "llama"
         self._fused_qkv = "blk.0.attn_qkv.weight" in self.gguf
         self._fused_up = (
@@ -439,6 +558,20 @@ class GGUFSource(Source):
 
     def _describe(self, name: str) -> str:
         return self._gguf_name(name)[0]
+
+    def _stored(self, name: str) -> tuple[str, int | None]:
+        return self._gguf_name(name)
+
+    def check_types(self) -> None:
+        for stored in dict.fromkeys(self._stored(name)[0] for name in self.needed()):
+            self.gguf.check_readable(stored)
+
+    def _stored_shape(self, stored: str) -> tuple[int, ...]:
+        return self.gguf.tensors[stored].shape
+
+    def _layer_indices(self) -> set[int]:
+        pattern = re.compile(r"blk\.(\d+)\.")
+        return {int(m.group(1)) for name in self.gguf if (m := pattern.match(name))}
 
     def has(self, name: str) -> bool:
         return self._gguf_name(name)[0] in self.gguf

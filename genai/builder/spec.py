@@ -44,6 +44,19 @@ _HF_CLASSES = {
 
 _GEMMA = ("gemma", "gemma2", "gemma3_text")
 
+#: HF ``hidden_act`` names (transformers' ``ACT2FN``) -> the MLP activation the graph uses:
+#: ``gelu`` / ``gelu_python`` are the exact (erf) GELU, the tanh approximations are one.
+_ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu_accurate": "gelu_tanh",
+}
+
 
 def unsupported_architecture(name: str, where: str) -> BuildError:
     return BuildError(
@@ -75,7 +88,8 @@ class ModelSpec:
     rope_freq_factors: np.ndarray | None = None
     rotary_dim: int | None = None
     tie_embeddings: bool = False
-    activation: str = "silu"  # "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    #: "silu" (SwiGLU), "gelu" (GeGLU, exact erf GELU) or "gelu_tanh" (GeGLU, tanh GELU)
+    activation: str = "silu"
     qkv_bias: bool = False
     qk_norm: bool = False
     sandwich_norm: bool = False  # post-attention and post-MLP norms (Gemma 2/3)
@@ -253,6 +267,12 @@ def _spec_from_hf_config(cfg: dict[str, Any], where: str) -> ModelSpec:
     elif model_type == "gemma3_text":
         pattern = int(cfg.get("sliding_window_pattern", 6))
         sliding = tuple((i + 1) % pattern != 0 for i in range(layers))
+    elif model_type in ("qwen2", "qwen3"):
+        # transformers' Qwen2Config / Qwen3Config without layer_types: the window applies to
+        # the layers from max_window_layers (default 28) on; the ones below attend fully.
+        first = cfg.get("max_window_layers")
+        first = 28 if first is None else int(first)
+        sliding = tuple(sliding_window is not None and i >= first for i in range(layers))
     else:
         sliding = (sliding_window is not None,) * layers
     if model_type == "gemma":
@@ -271,13 +291,15 @@ def _spec_from_hf_config(cfg: dict[str, Any], where: str) -> ModelSpec:
     query_scalar = (
         cfg.get("query_pre_attn_scalar") if model_type in ("gemma2", "gemma3_text") else None
     )
-    act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu")
-    if gemma or act.startswith("gelu"):
-        activation = "gelu_tanh"
-    elif act in ("silu", "swish"):
-        activation = "silu"
+    if gemma:  # HF's Gemma MLPs read hidden_activation (tanh GELU when it is unset)
+        act = str(cfg.get("hidden_activation") or "gelu_pytorch_tanh")
     else:
-        raise BuildError(f"{where}: activation {act!r} is not supported (silu, gelu_pytorch_tanh)")
+        act = str(cfg.get("hidden_act") or "silu")
+    if act not in _ACTIVATIONS:
+        raise BuildError(
+            f"{where}: activation {act!r} is not supported ({', '.join(sorted(_ACTIVATIONS))})"
+        )
+    activation = _ACTIVATIONS[act]
     tie = cfg.get("tie_word_embeddings")
     return ModelSpec(
         arch=model_type,

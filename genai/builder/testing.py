@@ -504,6 +504,9 @@ def _rope(x: np.ndarray, inv: np.ndarray) -> np.ndarray:
     return x * cos + rot * sin
 
 
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
 def numpy_forward(
     cfg: dict[str, Any], weights: dict[str, np.ndarray], ids: list[int]
 ) -> np.ndarray:
@@ -520,6 +523,11 @@ def numpy_forward(
     if gemma:
         x = x * math.sqrt(d)
     layer_types = cfg.get("layer_types")
+    # Gemma's MLPs read hidden_activation (tanh GELU when unset), the others hidden_act
+    if gemma:
+        act_name = cfg.get("hidden_activation") or "gelu_pytorch_tanh"
+    else:
+        act_name = cfg.get("hidden_act") or "silu"
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = _rms(x, W[p + "input_layernorm.weight"], eps, gemma)
@@ -545,6 +553,9 @@ def numpy_forward(
             sliding = layer_types[i] == "sliding_attention"
         elif mt == "gemma2":
             sliding = i % 2 == 0
+        elif mt in ("qwen2", "qwen3"):  # Qwen2Config: the window from max_window_layers on
+            window = cfg.get("sliding_window") if cfg.get("use_sliding_window") else None
+            sliding = window is not None and i >= cfg.get("max_window_layers", 28)
         else:
             sliding = mt in ("mistral", "phi3") and bool(cfg.get("sliding_window"))
         inv = _inv_freq(cfg, local=sliding and mt == "gemma3_text")
@@ -575,7 +586,9 @@ def numpy_forward(
             g, u = np.split(h @ W[p + "mlp.gate_up_proj.weight"].T, 2, -1)
         else:
             g, u = h @ W[p + "mlp.gate_proj.weight"].T, h @ W[p + "mlp.up_proj.weight"].T
-        if gemma:
+        if act_name in ("gelu", "gelu_python"):  # transformers' GELUActivation: erf
+            act = 0.5 * g * (1 + _erf(g / math.sqrt(2)))
+        elif act_name.startswith("gelu"):  # gelu_pytorch_tanh, gelu_new, ...
             act = 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
         else:
             act = g / (1 + np.exp(-g))

@@ -631,6 +631,8 @@ def build_whisper(
         precision,
         out_dir,
     )
+    if not (source.path / "tokenizer.json").is_file():  # before the weights are written
+        raise BuildError(f"{source.path}: no tokenizer.json (save the Whisper tokenizer there)")
     out = write_whisper_folder(source, out_dir, precision=precision, stage=stage)
     _copy_tokenizer(source, out)
     return out
