@@ -262,3 +262,15 @@ def test_ctrl_c_while_the_parser_is_built_exits_130_without_a_traceback(monkeypa
     monkeypatch.setattr(cli, "_build_parser", interrupted)
     assert main(["build", "x", "-o", "y"]) == 130
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_an_unknown_option_shows_the_commands_own_usage(capsys):
+    """argparse hands a command's leftovers to the top-level parser, whose error shows
+    ``usage: genai [-h] ... COMMAND``; each command reports them with its own usage."""
+    for argv in (["generate", "hi", "--bogus"], ["chat", "--bogus"], ["serve", "--bogus"]):
+        try:
+            main(argv)
+        except SystemExit as exit_:
+            assert exit_.code == 2
+        err = capsys.readouterr().err
+        assert f"usage: genai {argv[0]} " in err and "unrecognized arguments: --bogus" in err
