@@ -1213,3 +1213,18 @@ def test_bad_turn_options_are_runtime_errors_as_the_reference(smollm2, case) -> 
         _drain(engine)
 
     _reference_and_ours(smollm2, script)
+
+
+def test_a_session_past_a_lowered_context_length_is_refused(fixture_folders) -> None:
+    """A folder whose search.max_length exceeds an overlaid context_length loads (as the
+    reference); a request may not ask for a session past the context (it used to be clamped
+    without a word)."""
+    config = genai.Config(str(fixture_folders["gqa"]))
+    config.overlay('{"model": {"context_length": 32}, "search": {"max_length": 64}}')
+    engine = genai.Engine(genai.Model(config))
+    options = genai.RequestOptions()
+    options.set_max_session_tokens(48)
+    with pytest.raises(genai.GenerationError, match=r"context_length \(32\)"):
+        engine.create_request(options=options)
+    options.set_max_session_tokens(32)
+    assert engine.create_request(options=options) is not None

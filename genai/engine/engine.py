@@ -727,6 +727,11 @@ class Engine:
                         f"max_session_tokens ({session}) must be greater than zero and no "
                         f"greater than the model-configured search.max_length ({bound})."
                     )
+                if session > self._context:  # (a folder's search.max_length above it)
+                    raise GenerationError(
+                        f"max_session_tokens ({session}) must be no greater than the model's "
+                        f"context_length ({self._context})."
+                    )
             return Request(self, options, _REQUEST_TOKEN)
 
     def create_event_buffer(self, capacity: int) -> EngineEventBuffer:
