@@ -56,11 +56,16 @@ def check_feature_rows(tuple shape, int64_t expected):
     if not shape:
         rows = 0
     if expected >= 0 and rows != expected:
-        raise InvalidArgumentError(
-            f"the vision graph made {rows} image feature rows for the {expected} image "
-            "placeholders of input_ids: the processor outputs given to set_inputs do not "
-            "belong together (were pixel_values, image_sizes or image_grid_thw changed?)"
-        )
+        _raise_feature_rows(rows, expected)
+
+
+cdef _raise_feature_rows(int64_t rows, int64_t expected):
+    """The `check_feature_rows` error: ``rows`` image feature rows made, ``expected`` needed."""
+    raise InvalidArgumentError(
+        f"the vision graph made {rows} image feature rows for the {expected} image "
+        "placeholders of input_ids: the processor outputs given to set_inputs do not "
+        "belong together (were pixel_values, image_sizes or image_grid_thw changed?)"
+    )
 
 
 cdef void* _data(cnp.ndarray array):
@@ -558,7 +563,7 @@ cdef class EmbedDecoderLoop(DecoderLoop):
             if rc == 0:
                 rc = self.decoder_prompt_run(self.prompt_logits, shape, &ndim, &data, True)
         if rc == LOOP_ERR_ROWS:
-            check_feature_rows((rows, 0), feature_rows)
+            _raise_feature_rows(rows, feature_rows)
         if rc != 0:
             if self.failed == 3:
                 self.failed = 0
