@@ -303,6 +303,10 @@ class Generator:
         # --- the Python stage: guidance and stop strings (None when unused) ---
         self._constraints: list[Any] | None = None
         self._ff_tokens = False
+        #: fast-forward tokens the grammar forced after the last chosen token: as the
+        #: reference, they join the sequence when the next run is due and run as a run of
+        #: their own after the chosen token's (`_run_pending`)
+        self._pending_ff: list[int] = []
         if params.guidance is not None:
             kind, data = params.guidance
             tokenizer = _tokenizer_of(model)
@@ -504,6 +508,7 @@ class Generator:
         self._set_stop_length()
         self._finish = [None] * self.rows
         self._all_finished = False
+        self._pending_ff = []
         for constraint in self._constraints or ():
             constraint.reset()
         for matcher in self._stops or ():
@@ -519,7 +524,9 @@ class Generator:
         assert chain is not None
         if chain.python_stage:
             if not loop.logits_ready:
-                self._driver.run()  # the next masks are computed meanwhile, on llguidance's side
+                self._run_pending()  # the next masks are computed meanwhile, on llguidance's side
+                if self._ended() or loop.length >= self._stop_length:
+                    return  # forced tokens ended the row (a stop string) or reached the limit
             chain.prepare(
                 self._logits_rows,
                 self._sequences,
@@ -535,14 +542,32 @@ class Generator:
             forced = chain.accept(r, token)
             if self._stops is not None:
                 self._match_stop(r, token)
-        # fast-forward (batch 1): append the forced tokens; the next step runs them at once
+        # fast-forward (batch 1): the forced tokens join the sequence at the next run
+        self._pending_ff = forced if self._ff_tokens and not done[0] else []
+        self._all_finished = all(done.tolist())
+
+    def _run_pending(self) -> None:
+        """Run the pending tokens; then, as the reference, a guided step's fast-forward
+        tokens join the sequence and run as a run of their own (the chosen token alone first:
+        the same numbers as the reference's two runs)."""
+        self._driver.run()
+        if self._push_forced():
+            self._driver.run()
+
+    def _push_forced(self) -> bool:
+        """Append the pending fast-forward tokens (up to a stop string or the length limit);
+        True if any were appended (their run is then due)."""
+        forced, self._pending_ff = self._pending_ff, []
+        loop, done, pushed = self._loop, self._done, False
         for token in forced:
             if done[0] or loop.all_done or loop.length >= self._stop_length:
                 break
             loop.push_tokens(np.array([token], dtype=np.int32), False)
+            pushed = True
             if self._stops is not None:
                 self._match_stop(0, token)
         self._all_finished = all(done.tolist())
+        return pushed
 
     def _match_stop(self, row: int, token: int) -> None:
         assert self._stops is not None and self._streams is not None
@@ -763,7 +788,7 @@ class Generator:
             self._check_terminated()
             if loop.length == 0:
                 raise GenerationError("no logits yet: call append_tokens first")
-            self._driver.run()
+            self._run_pending()
         return self._logits_rows[:, None, :].copy()
 
     def _ended(self) -> bool:
@@ -795,6 +820,7 @@ class Generator:
         self._drop_boundary()  # the next token comes from these logits, after the kept ones
         if self._spec is not None:
             self._spec.settle()  # the next token comes from these logits, not a round's
+        self._push_forced()  # the grammar consumed them: they precede the next token
         if self._sampler is not None:
             # Copies in and records block maxima on the way (the top-k then skips that pass).
             self._sampler.load_logits(logits, self._logits_rows)
@@ -969,6 +995,7 @@ class Generator:
         tokens the caller sees (default ``length``), those the Python stage is brought to."""
         visible = length if visible is None else visible
         self._boundary = None
+        self._pending_ff = []  # the grammar is brought to the kept tokens below
         self._settle(replay=True)
         if self._spec is not None:
             self._spec.settle()  # tokens of a round not emitted yet are dropped
