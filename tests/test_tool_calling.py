@@ -388,6 +388,64 @@ def hermes_call(name, arguments):
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
+# parameters as pydantic writes them: a model inside a model goes to $defs, reached by $ref
+LOOKUP = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "parameters": {
+            "$defs": {
+                "Address": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}},
+                    "required": ["city", "zip"],
+                }
+            },
+            "type": "object",
+            "properties": {"address": {"$ref": "#/$defs/Address"}},
+            "required": ["address"],
+        },
+    },
+}
+# a recursive parameter: "#" is the parameters object itself
+TREE = {
+    "type": "function",
+    "function": {
+        "name": "tree",
+        "parameters": {
+            "type": "object",
+            "properties": {"label": {"type": "string"}, "child": {"$ref": "#"}},
+            "required": ["label"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("tool_format", [GENERIC, "hermes"])
+def test_parameters_with_refs_keep_their_meaning(smol_tokenizer, tool_format):
+    """$ref pointers in a tool's parameters point into the parameters (pydantic's $defs, "#"
+    for recursion), not into the call object the grammar wraps them in: they were refused
+    ("Pointer '/$defs/Address' does not exist") or, for "#", allowed a whole call object as an
+    argument."""
+    guidance = tool_call_guidance([LOOKUP, TREE, ADD], "required", tool_format=tool_format)
+
+    def call(name, arguments):
+        if tool_format == GENERIC:
+            return '{"tool_call":' + generic_call(name, arguments) + "}"
+        return hermes_call(name, arguments)
+
+    assert accepts(
+        smol_tokenizer, guidance, call("lookup", {"address": {"city": "Oslo", "zip": 1}})
+    )
+    assert not accepts(smol_tokenizer, guidance, call("lookup", {"address": {"city": "Oslo"}}))
+    nested = {"label": "a", "child": {"label": "b", "child": {"label": "c"}}}
+    assert accepts(smol_tokenizer, guidance, call("tree", nested))
+    assert not accepts(smol_tokenizer, guidance, call("tree", {"label": "a", "child": {}}))
+    wrapper = {"label": "a", "child": {"name": "tree", "arguments": {"label": "b"}}}
+    assert not accepts(smol_tokenizer, guidance, call("tree", wrapper))
+    assert accepts(smol_tokenizer, guidance, call("add", {"a": 1, "b": 2}))
+
+
 def test_hermes_grammar_on_qwen3_tag_tokens(qwen3_tokenizer):
     one = hermes_call("get_weather", {"city": "Paris"})
     two = one + "\n" + hermes_call("add", {"a": 1, "b": 2})

@@ -195,14 +195,59 @@ def _closed(schema: Any) -> Any:
     return out
 
 
-def _call_schema(function: dict[str, Any]) -> dict[str, Any]:
-    arguments = _closed(function["parameters"])
-    return {
-        "type": "object",
-        "properties": {"name": {"const": function["name"]}, "arguments": arguments},
-        "required": ["name", "arguments"],
-        "additionalProperties": False,
+# schema keywords whose values are data, not schemas: no "$ref" in them is a pointer
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def _has_ref(schema: Any) -> bool:
+    """Whether ``schema`` holds a ``$ref`` anywhere (outside data keywords)."""
+    if isinstance(schema, list):
+        return any(_has_ref(item) for item in schema)
+    if not isinstance(schema, dict):
+        return False
+    return isinstance(schema.get("$ref"), str) or any(
+        _has_ref(value) for key, value in schema.items() if key not in _DATA_KEYWORDS
+    )
+
+
+def _rebased(schema: Any, base: str) -> Any:
+    """``schema`` with every local ``$ref`` (``#``, ``#/...``) pointing under ``base`` (a JSON
+    pointer fragment), for a schema moved from a document's root to there."""
+    if isinstance(schema, list):
+        return [_rebased(item, base) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {
+        key: value if key in _DATA_KEYWORDS else _rebased(value, base)
+        for key, value in schema.items()
     }
+    ref = out.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        out["$ref"] = base + ref[1:]
+    return out
+
+
+def _call_schemas(functions: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each function's call object schema, and the ``$defs`` the grammar's root schema must
+    carry: parameters that use ``$ref`` (pydantic's ``$defs``, ``"#"`` for recursion) are
+    moved whole under ``#/$defs/`` and their pointers rewritten to point there (nested under
+    the call object, they pointed at the wrong root)."""
+    calls, defs = [], {}
+    for index, function in enumerate(functions):
+        arguments = _closed(function["parameters"])
+        if _has_ref(arguments):
+            key = f"tool_arguments_{index}"
+            defs[key] = _rebased(arguments, f"#/$defs/{key}")
+            arguments = {"$ref": f"#/$defs/{key}"}
+        calls.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": function["name"]}, "arguments": arguments},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    return calls, defs
 
 
 def _object(key: str, value: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +295,7 @@ def tool_call_guidance(
     _check_format(tool_format)
     functions, mode = _chosen(_functions(tools), tool_choice)
     limit = _call_limit(parallel_tool_calls, max_calls)
-    schemas = [_call_schema(f) for f in functions]
+    schemas, defs = _call_schemas(functions)
     call: dict[str, Any] = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     if tool_format == GENERIC:
         shapes = [_object("tool_call", call)]
@@ -261,10 +306,14 @@ def tool_call_guidance(
             shapes.append(_object("response", {"type": "string"}))
         schema: dict[str, Any] = shapes[0] if len(shapes) == 1 else {"anyOf": shapes}
         schema["x-guidance"] = {"whitespace_flexible": False}
+        if defs:
+            schema["$defs"] = defs
         return "json_schema", json.dumps(schema, ensure_ascii=False)
     # the separators json.dumps and the templates' tojson write: calls as the model saw them
     layout = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
     call = dict(call, **{"x-guidance": layout})
+    if defs:
+        call["$defs"] = defs
     if tag_tokens:  # llguidance's syntax for a special token: the bare <...> name
         open_tag, close_tag = f'{TOOL_CALL_OPEN} "\\n"', f'"\\n" {TOOL_CALL_CLOSE}'
     else:
