@@ -8,11 +8,13 @@ can run the graph (it needs an adapter active: it has no base values for LoRA in
 
 from __future__ import annotations
 
+import gc
 import json
 import pathlib
 import re
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import onnx
@@ -671,3 +673,30 @@ def test_genai_cli_adapter_convert_and_generate(
     assert capsys.readouterr().out == texts[True] + "\n"
     assert main(argv) == 0
     assert capsys.readouterr().out == texts[False] + "\n"
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_deleted_speculative_generator_is_freed_at_once(gqa_lora: dict, batch: int) -> None:
+    """docs/adapters.md: deleting the generators frees an adapter. A speculative generator and
+    its rounds referred to each other, so it (and its KV cache) lived on until the cycle
+    collector ran, and `unload` refused meanwhile."""
+    model = genai.Model(str(gqa_lora["folder"]))
+    adapters = genai.Adapters(model)
+    adapters.load(str(gqa_lora["file"]), "g")
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=32, batch_size=batch)
+    params.set_speculative_options(ngram_size=2, max_draft_tokens=3)
+    generator = genai.Generator(model, params)
+    generator.set_active_adapter(adapters, "g")
+    generator.append_tokens(np.array([[5, 9, 12, 7, 5, 9, 12]] * batch, np.int32))
+    for _ in range(4):
+        generator.generate_next_token()
+    gone = weakref.ref(generator)
+    gc.disable()
+    try:
+        del generator
+        assert gone() is None, "the generator outlived its last reference"
+        adapters.unload("g")
+    finally:
+        gc.enable()
+    assert adapters.names == []

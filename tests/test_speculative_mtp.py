@@ -4,6 +4,9 @@ same tokens, one per call, its checks and errors; and the main model's own greed
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -291,3 +294,24 @@ def test_the_reference_stream_is_std_mt19937():
     for _ in range(9999):
         stream._next()
     assert stream._next() == 4123659995
+
+
+def test_a_deleted_generator_is_freed_at_once(pairs):
+    """The rounds and the head's proposer refer back to the generator weakly: deleting the
+    last reference frees it (and its KV caches) without waiting for the cycle collector."""
+    main, head = pairs["gqa"]
+    main_model, head_model = genai.Model(str(main)), genai.Model(str(head))
+    params = genai.GeneratorParams(main_model)
+    params.set_search_options(max_length=30)
+    params.set_speculative_options(max_draft_tokens=2)
+    gen = genai.MtpGenerator(main_model, head_model, params)
+    gen.append_tokens(np.array([1, 2, 3, 4], np.int32))
+    for _ in range(3):
+        gen.generate_next_token()
+    gone = weakref.ref(gen)
+    gc.disable()
+    try:
+        del gen
+        assert gone() is None, "the generator outlived its last reference"
+    finally:
+        gc.enable()

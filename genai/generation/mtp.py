@@ -19,6 +19,7 @@ positive temperature) the rounds are the reference's speculative sampling on its
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -192,7 +193,7 @@ class MtpRounds:
     def __init__(
         self, generator: Generator, proposer: MtpProposer, drafts: int, counters: Any
     ) -> None:
-        self.g = generator
+        self.g = weakref.proxy(generator)  # the generator owns this: no cycle keeps it
         self.proposer = proposer
         self.drafts = drafts
         self.counters = counters

@@ -30,6 +30,7 @@ emitted, and a stop discards the rest.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -84,7 +85,7 @@ class SpeculativeDecoder:
         proposer: Proposer,
         counters: SpeculativeCounters,
     ) -> None:
-        self.g = generator
+        self.g = weakref.proxy(generator)  # the generator owns this: no cycle keeps it
         self.options = options
         self.proposer = proposer
         #: a cheap check whether the proposer has a proposal (prompt lookup), None otherwise

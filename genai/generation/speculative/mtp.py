@@ -17,6 +17,7 @@ committed tokens with the main model's hidden states), as the reference rolls it
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ class MtpProposer:
             eos=generator._eos,
         )
         self.head = head
-        self.generator = generator
+        self.generator = weakref.proxy(generator)  # owned through the generator: no cycle
         self.hidden_name = hidden_name
         #: the head's feedback output (chained drafts), None: one draft per proposal
         self.feedback_name = feedback_name

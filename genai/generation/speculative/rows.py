@@ -125,7 +125,7 @@ class RowSpeculation:
     visible = 0
 
     def __init__(self, generator: Any, params: Any) -> None:
-        self.g = generator
+        self.g = weakref.proxy(generator)  # the generator owns this: no cycle keeps it
         self.pad_id = int(generator.model.config.get("model.pad_token_id", 0))
         self.proposer = _NoProposer()
         seed = int(params.search.random_seed)
