@@ -175,15 +175,22 @@ def resolve_model(
     progress: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> str:
-    """The model folder for ``spec``: an existing path as given; else a hub model name,
-    taken from the hub cache, else downloaded (and built, for a GGUF or safetensors repo).
+    """The model folder for ``spec``: an existing path as given; else a name of genai's
+    cache as `cached_models` lists it (e.g. the default model's folder name); else a hub model
+    name, taken from the hub cache, else downloaded (and built, for a GGUF or safetensors repo).
 
     ``download``: ``None`` downloads unless ``HF_HUB_OFFLINE`` is set; ``False`` never.
     Raises FileNotFoundError for a missing path that is no hub name, DownloadError when the
     model is not cached and may not or cannot be downloaded.
     """
     text = os.fspath(spec)
-    if Path(text).exists() or not looks_like_repo_id(text):
+    if Path(text).exists():
+        return text
+    if text and "/" not in text and os.sep not in text and text not in (".", ".."):
+        local = _genai_models_dir() / text
+        if (local / CONFIG_FILENAME).is_file():
+            return str(local)
+    if not looks_like_repo_id(text):
         return text
     ref = HubRef.parse(text)
     cache = Path(cache_dir) if cache_dir is not None else hub_cache_dir()

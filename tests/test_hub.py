@@ -26,6 +26,7 @@ from genai.builder.testing import (
     write_gguf_checkpoint,
     write_hf_checkpoint,
 )
+from genai.cli import main
 from genai.hub import HubRef, looks_like_repo_id
 from genai.testing.hub_cache import write_hub_snapshot
 from tests.hub_standin import COMMIT, hub_standin
@@ -193,6 +194,26 @@ def test_list_and_remove(smollm2_path, tmp_path, monkeypatch):
     assert not (tmp_path / "hub" / "models--org--two").exists()
     with pytest.raises(genai.InvalidArgumentError, match="genai list"):
         hub.remove("org/two")
+
+
+def test_names_of_genais_cache_are_what_m_takes(smollm2_path, tmp_path, monkeypatch, capsys):
+    """`genai list` says its NAME column is what -m takes: a folder of genai's cache (the
+    default model's) by its name, not only by its path."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("GENAI_CACHE_DIR", str(tmp_path / "genai"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "genai" / "models" / "my-model"
+    shutil.copytree(smollm2_path, folder)
+    (name,) = [m.name for m in hub.cached_models()]
+    assert name == "my-model"
+    assert hub.resolve_model(name) == str(folder)
+    (tmp_path / "my-model").mkdir()  # a folder of that name here wins, as any path does
+    assert hub.resolve_model(name) == name
+    shutil.rmtree(tmp_path / "my-model")
+    assert hub.resolve_model("other-model") == "other-model"  # left to the caller's check
+    assert main(["generate", "-m", name, "--max-new-tokens", "3", "Hello"]) == 0
+    assert capsys.readouterr().out.strip()
 
 
 # --- downloads, through the hub library, from a loopback stand-in of the hub -----------------
