@@ -129,5 +129,6 @@ def serve_command(folder, *options: str) -> Iterator[tuple[str, subprocess.Popen
                 time.sleep(0.1)
         yield url, process
     finally:
-        process.terminate()
-        assert process.wait(30) in (0, -15)
+        if process.poll() is None:  # (a test may have stopped it itself)
+            process.terminate()
+            assert process.wait(30) in (0, -15)

@@ -41,28 +41,32 @@ def test_chat_and_threads(fixture_folders, capsys):
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "message", "status"),
     [
-        (["generate", "-m", "/nonexistent/folder", "x"], "does not exist"),
-        (["generate", "-m", "{folder}", "x", "--threads", "0"], "--threads must be >= 1"),
+        (["generate", "-m", "/nonexistent/folder", "x"], "does not exist", 1),
+        (["generate", "-m", "{folder}", "x", "--threads", "0"], "--threads must be >= 1", 2),
         (
             ["generate", "-m", "{folder}", "x", "--max-length", "4096"],
             "--max-length 4096 exceeds the model's context length ({context})",
+            1,
         ),
-        (["generate", "-m", "{folder}", "x", "--max-length", "0"], "--max-length must be >= 1"),
-        (["chat", "-m", "{folder}", "--max-length", "0"], "--max-length must be >= 1"),
+        (["generate", "-m", "{folder}", "x", "--max-length", "0"], "--max-length must be >= 1", 2),
+        (["chat", "-m", "{folder}", "--max-length", "0"], "--max-length must be >= 1", 2),
         (
             ["generate", "-m", "{folder}", "x", "--max-new-tokens", "-5"],
             "--max-new-tokens must be >= 1",
+            2,
         ),
-        (["generate", "-m", "{folder}", "x " * 400], "does not fit the model's context length"),
+        (["generate", "-m", "{folder}", "x " * 400], "does not fit the model's context length", 1),
     ],
 )
-def test_errors_exit_1_with_a_message(fixture_folders, capsys, args, message):
+def test_errors_exit_with_a_message(fixture_folders, capsys, args, message, status):
+    """Refused option values are usage errors (2, as argparse's); what the model or its input
+    refuses is a runtime error (1)."""
     folder = fixture_folders["gqa"]
     context = json.loads((folder / "genai_config.json").read_text())["model"]["context_length"]
     args = [a.replace("{folder}", str(folder)) for a in args]
-    assert main(args) == 1
+    assert main(args) == status
     assert message.format(context=context) in capsys.readouterr().err
 
 
@@ -113,7 +117,7 @@ def test_chat_rejects_bad_options(fixture_folders):
          "--max-new-tokens", "0"],
         input="hi\n", capture_output=True, text=True, check=False,
     )  # fmt: skip
-    assert result.returncode == 1 and "--max-new-tokens must be >= 1" in result.stderr
+    assert result.returncode == 2 and "--max-new-tokens must be >= 1" in result.stderr
 
 
 def _generate(folder, *flags: str, verbose_after: bool = False) -> list[str]:

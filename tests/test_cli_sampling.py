@@ -81,13 +81,13 @@ def test_a_seed_repeats_a_sampled_text(fixture_folders, capsys):
     ],
 )
 @pytest.mark.parametrize("command", ["generate", "chat"])
-def test_bad_sampling_values_exit_1_naming_the_problem(
+def test_bad_sampling_values_are_usage_errors_naming_the_problem(
     fixture_folders, capsys, monkeypatch, command, flags, message
 ):
     folder = fixture_folders["gqa"]
     monkeypatch.setattr(sys, "stdin", io.StringIO("x\n"))
     prompt = ["x"] if command == "generate" else []
-    assert main([command, "-m", str(folder), *prompt, *flags]) == 1
+    assert main([command, "-m", str(folder), *prompt, *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
 

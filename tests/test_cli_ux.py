@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import genai
 from genai.cli import main
 from genai.providers import plugins
@@ -274,3 +276,53 @@ def test_an_unknown_option_shows_the_commands_own_usage(capsys):
             assert exit_.code == 2
         err = capsys.readouterr().err
         assert f"usage: genai {argv[0]} " in err and "unrecognized arguments: --bogus" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["generate", "hi", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+        (["generate", "hi", "--threads", "0"], "--threads must be >= 1, got 0"),
+        (["generate", "hi", "--top-p", "2"], "top_p (2.0) must be in [0, 1]"),
+        (["generate", "hi", "--top-k", "-5"], "top_k (-5) must be in [0, 2147483647]"),
+        (["generate", "hi", "--temperature", "-1"], "temperature (-1.0) must be >= 0"),
+        (["generate", "hi", "--search", "min_p=abc"], "--search min_p=abc: expected a number"),
+        (["generate", "hi", "--search", "max_length=40"], "--search max_length: use --max-length"),
+        (["generate", "hi", "--search", "bogus=1"], "unknown search option 'bogus'"),
+        (["generate", "hi", "--system", "be brief"], "--system needs --chat"),
+        (["chat", "--repetition-penalty", "0"], "repetition_penalty (0.0) must be > 0"),
+        (["pull", "--precision", "fp16"], "--precision needs REPO_ID"),
+        (["pull", "--include", "*.onnx"], "--include needs REPO_ID"),
+        (["pull", "--revision", "main"], "--revision needs REPO_ID"),
+        (["pull", "org/model", "--keep-source"], "--keep-source is for the default model"),
+        (
+            ["transcribe", "a.wav", "-m", "w", "--temperature", "5"],
+            "--temperature must be in [0, 2], got 5.0",
+        ),
+        (["transcribe", "a.wav", "-m", "w", "--threads", "0"], "--threads must be >= 1, got 0"),
+    ],
+)
+def test_option_values_the_command_refuses_are_usage_errors(tmp_path, capsys, argv, message):
+    """A refused option value is a usage error, as argparse's own (--max-new-tokens abc):
+    the command's usage line, `genai COMMAND: error: ...`, exit status 2, before any model
+    loads (the -m folder here does not exist)."""
+    if argv[0] in ("generate", "chat"):
+        argv = [*argv, "-m", str(tmp_path / "absent")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: genai {argv[0]} ")
+    assert f"genai {argv[0]}: error: {message}" in err, err
+    assert "Traceback" not in err and "absent" not in err
+
+
+def test_output_into_a_closed_pipe_stops_quietly(smollm2_path):
+    """`genai generate ... | head -c 5`: no error once the reader is gone, and the status a
+    SIGPIPE death gives (was `genai: error: [Errno 32] Broken pipe`, status 1)."""
+    command = [sys.executable, "-m", "genai", "generate", "-m", str(smollm2_path)]
+    command += ["--max-new-tokens", "300", "Tell me a long story about a dragon."]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(5)
+    process.stdout.close()
+    assert process.wait(120) == 141
+    assert process.stderr.read() == b""

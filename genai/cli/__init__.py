@@ -8,7 +8,7 @@ genai build INPUT -o OUT [--precision int4|fp16|fp32] [--all-logits]
 genai pull [--force] [-q]  |  genai pull REPO_ID[:SUBFOLDER] [--include PATTERN]... [--revision REV]
 genai list [--json]  |  genai rm NAME...
 genai providers [--json] [--devices] [--plugins]
-genai conformance PROVIDER [--model DIR] [--report FILE.json] [-o KEY=VALUE]... [--xfails FILE]
+genai conformance PROVIDER [-m DIR] [--report FILE.json] [-o KEY=VALUE]... [--xfails FILE]
 genai serve [-m MODEL_DIR] [--host 127.0.0.1] [--port 8000] [--max-slots N] [--threads N] ...
 genai transcribe FILE -m WHISPER_DIR [--language en] [--timestamps] [--format text|srt|vtt|json]
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 
@@ -44,6 +45,7 @@ from genai.cli import (  # noqa: F401  (they register)
     serve,
     transcribe,
 )
+from genai.cli.common import UsageError
 from genai.cli.registry import COMMANDS
 from genai.errors import GenaiError
 from genai.providers import plugins
@@ -86,6 +88,7 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, fill) in sorted(COMMANDS.items()):
         sub = commands.add_parser(name, help=help_text)
+        sub.set_defaults(command_parser=sub)  # its usage line for a UsageError
         _reject_unknown_arguments(sub)
         if name == selected:
             fill(sub)
@@ -154,6 +157,16 @@ def _logging_to_stderr(verbosity: int) -> Iterator[None]:
         logger.setLevel(saved)
 
 
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``genai generate ... | head``): stop quietly, as
+    command-line tools do, with the status a SIGPIPE death gives (128 + 13)."""
+    with contextlib.suppress(OSError, ValueError):  # no flush error at interpreter exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``genai`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -168,6 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args))
         except KeyboardInterrupt:
             return 130
+        except BrokenPipeError:
+            return _stdout_closed()
+        except UsageError as exc:  # as argparse reports its own: usage line, exit status 2
+            command_parser = getattr(args, "command_parser", parser)
+            command_parser.print_usage(sys.stderr)
+            print(f"{command_parser.prog}: error: {exc}", file=sys.stderr)
+            return 2
         except (GenaiError, OSError) as exc:
             # What genai reports about its input (GenaiError) or a file it could not read or
             # write: one line. Anything else is a bug and keeps its traceback.

@@ -11,13 +11,14 @@ from pathlib import Path
 import genai
 from genai import hub
 from genai.boolean_words import parse_bool_word
-from genai.errors import InvalidArgumentError
+from genai.errors import InvalidArgumentError, SearchOptionError
 from genai.generation.search import SearchOptions
 
 __all__ = [
     "DEFAULT_NEW_TOKENS",
     "PREFILL_CHUNK",
     "PREFILL_PROGRESS_TOKENS",
+    "UsageError",
     "activate_adapters",
     "add_adapter_option",
     "add_length_options",
@@ -31,6 +32,12 @@ __all__ = [
 ]
 
 DEFAULT_NEW_TOKENS = 256
+
+
+class UsageError(InvalidArgumentError):
+    """Command-line options the command refuses (a value out of range, options that do not go
+    together): reported as argparse reports its own errors, after the command's usage line,
+    with exit status 2."""
 
 
 #: Prompts at least this long show a prefill progress line (when stderr is a terminal).
@@ -75,7 +82,7 @@ def check_lengths(args: argparse.Namespace) -> None:
     for flag in ("max_length", "max_new_tokens"):
         value = getattr(args, flag)
         if value is not None and value < 1:
-            raise InvalidArgumentError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
 
 
 def add_search_options(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +134,7 @@ def _search_value(name: str, text: str) -> object:
         return float(text)
     except ValueError:
         what = {"bool": "true or false", "int": "an integer"}.get(kind, "a number")
-        raise InvalidArgumentError(f"--search {name}={text}: expected {what}") from None
+        raise UsageError(f"--search {name}={text}: expected {what}") from None
 
 
 #: Search options the commands set themselves: what to use instead of ``--search``.
@@ -145,9 +152,9 @@ def search_options(args: argparse.Namespace) -> dict[str, object]:
         name, sep, text = spec.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise InvalidArgumentError(f"--search {spec!r}: expected KEY=VALUE")
+            raise UsageError(f"--search {spec!r}: expected KEY=VALUE")
         if name in _SET_BY_THE_COMMAND:
-            raise InvalidArgumentError(f"--search {name}: {_SET_BY_THE_COMMAND[name]}")
+            raise UsageError(f"--search {name}: {_SET_BY_THE_COMMAND[name]}")
         options[name] = _search_value(name, text.strip())
     flags = {
         "temperature": args.temperature,
@@ -160,6 +167,12 @@ def search_options(args: argparse.Namespace) -> dict[str, object]:
     sampling = (args.temperature, args.top_k, args.top_p)
     if args.do_sample or any(value is not None for value in sampling):
         options["do_sample"] = True
+    try:  # names, types and ranges, before any model loads (the context length: later)
+        probe = SearchOptions()
+        probe.update(**options)
+        probe.validate(context_length=2**31 - 1)
+    except SearchOptionError as exc:
+        raise UsageError(str(exc)) from None
     return options
 
 
@@ -172,6 +185,8 @@ def default_model() -> Path:
 
 def load_model(args: argparse.Namespace):
     """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``."""
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
     if args.model is None:
         args.model = str(default_model())
     args.model = hub.resolve_model(args.model)  # REPO_ID[:SUBFOLDER]: from the hub cache
@@ -183,8 +198,6 @@ def load_model(args: argparse.Namespace):
         )
     config = genai.Config(args.model)
     if args.threads is not None:
-        if args.threads < 1:
-            raise InvalidArgumentError("--threads must be >= 1")
         config.overlay({"model": {"decoder": {"session_options": {
             "intra_op_num_threads": args.threads}}}})  # fmt: skip
     model = genai.Model(config)

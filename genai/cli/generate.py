@@ -11,6 +11,7 @@ from typing import TextIO
 import genai
 from genai.cli.common import (
     DEFAULT_NEW_TOKENS,
+    UsageError,
     activate_adapters,
     add_adapter_option,
     add_length_options,
@@ -51,6 +52,8 @@ def _fill_generate(gen: argparse.ArgumentParser) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     check_lengths(args)
+    if args.system is not None and not args.chat:
+        raise UsageError("--system needs --chat (the prompt is otherwise the model's raw input)")
     sampling = search_options(args)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     started = time.perf_counter()

@@ -9,8 +9,8 @@ import json
 import sys
 
 from genai import hub
+from genai.cli.common import UsageError
 from genai.cli.registry import command
-from genai.errors import InvalidArgumentError
 
 __all__ = ["add_hub_pull_arguments", "pull_from_hub"]
 
@@ -38,7 +38,6 @@ def add_hub_pull_arguments(pull: argparse.ArgumentParser) -> None:
     hub_options.add_argument(
         "--precision",
         choices=("int4", "fp16", "fp32"),
-        default="int4",
         help="weights of a model built from a GGUF or safetensors repo (default int4)",
     )
 
@@ -46,12 +45,12 @@ def add_hub_pull_arguments(pull: argparse.ArgumentParser) -> None:
 def pull_from_hub(args: argparse.Namespace) -> int:
     """Download ``args.repo_id`` and print the folder to pass to ``-m``."""
     if args.keep_source:
-        raise InvalidArgumentError("--keep-source is for the default model (a hub repo is kept)")
+        raise UsageError("--keep-source is for the default model (a hub repo is kept)")
     folder = hub.pull(
         args.repo_id,
         include=args.include,
         revision=args.revision,
-        precision=args.precision,
+        precision=args.precision or "int4",
         progress=not args.quiet,
         force=args.force,
     )

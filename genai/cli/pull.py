@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from genai.cli.common import UsageError
 from genai.cli.hub import add_hub_pull_arguments, pull_from_hub
 from genai.cli.registry import command
 
@@ -24,6 +25,13 @@ def _fill_pull(pull: argparse.ArgumentParser) -> None:
     default_handler = pull.get_default("handler")
 
     def handler(args: argparse.Namespace) -> int:
-        return pull_from_hub(args) if args.repo_id else default_handler(args)
+        if args.repo_id:
+            return pull_from_hub(args)
+        for flag, value in (("--include", args.include), ("--revision", args.revision)):
+            if value:
+                raise UsageError(f"{flag} needs REPO_ID (the default model is one build)")
+        if args.precision is not None:
+            raise UsageError("--precision needs REPO_ID (the default model is built int4)")
+        return default_handler(args)
 
     pull.set_defaults(handler=handler)

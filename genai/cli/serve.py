@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import socket
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from genai import hub
-from genai.cli.common import add_model_option, default_model, load_model
+from genai.cli.common import UsageError, add_model_option, default_model, load_model
 from genai.cli.registry import command
-from genai.errors import InvalidArgumentError, MissingDependencyError
+from genai.errors import MissingDependencyError
 from genai.runtime.model import Model
 from genai.serve.speculative import SpeculativeServing
 
@@ -156,7 +159,7 @@ def _fill_serve(serve: argparse.ArgumentParser) -> None:
         help="Ray cluster to join (e.g. 'auto' on a node of a running cluster; "
         "default: start a local head)",
     )
-    ray.add_argument("--replicas", type=int, default=1, metavar="N", help="fixed replica count")
+    ray.add_argument("--replicas", type=int, metavar="N", help="fixed replica count (default 1)")
     ray.add_argument("--min-replicas", type=int, metavar="N", help="autoscaling lower bound")
     ray.add_argument("--max-replicas", type=int, metavar="N", help="autoscaling upper bound")
     serve.set_defaults(handler=_serve)
@@ -187,8 +190,8 @@ _BOUNDS: tuple[tuple[str, float, float | None, bool], ...] = (
 
 
 def check_serve_flags(args: argparse.Namespace) -> None:
-    """Refuse out-of-range flags (`InvalidArgumentError` naming the flag) before any model
-    loads."""
+    """Refuse out-of-range flags, and Ray flags without ``--ray`` (`UsageError` naming the
+    flag), before any model loads."""
     for name, low, high, low_excluded in _BOUNDS:
         value = getattr(args, name)
         if value is None:
@@ -196,16 +199,18 @@ def check_serve_flags(args: argparse.Namespace) -> None:
         flag = "--" + name.replace("_", "-")
         if value != value or (value <= low if low_excluded else value < low):  # NaN too
             relation = ">" if low_excluded else ">="
-            raise InvalidArgumentError(f"{flag} must be {relation} {low:g}, got {value}")
+            raise UsageError(f"{flag} must be {relation} {low:g}, got {value}")
         if high is not None and value > high:
-            raise InvalidArgumentError(f"{flag} must be <= {high:g}, got {value}")
+            raise UsageError(f"{flag} must be <= {high:g}, got {value}")
     if args.log_level.lower() not in LOG_LEVELS:
-        raise InvalidArgumentError(
-            f"--log-level {args.log_level!r}: expected one of {', '.join(LOG_LEVELS)}"
-        )
+        raise UsageError(f"--log-level {args.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
     args.log_level = args.log_level.lower()
+    if not args.ray:
+        for name in ("ray_address", "replicas", "min_replicas", "max_replicas"):
+            if getattr(args, name) is not None:
+                raise UsageError(f"--{name.replace('_', '-')} needs --ray")
     if args.min_replicas and args.max_replicas and args.min_replicas > args.max_replicas:
-        raise InvalidArgumentError(
+        raise UsageError(
             f"--min-replicas {args.min_replicas} exceeds --max-replicas {args.max_replicas}"
         )
 
@@ -256,7 +261,7 @@ def _serve_ray(args: argparse.Namespace) -> int:
         options["min_replicas"] = args.min_replicas or 1
         options["max_replicas"] = args.max_replicas or max(args.min_replicas or 1, 2)
     else:
-        options["num_replicas"] = args.replicas
+        options["num_replicas"] = args.replicas or 1
     ray.init(address=args.ray_address)
     serve.start(http_options={"host": args.host, "port": args.port})
     print(
@@ -276,17 +281,38 @@ def _serve(args: argparse.Namespace) -> int:
         )
     if args.ray:
         return _serve_ray(args)
-    if speculative is not None:  # a draft folder
-        speculative = speculative.loaded(lambda folder: Model(str(Path(folder).resolve())))
+    serving = _serving_modules()
+    sock = serving.listen(args.host, args.port)  # a taken port: reported before any load
+    try:
+        if speculative is not None:  # a draft folder
+            speculative = speculative.loaded(lambda folder: Model(str(Path(folder).resolve())))
+        stopped_by = _serve_model(args, speculative, serving, sock)
+    finally:
+        sock.close()
+    return 130 if stopped_by == signal.SIGINT else 0  # Ctrl-C: 130, as the other commands
+
+
+def _serving_modules() -> SimpleNamespace:
+    """The serve extra's parts: ``ServeEngine``, ``listen``, ``run_server``."""
     try:  # lazy: fastapi and uvicorn are the optional 'serve' extra
         from genai.serve.app import ServeEngine
-        from genai.serve.server import run_server
+        from genai.serve.server import listen, run_server
     except ImportError as exc:
         raise MissingDependencyError(
             f"genai serve needs the 'serve' extra (pip install 'genai-runtime[serve]'): {exc}"
         ) from exc
+    return SimpleNamespace(ServeEngine=ServeEngine, listen=listen, run_server=run_server)
+
+
+def _serve_model(
+    args: argparse.Namespace,
+    speculative: SpeculativeServing | None,
+    serving: SimpleNamespace,
+    sock: socket.socket,
+) -> int | None:
+    """Load the model and serve it on ``sock``; returns the signal that stopped the server."""
     _, model, tokenizer = load_model(args)
-    engine = ServeEngine(
+    engine = serving.ServeEngine(
         model,
         tokenizer,
         model_name=args.served_model_name,
@@ -324,7 +350,7 @@ def _serve(args: argparse.Namespace) -> int:
     http: dict[str, int] = {}
     if args.max_body_bytes is not None:
         http["max_body_bytes"] = args.max_body_bytes
-    run_server(
+    return serving.run_server(
         engine,
         args.host,
         args.port,
@@ -333,6 +359,6 @@ def _serve(args: argparse.Namespace) -> int:
         allowed_origins=args.allowed_origin,
         webui=not args.no_webui,
         shutdown_timeout=args.shutdown_timeout,
+        sock=sock,
         **http,
     )
-    return 0

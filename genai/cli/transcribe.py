@@ -9,6 +9,7 @@ from pathlib import Path
 
 import genai
 from genai import hub
+from genai.cli.common import UsageError
 from genai.cli.registry import command
 from genai.errors import InvalidArgumentError
 from genai.multimodal.transcribe import format_timestamp, to_srt, to_vtt, transcribe
@@ -50,8 +51,6 @@ def _fill_transcribe(sub: argparse.ArgumentParser) -> None:
 def _load(args: argparse.Namespace) -> genai.Model:
     config = genai.Config(hub.resolve_model(args.model))
     if args.threads is not None:
-        if args.threads < 1:
-            raise InvalidArgumentError("--threads must be >= 1")
         options = {"session_options": {"intra_op_num_threads": args.threads}}
         sections = {"decoder": options}
         if config.get("model.encoder") is not None:
@@ -61,6 +60,10 @@ def _load(args: argparse.Namespace) -> genai.Model:
 
 
 def _transcribe(args: argparse.Namespace) -> int:
+    if not 0.0 <= args.temperature <= 2.0:  # (NaN too)
+        raise UsageError(f"--temperature must be in [0, 2], got {args.temperature}")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
     if args.file == "-":
         audios = genai.Audios.open_bytes(sys.stdin.buffer.read())
     else:

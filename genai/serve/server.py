@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import threading
 import time
@@ -11,7 +13,34 @@ from typing import Any
 
 from genai.serve.app import ServeEngine, create_app
 
-__all__ = ["BackgroundServer", "free_port", "run_server"]
+__all__ = ["BackgroundServer", "free_port", "listen", "run_server"]
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` for `run_server`, bound before the model loads
+    so that a taken port is reported at once: `OSError` naming the address otherwise."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        hint = " (choose another with --port)" if exc.errno == errno.EADDRINUSE else ""
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _no_color() -> bool:
+    """``NO_COLOR`` set to anything but the empty string (no-color.org)."""
+    return bool(os.environ.get("NO_COLOR"))
 
 
 def run_server(
@@ -24,11 +53,22 @@ def run_server(
     max_body_bytes: int | None = None,
     webui: bool = True,
     shutdown_timeout: float = 5.0,
-) -> None:
+    sock: socket.socket | None = None,
+) -> int | None:
     """Serve ``engine`` until interrupted (``api_key``, ``allowed_origins``,
     ``max_body_bytes``, ``webui``: see `create_app`); after the signal, open requests get
-    ``shutdown_timeout`` seconds to finish before they are cut."""
+    ``shutdown_timeout`` seconds to finish before they are cut. ``sock``: a socket from
+    `listen` (else uvicorn binds ``host``:``port`` itself). Log lines are plain under
+    ``NO_COLOR``. Returns the number of the signal that stopped the server, if one did."""
     import uvicorn
+
+    class Server(uvicorn.Server):
+        stopped_by: int | None = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.stopped_by is None:
+                self.stopped_by = sig
+            super().handle_exit(sig, frame)
 
     app = create_app(
         engine,
@@ -37,14 +77,19 @@ def run_server(
         max_body_bytes=max_body_bytes,
         webui=webui,
     )
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=False,
-        timeout_graceful_shutdown=shutdown_timeout,
+    server = Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            timeout_graceful_shutdown=shutdown_timeout,
+            use_colors=False if _no_color() else None,
+        )
     )
+    server.run(sockets=[sock] if sock is not None else None)
+    return server.stopped_by
 
 
 def free_port(host: str = "127.0.0.1") -> int:
