@@ -1,6 +1,6 @@
 """Build the Cython kernels in genai/_core (everything else is declared in pyproject.toml).
 
-A build translates the five ``.pyx`` files with Cython in parallel processes, compiles the C in
+A build translates the ``.pyx`` files with Cython in parallel processes, compiles the C in
 parallel threads, and reuses a module from ``build/ext-cache/`` when everything that goes into it
 (its C source and headers, the compiler and its flags, Python, NumPy) is unchanged, so installing
 again (``pip install -e ".[test]"`` after ``pip install -e .``) copies instead of compiling.
@@ -240,7 +240,7 @@ class BuildExt(build_ext):
 
 
 def extensions() -> list[Extension]:
-    """The five kernel modules, from their .pyx (BuildExt translates them when it builds)."""
+    """The kernel modules (`MOD_NAMES`), from their .pyx (BuildExt translates them)."""
     return [
         Extension(
             name,
