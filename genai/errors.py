@@ -6,6 +6,8 @@ a bug, not a user error."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TypeVar
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "TensorNotFoundError",
     "UnsupportedFeatureError",
     "check_type",
+    "check_writable_file",
 ]
 
 _T = TypeVar("_T")
@@ -92,3 +95,25 @@ def check_type(value: _T, expected: type | tuple[type, ...], what: str) -> _T:
         return value
     names = " or ".join(dict.fromkeys(kind.__name__ for kind in kinds))  # (np.bool_: "bool")
     raise ArgumentTypeError(f"{what} must be {names}, not {type(value).__name__}")
+
+
+def check_writable_file(path: str | os.PathLike[str], what: str) -> None:
+    """Raise `InvalidArgumentError` starting with ``what`` (e.g. ``"--report r.json"``) unless
+    a file can be written at ``path`` (its folder exists and takes it, or the file exists and
+    can be overwritten): checked before long work whose result goes there. Leaves no file
+    behind that was not there before, and an existing one untouched."""
+    target = Path(path)
+    if target.is_dir():
+        raise InvalidArgumentError(f"{what}: is a folder, not a file to write")
+    folder = target.parent
+    if not folder.is_dir():
+        state = "is not a folder" if folder.exists() else "does not exist"
+        raise InvalidArgumentError(f"{what}: folder {os.fspath(folder)!r} {state}")
+    existed = target.exists()
+    try:
+        with open(target, "a"):  # "a": an existing file is not truncated by the check
+            pass
+    except OSError as exc:
+        raise InvalidArgumentError(f"{what}: cannot write it: {exc.strerror}") from None
+    if not existed:
+        target.unlink(missing_ok=True)

@@ -350,7 +350,9 @@ def test_cli_conformance_fails_for_an_unknown_provider(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 1
-    assert "no installed plugin provides it" in proc.stdout
+    assert proc.stdout == ""  # one line, before the suite runs (was every test's setup error)
+    assert proc.stderr.startswith("genai: error: unknown execution provider 'no-such-provider'")
+    assert proc.stderr.count("\n") == 1 and "no installed plugin provides it" in proc.stderr
 
 
 def test_xfails_file_marks_listed_tests_with_the_line_reason(

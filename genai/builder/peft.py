@@ -13,7 +13,8 @@ Names: the ``base_model.model.`` prefix is dropped and module path components ar
     base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight
         -> model.layers.0.attn.q_proj.lora_A.weight
 
-Command line: ``python -m genai.builder.peft PEFT_DIR OUT.onnx_adapter [--model MODEL_DIR]``.
+Command line: ``genai adapter convert PEFT_DIR OUT.onnx_adapter [-m MODEL_DIR]`` (or
+``python -m genai.builder.peft`` with the same arguments).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import onnx
 
 from genai.builder.errors import BuildError
 from genai.builder.sources import SafetensorsFile
+from genai.errors import GenaiError, check_writable_file
 from genai.runtime.adapters import write_adapter_file
 from genai.runtime.config import Config
 
@@ -214,6 +216,7 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("peft_dir", metavar="PEFT_DIR", help="the PEFT adapter folder")
     parser.add_argument("out_path", metavar="OUT", help="the .onnx_adapter file to write")
     parser.add_argument(
+        "-m",
         "--model",
         metavar="MODEL_DIR",
         help="check the parameters against this model folder's LoRA inputs before writing",
@@ -234,8 +237,13 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """Convert as ``args`` (from `add_convert_arguments`) say; 0, or 1 with the error on
-    stderr."""
+    """Convert as ``args`` (from `add_convert_arguments`) say; returns 0.
+
+    A malformed ``--module-map`` is a usage error (``parser.error``: exit 2). What the
+    conversion refuses raises (`GenaiError`, such as `BuildError`, or `OSError` for a file it
+    cannot read or write): the caller reports it, ``genai adapter convert`` like every
+    ``genai`` command (``genai: error: ...``, exit 1), `main` with its own prefix.
+    """
     module_map = None
     if args.module_map is not None:
         module_map = {}
@@ -244,28 +252,34 @@ def run_convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             if not sep or not source:
                 parser.error(f"--module-map expects FROM=TO, got {item!r}")
             module_map[source] = target
-    try:
-        params = convert_peft_adapter(
-            args.peft_dir,
-            args.out_path,
-            module_map=module_map,
-            model_dir=args.model,
-            dtype=args.dtype,
-        )
-    except (BuildError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    # onnxruntime's error for a file it cannot open comes after the whole conversion
+    check_writable_file(args.out_path, f"OUT {args.out_path}")
+    params = convert_peft_adapter(
+        args.peft_dir,
+        args.out_path,
+        module_map=module_map,
+        model_dir=args.model,
+        dtype=args.dtype,
+    )
     print(f"wrote {len(params) // 2} LoRA pairs to {args.out_path}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m genai.builder.peft PEFT_DIR OUT.onnx_adapter``: convert a PEFT adapter."""
+    """``python -m genai.builder.peft PEFT_DIR OUT.onnx_adapter``: convert a PEFT adapter.
+    Returns 0, 1 with a one-line error on stderr, 2 for a usage error, 130 on Ctrl-C."""
     parser = argparse.ArgumentParser(
         prog="python -m genai.builder.peft", description=CONVERT_DESCRIPTION
     )
     add_convert_arguments(parser)
-    return run_convert(parser, parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        return run_convert(parser, args)
+    except KeyboardInterrupt:
+        return 130
+    except (GenaiError, OSError) as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

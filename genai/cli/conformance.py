@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
+import genai
 from genai.cli.registry import command
-from genai.errors import InvalidArgumentError, MissingDependencyError
+from genai.errors import InvalidArgumentError, MissingDependencyError, check_writable_file
+from genai.providers import get_provider_class
+from genai.runtime.config import normalize_provider_name
 
 __all__: list[str] = []
 
@@ -18,7 +21,9 @@ def _fill_conformance(conf: argparse.ArgumentParser) -> None:
         "--model) against PROVIDER. Exit status 0 when nothing failed."
     )
     conf.add_argument("provider", help="provider name (as in genai_config.json)")
-    conf.add_argument("--model", metavar="DIR", help="model folder instead of the tiny models")
+    conf.add_argument(
+        "-m", "--model", metavar="DIR", help="model folder instead of the tiny models"
+    )
     conf.add_argument("--report", metavar="FILE.json", help="write the results as JSON")
     conf.add_argument(
         "-o",
@@ -46,12 +51,24 @@ def _conformance(args: argparse.Namespace) -> int:
             f"genai conformance needs the 'conformance' extra "
             f"(pip install 'genai-runtime[conformance]'): {exc}"
         ) from exc
+    from genai.testing.conformance.plugin import read_xfails  # lazy: imports pytest
+
     options = {}
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise InvalidArgumentError(f"--option expects KEY=VALUE, got {item!r}")
         options[key] = value
+    # What the arguments name is checked here, before the suite runs: a wrong one would
+    # otherwise be a setup error in every test (or a pytest INTERNALERROR), or, for --report,
+    # found only once the whole suite has run.
+    get_provider_class(normalize_provider_name(args.provider))  # the registry names the known
+    if args.model is not None:
+        genai.Config(args.model)  # raises, naming the folder, when it is not a model folder
+    if args.xfails is not None:
+        read_xfails(args.xfails)
+    if args.report is not None:
+        check_writable_file(args.report, f"--report {args.report}")
     code, results = run_conformance(
         args.provider,
         options=options,

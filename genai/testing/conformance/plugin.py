@@ -20,6 +20,7 @@ When conformance tests ran, the terminal summary ends with a pass/fail/skip tabl
 from __future__ import annotations
 
 import json
+import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import pytest
 
 import genai
 from genai._core import ort_api
+from genai.errors import InvalidArgumentError
 from genai.providers import get_provider_class
 from genai.runtime.config import normalize_provider_name
 from genai.testing.conformance.suite import ConformanceFixtures
@@ -73,15 +75,56 @@ def _is_conformance(item: pytest.Item) -> bool:
     return cls is not None and issubclass(cls, ConformanceFixtures)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    path = config.getoption("genai_xfails", None)
-    if not path:
-        return
-    names: dict[str, str] = {}  # name -> reason (the comment on its line, if any)
-    for line in Path(path).read_text().splitlines():
+def read_xfails(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The ``--genai-xfails`` file ``path``: {test name: reason (its line's comment, or "")}.
+
+    One name a line (a function name, or a node-id suffix such as ``TestX::test_y[p]``);
+    ``#`` starts a comment; blank lines are skipped. Raises `InvalidArgumentError` with a
+    one-line message naming the file when it cannot be read, is not UTF-8 text, or has a line
+    with more than one name (whitespace is allowed only inside a ``[...]`` parameter id).
+    """
+    shown = os.fspath(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InvalidArgumentError(f"xfails file {shown!r} does not exist") from None
+    except IsADirectoryError:
+        raise InvalidArgumentError(
+            f"xfails file {shown!r} is a folder, not a file of test names"
+        ) from None
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read xfails file {shown!r}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InvalidArgumentError(
+            f"xfails file {shown!r} is not UTF-8 text (line {line}): expected test names, "
+            "one a line"
+        ) from None
+    names: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
         name, _, comment = line.partition("#")
-        if name.strip():
-            names[name.strip()] = comment.strip()
+        name = name.strip()
+        if not name:
+            continue
+        if "\0" in name or any(c.isspace() for c in name.split("[", 1)[0]):
+            raise InvalidArgumentError(
+                f"xfails file {shown!r} line {number}: expected one test name, got {name!r} "
+                "(one name a line; a reason goes after '#')"
+            )
+        names[name] = comment.strip()
+    return names
+
+
+_XFAILS = pytest.StashKey[dict[str, str]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    names = config.stash.get(_XFAILS, None)
+    if not names:
+        return
+    path = config.getoption("genai_xfails", None)
     for item in items:
         if not _is_conformance(item):
             continue
@@ -158,6 +201,12 @@ _COLLECTOR = pytest.StashKey[_Collector]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("genai_xfails", None)
+    if path:  # read now: a missing or malformed file is a usage error, before anything runs
+        try:
+            config.stash[_XFAILS] = read_xfails(path)
+        except InvalidArgumentError as exc:
+            raise pytest.UsageError(f"--genai-xfails: {exc}") from None
     collector = _Collector()
     config.stash[_COLLECTOR] = collector
     config.pluginmanager.register(collector, "genai-conformance-collector")
