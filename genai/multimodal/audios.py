@@ -14,6 +14,7 @@ Decoding happens when the `Audios` is made, so a missing, unreadable or empty fi
 from __future__ import annotations
 
 import io
+import numbers
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,10 @@ class AudioClip:
 #: The highest sample rate taken (Hz): above any audio format's (DXD is 352.8 kHz), below
 #: what would make the resampling filter's window absurd.
 MAX_SAMPLE_RATE = 768_000
+
+#: The most channels `Audios.from_arrays` takes (7.1 surround is 8): more is taken for a
+#: ``[channels, frames]`` array given the wrong way round.
+MAX_ARRAY_CHANNELS = 8
 
 
 def _check_clip(samples: np.ndarray, rate: int, source: str) -> None:
@@ -87,6 +92,50 @@ def _mono(samples: np.ndarray) -> np.ndarray:
     return out
 
 
+#: dr_wav's u8 -> float32 factor, ``0.00784313725490196078f`` (2/255 as the nearest float).
+_U8_TO_F32 = np.float32(0.00784313725490196078)
+
+#: Frames read at a time from a file libsndfile cannot seek in.
+_BLOCK_FRAMES = 1 << 18
+
+
+def _read_all(f: Any, dtype: str) -> np.ndarray:
+    """Every frame of the open `soundfile.SoundFile` ``f``, [frames, channels]. A file
+    libsndfile cannot seek in (e.g. GSM 6.10 WAV) takes no "read to the end": it is read in
+    blocks until none is left (its stated length is not trusted)."""
+    if f.seekable():
+        return f.read(dtype=dtype, always_2d=True)
+    parts = []
+    while True:
+        block = f.read(frames=_BLOCK_FRAMES, dtype=dtype, always_2d=True)
+        if not block.shape[0]:
+            break
+        parts.append(block)
+    if not parts:
+        return np.zeros((0, f.channels), dtype)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _u8_samples(f: Any) -> np.ndarray:
+    """An 8-bit unsigned file's samples as the reference's dr_wav maps them:
+    ``x * 0.00784313725490196078f - 1`` in float32 (silence, 128, is +0.0039; libsndfile's
+    ``(x - 128) / 128`` would be 0). libsndfile gives the bytes as int16 ``(x - 128) << 8``."""
+    raw = _read_all(f, "int16")
+    samples = ((raw >> 8) + 128).astype(np.float32)
+    samples *= _U8_TO_F32
+    samples -= np.float32(1.0)
+    return samples
+
+
+def _decode_reason(exc: BaseException, target: Any, source: str) -> str:
+    """libsndfile's reason for ``exc``, without soundfile's "Error opening <object at 0x...>"
+    prefix (the in-memory file's repr names nothing the caller knows)."""
+    reason = getattr(exc, "error_string", None)
+    if not isinstance(reason, str) or not reason:
+        reason = str(exc)
+    return reason.replace(repr(target), source)
+
+
 def decode_audio(data: bytes | str | os.PathLike[str], source: str = "") -> AudioClip:
     """Decode one file (a path, or its bytes) to a mono `AudioClip`."""
     soundfile = _soundfile()
@@ -97,13 +146,16 @@ def decode_audio(data: bytes | str | os.PathLike[str], source: str = "") -> Audi
             rate = f.samplerate
             if f.subtype == "PCM_16":
                 # libsndfile's own float conversion is this scaling, ~4x slower
-                samples = f.read(dtype="int16", always_2d=True).astype(np.float32)
+                samples = _read_all(f, "int16").astype(np.float32)
                 samples *= np.float32(1.0 / 32768.0)
+            elif f.subtype == "PCM_U8":
+                samples = _u8_samples(f)
             else:
-                samples = f.read(dtype="float32", always_2d=True)
+                samples = _read_all(f, "float32")
     except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+        reason = _decode_reason(exc, target, source)
         raise InvalidArgumentError(
-            f"cannot decode audio {source}: {exc} (WAV, FLAC, OGG and MP3 are supported)"
+            f"cannot decode audio {source}: {reason} (WAV, FLAC, OGG and MP3 are supported)"
         ) from None
     _check_clip(samples, int(rate), source)
     return AudioClip(_mono(samples), int(rate), source)
@@ -160,11 +212,14 @@ class Audios:
     @staticmethod
     def from_arrays(*arrays: np.ndarray, sample_rate: int = 16000) -> Audios:
         """Clips from samples in memory (beyond the reference): each 1-D ``[frames]`` or 2-D
-        ``[frames, channels]``, float in [-1, 1] (integers are scaled from their range)."""
+        ``[frames, channels]`` (at most `MAX_ARRAY_CHANNELS`, and no more channels than
+        frames: a ``[channels, frames]`` array is refused, to be transposed), float in [-1, 1]
+        (integers are scaled from their range). ``sample_rate``: any integral number."""
         if not arrays:
             raise InvalidArgumentError("Audios.from_arrays needs at least one array")
-        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int):
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral):
             raise InvalidArgumentError(f"sample_rate must be a positive int, got {sample_rate!r}")
+        rate = int(sample_rate)
         clips = []
         for i, array in enumerate(arrays):
             samples = np.asarray(array)
@@ -173,6 +228,14 @@ class Audios:
                     f"audio <array #{i}> must be [frames] or [frames, channels] with at least "
                     f"one frame, got shape {samples.shape}"
                 )
+            frames, channels = samples.shape[0], samples.shape[-1] if samples.ndim == 2 else 1
+            if channels > frames or channels > MAX_ARRAY_CHANNELS:
+                raise InvalidArgumentError(
+                    f"audio <array #{i}> of shape {samples.shape} would be {frames} frames of "
+                    f"{channels} channels (at most {MAX_ARRAY_CHANNELS}, and no more than "
+                    "frames): arrays are [frames] or [frames, channels]; transpose a [channels, "
+                    "frames] array (array.T)"
+                )
             if samples.dtype.kind in "iu":
                 info = np.iinfo(samples.dtype)
                 samples = (samples.astype(np.float64) - (info.max + info.min + 1) / 2) / (
@@ -180,8 +243,8 @@ class Audios:
                 )
             elif samples.dtype.kind != "f":
                 raise ArgumentTypeError(f"audio <array #{i}> has dtype {samples.dtype}")
-            _check_clip(samples, sample_rate, f"<array #{i}>")
-            clips.append(AudioClip(_mono(samples), sample_rate, f"<array #{i}>"))
+            _check_clip(samples, rate, f"<array #{i}>")
+            clips.append(AudioClip(_mono(samples), rate, f"<array #{i}>"))
         return Audios(clips)
 
     def __len__(self) -> int:

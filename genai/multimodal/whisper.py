@@ -73,7 +73,7 @@ class WhisperProcessor:
             raise InvalidArgumentError("Whisper takes audio, not images")
         if audios is None or not len(audios):
             raise InvalidArgumentError("No audios provided to process.")
-        if prompt is None or prompt == []:
+        if prompt is None or (isinstance(prompt, str | list) and not prompt):  # "" too
             raise InvalidArgumentError(
                 "No prompt or prompts provided to WhisperProcessor::Process."
             )

@@ -24,12 +24,24 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from genai.errors import GenaiError, InvalidArgumentError
 from genai.multimodal.audios import Audios
-from genai.multimodal.transcribe import Transcript, to_srt, to_vtt, transcribe
+from genai.multimodal.transcribe import (
+    Transcript,
+    to_srt,
+    to_vtt,
+    transcribe,
+    whisper_vocabulary,
+)
 from genai.runtime.config import Config
 from genai.runtime.model import Model
 from genai.serve.protocol import APIError
 
-__all__ = ["RESPONSE_FORMATS", "SpeechService", "add_transcription_route", "refuse_speech_model"]
+__all__ = [
+    "RESPONSE_FORMATS",
+    "SpeechService",
+    "add_transcription_route",
+    "refuse_speech_model",
+    "reported_language",
+]
 
 _T = TypeVar("_T")
 
@@ -102,7 +114,15 @@ def _field(form: Any, name: str) -> str | None:
     return value
 
 
-def _response(result: Transcript, fmt: str, language: str | None) -> Response:
+def reported_language(result: Transcript, requested: str | None, multilingual: bool) -> str:
+    """verbose_json's ``language``: the one the model used (``result.language``: the
+    request's, or the one a multilingual model detected); an English-only model's is "en"."""
+    if not multilingual:
+        return "en"
+    return result.language or requested or ""
+
+
+def _response(result: Transcript, fmt: str, language: str) -> Response:
     if fmt == "text":
         return PlainTextResponse(result.text + "\n")
     if fmt == "srt":
@@ -123,7 +143,7 @@ def _response(result: Transcript, fmt: str, language: str | None) -> Response:
         return JSONResponse(
             {
                 "task": "transcribe",
-                "language": language or "",
+                "language": language,
                 "duration": round(result.duration, 3),
                 "text": result.text,
                 "segments": segments,
@@ -183,9 +203,9 @@ def add_transcription_route(
         if not data:
             raise APIError("the uploaded file is empty", 400, param="file")
 
-        def work() -> Transcript:
+        def work() -> tuple[Transcript, str]:
             audios = Audios.open_bytes(data)
-            return transcribe(
+            result = transcribe(
                 service.model,
                 audios,
                 language=language,  # omitted: the model decides, as OpenAI's API
@@ -193,10 +213,12 @@ def add_transcription_route(
                 processor=service.processor,
                 timestamps=fmt in ("srt", "vtt", "verbose_json"),
             )
+            vocab = whisper_vocabulary(service.model, service.processor)
+            return result, reported_language(result, language, vocab.multilingual)
 
         try:
-            result = await service.run(work)
+            result, used = await service.run(work)
         except GenaiError as exc:
             param = "language" if "language" in str(exc) else "file"
             raise APIError(str(exc), 400, param=param) from None
-        return _response(result, fmt, language)
+        return _response(result, fmt, used)
