@@ -326,3 +326,19 @@ def test_output_into_a_closed_pipe_stops_quietly(smollm2_path):
     process.stdout.close()
     assert process.wait(120) == 141
     assert process.stderr.read() == b""
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_a_whisper_folder_for_text_points_at_transcribe(tmp_path, capsys, command):
+    """A Whisper folder given to a text command says which command takes it (was the
+    library's 'call generator.set_inputs(processor(...))' / 'pass a non-empty template_str')."""
+    from genai.testing.whisper import write_whisper_fixture
+
+    folder = write_whisper_fixture(tmp_path)
+    argv = [command, "-m", str(folder), *(["hello"] if command == "generate" else [])]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"genai: error: -m {folder} is a Whisper (speech) model: for audio, use "
+        f"`genai transcribe FILE -m {folder}`\n"
+    )

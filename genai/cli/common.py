@@ -183,8 +183,9 @@ def default_model() -> Path:
     return ensure_default_model(progress=True)
 
 
-def load_model(args: argparse.Namespace):
-    """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``."""
+def load_model(args: argparse.Namespace, speech: bool = False):
+    """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``; a
+    Whisper model is refused, pointing at ``genai transcribe``, unless ``speech``."""
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
     if args.model is None:
@@ -201,6 +202,11 @@ def load_model(args: argparse.Namespace):
         config.overlay({"model": {"decoder": {"session_options": {
             "intra_op_num_threads": args.threads}}}})  # fmt: skip
     model = genai.Model(config)
+    if model.type == "whisper" and not speech:
+        raise InvalidArgumentError(
+            f"-m {args.model} is a Whisper (speech) model: for audio, use "
+            f"`genai transcribe FILE -m {args.model}`"
+        )
     return config, model, genai.Tokenizer(model)
 
 

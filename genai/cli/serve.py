@@ -311,7 +311,7 @@ def _serve_model(
     sock: socket.socket,
 ) -> int | None:
     """Load the model and serve it on ``sock``; returns the signal that stopped the server."""
-    _, model, tokenizer = load_model(args)
+    _, model, tokenizer = load_model(args, speech=True)  # a Whisper -m: /v1/audio only
     engine = serving.ServeEngine(
         model,
         tokenizer,
