@@ -269,13 +269,20 @@ def test_ctrl_c_while_the_parser_is_built_exits_130_without_a_traceback(monkeypa
 def test_an_unknown_option_shows_the_commands_own_usage(capsys):
     """argparse hands a command's leftovers to the top-level parser, whose error shows
     ``usage: genai [-h] ... COMMAND``; each command reports them with its own usage."""
-    for argv in (["generate", "hi", "--bogus"], ["chat", "--bogus"], ["serve", "--bogus"]):
+    for argv in (
+        ["generate", "hi", "--bogus"],
+        ["chat", "--bogus"],
+        ["serve", "--bogus"],
+        ["adapter", "convert", "peft", "out.onnx_adapter", "--bogus"],
+    ):
         try:
             main(argv)
         except SystemExit as exit_:
             assert exit_.code == 2
         err = capsys.readouterr().err
-        assert f"usage: genai {argv[0]} " in err and "unrecognized arguments: --bogus" in err
+        name = " ".join(argv[:2] if argv[0] == "adapter" else argv[:1])
+        assert f"usage: genai {name} " in err
+        assert f"genai {name}: error: unrecognized arguments: --bogus" in err
 
 
 @pytest.mark.parametrize(

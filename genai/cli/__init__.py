@@ -46,7 +46,7 @@ from genai.cli import (  # noqa: F401  (they register)
     transcribe,
 )
 from genai.cli.common import UsageError
-from genai.cli.registry import COMMANDS
+from genai.cli.registry import COMMANDS, command_parser
 from genai.errors import GenaiError
 from genai.providers import plugins
 
@@ -88,28 +88,12 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, fill) in sorted(COMMANDS.items()):
         sub = commands.add_parser(name, help=help_text)
-        sub.set_defaults(command_parser=sub)  # its usage line for a UsageError
-        _reject_unknown_arguments(sub)
+        command_parser(sub)
         if name == selected:
             fill(sub)
     if selected is not None and selected not in COMMANDS:
         plugins.hook().register_commands(commands=commands)
     return parser
-
-
-def _reject_unknown_arguments(parser: argparse.ArgumentParser) -> None:
-    """Make ``parser`` (a subcommand's) report arguments it does not know itself, with its own
-    usage line: argparse hands a subparser's leftovers back to the top-level parser, whose
-    error shows ``usage: genai [-h] ... COMMAND``, not the command's options."""
-    parse_known = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):  # type: ignore[no-untyped-def]
-        namespace, extras = parse_known(args, namespace)
-        if extras:
-            parser.error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
 class _StderrHandler(logging.StreamHandler):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from genai.cli.registry import command
+from genai.cli.registry import command, command_parser
 
 __all__: list[str] = []
 
@@ -31,6 +31,7 @@ def _fill_adapter(adapter: argparse.ArgumentParser) -> None:
         description=CONVERT_DESCRIPTION,
     )
     add_convert_arguments(convert)
+    command_parser(convert)
     convert.set_defaults(handler=_adapter_convert, parser=convert)
 
 
