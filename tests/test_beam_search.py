@@ -154,3 +154,41 @@ def test_beam_search_applies_presence_and_frequency_penalties(tmp_path):
     assert best(presence_penalty=2.0) != plain
     assert best(frequency_penalty=2.0) != plain
     assert best(presence_penalty=0.0) == plain
+
+
+@pytest.mark.parametrize("first_run", ["cut", "finished-on-eos"])
+def test_rewind_to_zero_starts_a_new_search(fixture_folders, first_run):
+    """rewind_to(0) then a new prompt searches afresh: the same hypotheses as a new generator
+    (the scorer kept the old run's scores and finished hypotheses: duplicate hypotheses, or
+    the old prompt's after one step). The reference refuses rewind_to with beam search."""
+    model = genai.Model(fixture_folders["gqa"])
+    prompt = np.array([8, 3, 4], np.int32)
+
+    def generator():
+        params = genai.GeneratorParams(model)
+        params.set_search_options(max_length=14, num_beams=3, num_return_sequences=2)
+        return genai.Generator(model, params)
+
+    fresh = generator()
+    fresh.append_tokens(prompt)
+    while not fresh.is_done():
+        fresh.generate_next_token()
+    reused = generator()
+    reused.append_tokens(np.array([5, 9, 13, 22, 7], np.int32))
+    if first_run == "cut":
+        for _ in range(3):
+            reused.generate_next_token()
+    else:  # a confident EOS: a short finished hypothesis scores high
+        logits = reused.get_logits()
+        logits[:] = -50.0
+        logits[:, 0, 2] = 50.0
+        logits[:, 0, 40] = 49.0
+        reused.set_logits(logits)
+        while not reused.is_done():
+            reused.generate_next_token()
+    reused.rewind_to(0)
+    reused.append_tokens(prompt)
+    while not reused.is_done():
+        reused.generate_next_token()
+    for i in range(2):
+        np.testing.assert_array_equal(reused.get_sequence(i), fresh.get_sequence(i))

@@ -68,7 +68,14 @@ class BeamScorer:
         self.eos_ids = {int(e) for e in eos_ids}
         self.pad_id = pad_id
         self.early_stopping = early_stopping
-        self.hypotheses = [_Hypotheses(num_beams, length_penalty) for _ in range(batch_size)]
+        self.length_penalty = length_penalty
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new search (a new prompt after ``rewind_to(0)``): no hypotheses, the
+        first step's scores."""
+        batch_size, num_beams = self.batch_size, self.num_beams
+        self.hypotheses = [_Hypotheses(num_beams, self.length_penalty) for _ in range(batch_size)]
         # The first beam of each entry starts at 0, the others at -1e9: the first step then
         # expands one beam instead of num_beams identical ones.
         self.beam_scores = np.zeros(batch_size * num_beams, _F32)

@@ -1004,6 +1004,8 @@ class Generator:
             else:
                 self._spec.proposer.invalidate()
         self._driver.rewind(length, keep_last)
+        if self._beams is not None and length == 0:
+            self._beams.reset()  # (rewinds to n > 0 are refused with beam search)
         if self._spec is not None:
             self._spec.forward("truncate", length)
         if self._python_stage:
