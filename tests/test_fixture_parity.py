@@ -50,6 +50,21 @@ def test_batch2_right_padding(fixture_folders, case):
     assert_same_run(mine, theirs)
 
 
+@pytest.mark.parametrize("where", ["config", "search option"])
+@pytest.mark.parametrize("batch", [PROMPT, BATCH], ids=["batch1", "batch2"])
+def test_combined_kv_with_past_present_share_buffer_runs_as_the_reference(
+    fixture_folders, where, batch
+):
+    """A GPT-2 style combined past_%d KV with past_present_share_buffer: the reference ignores
+    the option there; genai refused to make a Generator."""
+    overlay = {"search": {"past_present_share_buffer": True}} if where == "config" else None
+    options = {"past_present_share_buffer": True} if where == "search option" else {}
+    ours, ref = engines(fixture_folders["gpt2"], overlay)
+    max_length = batch.shape[-1] + 24
+    mine = greedy(genai, ours, batch, max_length, **options)
+    assert_same_run(mine, greedy(og, ref, batch, max_length, **options))
+
+
 @pytest.mark.parametrize("case", ["gqa", "gqa-noshare", "optimum", "gpt2"])
 def test_eos_pads_finished_rows_and_stops(fixture_folders, case):
     """Make a token the model emits early an EOS id, so rows finish at different steps."""

@@ -383,13 +383,15 @@ def make_kv_cache(
 ) -> KVCache:
     """The cache layout the search options ask for, bound to ``session``; a provider that
     does not declare the shared layout gets the growing one (same tokens, its own memory),
-    kept in device memory when the provider places the KV cache on its device.
+    kept in device memory when the provider places the KV cache on its device. A combined
+    ``past_%d`` KV (GPT-2 style) gets the growing one too: the reference ignores the option
+    there.
 
     Sliding-window layers get `window_capacity_for` positions."""
     if provider.session_kv is not None:
         return SessionKVCache(io, session, batch, provider.session_kv)
     windows = window_capacity_for(io, provider, max_length)
-    if share_buffer and "shared" in provider.capabilities.kv_layouts:
+    if share_buffer and not io.combined_kv and "shared" in provider.capabilities.kv_layouts:
         return SharedKVCache(
             io,
             provider,
