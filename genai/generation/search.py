@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from genai.constraints.stop import check_stop_strings
 from genai.errors import SearchOptionError
 
@@ -129,11 +131,12 @@ class SearchOptions:
             setattr(self, name, _coerce(name, value, types[name]))
 
     def as_reference_dict(self) -> dict[str, float | bool | list[str]]:
-        """Options as the reference's ``get_search_options`` returns them: numbers as floats
-        (extensions only when changed; ``stop`` as a list of str)."""
+        """Options as the reference's ``get_search_options`` returns them: numbers as floats,
+        float options as the reference stores them (float32: 0.7 reads 0.699999988...);
+        extensions only when changed; ``stop`` as a list of str."""
         defaults = SearchOptions()
         return {
-            name: _reference_value(value)
+            name: _reference_value(value, name in _FLOAT_OPTIONS)
             for name, value in sorted(dataclasses.asdict(self).items())
             if name not in self.EXTENSIONS or value != getattr(defaults, name)
         }
@@ -228,12 +231,21 @@ class SearchOptions:
         return not self.do_sample or self.top_k == 1 or self.temperature == 0.0
 
 
-def _reference_value(value: Any) -> float | bool | list[str]:
+#: The options whose values are real numbers (the reference keeps them as float32).
+_FLOAT_OPTIONS = frozenset(f.name for f in fields(SearchOptions) if f.type in ("float", float))
+
+#: Integer options' ranges: the reference's Python binding casts an int to a C int (anything
+#: else is its RuntimeError); genai's seeds are 64-bit (``validate`` checks the low end).
+_INT_RANGES = {"random_seed": (-(2**31), 2**64 - 1)}
+_C_INT = (-(2**31), 2**31 - 1)
+
+
+def _reference_value(value: Any, float32: bool = False) -> float | bool | list[str]:
     if isinstance(value, bool):
         return value
     if isinstance(value, tuple):
         return list(value)
-    return float(value)
+    return float(np.float32(value)) if float32 else float(value)
 
 
 def _coerce(name: str, value: Any, kind: Any) -> Any:
@@ -252,7 +264,12 @@ def _coerce(name: str, value: Any, kind: Any) -> Any:
     if not math.isfinite(value):
         raise SearchOptionError(f"{name} must be finite, got {value!r}")
     if kind is int:
-        if float(value) != int(value):
-            raise SearchOptionError(f"{name} must be an integer, got {value!r}")
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise SearchOptionError(f"{name} must be an integer, got {value!r}")
+            value = int(value)
+        low, high = _INT_RANGES.get(name, _C_INT)
+        if not low <= value <= high:
+            raise SearchOptionError(f"{name} ({value}) must be in [{low}, {high}]")
         return int(value)
     return float(value)
