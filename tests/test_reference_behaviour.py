@@ -363,6 +363,18 @@ def test_set_model_input_checks_the_name(base: pathlib.Path) -> None:
         gen.get_input("zzz")
 
 
+@pytest.mark.parametrize(
+    "args", [(5, np.zeros(1, np.float32)), ("extra", None), ("extra", "text"), ("extra", b"x")]
+)
+def test_set_model_input_argument_types_as_the_reference(base: pathlib.Path, args) -> None:
+    """A name that is no str, a value that is no array: a TypeError, as the reference's binding
+    (were accepted: a warning and nothing, or an array of one string)."""
+    for engine in (genai, og):
+        gen = generator(engine, engine.Model(str(base)))
+        with pytest.raises(TypeError):
+            gen.set_model_input(*args)
+
+
 # --------------------------------------------------------------------------------------------
 # set_runtime_option, snapshot_state, set_hidden_states, set_inputs
 # --------------------------------------------------------------------------------------------

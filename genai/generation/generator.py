@@ -858,6 +858,9 @@ class Generator:
         from the next one on: an input the model takes beyond ids, mask, positions and KV
         (e.g. an extra input of an exported graph). As the reference, a name the graph does not
         take is ignored (with a warning here); the dtype must be the graph's."""
+        check_type(name, str, "name")
+        if value is None or isinstance(value, str | bytes):
+            raise ArgumentTypeError(f"value must be a NumPy array, not {type(value).__name__}")
         self._settle(replay=True)
         draft = getattr(self._spec, "draft_driver", None)
         if draft is None:
