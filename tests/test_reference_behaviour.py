@@ -738,3 +738,34 @@ def test_next_tokens_after_rewinding_to_zero_is_an_error(base: pathlib.Path) -> 
     gen.rewind_to(0)
     with pytest.raises(genai.GenerationError, match="no tokens yet"):
         gen.get_next_tokens()
+
+
+def test_a_prompt_that_fills_max_length_is_done(base: pathlib.Path) -> None:
+    """docs/differences.md: genai's is_done() is True right after a prompt of max_length
+    tokens; the reference says False, then its next step raises."""
+    width = PROMPT.shape[1]
+    ours = generator(genai, genai.Model(base), max_length=width)
+    ours.append_tokens(PROMPT)
+    assert ours.is_done()
+    theirs = generator(og, og.Model(str(base)), max_length=width)
+    theirs.append_tokens(PROMPT)
+    assert not theirs.is_done()
+    with pytest.raises(RuntimeError):
+        theirs.generate_next_token()
+
+
+def test_params_changed_after_the_generator_is_made(base: pathlib.Path) -> None:
+    """docs/differences.md: a genai Generator keeps the search options it was made with; the
+    reference's keeps reading its params."""
+    counts = []
+    for engine in (genai, og):
+        model = engine.Model(str(base))
+        params = engine.GeneratorParams(model)
+        params.set_search_options(max_length=PROMPT.shape[1] + 6, batch_size=PROMPT.shape[0])
+        gen = engine.Generator(model, params)
+        params.set_search_options(max_length=PROMPT.shape[1] + 3)
+        gen.append_tokens(PROMPT)
+        while not gen.is_done():
+            gen.generate_next_token()
+        counts.append(gen.token_count() - PROMPT.shape[1])
+    assert counts == [6, 3]
