@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import os
 import threading
 import time
@@ -629,12 +630,13 @@ def test_full_queue_answers_429_and_timeouts_408(held_server):
     engine, url = held_server
     body = {"model": engine.model_name, "prompt": "queued", "max_tokens": 4}
 
-    def post():
-        return httpx.post(url + "/v1/completions", json=body, timeout=30)
+    def post(stream=False):
+        return httpx.post(url + "/v1/completions", json=dict(body, stream=stream), timeout=30)
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         # 2 slots are free (not started: nothing takes them) and 2 may wait beyond them
-        waiting = [pool.submit(post) for _ in range(4)]
+        waiting = [pool.submit(post) for _ in range(3)]
+        streamed = pool.submit(post, True)
         deadline = time.monotonic() + 10
         while engine.scheduler.queue_depth < 4 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -644,8 +646,12 @@ def test_full_queue_answers_429_and_timeouts_408(held_server):
         time.sleep(0.4)  # past the 0.3 s timeout while queued
         engine.start()
         replies = [f.result() for f in waiting]
-    assert [r.status_code for r in replies] == [408] * 4
+    assert [r.status_code for r in replies] == [408] * 3
     assert replies[0].json()["error"]["code"] == "timeout"
+    # a stream's headers are sent: its 408 comes as an event, with the same code
+    (event,) = [line for line in streamed.result().text.splitlines() if line.startswith("data:")]
+    error = json.loads(event.removeprefix("data: "))["error"]
+    assert error["code"] == "timeout" and "ran past its timeout" in error["message"]
     engine.scheduler.request_timeout = 60
     assert post().status_code == 200
 

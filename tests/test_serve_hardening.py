@@ -704,3 +704,47 @@ def test_a_grammar_the_vocabulary_cannot_follow_is_400_and_health_stays_ok(serve
         assert _error(reply, 400)["param"] == "response_format"
     health = httpx.get(server.url + "/health", timeout=10).json()
     assert health["status"] == "ok"
+
+
+@pytest.mark.parametrize("penalty", [1e-50, 1e-7, 1e7])
+def test_a_repetition_penalty_that_overflows_the_logits_is_400(server, penalty):
+    """Logits are divided or multiplied by it: beyond [1e-6, 1e6] float32 logits overflow
+    (logprobs then were -Infinity: a 500, or an event that is no JSON)."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    body |= {"repetition_penalty": penalty, "logprobs": True}
+    reply = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=30)
+    assert _error(reply, 400)["param"] == "repetition_penalty"
+
+
+def test_null_max_tokens_on_completions_is_the_default(server):
+    """An explicit null is OpenAI's default for /v1/completions, 16 (was the rest of the
+    context)."""
+    body = {"prompt": "abc", "ignore_eos": True, "temperature": 0}
+    usage = []
+    for extra in ({}, {"max_tokens": None}):
+        reply = httpx.post(server.url + "/v1/completions", json=body | extra, timeout=60)
+        assert reply.status_code == 200, reply.text
+        usage.append(reply.json()["usage"]["completion_tokens"])
+    assert usage == [16, 16]
+
+
+def test_a_client_that_leaves_mid_body_is_no_server_error(server, caplog):
+    """A client that closes its connection before its body arrived is not a failure of the
+    server (was 'request failed' with a ClientDisconnect traceback at ERROR, and a 500 sent
+    to no one); the next request is served."""
+    import socket
+
+    host, port = server.url.removeprefix("http://").split(":")
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 100\r\n\r\n{"mess'
+    )
+    with caplog.at_level(logging.DEBUG, logger="genai.serve"):
+        for _ in range(2):
+            with socket.create_connection((host, int(port))) as sock:
+                sock.sendall(head)
+                time.sleep(0.2)
+        time.sleep(0.3)
+        reply = httpx.post(server.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+    assert reply.status_code == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

@@ -307,3 +307,31 @@ def test_logprob_bytes_are_each_tokens_own_bytes(server, smollm2):
     assert [item["bytes"] for item in content] == [list("東".encode())[:2]] * 4
     assert content[0]["top_logprobs"][0]["bytes"] == list("東".encode())[:2]
     assert "東".encode()[2:] == tokenizer.token_bytes(second)
+
+
+def test_top_logprobs_under_a_grammar_list_only_allowed_tokens(server):
+    """Where the grammar allows fewer tokens than top_logprobs asks for, the masked ones are
+    no alternatives (they were listed with float32's lowest, -3.4e38, as their logprob)."""
+    pytest.importorskip("llguidance")
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "boolean"}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+    body = {
+        "messages": [{"role": "user", "content": "Pick"}],
+        "max_tokens": 10,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 5,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+    }
+    reply = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=120)
+    assert reply.status_code == 200
+    entries = reply.json()["choices"][0]["logprobs"]["content"]
+    counts = [len(e["top_logprobs"]) for e in entries]
+    assert min(counts) < 5, "the grammar never narrowed the choice: the test checks nothing"
+    for entry in entries:
+        assert all(-1e30 < alt["logprob"] <= 0 for alt in entry["top_logprobs"]), entry
+        assert entry["token"] in [alt["token"] for alt in entry["top_logprobs"]]

@@ -39,6 +39,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from genai.constraints.guidance import TokenConstraint
 from genai.constraints.tools import prepare_tool_chat
@@ -409,6 +410,8 @@ class _ErrorGuard:
 
         try:
             await self.app(scope, receive, watched)
+        except ClientDisconnect:  # the client left while its body came: no one to answer
+            log.debug("client disconnected before its request body was read")
         except Exception as exc:
             if started:
                 raise
@@ -1058,7 +1061,7 @@ async def _stream(
                     failure = _generation_failure(engine, event.error)
                 else:
                     engine.metrics.outcome("timeout")
-                    failure = APIError("the request ran past its timeout", 408)
+                    failure = APIError("the request ran past its timeout", 408, code="timeout")
                 yield _sse(failure.body())
                 finished_ok = True
                 handle.cancel()

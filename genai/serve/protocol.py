@@ -241,7 +241,8 @@ class _Common(BaseModel):
     # beyond OpenAI (as vLLM names them)
     top_k: int = Field(0, ge=0)
     min_p: float = Field(0.0, ge=0.0, le=1.0)
-    repetition_penalty: float = Field(1.0, gt=0.0)
+    # logits are divided or multiplied by it: beyond this range float32 logits overflow
+    repetition_penalty: float = Field(1.0, ge=1e-6, le=1e6)
     ignore_eos: bool = False
     # genai's own: false opts this request out of `genai serve --speculative` (its tokens are
     # the same either way on exact graphs; vLLM and OpenAI have no per-request switch)
@@ -506,6 +507,13 @@ class CompletionRequest(_Common):
     prompt: Any
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=5)
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _null_is_the_default(cls, value: int | None) -> int:
+        """An explicit null is the default, 16, as OpenAI (was the rest of the context)."""
+        return 16 if value is None else value
+
     echo: bool = False
     suffix: str | None = None
 

@@ -72,6 +72,9 @@ __all__ = [
     "Scheduler",
 ]
 
+#: At or below it a log-probability is a masked token's (its logit: float32's lowest).
+_MASKED_LOGPROB = -1e30
+
 log = logging.getLogger("genai.serve")
 
 
@@ -1049,9 +1052,12 @@ class Scheduler:
         if chain.logprobs is not None:
             alts: list[tuple[int, float]] = []
             if chain.top_ids is not None and chain.top_logprobs is not None:
+                # a token the grammar or an EOS ban masked (logit float32's lowest) has no
+                # probability: no alternative, not one at -3.4e38
                 alts = [
                     (int(i), float(lp))
                     for i, lp in zip(chain.top_ids[0], chain.top_logprobs[0], strict=True)
+                    if lp > _MASKED_LOGPROB
                 ]
             logprob_info = [(float(chain.logprobs[0]), alts)] + [(0.0, []) for _ in forced]
         self._emit(seq, [token, *forced], logprob_info)
