@@ -112,6 +112,7 @@ def test_bad_names_and_types(models, options, message):
         ({"min_length": -1}, "min_length"),
         ({"top_logprobs": 60000}, r"top_logprobs \(60000\) cannot exceed the vocabulary \(49152\)"),
         ({"top_logprobs": 10**9}, r"top_logprobs \(1000000000\) cannot exceed the vocabulary"),
+        ({"repetition_penalty": 1e-50}, r"repetition_penalty \(1e-50\) must be > 0"),
     ],
 )
 def test_ranges_checked_when_generator_is_created(models, options, message):

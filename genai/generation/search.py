@@ -171,7 +171,7 @@ class SearchOptions:
         need(0.0 <= self.top_p <= 1.0, f"top_p ({self.top_p}) must be in [0, 1]")
         need(self.temperature >= 0.0, f"temperature ({self.temperature}) must be >= 0")
         need(
-            self.repetition_penalty > 0.0,
+            np.float32(self.repetition_penalty) > 0.0,  # (the sampler's float32: 1e-50 is 0)
             f"repetition_penalty ({self.repetition_penalty}) must be > 0",
         )
         need(
