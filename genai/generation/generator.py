@@ -558,6 +558,8 @@ class Generator:
         """Append the pending fast-forward tokens (up to a stop string or the length limit);
         True if any were appended (their run is then due)."""
         forced, self._pending_ff = self._pending_ff, []
+        if not forced:
+            return False
         loop, done, pushed = self._loop, self._done, False
         for token in forced:
             if done[0] or loop.all_done or loop.length >= self._stop_length:
