@@ -421,13 +421,28 @@ TREE = {
 }
 
 
+# a parameter named like a data keyword ("default") is a schema like any other
+PICK = {
+    "type": "function",
+    "function": {
+        "name": "pick",
+        "parameters": {
+            "$defs": {"Count": {"type": "integer"}},
+            "type": "object",
+            "properties": {"default": {"$ref": "#/$defs/Count"}},
+            "required": ["default"],
+        },
+    },
+}
+
+
 @pytest.mark.parametrize("tool_format", [GENERIC, "hermes"])
 def test_parameters_with_refs_keep_their_meaning(smol_tokenizer, tool_format):
     """$ref pointers in a tool's parameters point into the parameters (pydantic's $defs, "#"
     for recursion), not into the call object the grammar wraps them in: they were refused
     ("Pointer '/$defs/Address' does not exist") or, for "#", allowed a whole call object as an
     argument."""
-    guidance = tool_call_guidance([LOOKUP, TREE, ADD], "required", tool_format=tool_format)
+    guidance = tool_call_guidance([LOOKUP, TREE, ADD, PICK], "required", tool_format=tool_format)
 
     def call(name, arguments):
         if tool_format == GENERIC:
@@ -444,6 +459,8 @@ def test_parameters_with_refs_keep_their_meaning(smol_tokenizer, tool_format):
     wrapper = {"label": "a", "child": {"name": "tree", "arguments": {"label": "b"}}}
     assert not accepts(smol_tokenizer, guidance, call("tree", wrapper))
     assert accepts(smol_tokenizer, guidance, call("add", {"a": 1, "b": 2}))
+    assert accepts(smol_tokenizer, guidance, call("pick", {"default": 3}))
+    assert not accepts(smol_tokenizer, guidance, call("pick", {"default": "three"}))
 
 
 def test_hermes_grammar_on_qwen3_tag_tokens(qwen3_tokenizer):

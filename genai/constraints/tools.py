@@ -197,6 +197,16 @@ def _closed(schema: Any) -> Any:
 
 # schema keywords whose values are data, not schemas: no "$ref" in them is a pointer
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+# schema keywords whose values map names (any names, "default" too) to schemas
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions"})
+
+
+def _subschemas(schema: dict[str, Any]) -> Any:
+    """``(key, value, is_map)`` for each keyword of ``schema`` that holds schemas."""
+    for key, value in schema.items():
+        if key in _DATA_KEYWORDS:
+            continue
+        yield key, value, key in _SCHEMA_MAPS and isinstance(value, dict)
 
 
 def _has_ref(schema: Any) -> bool:
@@ -206,7 +216,8 @@ def _has_ref(schema: Any) -> bool:
     if not isinstance(schema, dict):
         return False
     return isinstance(schema.get("$ref"), str) or any(
-        _has_ref(value) for key, value in schema.items() if key not in _DATA_KEYWORDS
+        any(_has_ref(sub) for sub in value.values()) if is_map else _has_ref(value)
+        for _, value, is_map in _subschemas(schema)
     )
 
 
@@ -217,10 +228,12 @@ def _rebased(schema: Any, base: str) -> Any:
         return [_rebased(item, base) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {
-        key: value if key in _DATA_KEYWORDS else _rebased(value, base)
-        for key, value in schema.items()
-    }
+    out = dict(schema)
+    for key, value, is_map in _subschemas(schema):
+        if is_map:
+            out[key] = {name: _rebased(sub, base) for name, sub in value.items()}
+        else:
+            out[key] = _rebased(value, base)
     ref = out.get("$ref")
     if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
         out["$ref"] = base + ref[1:]
