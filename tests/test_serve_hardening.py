@@ -748,3 +748,32 @@ def test_a_client_that_leaves_mid_body_is_no_server_error(server, caplog):
         reply = httpx.post(server.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
     assert reply.status_code == 200
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_port_0_names_the_port_the_system_chose(fixture_folders):
+    """With --port 0 the banner names the port bound (uvicorn logs none for a socket it is
+    given; the banner said ':0'), and the server answers there."""
+    import re
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "genai", "serve", "-m", str(fixture_folders["gqa"])]
+    command += ["--port", "0", "--log-level", "warning", "--no-webui"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        banner = process.stderr.readline()
+        found = re.search(r" on http://127\.0\.0\.1:(\d+)/v1 ", banner)
+        assert found and found.group(1) != "0", banner
+        url = f"http://127.0.0.1:{found.group(1)}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                assert httpx.get(url + "/health", timeout=2).status_code == 200
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "no answer on the port the banner named"
+                time.sleep(0.1)
+    finally:
+        process.terminate()
+        process.wait(30)

@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import logging
 import os
+import select
 import sys
 from collections.abc import Iterator, Sequence
 
@@ -141,6 +142,17 @@ def _logging_to_stderr(verbosity: int) -> Iterator[None]:
         logger.setLevel(saved)
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader went away (another broken pipe, e.g. a network
+    connection, is an error like any other)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no real file, or no poll()
+        return False
+
+
 def _stdout_closed() -> int:
     """The reader of stdout went away (``genai generate ... | head``): stop quietly, as
     command-line tools do, with the status a SIGPIPE death gives (128 + 13)."""
@@ -165,8 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args))
         except KeyboardInterrupt:
             return 130
-        except BrokenPipeError:
-            return _stdout_closed()
+        except BrokenPipeError as exc:
+            if _stdout_gone():
+                return _stdout_closed()
+            log.debug("%s failed", args.command, exc_info=True)
+            print(f"genai: error: {exc}", file=sys.stderr)
+            return 1
         except UsageError as exc:  # as argparse reports its own: usage line, exit status 2
             command_parser = getattr(args, "command_parser", parser)
             command_parser.print_usage(sys.stderr)

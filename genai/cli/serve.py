@@ -339,12 +339,15 @@ def _serve_model(
             if args.whisper
             else SpeechService(model, name=engine.model_name)  # -m is the Whisper model
         )
+    # the address bound (--port 0: the port the system chose; uvicorn logs none for a socket)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    base = f"http://{host}:{sock.getsockname()[1]}"
     print(
-        f"genai serve: {engine.model_name} on http://{args.host}:{args.port}/v1 "
+        f"genai serve: {engine.model_name} on {base}/v1 "
         f"({type(engine.runner).__name__}, {args.max_slots} slots"
         + (f", speculative {args.speculative}" if speculates else "")
         + ")"
-        + ("" if args.no_webui else f"; chat page at http://{args.host}:{args.port}/"),
+        + ("" if args.no_webui else f"; chat page at {base}/"),
         file=sys.stderr,
     )
     http: dict[str, int] = {}

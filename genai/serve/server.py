@@ -18,22 +18,18 @@ __all__ = ["BackgroundServer", "free_port", "listen", "run_server"]
 
 def listen(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host``:``port`` for `run_server`, bound before the model loads
-    so that a taken port is reported at once: `OSError` naming the address otherwise."""
-    try:
-        infos = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-    except socket.gaierror as exc:
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
+    so that a taken port is reported at once: `OSError` naming the address otherwise. As
+    uvicorn binds: IPv6 for a host with a colon, else IPv4."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
+        sock.bind((host, port))
+    except OSError as exc:  # (socket.gaierror too: a host name that does not resolve)
         sock.close()
         hint = " (choose another with --port)" if exc.errno == errno.EADDRINUSE else ""
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
+        reason = exc.strerror or exc
+        raise OSError(f"cannot listen on {host}:{port}: {reason}{hint}") from None
     sock.set_inheritable(True)
     return sock
 
