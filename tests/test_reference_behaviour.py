@@ -364,7 +364,16 @@ def test_set_model_input_checks_the_name(base: pathlib.Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [(5, np.zeros(1, np.float32)), ("extra", None), ("extra", "text"), ("extra", b"x")]
+    "args",
+    [
+        (5, np.zeros(1, np.float32)),
+        ("extra", None),
+        ("extra", "text"),
+        ("extra", b"x"),
+        ("extra", [1, 2, 3]),
+        ("extra", 3),
+        ("extra", {"a": 1}),
+    ],
 )
 def test_set_model_input_argument_types_as_the_reference(base: pathlib.Path, args) -> None:
     """A name that is no str, a value that is no array: a TypeError, as the reference's binding

@@ -861,8 +861,9 @@ class Generator:
         (e.g. an extra input of an exported graph). As the reference, a name the graph does not
         take is ignored (with a warning here); the dtype must be the graph's."""
         check_type(name, str, "name")
-        if value is None or isinstance(value, str | bytes):
-            raise ArgumentTypeError(f"value must be a NumPy array, not {type(value).__name__}")
+        if hasattr(value, "as_numpy") and not isinstance(value, np.ndarray):
+            value = value.as_numpy()  # a genai.Tensor
+        check_type(value, np.ndarray, "value")
         self._settle(replay=True)
         draft = getattr(self._spec, "draft_driver", None)
         if draft is None:

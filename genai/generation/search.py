@@ -238,6 +238,7 @@ _FLOAT_OPTIONS = frozenset(f.name for f in fields(SearchOptions) if f.type in ("
 #: else is its RuntimeError); genai's seeds are 64-bit (``validate`` checks the low end).
 _INT_RANGES = {"random_seed": (-(2**31), 2**64 - 1)}
 _C_INT = (-(2**31), 2**31 - 1)
+_WIDE = (-(2**63), 2**63 - 1)  # genai's own options (the reference has none of them)
 
 
 def _reference_value(value: Any, float32: bool = False) -> float | bool | list[str]:
@@ -268,7 +269,7 @@ def _coerce(name: str, value: Any, kind: Any) -> Any:
             if not value.is_integer():
                 raise SearchOptionError(f"{name} must be an integer, got {value!r}")
             value = int(value)
-        low, high = _INT_RANGES.get(name, _C_INT)
+        low, high = _INT_RANGES.get(name, _WIDE if name in SearchOptions.EXTENSIONS else _C_INT)
         if not low <= value <= high:
             raise SearchOptionError(f"{name} ({value}) must be in [{low}, {high}]")
         return int(value)
