@@ -3,6 +3,8 @@ reference and in genai, and catch an error's message to compare."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -98,3 +100,15 @@ def assert_first_tokens_follow_the_chain(
         keep = want > 1e-6
         result = stats.chisquare(counts[step, keep], want[keep] / want[keep].sum() * draws)
         assert result.pvalue > 1e-3, (step, counts[step], want)
+
+
+def assert_freed_at_once(box: list[Any]) -> None:
+    """Drop ``box``'s only item (the last reference to a generator) with the cycle collector
+    off: it must be freed at once (no reference cycle keeps it and its KV caches)."""
+    gone = weakref.ref(box[0])
+    gc.disable()
+    try:
+        box.clear()
+        assert gone() is None, "the generator outlived its last reference"
+    finally:
+        gc.enable()

@@ -8,13 +8,11 @@ can run the graph (it needs an adapter active: it has no base values for LoRA in
 
 from __future__ import annotations
 
-import gc
 import json
 import pathlib
 import re
 import subprocess
 import sys
-import weakref
 
 import numpy as np
 import onnx
@@ -34,6 +32,7 @@ from genai.runtime.adapters import (
 from genai.testing.lora import write_lora_adapter, write_lora_decoder
 from genai.testing.models import write_optimum_decoder
 from tests.numpy_decoder import decoder_logits
+from tests.speculation import assert_freed_at_once
 
 PROMPT = [5, 9, 12, 7, 20]
 LAYERS, HEADS, KV_HEADS = 2, 4, 2
@@ -691,12 +690,8 @@ def test_a_deleted_speculative_generator_is_freed_at_once(gqa_lora: dict, batch:
     generator.append_tokens(np.array([[5, 9, 12, 7, 5, 9, 12]] * batch, np.int32))
     for _ in range(4):
         generator.generate_next_token()
-    gone = weakref.ref(generator)
-    gc.disable()
-    try:
-        del generator
-        assert gone() is None, "the generator outlived its last reference"
-        adapters.unload("g")
-    finally:
-        gc.enable()
+    box = [generator]
+    del generator
+    assert_freed_at_once(box)
+    adapters.unload("g")
     assert adapters.names == []
