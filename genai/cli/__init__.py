@@ -177,18 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args))
         except KeyboardInterrupt:
             return 130
-        except BrokenPipeError as exc:
-            if _stdout_gone():
-                return _stdout_closed()
-            log.debug("%s failed", args.command, exc_info=True)
-            print(f"genai: error: {exc}", file=sys.stderr)
-            return 1
         except UsageError as exc:  # as argparse reports its own: usage line, exit status 2
             command_parser = getattr(args, "command_parser", parser)
             command_parser.print_usage(sys.stderr)
             print(f"{command_parser.prog}: error: {exc}", file=sys.stderr)
             return 2
         except (GenaiError, OSError) as exc:
+            if isinstance(exc, BrokenPipeError) and _stdout_gone():
+                return _stdout_closed()
             # What genai reports about its input (GenaiError) or a file it could not read or
             # write: one line. Anything else is a bug and keeps its traceback.
             log.debug("%s failed", args.command, exc_info=True)

@@ -32,10 +32,10 @@ def _fill_adapter(adapter: argparse.ArgumentParser) -> None:
     )
     add_convert_arguments(convert)
     command_parser(convert)
-    convert.set_defaults(handler=_adapter_convert, parser=convert)
+    convert.set_defaults(handler=_adapter_convert)
 
 
 def _adapter_convert(args: argparse.Namespace) -> int:
     from genai.builder.peft import run_convert  # lazy: the builder imports onnx
 
-    return run_convert(args.parser, args)
+    return run_convert(args.command_parser, args)

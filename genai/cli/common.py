@@ -25,6 +25,7 @@ __all__ = [
     "add_model_option",
     "add_search_options",
     "check_lengths",
+    "check_threads",
     "default_model",
     "load_model",
     "prefill",
@@ -83,6 +84,12 @@ def check_lengths(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+
+
+def check_threads(args: argparse.Namespace) -> None:
+    """``--threads``, when given, is at least 1 (`UsageError`)."""
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
 
 
 def add_search_options(parser: argparse.ArgumentParser) -> None:
@@ -186,8 +193,7 @@ def default_model() -> Path:
 def load_model(args: argparse.Namespace, speech: bool = False):
     """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``; a
     Whisper model is refused, pointing at ``genai transcribe``, unless ``speech``."""
-    if args.threads is not None and args.threads < 1:
-        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    check_threads(args)
     if args.model is None:
         args.model = str(default_model())
     args.model = hub.resolve_model(args.model)  # REPO_ID[:SUBFOLDER]: from the hub cache

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import genai
 from genai import hub
-from genai.cli.common import UsageError
+from genai.cli.common import UsageError, check_threads
 from genai.cli.registry import command
 from genai.errors import InvalidArgumentError
 from genai.multimodal.transcribe import format_timestamp, to_srt, to_vtt, transcribe
@@ -62,8 +62,7 @@ def _load(args: argparse.Namespace) -> genai.Model:
 def _transcribe(args: argparse.Namespace) -> int:
     if not 0.0 <= args.temperature <= 2.0:  # (NaN too)
         raise UsageError(f"--temperature must be in [0, 2], got {args.temperature}")
-    if args.threads is not None and args.threads < 1:
-        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    check_threads(args)
     if args.file == "-":
         audios = genai.Audios.open_bytes(sys.stdin.buffer.read())
     else:
