@@ -128,6 +128,24 @@ def test_memory_mapped_before_but_filled_in_the_block_is_collapsed() -> None:
 
 
 @linux_thp
+def test_chunks_only_read_are_refused_not_errors() -> None:
+    """Memory only ever read maps the shared zero page: resident to ``mincore``, but the kernel
+    refuses to collapse a range of it (EINVAL), which is no error (it happened to a heap chunk
+    in a full test run)."""
+    size = 8 * HUGE_PAGE
+    with hugepages.backing_new_memory(background=False) as report:
+        buffer = _private(size)
+        view = np.frombuffer(buffer, dtype=np.uint8)
+        read = int(view[::4096].sum())
+    start = _address(buffer)
+    assert read == 0 and not report.errors
+    assert report.refused >= 6 * HUGE_PAGE  # the aligned whole chunks of 8 MiB
+    assert _anon_huge_kb(start, start + size) == 0
+    del view
+    buffer.close()
+
+
+@linux_thp
 def test_memory_filled_before_the_block_is_left_alone() -> None:
     size = 8 * HUGE_PAGE
     buffer = _private(size)

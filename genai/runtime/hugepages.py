@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import os
 import sys
 import threading
@@ -42,6 +43,10 @@ class HugePageReport:
 
     requested: int = 0
     collapsed: int = 0
+    #: Bytes the kernel would not collapse (``EINVAL``): chunks only ever read (all of them the
+    #: shared zero page), or memory another thread unmapped or changed since the scan. Not an
+    #: error: collapsing them would gain nothing.
+    refused: int = 0
     #: Why nothing was attempted (None when it was).
     skipped: str | None = None
     errors: list[str] = field(default_factory=list)
@@ -149,18 +154,27 @@ def _release_free_heap() -> None:
 
 def collapse(ranges: list[tuple[int, int]], report: HugePageReport) -> None:
     """Ask the kernel to back each range with huge pages, now (``MADV_COLLAPSE``) and after
-    any later fault (``MADV_HUGEPAGE``). Failures are recorded in ``report``, not raised."""
+    any later fault (``MADV_HUGEPAGE``). Failures are recorded in ``report``, not raised.
+
+    The kernel goes on past a chunk it cannot collapse but then fails the whole call, so a
+    failed range is asked again chunk by chunk (chunks already collapsed answer at once) to
+    count what was collapsed and what was refused."""
     madvise = _libc().madvise
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     madvise.restype = ctypes.c_int
     for start, end in ranges:
-        length = end - start
-        report.requested += length
-        madvise(start, length, _MADV_HUGEPAGE)
-        if madvise(start, length, _MADV_COLLAPSE) == 0:
-            report.collapsed += length
-        else:
-            report.errors.append(f"{start:#x}+{length}: {os.strerror(ctypes.get_errno())}")
+        report.requested += end - start
+        madvise(start, end - start, _MADV_HUGEPAGE)
+        if madvise(start, end - start, _MADV_COLLAPSE) == 0:
+            report.collapsed += end - start
+            continue
+        for chunk in range(start, end, HUGE_PAGE):
+            if madvise(chunk, HUGE_PAGE, _MADV_COLLAPSE) == 0:
+                report.collapsed += HUGE_PAGE
+            elif (code := ctypes.get_errno()) == errno.EINVAL:
+                report.refused += HUGE_PAGE
+            else:
+                report.errors.append(f"{chunk:#x}+{HUGE_PAGE}: {os.strerror(code)}")
 
 
 @contextlib.contextmanager
