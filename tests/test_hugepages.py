@@ -90,6 +90,12 @@ def _anon_huge_kb(start: int, end: int) -> int:
     return total
 
 
+def _errors_within(report: hugepages.HugePageReport, start: int, end: int) -> list[str]:
+    """The report's errors about chunks inside [start, end) (other threads of the test process
+    may map, fill and free memory of their own meanwhile: not the test's concern)."""
+    return [e for e in report.errors if start <= int(e.split("+")[0], 16) < end]
+
+
 @linux_thp
 @pytest.mark.parametrize("background", [False, True])
 def test_memory_mapped_in_the_block_is_collapsed(background: bool) -> None:
@@ -101,8 +107,9 @@ def test_memory_mapped_in_the_block_is_collapsed(background: bool) -> None:
         view[:] = 7
         view[::4096] = pattern
     report.wait(60)
-    assert report.done and report.skipped is None and not report.errors
     start = _address(buffer)
+    assert report.done and report.skipped is None
+    assert not _errors_within(report, start, start + size)
     assert report.collapsed >= 6 * HUGE_PAGE  # the aligned whole chunks of 8 MiB
     assert _anon_huge_kb(start, start + size) >= 6 * HUGE_PAGE // 1024
     assert np.array_equal(view[::4096], pattern)
@@ -120,7 +127,8 @@ def test_memory_mapped_before_but_filled_in_the_block_is_collapsed() -> None:
     start = _address(buffer)
     with hugepages.backing_new_memory(background=False) as report:
         view[:] = 5
-    assert report.collapsed >= 6 * HUGE_PAGE and not report.errors
+    assert report.collapsed >= 6 * HUGE_PAGE
+    assert not _errors_within(report, start, start + size)
     assert _anon_huge_kb(start, start + size) >= 6 * HUGE_PAGE // 1024
     assert np.count_nonzero(view != 5) == 0
     del view
@@ -138,7 +146,7 @@ def test_chunks_only_read_are_refused_not_errors() -> None:
         view = np.frombuffer(buffer, dtype=np.uint8)
         read = int(view[::4096].sum())
     start = _address(buffer)
-    assert read == 0 and not report.errors
+    assert read == 0 and not _errors_within(report, start, start + size)
     assert report.refused >= 6 * HUGE_PAGE  # the aligned whole chunks of 8 MiB
     assert _anon_huge_kb(start, start + size) == 0
     del view
