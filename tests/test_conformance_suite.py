@@ -106,6 +106,7 @@ class LyingPlacement(CPUBased):
 class NoSession(CPUBased):
     """Says it is available; its session setup names an EP that does not exist."""
     name = "fake-no-session"
+    known_failures = {"test_no_such_conformance_test": "a name of no test: warned about"}
 
     def session_providers(self, options):
         return [("NoSuchFakeExecutionProvider", {})]
@@ -369,7 +370,9 @@ class TestNoSession(SessionCreationTests):
     )
     pytester.makeconftest(BROKEN_CONFTEST)
     xfails = pytester.path / "known.xfails"
-    xfails.write_text("# known failures\ntest_session_creation  # no such EP here\n")
+    xfails.write_text(
+        "# known failures\ntest_session_creation  # no such EP here\ntest_sesion_creation\n"
+    )
     pythonpath = [str(pytester.path), str(ROOT), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in pythonpath if p))
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
@@ -385,3 +388,9 @@ class TestNoSession(SessionCreationTests):
     assert listed["reason"] == f"listed in {xfails}: no such EP here"
     assert by_test["test_provider_is_available"]["outcome"] == "pass"
     assert result.ret == 0
+    # a name of no conformance test (a typo) is a warning naming it
+    result.stdout.fnmatch_lines(["*'test_sesion_creation' name no conformance test*"])
+    result.stdout.fnmatch_lines(
+        ["*provider 'fake-no-session': known_failures names no conformance test: "
+         "'test_no_such_conformance_test'*"]
+    )  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 
 import genai
 from genai.cli.registry import command
@@ -51,7 +52,10 @@ def _conformance(args: argparse.Namespace) -> int:
             f"genai conformance needs the 'conformance' extra "
             f"(pip install 'genai-runtime[conformance]'): {exc}"
         ) from exc
-    from genai.testing.conformance.plugin import read_xfails  # lazy: imports pytest
+    from genai.testing.conformance.plugin import (  # lazy: imports pytest
+        read_xfails,
+        unknown_test_names,
+    )
 
     options = {}
     for item in args.option:
@@ -66,7 +70,14 @@ def _conformance(args: argparse.Namespace) -> int:
     if args.model is not None:
         genai.Config(args.model)  # raises, naming the folder, when it is not a model folder
     if args.xfails is not None:
-        read_xfails(args.xfails)
+        unknown = unknown_test_names(read_xfails(args.xfails))
+        if unknown:
+            print(
+                f"genai: warning: --xfails {args.xfails}: {', '.join(map(repr, unknown))} name "
+                "no conformance test (a typo, or a test since renamed); nothing is marked xfail "
+                "for it",
+                file=sys.stderr,
+            )
     if args.report is not None:
         check_writable_file(args.report, f"--report {args.report}")
     code, results = run_conformance(

@@ -510,11 +510,12 @@ class Model:
 
     def create_streaming_processor(self) -> Any:
         """The reference's streaming audio processor (Moonshine / Nemotron speech models);
-        the decoder-only types genai runs have none (the reference raises the same for them)."""
+        the model types genai runs have none (the reference raises the same for them)."""
         raise ModelError(
             f"CreateStreamingProcessor: unsupported model type {self.type!r}. "
             "StreamingProcessor supports 'streaming_enc_dec_asr' (Moonshine) and "
-            "'nemotron_speech' (Nemotron); genai does not run speech models yet."
+            "'nemotron_speech' (Nemotron), which genai does not run (docs/differences.md); "
+            "Whisper runs through create_multimodal_processor (docs/speech.md)."
         )
 
     def _graph_session(

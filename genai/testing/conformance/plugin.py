@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,31 @@ import pytest
 
 import genai
 from genai._core import ort_api
-from genai.errors import InvalidArgumentError
+from genai.errors import GenaiError, InvalidArgumentError
 from genai.providers import get_provider_class
 from genai.runtime.config import normalize_provider_name
-from genai.testing.conformance.suite import ConformanceFixtures
+from genai.testing.conformance.suite import ConformanceFixtures, ProviderConformanceTests
+
+#: The names of the suite's tests (every area's), which xfails lists must name.
+SUITE_TESTS = frozenset(n for n in dir(ProviderConformanceTests) if n.startswith("test_"))
+
+
+def unknown_test_names(names: Iterable[str]) -> list[str]:
+    """The names (function names or node-id suffixes, as in an xfails file or a provider's
+    ``known_failures``) that name none of the suite's tests: typos, or tests since renamed."""
+    return [n for n in names if n.split("::")[-1].split("[")[0] not in SUITE_TESTS]
+
+
+def _warn_unknown(names: Iterable[str], where: str) -> None:
+    unknown = unknown_test_names(names)
+    if unknown:
+        warnings.warn(
+            pytest.PytestConfigWarning(
+                f"{where} names no conformance test: {', '.join(map(repr, unknown))} "
+                "(a typo, or a test since renamed: nothing is marked xfail for it)"
+            ),
+            stacklevel=2,
+        )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -121,6 +144,7 @@ _XFAILS = pytest.StashKey[dict[str, str]]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _check_known_failures(config, items)
     names = config.stash.get(_XFAILS, None)
     if not names:
         return
@@ -134,6 +158,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 reason = f"listed in {path}" + (f": {why}" if why else "")
                 item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
                 break
+
+
+def _check_known_failures(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Warn about a tested provider's ``known_failures`` that name no conformance test."""
+    providers = set()
+    for item in items:
+        if _is_conformance(item):
+            cls = item.cls  # type: ignore[attr-defined]
+            providers.add(cls.provider_name or config.getoption("genai_provider", None) or "cpu")
+    for name in sorted(providers):
+        try:
+            provider = get_provider_class(normalize_provider_name(str(name)))
+        except GenaiError:
+            continue  # the tests themselves report an unknown provider
+        _warn_unknown(provider.known_failures or {}, f"provider {name!r}: known_failures")
 
 
 def _area(item: pytest.Item) -> str:
@@ -207,6 +246,16 @@ def pytest_configure(config: pytest.Config) -> None:
             config.stash[_XFAILS] = read_xfails(path)
         except InvalidArgumentError as exc:
             raise pytest.UsageError(f"--genai-xfails: {exc}") from None
+        unknown = unknown_test_names(config.stash[_XFAILS])
+        if unknown:
+            config.issue_config_time_warning(
+                pytest.PytestConfigWarning(
+                    f"--genai-xfails {path}: {', '.join(map(repr, unknown))} name no "
+                    "conformance test (a typo, or a test since renamed: nothing is marked xfail "
+                    "for it)"
+                ),
+                stacklevel=2,
+            )
     collector = _Collector()
     config.stash[_COLLECTOR] = collector
     config.pluginmanager.register(collector, "genai-conformance-collector")
