@@ -777,3 +777,26 @@ def test_port_0_names_the_port_the_system_chose(fixture_folders):
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_a_large_body_is_validated_off_the_event_loop(server, monkeypatch):
+    """A body over 64 KiB (100,000 messages, 3 MB: ~0.6 s to validate) is validated on the edge
+    pool, so streams keep going meanwhile; a small one on the event loop (no thread hop)."""
+    import genai.serve.app as app_module
+
+    threads: list[str] = []
+
+    def recording(raw, model):
+        threads.append(threading.current_thread().name)
+        return real(raw, model)
+
+    real = app_module.parse_request
+    monkeypatch.setattr(app_module, "parse_request", recording)
+    small = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    large = {"messages": [{"role": "user", "content": "hi there"}] * 100_000, "max_tokens": 1}
+    with httpx.Client(base_url=server.url, timeout=120) as http:
+        assert http.post("/v1/chat/completions", json=small).status_code == 200
+        reply = http.post("/v1/chat/completions", json=large)
+    assert _error(reply, 400)["code"] == "context_length_exceeded"
+    assert not threads[0].startswith("genai-edge")
+    assert threads[1].startswith("genai-edge")
