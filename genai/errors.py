@@ -78,6 +78,11 @@ class UnsupportedFeatureError(GenaiError, NotImplementedError):
     the plan (docs/differences.md)."""
 
 
+class ModelFileNotFoundError(GenaiError, FileNotFoundError, RuntimeError):
+    """A model folder, its ``genai_config.json`` or a file the config names is missing. A
+    FileNotFoundError, and a RuntimeError as the reference raises ("Error opening ...")."""
+
+
 class TensorNotFoundError(GenaiError, KeyError, RuntimeError):
     """A tensor name the model (`Generator.get_input` / `get_output`) or a `NamedTensors` does
     not have. A KeyError, and a RuntimeError as the reference raises."""

@@ -60,6 +60,15 @@ def test_missing_folder_and_file(tmp_path):
         genai.Config(tmp_path)
 
 
+@pytest.mark.parametrize("folder", ["nope", "."])
+def test_a_missing_model_folder_is_also_the_references_runtime_error(tmp_path, folder):
+    """Scripts written for the reference catch RuntimeError ("Error opening ...")."""
+    reference = pytest.importorskip("onnxruntime_genai")
+    for og in (reference, genai):
+        with pytest.raises(RuntimeError):
+            og.Model(str(tmp_path / folder))
+
+
 def test_malformed_json(tmp_path):
     (tmp_path / "genai_config.json").write_text("{not json")
     with pytest.raises(genai.ConfigError, match="not valid JSON"):

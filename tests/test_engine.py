@@ -637,7 +637,7 @@ def test_only_the_owner_thread_may_use_an_engine(smollm2, operation: str) -> Non
 
 
 def test_event_objects_and_enumerations_are_the_references(smollm2) -> None:
-    _, model, _ = smollm2
+    ref_model, model, _ = smollm2
     engine = genai.Engine(model)
     request = engine.create_request()
     options = genai.TurnOptions(request)
@@ -655,6 +655,12 @@ def test_event_objects_and_enumerations_are_the_references(smollm2) -> None:
     for name in ("Engine", "Request", "EngineEvent", "EngineEventBuffer", "TurnUsage"):
         with pytest.raises(TypeError):
             getattr(genai, name)()
+    # newer reference examples write og.Request(params): a TypeError saying what to call
+    # instead (was "missing 2 required positional arguments: 'options' and '_token'")
+    with pytest.raises(TypeError, match=r"use Engine\.create_request\(\)"):
+        genai.Request(genai.GeneratorParams(model))
+    with pytest.raises(TypeError):
+        ref.Request(ref.GeneratorParams(ref_model))
 
 
 def test_speculative_fields_say_there_is_no_speculation(smollm2) -> None:

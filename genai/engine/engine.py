@@ -496,9 +496,14 @@ class Request:
     """One conversation of an `Engine` (`Engine.create_request`): turns one after another,
     its KV cache kept between them."""
 
-    def __init__(self, engine: Engine, options: RequestOptions | None, _token: object) -> None:
-        if _token is not _REQUEST_TOKEN:
-            raise TypeError("Request: use Engine.create_request()")
+    def __init__(
+        self, engine: Engine, options: RequestOptions | None = None, _token: object = None
+    ) -> None:
+        if _token is not _REQUEST_TOKEN:  # e.g. og.Request(params), as newer reference examples
+            raise TypeError(
+                "Request objects are not created directly: use Engine.create_request() "
+                "(as onnxruntime-genai 0.18, which has no Request constructor)"
+            )
         self._engine = engine
         self._max_session = options._max_session_tokens if options is not None else 0
         self._closed = False

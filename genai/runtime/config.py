@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from genai.compat.unsupported import FEATURES, Feature
-from genai.errors import ArgumentTypeError, ConfigError, ModelError, check_type
+from genai.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    ModelError,
+    ModelFileNotFoundError,
+    check_type,
+)
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -957,11 +963,13 @@ class Config:
         elif given.name == CONFIG_FILENAME and given.exists():
             folder, file = given.parent, given
         elif not given.exists():
-            raise FileNotFoundError(f"model folder {str(given)!r} does not exist")
+            raise ModelFileNotFoundError(f"model folder {str(given)!r} does not exist")
         else:
             raise ConfigError(f"{str(given)!r} is neither a model folder nor a {CONFIG_FILENAME}")
         if not file.is_file():
-            raise FileNotFoundError(f"{CONFIG_FILENAME} not found in model folder {str(folder)!r}")
+            raise ModelFileNotFoundError(
+                f"{CONFIG_FILENAME} not found in model folder {str(folder)!r}"
+            )
         self.path: Path = folder.resolve()
         self.file: Path = file.parent.resolve() / file.name  # a hub-cache file links to a blob
         self.strict = strict
@@ -1039,7 +1047,9 @@ class Config:
                 "into a Hugging Face hub cache's blobs/; copy the file into the folder)"
             )
         if must_exist and name not in self._overlay_model_data and not resolved.is_file():
-            raise FileNotFoundError(f"{what} {name!r} named in {self.file} not found at {path}")
+            raise ModelFileNotFoundError(
+                f"{what} {name!r} named in {self.file} not found at {path}"
+            )
         return path
 
     def _check_required(self) -> None:
@@ -1320,7 +1330,9 @@ class Config:
             )
         folder = (self.path / name).resolve()
         if not folder.is_dir():
-            raise FileNotFoundError(f"model.tokenizer_dir {name!r} of {self.file}: no {folder}")
+            raise ModelFileNotFoundError(
+                f"model.tokenizer_dir {name!r} of {self.file}: no {folder}"
+            )
         return folder
 
     def add_model_data(self, name: str, data: bytes) -> None:
