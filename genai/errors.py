@@ -19,6 +19,7 @@ __all__ = [
     "InvalidArgumentError",
     "MissingDependencyError",
     "ModelError",
+    "ModelFileNotFoundError",
     "ProviderUnavailableError",
     "SearchOptionError",
     "TensorNotFoundError",
