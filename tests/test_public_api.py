@@ -11,6 +11,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import types
@@ -387,6 +388,50 @@ def test_log_lines_are_formatted_as_the_reference(ansi_tags: bool, log_defaults)
     genai.set_log_options(enabled=True, append_next_tokens=True, ansi_tags=ansi_tags)
     for token in tokens:
         logging_options.log_event("append_next_tokens", f"{token} ")
+    assert got == want
+
+
+def _step_lines(og_module, folder: Path, ansi_tags: bool) -> list[str]:
+    """The per-step log lines of a greedy batch-2 run (a made-up EOS id that one row
+    generates, so it ends early, and the other reaches max_length) through ``og_module``."""
+    config = og_module.Config(str(folder))
+    config.overlay(json.dumps({"model": {"eos_token_id": [306]}}))
+    model = og_module.Model(config)
+    lines: list[str] = []
+    og_module.set_log_callback(lines.append)
+    items = dict.fromkeys(logging_options.STEP_ITEMS, True)
+    try:
+        og_module.set_log_options(enabled=True, ansi_tags=ansi_tags, **items)
+        params = og_module.GeneratorParams(model)
+        params.set_search_options(max_length=12, batch_size=2)
+        generator = og_module.Generator(model, params)
+        prompt = np.array([[1, 504, 3575, 28, 1205], [1, 504, 3575, 28, 300]], np.int32)
+        generator.append_tokens(prompt)
+        while not generator.is_done():
+            generator.generate_next_token()
+    finally:
+        og_module.set_log_options(enabled=False)
+        og_module.set_log_callback(None)  # a callback left set crashes the reference at exit
+    # genai's own records (info and debug from its modules) are not the reference's items
+    return [line for line in lines if _label(line) not in ("info", "debug")]
+
+
+def _label(line: str) -> str:
+    """A log line's label, its ANSI tags taken off ("" for a bare line)."""
+    words = re.sub(r"\x1b\[[0-9]+m", "", line).split()
+    return words[0] if words else ""
+
+
+@pytest.mark.parametrize("ansi_tags", [False, True])
+def test_step_log_items_write_the_references_lines(ansi_tags, log_defaults, smollm2_path):
+    """generate_next_token, append_next_tokens (prompt and steps), hit_eos, hit_max_length and
+    model_logits with value_stats: the reference's lines, numbers (float32 statistics) and
+    order, greedy, batch 2 (genai wrote none of them)."""
+    want = _step_lines(og, smollm2_path, ansi_tags)
+    got = _step_lines(genai, smollm2_path, ansi_tags)
+    assert sum("hit_eos" in line for line in want) == 1
+    assert sum("model_logits" in line for line in want) == 7
+    assert any("hit_max_length" in line for line in want)
     assert got == want
 
 

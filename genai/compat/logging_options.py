@@ -14,7 +14,10 @@ Items (booleans, as in the reference): ``enabled`` (all logging), ``ansi_tags``,
 ``ort_lib`` (also turns onnxruntime's own session logging to verbose: `ort_log_severity`),
 ``value_stats``; and ``filename`` (a string; ``""`` goes back to standard error).
 
-Engine code asks `is_logging` before building a message and emits with `log_event`.
+Engine code asks `is_logging` before building a message and emits with `log_event`. The
+generator writes the per-step items (``generate_next_token``, ``append_next_tokens``,
+``hit_eos``, ``hit_max_length``, ``model_logits`` with ``value_stats``) in the reference's
+words and order (`genai.generation.step_log`); it checks `step_logging` once a step.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from genai.errors import ArgumentTypeError, InvalidArgumentError
 __all__ = [
     "BOOL_OPTIONS",
     "LOGGER",
+    "STEP_ITEMS",
     "format_entry",
     "is_logging",
     "log_event",
@@ -37,6 +41,8 @@ __all__ = [
     "ort_log_severity",
     "set_log_callback",
     "set_log_options",
+    "sgr",
+    "step_logging",
 ]
 
 #: The ``genai`` logger every genai message goes through.
@@ -60,11 +66,22 @@ BOOL_OPTIONS: dict[str, bool] = {
 }
 _STRING_OPTIONS = ("filename",)
 
+#: The items the generator writes at each step and prompt run.
+STEP_ITEMS = (
+    "generate_next_token",
+    "append_next_tokens",
+    "hit_eos",
+    "hit_max_length",
+    "model_logits",
+)
+
 #: onnxruntime's verbose log severity (ORT_LOGGING_LEVEL_VERBOSE).
 ORT_SEVERITY_VERBOSE = 0
 
 _lock = threading.RLock()
 _options: dict[str, Any] = {**BOOL_OPTIONS, "filename": ""}
+#: ``enabled`` and any of `STEP_ITEMS` on (read once a generator step).
+_step_logging = False
 _callback: Callable[[str], Any] | None = None
 _handler: logging.Handler | None = None
 _handler_destination: tuple[Any, ...] | None = None
@@ -86,8 +103,16 @@ def format_entry(label: str, message: str, *, ansi_tags: bool | None = None) -> 
     return f"{_BOLD}{background}  {label}  {_RESET} {message}"
 
 
+def sgr(code: int) -> str:
+    """The ANSI SGR escape ``code`` (32 green, 36 cyan, 41 red background, 0 reset) inside a
+    message, or "" when ``ansi_tags`` is off (as the reference's ``SGR`` stream codes)."""
+    return f"\x1b[{code}m" if _options["ansi_tags"] else ""
+
+
 class _ReferenceFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        if getattr(record, "genai_raw", False):  # a line of its own, without a label
+            return record.getMessage()
         label = getattr(record, "genai_item", None) or record.levelname.lower()
         return format_entry(label, record.getMessage())
 
@@ -144,7 +169,8 @@ def _new_handler(destination: tuple[Any, ...]) -> logging.Handler:
 def _install() -> None:
     """Make the ``genai`` logger match the options (called with the lock held). The handler
     is replaced only when the destination changes (a log file is opened, and emptied, once)."""
-    global _handler, _handler_destination, _saved_propagate, _saved_level
+    global _handler, _handler_destination, _saved_propagate, _saved_level, _step_logging
+    _step_logging = bool(_options["enabled"]) and any(_options[item] for item in STEP_ITEMS)
     if _filter not in LOGGER.filters:
         LOGGER.addFilter(_filter)
     wanted = _destination() if _options["enabled"] else None
@@ -234,13 +260,19 @@ def is_logging(item: str) -> bool:
     return bool(_options.get(item)) and LOGGER.isEnabledFor(logging.DEBUG)
 
 
-def log_event(item: str, message: str) -> None:
+def step_logging() -> bool:
+    """Whether any of the generator's per-step items (`STEP_ITEMS`) would be written."""
+    return _step_logging and LOGGER.isEnabledFor(logging.DEBUG)
+
+
+def log_event(item: str, message: str, *, raw: bool = False) -> None:
     """Write ``message`` for ``item`` through the ``genai`` logger when that item is on
-    (``"warning"``: a WARNING record whenever ``warning`` is on)."""
+    (``"warning"``: a WARNING record whenever ``warning`` is on); ``raw``: the message alone
+    on its line, without the label (the reference's bare line ends)."""
     if item == "warning":
         LOGGER.warning(message, extra={"genai_item": item})
     elif is_logging(item):
-        LOGGER.debug(message, extra={"genai_item": item})
+        LOGGER.debug(message, extra={"genai_item": item, "genai_raw": raw})
 
 
 def ort_log_severity() -> int | None:

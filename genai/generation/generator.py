@@ -38,6 +38,7 @@ import numpy as np
 
 from genai._core import sampling
 from genai.compat.engine_enums import FinishReason
+from genai.compat.logging_options import step_logging
 from genai.constraints.guidance import TokenConstraint
 from genai.constraints.stop import StopStringMatcher
 from genai.errors import (
@@ -49,6 +50,7 @@ from genai.errors import (
     UnsupportedFeatureError,
     check_type,
 )
+from genai.generation import step_log
 from genai.generation.beam_search import BeamScorer
 from genai.generation.decode_ahead import make_ahead, take_step
 from genai.generation.drivers import Driver, LoopSettings, make_driver, require
@@ -287,7 +289,7 @@ class Generator:
         tokens = self._sequences[:, : loop.length].copy()
         self._driver.rewind(0)
         loop.append(self._driver.prepare_prompt(tokens, 0))
-        self._driver.run(prompt=True)
+        self._run_model(prompt=True)
 
     def _init_python_stage(self, model: Model, params: GeneratorParams) -> None:
         """State beyond the loop: finish tracking, guidance and stop strings."""
@@ -400,6 +402,11 @@ class Generator:
                 f"token id {int(bad)} is outside the vocabulary [0, {self.vocab_size})"
             )
         length = self._loop.length
+        if step_logging():  # (beam search: the reference writes the prompt as one span)
+            beams = self.num_beams > 1
+            step_log.log_appended(
+                array[:: self.num_beams].reshape(-1, 1) if beams else array, self._eos
+            )
         array = self._driver.prepare_prompt(array, length)  # e.g. padded to whole windows
         count = array.shape[1]
         if length + count > self.max_length:
@@ -423,7 +430,7 @@ class Generator:
         that do not belong together, an onnxruntime error) no half-run prompt is kept: the
         generator is empty again, so a corrected call starts afresh."""
         try:
-            self._driver.run(prompt=length == 0)
+            self._run_model(prompt=length == 0)
         except Exception:
             if length == 0:
                 try:
@@ -448,6 +455,40 @@ class Generator:
     def generate_next_token(self) -> None:
         """Run the model on pending tokens if needed, choose the next token per row and append
         it."""
+        if step_logging():
+            self._logged_next_token()
+        else:
+            self._next_token()
+
+    def _logged_next_token(self) -> None:
+        """A step with the reference's log lines (`genai.generation.step_log`): one step at a
+        time (no decoding ahead), so each model run's logits are written as they come."""
+        self._settle(runs=True)
+        ahead, self._ahead = self._ahead, None
+        try:
+            message = step_log.step_message(self.search, self._loop.length)
+            running = self._done == 0
+            self._next_token()
+        finally:
+            self._ahead = ahead
+        step_log.log_step(
+            message,
+            self.get_next_tokens(),
+            running & (self._done != 0),
+            self._eos,
+            self._loop.length,
+            self.max_length,
+            self._beams is not None,
+        )
+
+    def _run_model(self, prompt: bool = False) -> None:
+        """Run the model on the pending tokens (the driver's run), writing its logits when
+        the ``model_logits`` log item is on."""
+        self._driver.run(prompt=prompt)
+        if step_logging():
+            step_log.log_values("model_logits", self._logits_rows)
+
+    def _next_token(self) -> None:
         self._check_terminated()
         if self._replay_boundary() and self.is_done():
             return  # the replayed token finished every row
@@ -489,6 +530,8 @@ class Generator:
                 if ahead.running and take_step(ahead):
                     return
             ran = not loop.logits_ready
+            if ran and ahead is None and step_logging():
+                self._run_model()  # the run's logits are written before the choice
             self._driver.step()
             if ahead is not None:
                 ahead.forget_run()
@@ -497,7 +540,7 @@ class Generator:
                     ahead.start(limit)  # the next steps run meanwhile
             return
         if not loop.logits_ready:
-            self._driver.run()
+            self._run_model()
         self._beam_step()
 
     # --- the Python stage (guidance, stop strings) ----------------------------------------------
@@ -550,9 +593,9 @@ class Generator:
         """Run the pending tokens; then, as the reference, a guided step's fast-forward
         tokens join the sequence and run as a run of their own (the chosen token alone first:
         the same numbers as the reference's two runs)."""
-        self._driver.run()
+        self._run_model()
         if self._push_forced():
-            self._driver.run()
+            self._run_model()
 
     def _push_forced(self) -> bool:
         """Append the pending fast-forward tokens (up to a stop string or the length limit);
