@@ -93,7 +93,8 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if name == selected:
             fill(sub)
     if selected is not None and selected not in COMMANDS:
-        plugins.hook().register_commands(commands=commands)
+        # one plugin at a time: an error (a command name taken) names the plugin
+        plugins.call_each("register_commands", {"commands": commands})
     return parser
 
 
@@ -173,6 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
         except KeyboardInterrupt:
             return 130
+        except GenaiError as exc:  # a plugin that fails to load or to add its commands
+            log.debug("building the command line failed", exc_info=True)
+            print(f"genai: error: {exc}", file=sys.stderr)
+            return 1
         try:
             return int(args.handler(args))
         except KeyboardInterrupt:

@@ -30,6 +30,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -172,11 +173,13 @@ class GraphCapture:
     """How a provider's graph capture (CUDA graphs, DirectML/WebGPU capture) is switched.
 
     ``option``/``on``/``off``: the EP option and its values; ``default``: whether it is on when
-    the option is absent. What it needs from the engine: the shared-buffer KV layout in device
-    memory (``requires_shared_buffer``; the provider places ``kv_cache`` on its device), input
-    buffers at fixed addresses (the attention mask allocated once for ``max_length`` and updated
-    in place) and at most ``max_batch_size`` rows (batch x beams). A generator that cannot meet
-    that runs uncaptured (`ExecutionProvider.graph_capture_id`).
+    the option is absent. What it needs from the engine: the KV cache in device memory (always:
+    the provider places ``kv_cache`` on its device, since a replay reads the device addresses it
+    captured and copies nothing from the host), the shared-buffer KV layout
+    (``requires_shared_buffer``), input buffers at fixed addresses (the attention mask
+    allocated once for ``max_length`` and updated in place) and at most ``max_batch_size`` rows
+    (batch x beams). A generator that cannot meet that runs uncaptured
+    (`ExecutionProvider.graph_capture_id`).
 
     ``session_requires_shared_buffer``: the EP refuses every other KV layout on a session made
     with graph capture on, captured run or not (WebGPU's GroupQueryAttention), so a model or
@@ -215,6 +218,63 @@ class SessionSpec:
     providers: list[tuple[Any, dict[str, str]]] = field(default_factory=list)
     config_entries: dict[str, str] = field(default_factory=dict)
     free_dimension_overrides: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problem = self.problem()
+        if problem is not None:
+            raise ArgumentTypeError(f"SessionSpec: {problem}")
+
+    def problem(self) -> str | None:
+        """What is wrong with the fields' types (a phrase starting with the field's name), or
+        None when nothing is."""
+        providers = self.providers
+        if not isinstance(providers, (list, tuple)):
+            return (
+                "providers must be a list of (EP name or [EpDevice, ...], {option: value}) "
+                f"pairs, not {_shown(providers)}"
+            )
+        for item in providers:
+            if not (isinstance(item, (list, tuple)) and len(item) == 2):
+                return (
+                    "providers must hold (EP name or [EpDevice, ...], {option: value}) pairs, "
+                    f"not {_shown(item)}"
+                )
+            ep, options = item
+            if not (isinstance(ep, (str, list, tuple)) or hasattr(ep, "ep_name")):
+                return (  # (an EpDevice on its own, with its ep_name, is taken too)
+                    f"providers entry {_shown(ep)} must name the EP (str) or list its devices "
+                    "([EpDevice, ...])"
+                )
+            problem = _str_mapping_problem(options, str, "str")
+            if problem is not None:
+                return f"providers options of {reprlib.repr(ep)} must be {problem}"
+        problem = _str_mapping_problem(self.config_entries, str, "str")
+        if problem is not None:
+            return f"config_entries must be {problem}"
+        problem = _str_mapping_problem(self.free_dimension_overrides, int, "int")
+        if problem is not None:
+            return f"free_dimension_overrides must be {problem}"
+        return None
+
+
+def _shown(value: Any) -> str:
+    """``int 1``, ``dict {...}``: a value's type and (short) repr; ``None`` for None."""
+    return "None" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def _str_mapping_problem(value: Any, kind: type, kind_name: str) -> str | None:
+    """None when ``value`` is a mapping of str to ``kind`` (no bool), else what it must be and
+    what it is."""
+    expected = f"a dict of str to {kind_name}"
+    if not isinstance(value, Mapping):
+        hint = " (`{...}` is a set, not a dict)" if isinstance(value, (set, frozenset)) else ""
+        return f"{expected}, not {_shown(value)}{hint}"
+    for key, item in value.items():
+        if not isinstance(key, str):
+            return f"{expected}; key {_shown(key)}"
+        if not isinstance(item, kind) or isinstance(item, bool):
+            return f"{expected}; {key!r} is {_shown(item)}"
+    return None
 
 
 class ExecutionProvider:
@@ -424,7 +484,9 @@ class ExecutionProvider:
 
     def graph_capture_blocker(self, *, rows: int, shared_kv: bool) -> str | None:
         """Why a generator of ``rows`` rows (batch x beams) with (``shared_kv``) or without
-        the shared-buffer KV layout cannot use graph capture; None when it can."""
+        the shared-buffer KV layout cannot use graph capture; None when it can. A KV cache in
+        host memory blocks it whatever ``requires_shared_buffer`` says: a replayed graph reads
+        the device copies made when it was captured, not the host buffers again."""
         capture = self.graph_capture
         if capture is None:
             return f"{self.name} has no graph capture"
@@ -432,7 +494,7 @@ class ExecutionProvider:
             return f"{rows} rows (batch x beams); graph capture takes {capture.max_batch_size}"
         if capture.requires_shared_buffer and not shared_kv:
             return "graph capture needs the shared-buffer KV layout (past_present_share_buffer)"
-        if capture.requires_shared_buffer and self.placement.kv_cache == "cpu":
+        if self.placement.kv_cache == "cpu":
             return (
                 f"{self.name} keeps the KV cache in host memory, which a captured graph would "
                 "not read again"
@@ -592,6 +654,63 @@ def _key(name: str) -> str:
     return normalize_provider_name(name).lower()
 
 
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def provider_origin(provider: ExecutionProvider | type[ExecutionProvider], hook: str) -> str:
+    """``"AcmeProvider.session_spec (module.AcmeProvider, plugin 'acme' (dist 1.0))"``: where a
+    provider's method comes from, for messages about a broken plugin."""
+    cls = provider if isinstance(provider, type) else type(provider)
+    where = [_qualname(cls)]
+    plugin = _REGISTRY.plugins.get(_key(cls.name)) if cls.name else None
+    if plugin is not None and _REGISTRY.classes.get(_key(cls.name)) is cls:
+        where.append(plugins.describe_plugin(plugin))
+    else:
+        where.append(f"distribution {plugins.distribution_of(cls.__module__)}")
+    return f"{cls.__name__}.{hook} ({', '.join(where)})"
+
+
+def check_hook_result(
+    provider: ExecutionProvider, hook: str, value: Any, expected: type, what: str
+) -> Any:
+    """``value`` when it is an ``expected`` instance, else `PluginError` naming the provider's
+    class, the method ``hook``, ``what`` it should return and what it returned."""
+    if isinstance(value, expected):
+        return value
+    raise plugins.PluginError(
+        f"{provider_origin(provider, hook)} returned {_shown(value)}; it must return {what}"
+    )
+
+
+def checked_options(provider: ExecutionProvider, options: Any) -> dict[str, str]:
+    """What ``provider.validate_options`` returned (``options``), checked: a mapping of str to
+    str, as a dict; else `PluginError` naming the provider."""
+    what = "a dict of option name (str) to value (str)"
+    check_hook_result(provider, "validate_options", options, Mapping, what)
+    bad = [(k, v) for k, v in options.items() if not (isinstance(k, str) and isinstance(v, str))]
+    if bad:
+        key, value = bad[0]
+        raise plugins.PluginError(
+            f"{provider_origin(provider, 'validate_options')} returned option {key!r}: "
+            f"{_shown(value)}; it must return {what}"
+        )
+    return dict(options)
+
+
+def checked_session_spec(provider: ExecutionProvider, spec: Any) -> SessionSpec:
+    """What ``provider.session_spec`` returned (``spec``), checked: a `SessionSpec` whose
+    fields have the right types (they may change after it is made); else `PluginError` naming
+    the provider."""
+    check_hook_result(provider, "session_spec", spec, SessionSpec, "a genai.providers.SessionSpec")
+    problem = spec.problem()
+    if problem is not None:
+        raise plugins.PluginError(
+            f"{provider_origin(provider, 'session_spec')} returned a SessionSpec whose {problem}"
+        )
+    return spec
+
+
 class _Registry:
     """Provider classes by lower-cased canonical name; filled by the ``register_providers``
     hook the first time it is needed, and rebuilt when plugins change."""
@@ -607,41 +726,52 @@ class _Registry:
     def add(
         self, cls: type[ExecutionProvider], aliases: Iterable[str] = (), plugin: str = "<manual>"
     ) -> type[ExecutionProvider]:
+        who = plugins.describe_plugin(plugin)
         if not (isinstance(cls, type) and issubclass(cls, ExecutionProvider)):
             raise ArgumentTypeError(
-                f"register() expects an ExecutionProvider subclass, got {cls!r}"
+                f"{who}: register() expects an ExecutionProvider subclass, got {cls!r}"
+                + (" (an instance: pass the class)" if isinstance(cls, ExecutionProvider) else "")
             )
         if not cls.name:
-            raise InvalidArgumentError(f"{cls.__qualname__} has no name")
+            raise InvalidArgumentError(
+                f"{who}: {cls.__module__}.{cls.__qualname__} has no name (set its class "
+                "attribute name)"
+            )
         key = _key(cls.name)
         existing = self.classes.get(key)
         if existing is not None and existing is not cls:
+            first = self.plugins.get(key, "<manual>")
             raise plugins.PluginError(
                 f"execution provider {cls.name!r} is registered twice: by "
-                f"{self.plugins.get(key)} ({existing.__module__}.{existing.__qualname__}) and "
-                f"by {plugin} ({cls.__module__}.{cls.__qualname__})"
+                f"{plugins.describe_plugin(first)}, class {_qualname(existing)}, and by {who}, "
+                f"class {_qualname(cls)}{plugins.conflict_hint(first, plugin)}"
             )
         owner = self.aliases.get(key)
         if owner is not None and owner != key:
+            first = self.plugins.get(owner, "<manual>")
             raise plugins.PluginError(
-                f"execution provider name {cls.name!r} is already an alias of "
-                f"{self.classes[owner].name!r}"
+                f"execution provider name {cls.name!r} ({who}) is already an alias of "
+                f"{self.classes[owner].name!r} ({plugins.describe_plugin(first)})"
+                f"{plugins.conflict_hint(first, plugin)}"
             )
+        for alias in (*cls.aliases, *aliases):  # checked before anything is recorded
+            alias_key = _key(alias)
+            taken = self.aliases.get(alias_key) or (
+                alias_key if alias_key in self.classes else None
+            )
+            if alias_key != key and taken is not None and taken != key:
+                first = self.plugins.get(taken, "<manual>")
+                raise plugins.PluginError(
+                    f"alias {alias!r} of execution provider {cls.name!r} ({who}) is already "
+                    f"taken by {self.classes[taken].name!r} ({plugins.describe_plugin(first)})"
+                    f"{plugins.conflict_hint(first, plugin)}"
+                )
         self.classes[key] = cls
         self.plugins.setdefault(key, plugin)
         for alias in (*cls.aliases, *aliases):
             alias_key = _key(alias)
-            if alias_key == key:
-                continue
-            taken = self.aliases.get(alias_key) or (
-                alias_key if alias_key in self.classes else None
-            )
-            if taken is not None and taken != key:
-                raise plugins.PluginError(
-                    f"alias {alias!r} of execution provider {cls.name!r} is already taken by "
-                    f"{self.classes[taken].name!r}"
-                )
-            self.aliases[alias_key] = key
+            if alias_key != key:
+                self.aliases[alias_key] = key
         return cls
 
     def build(self) -> None:
@@ -722,7 +852,14 @@ def get_provider(name: str) -> ExecutionProvider:
     """
     cls = get_provider_class(name)
     provider = cls()
-    reason = provider.unavailable_reason()
+    try:
+        reason = provider.unavailable_reason()
+    except Exception as exc:  # a probe must not raise; as `list_providers`, it cannot run
+        raise ProviderUnavailableError(
+            f"execution provider {cls.name!r} cannot run here: its availability probe "
+            f"{provider_origin(cls, 'unavailable_reason')} raised {type(exc).__name__}: {exc} "
+            "(a probe must return the reason, not raise)"
+        ) from exc
     if reason is not None:
         raise ProviderUnavailableError(f"execution provider {cls.name!r} cannot run here: {reason}")
     return provider

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,9 @@ __all__ = [
     "PUBLISHED_PROVIDER_PACKAGES",
     "PluginError",
     "PluginInfo",
+    "call_each",
+    "conflict_hint",
+    "describe_plugin",
     "distribution_of",
     "get_plugin_manager",
     "hook",
@@ -77,6 +80,12 @@ ENTRY_POINT_GROUP = "genai.plugins"
 ENV_DISABLE_AUTOLOAD = "GENAI_DISABLE_PLUGIN_AUTOLOAD"
 ENV_LOAD_PLUGINS = "GENAI_LOAD_PLUGINS"
 ENV_TRACE = "GENAI_TRACE_PLUGINS"
+
+#: How to keep a broken entry-point plugin from loading.
+_EXCLUDE_HINT = (
+    f"Uninstall it, or load only the plugins you want with {ENV_LOAD_PLUGINS}=a,b "
+    f"(or none with {ENV_DISABLE_AUTOLOAD}=1)"
+)
 
 #: Built-in plugins: (plugin name, module). They load before any entry point, always.
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (("cpu", "genai.providers.cpu"),)
@@ -202,8 +211,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         except Exception as exc:
             raise PluginError(
                 f"plugin {ep.name!r} ({origin}) failed to import: {type(exc).__name__}: {exc}. "
-                f"Uninstall it, or load only the plugins you want with {ENV_LOAD_PLUGINS}=a,b "
-                f"(or none with {ENV_DISABLE_AUTOLOAD}=1)"
+                f"{_EXCLUDE_HINT}"
             ) from exc
         if pm.is_registered(plugin):
             continue  # the same module under a second entry-point name
@@ -362,23 +370,94 @@ def list_plugins() -> list[PluginInfo]:
     return rows
 
 
+def describe_plugin(name: str) -> str:
+    """``plugin 'x' (its-distribution 1.0)`` for messages; ``registered by hand`` for
+    `register_provider`'s ``"<manual>"``."""
+    if name == "<manual>":
+        return "register_provider() (by hand)"
+    dist, version, builtin = _origins.get(name, ("?", "", False))
+    if builtin:
+        return f"built-in plugin {name!r} ({dist})"
+    if dist in ("?", ""):
+        return f"plugin {name!r}"
+    return f"plugin {name!r} ({f'{dist} {version}'.strip()})"
+
+
+def _from_entry_point(name: str) -> bool:
+    origin = _origins.get(name)
+    return origin is not None and not origin[2] and all(n != name for _, n in _extra)
+
+
+def _exclude_hint(name: str) -> str:
+    """How to keep plugin ``name`` from loading ("" for a built-in or one given by hand)."""
+    return f" {_EXCLUDE_HINT}" if _from_entry_point(name) else ""
+
+
+def conflict_hint(*names: str) -> str:
+    """How to load only one of the plugins ``names`` that claim the same thing ("" when none
+    of them is an entry-point plugin)."""
+    dists = [_origins[n][0] for n in names if _from_entry_point(n)]
+    if not dists:
+        return ""
+    if len(dists) == 1:
+        return (
+            f"; uninstall {dists[0]}, or leave it out by listing the plugins to load in "
+            f"{ENV_LOAD_PLUGINS}=a,b (built-in plugins always load)"
+        )
+    choices = " or ".join(f"{ENV_LOAD_PLUGINS}={d}" for d in dists)
+    return f"; uninstall one, or load only one with {choices} (plus any other plugins you want)"
+
+
+def call_each(
+    hook_name: str,
+    kwargs: Mapping[str, Any] | Callable[[str], Mapping[str, Any]],
+    *,
+    passthrough: Callable[[BaseException], bool] | None = None,
+) -> None:
+    """Call hook ``hook_name`` one plugin at a time (registration order: defaults first), each
+    through the hook machinery (tracing sees it), with ``kwargs`` (or ``kwargs(plugin name)``).
+    An exception a plugin raises becomes `PluginError` naming the plugin, its distribution and
+    how to leave it out (the original as ``__cause__``); a `PluginError`, or one
+    ``passthrough`` accepts, passes as it is."""
+    pm = get_plugin_manager()
+    for impl in getattr(pm.hook, hook_name).get_hookimpls():
+        name = impl.plugin_name
+        caller = pm.subset_hook_caller(
+            hook_name, remove_plugins=[p for p in pm.get_plugins() if p is not impl.plugin]
+        )
+        try:
+            caller(**(kwargs(name) if callable(kwargs) else kwargs))
+        except PluginError:
+            raise
+        except Exception as exc:
+            if passthrough is not None and passthrough(exc):
+                raise
+            raise PluginError(
+                f"{describe_plugin(name)} failed in its {hook_name} hook: "
+                f"{type(exc).__name__}: {exc}.{_exclude_hint(name)}"
+            ) from exc
+
+
 def call_register_providers(add: Callable[..., Any]) -> None:
     """Call the ``register_providers`` hook; ``add(cls, aliases, plugin)`` records each
-    registration with the name of the plugin that made it."""
-    pm = get_plugin_manager()
-    caller = pm.hook.register_providers
-    for impl in caller.get_hookimpls():  # registration order: defaults first
-        plugin_name = impl.plugin_name
+    registration with the name of the plugin that made it. Errors ``add`` raises (misuse of
+    ``register``, already naming the plugin) pass as they are; anything else the plugin
+    raises is a `PluginError` naming it."""
+    raised: list[BaseException] = []
 
-        def register(cls: Any, aliases: Any = (), _plugin: str = plugin_name) -> Any:
-            return add(cls, tuple(aliases), _plugin)
+    def registrar(plugin_name: str) -> dict[str, Any]:
+        def register(cls: Any, aliases: Any = ()) -> Any:
+            try:
+                return add(cls, tuple(aliases), plugin_name)
+            except Exception as exc:
+                raised.append(exc)
+                raise
 
-        # One call per plugin through the hook machinery (so tracing sees it), each with a
-        # registrar that knows who is registering.
-        pm.subset_hook_caller(
-            "register_providers",
-            remove_plugins=[p for p in pm.get_plugins() if p is not impl.plugin],
-        )(register=register)
+        return {"register": register}
+
+    call_each(
+        "register_providers", registrar, passthrough=lambda exc: any(exc is e for e in raised)
+    )
 
 
 def provider_install_command(key: str) -> str:

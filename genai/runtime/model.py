@@ -22,6 +22,7 @@ from genai.errors import ConfigError, GenerationError, ModelError, UnsupportedFe
 from genai.kv.windowed_cache import engine_slides, static_shape_overrides
 from genai.multimodal.processor import MultiModalProcessor
 from genai.providers import ExecutionProvider, get_provider, plugins
+from genai.providers.base import checked_options, checked_session_spec
 from genai.runtime import chunked_attention, gated_silu, hugepages, lora_rows, row_quantization
 from genai.runtime import onnx_wire as wire
 from genai.runtime.chunked_attention import chunk_attention
@@ -321,7 +322,9 @@ class Model:
         # ProviderUnavailableError naming what is missing (never a silent CPU fallback).
         self.provider: ExecutionProvider = get_provider(name)
         self._check_other_providers([other for other, _ in providers[1:]])
-        self.provider_options = self.provider.validate_options(options)
+        self.provider_options = checked_options(
+            self.provider, self.provider.validate_options(options)
+        )
         #: The length at which a batch-1 generator re-runs its sequence (`ROPE_REWIND_LENGTHS`;
         #: 0: never).
         self.rope_rewind_length = (
@@ -455,7 +458,7 @@ class Model:
                 listed = options.get("provider_options") or []
                 name, provider_opts = next(iter(listed[0].items())) if listed else ("cpu", {})
                 provider = get_provider(normalize_provider_name(name))
-                provider_opts = provider.validate_options(provider_opts)
+                provider_opts = checked_options(provider, provider.validate_options(provider_opts))
                 _check_stage_provider(stage, provider, provider_opts)
                 session = self._create_session(
                     session_cfg=options,
@@ -564,7 +567,7 @@ class Model:
         custom_ops = session_cfg.get("custom_ops_library")
         filename = filename or config.decoder.get("filename", "model.onnx")
         path = config.resolve_file(filename, what)
-        spec = provider.session_spec(provider_options, config)
+        spec = checked_session_spec(provider, provider.session_spec(provider_options, config))
         entries.update(spec.config_entries)
         overrides = {**spec.free_dimension_overrides, **(fixed or {})}
         run_entries = dict(run_options or {})
@@ -776,8 +779,9 @@ class Model:
                     model_bytes=trimmed.head or self._rebuilt_head(path),
                     config_entries=entries,
                     intra_op_num_threads=default_intra_op_threads(),
-                    providers=self.provider.session_spec(
-                        self.provider_options, self.config
+                    providers=checked_session_spec(
+                        self.provider,
+                        self.provider.session_spec(self.provider_options, self.config),
                     ).providers,
                 )
             head = self._head.new_binding()
