@@ -29,6 +29,7 @@ __all__ = [
     "default_model",
     "load_model",
     "prefill",
+    "provider_choice",
     "search_options",
 ]
 
@@ -50,7 +51,8 @@ PREFILL_CHUNK = 512
 
 
 def add_model_option(parser: argparse.ArgumentParser) -> None:
-    """``-m/--model``: a model folder or a Hugging Face repo (default: the default model)."""
+    """``-m/--model``: a model folder or a Hugging Face repo (default: the default model);
+    ``--provider`` and ``--provider-option``: the execution provider to run it on."""
     parser.add_argument(
         "-m",
         "--model",
@@ -59,6 +61,38 @@ def add_model_option(parser: argparse.ArgumentParser) -> None:
         "unless HF_HUB_OFFLINE=1; see genai pull) (default: the default model, "
         "SmolLM2-135M-Instruct int4, pulled on first use)",
     )
+    parser.add_argument(
+        "--provider",
+        metavar="NAME",
+        help="execution provider to run the model on, instead of the ones its "
+        "genai_config.json lists (`genai providers` shows the installed ones)",
+    )
+    parser.add_argument(
+        "--provider-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of --provider (repeatable)",
+    )
+
+
+def provider_choice(args: argparse.Namespace) -> tuple[str, dict[str, str]] | None:
+    """``--provider`` and its ``--provider-option`` values, or None when no provider was
+    chosen (`UsageError` for an option without a provider or not ``KEY=VALUE``)."""
+    options: dict[str, str] = {}
+    for item in getattr(args, "provider_option", None) or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--provider-option expects KEY=VALUE, got {item!r}")
+        options[key] = value
+    provider = getattr(args, "provider", None)
+    if provider is None:
+        if options:
+            raise UsageError("--provider-option needs --provider")
+        return None
+    if not provider.strip():
+        raise UsageError("--provider needs a provider name")
+    return provider, options
 
 
 def add_length_options(parser: argparse.ArgumentParser, default_new: int | None) -> None:
@@ -194,9 +228,13 @@ def load_model(args: argparse.Namespace, speech: bool = False):
     """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``; a
     Whisper model is refused, pointing at ``genai transcribe``, unless ``speech``."""
     check_threads(args)
+    choice = provider_choice(args)
     if args.model is None:
         args.model = str(default_model())
+    given = args.model
     args.model = hub.resolve_model(args.model)  # REPO_ID[:SUBFOLDER]: from the hub cache
+    #: the name -m gave when it named a cached model (what `genai serve` answers to)
+    args.model_label = given if args.model != given else None
     path = Path(args.model)
     if path.is_file() and path.suffix.lower() == ".gguf":
         raise InvalidArgumentError(
@@ -207,6 +245,8 @@ def load_model(args: argparse.Namespace, speech: bool = False):
     if args.threads is not None:
         config.overlay({"model": {"decoder": {"session_options": {
             "intra_op_num_threads": args.threads}}}})  # fmt: skip
+    if choice is not None:
+        config.select_provider(*choice)
     model = genai.Model(config)
     if model.type == "whisper" and not speech:
         raise InvalidArgumentError(

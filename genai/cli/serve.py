@@ -11,7 +11,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from genai import hub
-from genai.cli.common import UsageError, add_model_option, default_model, load_model
+from genai.cli.common import (
+    UsageError,
+    add_model_option,
+    default_model,
+    load_model,
+    provider_choice,
+)
 from genai.cli.registry import command
 from genai.errors import MissingDependencyError
 from genai.runtime.model import Model
@@ -225,8 +231,10 @@ def _serve_ray(args: argparse.Namespace) -> int:
         raise MissingDependencyError(
             f"genai serve --ray needs the 'ray' extra (pip install 'genai-runtime[ray]'): {exc}"
         ) from exc
+    choice = provider_choice(args)
     if args.model is None:
         args.model = str(default_model())
+    given = args.model
     args.model = hub.resolve_model(args.model)  # REPO_ID[:SUBFOLDER]: from the hub cache
     options: dict[str, object] = {
         "model": str(Path(args.model).resolve()),
@@ -253,8 +261,10 @@ def _serve_ray(args: argparse.Namespace) -> int:
         options["webui"] = False
     if args.allow_remote_images:
         options["allow_remote_images"] = True
-    if args.served_model_name:
-        options["model_name"] = args.served_model_name
+    if args.served_model_name or args.model != given:  # a cached model: the name -m gave
+        options["model_name"] = args.served_model_name or given
+    if choice is not None:
+        options["provider"], options["provider_options"] = choice
     if args.threads is not None:
         options["threads"] = args.threads
     if args.min_replicas is not None or args.max_replicas is not None:
@@ -315,7 +325,7 @@ def _serve_model(
     engine = serving.ServeEngine(
         model,
         tokenizer,
-        model_name=args.served_model_name,
+        model_name=args.served_model_name or args.model_label,
         max_slots=args.max_slots,
         max_queue=args.max_queue,
         request_timeout=args.timeout,

@@ -1205,6 +1205,14 @@ class Config:
                 return
         self.provider_options.append({canonical: {}})
 
+    def select_provider(self, name: str, options: Mapping[str, str] | None = None) -> None:
+        """Run on provider ``name`` alone, with ``options`` (beyond the reference: its
+        `clear_providers`, `append_provider` and `set_provider_option` in one call)."""
+        self.clear_providers()
+        self.append_provider(name)
+        for key, value in (options or {}).items():
+            self.set_provider_option(name, key, value)
+
     def set_provider_option(self, provider: str, key: str, value: str) -> None:
         """Set one option of a provider, adding the provider if absent."""
         check_type(provider, str, "provider name")

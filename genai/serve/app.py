@@ -28,7 +28,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -244,9 +244,16 @@ class ServeEngine:
 
     @classmethod
     def from_path(
-        cls, path: str | Path, *, threads: int | None = None, **options: Any
+        cls,
+        path: str | Path,
+        *,
+        threads: int | None = None,
+        provider: str | None = None,
+        provider_options: Mapping[str, str] | None = None,
+        **options: Any,
     ) -> ServeEngine:
-        """Load the model folder ``path`` (``threads``: ORT intra-op threads)."""
+        """Load the model folder ``path`` (``threads``: ORT intra-op threads; ``provider``
+        and its ``provider_options``: the execution provider, instead of the folder's)."""
         config = Config(str(path))
         if threads is not None:
             if threads < 1:
@@ -254,6 +261,8 @@ class ServeEngine:
             config.overlay(
                 {"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}
             )
+        if provider is not None:
+            config.select_provider(provider, provider_options)
         model = Model(config)
         return cls(model, Tokenizer(model), **options)
 

@@ -49,11 +49,13 @@ ENGINE_OPTIONS = (
     "speculative_max_streams",
     "speculative_backoff",
     "single_row_steps",
+    "provider",
+    "provider_options",
 )
 #: Engine options that are booleans.
 _FLAG_OPTIONS = ("speculative_backoff", "single_row_steps")
 #: Engine options that stay strings.
-_TEXT_OPTIONS = ("model_name", "speculative")
+_TEXT_OPTIONS = ("model_name", "speculative", "provider")
 
 
 def replica_engine_options(model: str, engine_options: dict[str, Any]) -> dict[str, Any]:
@@ -152,7 +154,8 @@ def build_app(args: dict[str, Any]) -> Any:
     (``num_replicas``, or ``min_replicas`` / ``max_replicas`` / ``target_ongoing_requests``
     for autoscaling, ``num_cpus`` per replica, ``max_ongoing_requests``, ``name``), and
     `ServeEngine` options (``threads``, ``max_slots``, ``max_queue``, ``request_timeout``,
-    ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``, ``lanes``: default 1 per replica),
+    ``prefill_chunk``, ``prefix_cache_mb``, ``model_name``, ``lanes``: default 1 per replica;
+    ``provider`` and ``provider_options``, a mapping or ``"KEY=VALUE,..."``),
     and the HTTP options ``api_key``, ``allowed_origins`` (a list, or a comma-separated string)
     ``max_body_bytes``, ``webui`` (the chat page at /; "false" or "0" turn it off) and
     ``allow_remote_images`` (see `genai.serve.app.create_app`). Values may be strings (from
@@ -177,6 +180,8 @@ def build_app(args: dict[str, Any]) -> Any:
             value = args.pop(key)
             if key in _FLAG_OPTIONS:
                 engine[key] = _flag(value)
+            elif key == "provider_options":
+                engine[key] = _pairs(value)
             else:
                 engine[key] = value if key in _TEXT_OPTIONS else _number(value)
     ray_options = {
@@ -190,6 +195,16 @@ def build_app(args: dict[str, Any]) -> Any:
     return deployment.bind(
         str(model), engine, key, tuple(origins), max_body_bytes, webui, remote_images
     )
+
+
+def _pairs(value: Any) -> dict[str, str]:
+    """``provider_options``: a mapping, or ``"KEY=VALUE,KEY=VALUE"`` from the command line."""
+    if isinstance(value, str):
+        pairs = [item.partition("=") for item in value.split(",") if item.strip()]
+        if any(not sep or not key.strip() for key, sep, _ in pairs):
+            raise ValueError(f"provider_options expects KEY=VALUE,..., got {value!r}")
+        return {key.strip(): text.strip() for key, _, text in pairs}
+    return {str(key): str(text) for key, text in dict(value).items()}
 
 
 def _flag(value: Any) -> bool:
