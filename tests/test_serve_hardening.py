@@ -680,6 +680,15 @@ def test_ctrl_c_cuts_open_streams_after_the_shutdown_timeout(smollm2_path):
         assert process.wait(120) == 130  # as the other commands after Ctrl-C
 
 
+def test_sigterm_stops_genai_serve_with_status_0(fixture_folders):
+    """SIGTERM (a service manager's stop) shuts the server down cleanly with exit status 0, as
+    README.md says (uvicorn raised the signal again afterwards: the process died of it, 143)."""
+    with serve_command(fixture_folders["gqa"]) as (url, process):
+        assert httpx.get(url + "/health", timeout=30).status_code == 200
+        process.terminate()
+        assert process.wait(60) == 0
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_a_grammar_the_vocabulary_cannot_follow_is_400_and_health_stays_ok(server, stream):
     """json_object on the fixture's vocabulary, which cannot spell '{': the request's own

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import socket
 import threading
 import time
@@ -65,6 +66,12 @@ def run_server(
             if self.stopped_by is None:
                 self.stopped_by = sig
             super().handle_exit(sig, frame)
+            # uvicorn raises the signals it caught again once it has shut down: SIGTERM would
+            # then kill the process (status 143) after a clean shutdown. The caller reports
+            # the signal (`stopped_by`): genai serve exits 0 after SIGTERM.
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured[:] = [s for s in captured if s != signal.SIGTERM]
 
     app = create_app(
         engine,
