@@ -707,3 +707,20 @@ def test_a_failing_first_prompt_leaves_the_generator_empty(folders, images, chai
         generator.generate_next_token()
     _, ref_seqs, _ = _generate(og, ref_model, named, max_length)
     np.testing.assert_array_equal(generator.get_sequence(0), ref_seqs[0])
+
+
+def test_gemma3_fixture_template_takes_message_parts_as_the_published_one(folders) -> None:
+    """A message whose content is a list of parts (image, text) renders as Gemma 3's template
+    renders it, in both engines (the fixture's template concatenated the list: genai raised
+    TypeError, the reference wrote the list's text)."""
+    messages = json.dumps(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]}]
+    )
+    rendered = []
+    for engine in (genai, og):
+        tokenizer = engine.Tokenizer(engine.Model(str(folders["gemma3"])))
+        rendered.append(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    assert rendered[0] == rendered[1]
+    assert rendered[0] == (
+        "<start_of_turn>user\n<start_of_image>What?<end_of_turn>\n<start_of_turn>model\n"
+    )

@@ -678,9 +678,17 @@ def _gemma3_vision_graph(rng: np.random.Generator, hidden: int) -> Any:
     return g.model()
 
 
+#: Gemma 3's chat template, reduced: a message's content is text, or a list of parts (``image``
+#: parts become ``<start_of_image>``, ``text`` parts their text), as the published template.
 _GEMMA3_TEMPLATE = (
     "{% for message in messages %}"
-    "{{ '<start_of_turn>' + message['role'] + '\n' + message['content'] + '<end_of_turn>\n' }}"
+    "{{ '<start_of_turn>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for item in message['content'] %}"
+    "{% if item['type'] == 'image' %}{{ '<start_of_image>' }}"
+    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{{ '<end_of_turn>\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
 )
