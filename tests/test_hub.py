@@ -211,7 +211,8 @@ def test_names_of_genais_cache_are_what_m_takes(smollm2_path, tmp_path, monkeypa
     (tmp_path / "my-model").mkdir()  # a folder of that name here wins, as any path does
     assert hub.resolve_model(name) == name
     shutil.rmtree(tmp_path / "my-model")
-    assert hub.resolve_model("other-model") == "other-model"  # left to the caller's check
+    with pytest.raises(genai.ModelFileNotFoundError, match="cached: my-model"):
+        hub.resolve_model("other-model")  # neither a folder nor a cached name
     assert main(["generate", "-m", name, "--max-new-tokens", "3", "Hello"]) == 0
     assert capsys.readouterr().out.strip()
 

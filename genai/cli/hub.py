@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from genai import hub
@@ -43,17 +44,25 @@ def add_hub_pull_arguments(pull: argparse.ArgumentParser) -> None:
 
 
 def pull_from_hub(args: argparse.Namespace) -> int:
-    """Download ``args.repo_id`` and print the folder to pass to ``-m``."""
+    """Download ``args.repo_id`` and print the folder to pass to ``-m``. Ctrl-C ends the
+    process at once (status 130): the download's threads are not waited for; what they
+    fetched stays in the cache and `genai pull` again resumes it."""
     if args.keep_source:
         raise UsageError("--keep-source is for the default model (a hub repo is kept)")
-    folder = hub.pull(
-        args.repo_id,
-        include=args.include,
-        revision=args.revision,
-        precision=args.precision or "int4",
-        progress=not args.quiet,
-        force=args.force,
-    )
+    try:
+        folder = hub.pull(
+            args.repo_id,
+            include=args.include,
+            revision=args.revision,
+            precision=args.precision or "int4",
+            progress=not args.quiet,
+            force=args.force,
+        )
+    except KeyboardInterrupt:
+        print(f"\ngenai: pull interrupted: `genai pull {args.repo_id}` resumes it", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)  # not interpreter exit, which would wait for the download's threads
     print(folder)
     sys.stdout.flush()
     return 0
@@ -82,20 +91,27 @@ def _list(args: argparse.Namespace) -> int:
     models = hub.cached_models()
     if args.json:
         rows = [
-            {"name": m.name, "size": m.size, "kind": m.kind, "cache": m.where, "path": str(m.path)}
+            {"name": m.name, "size": m.size, "kind": m.kind, "cache": m.where,
+             "path": str(m.path), "problem": m.problem}
             for m in models
-        ]
+        ]  # fmt: skip
         print(json.dumps(rows, indent=1))
         return 0
     if not models:
         print(f"no cached models (hub cache: {hub.hub_cache_dir()})", file=sys.stderr)
         return 0
     width = max(len(m.name) for m in models)
-    kinds = max(len(m.kind) for m in models)
-    print(f"{'NAME':<{width}}  {'SIZE':>8}  {'KIND':<{kinds}}  CACHE  FOLDER")
-    for m in models:
+    kinds = [m.kind + (f" [{m.problem.split(':')[0]}]" if m.problem else "") for m in models]
+    kind_width = max(len(k) for k in kinds)
+    print(f"{'NAME':<{width}}  {'SIZE':>8}  {'KIND':<{kind_width}}  CACHE  FOLDER")
+    for m, kind in zip(models, kinds, strict=True):
         size = _human(m.size)
-        print(f"{m.name:<{width}}  {size:>8}  {m.kind:<{kinds}}  {m.where:<5}  {m.path}")
+        print(f"{m.name:<{width}}  {size:>8}  {kind:<{kind_width}}  {m.where:<5}  {m.path}")
+    for m in models:
+        if m.problem.startswith("incomplete"):
+            print(f"{m.name}: {m.problem}; `genai pull {m.name}` finishes it", file=sys.stderr)
+        elif m.problem:
+            print(f"{m.name}: {m.problem}", file=sys.stderr)
     return 0
 
 
@@ -103,15 +119,15 @@ def _list(args: argparse.Namespace) -> int:
 def _fill_rm(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Remove a cached model: REPO_ID removes the repo from the hub cache (every revision) "
-        "and the folder built from it; REPO_ID:SUBFOLDER only that model folder; a name of "
-        "genai's cache (e.g. the default model's) that folder."
+        "and the folder built from it; REPO_ID@REV only that snapshot; REPO_ID:SUBFOLDER only "
+        "that model folder; a name of genai's cache (e.g. the default model's) that folder. "
+        "Every name is checked first: when one matches nothing, nothing is removed."
     )
     parser.add_argument("name", nargs="+", help="as `genai list` shows it")
     parser.set_defaults(handler=_rm)
 
 
 def _rm(args: argparse.Namespace) -> int:
-    for name in args.name:
-        for path in hub.remove(name):
-            print(f"removed {path}")
+    for path in hub.remove(args.name):
+        print(f"removed {path}")
     return 0
