@@ -1,7 +1,8 @@
 """``genai conformance``: what the arguments name is checked before the suite runs.
 
-An unknown provider, a folder that is not a model folder, an unwritable ``--report`` and a
-missing or malformed ``--xfails`` file are one ``genai: error: ...`` line on stderr and exit 1,
+An unknown provider, options the provider refuses, a folder that is not a model folder, an
+unwritable ``--report`` and a missing or malformed ``--xfails`` file are one
+``genai: error: ...`` line on stderr and exit 1,
 without running the suite (it used to run: 21 setup errors, a pytest INTERNALERROR, or a report
 refused only after the whole run). ``run_conformance`` is replaced here by a stub that records
 its arguments, so these tests never run the suite itself.
@@ -19,6 +20,7 @@ import pytest
 import genai.testing.conformance as conformance
 from genai.cli import main
 from genai.errors import InvalidArgumentError
+from genai.providers import get_provider_class
 from genai.testing.models import write_gqa_decoder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +67,38 @@ def test_a_known_provider_any_spelling_runs_the_suite(suite_calls, capsys):
     assert capsys.readouterr().err == ""
 
 
+# --- --option / -o ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--option", "-o"])
+def test_an_option_the_provider_refuses_is_one_line_before_the_suite(suite_calls, capsys, flag):
+    """Checked by the provider's own validate_options (was one ConfigError per test)."""
+    assert main(["conformance", "cpu", flag, "bogus=1"]) == 1
+    err = _one_line_error(capsys)
+    assert "--option: unknown option(s) bogus for execution provider 'cpu'" in err
+    assert suite_calls == []
+
+
+def test_options_are_checked_by_the_provider_class(suite_calls, capsys, monkeypatch):
+    cpu = get_provider_class("cpu")
+    monkeypatch.setattr(cpu, "known_options", frozenset({"turbo"}))
+    assert main(["conformance", "cpu", "-o", "turbo=1"]) == 0
+    assert [c["options"] for c in suite_calls] == [{"turbo": "1"}]
+    assert capsys.readouterr().err == ""
+
+
+def test_an_option_check_that_fails_otherwise_is_left_to_the_suite(suite_calls, monkeypatch):
+    """A validate_options that raises anything but ConfigError is the provider's failure: the
+    suite runs and reports it."""
+
+    def broken(self, options):
+        raise RuntimeError("validate_options crashed")
+
+    monkeypatch.setattr(get_provider_class("cpu"), "validate_options", broken)
+    assert main(["conformance", "cpu", "-o", "turbo=1"]) == 0
+    assert [c["options"] for c in suite_calls] == [{"turbo": "1"}]
+
+
 # --- --model / -m ------------------------------------------------------------------------------
 
 
@@ -84,7 +118,8 @@ def test_a_folder_that_is_not_a_model_folder_is_refused(suite_calls, capsys, tmp
     assert suite_calls == []
 
 
-def test_short_m_is_the_model_and_o_stays_option(suite_calls, capsys, model_dir):
+def test_short_m_is_the_model_and_o_stays_option(suite_calls, capsys, model_dir, monkeypatch):
+    monkeypatch.setattr(get_provider_class("cpu"), "known_options", frozenset({"k"}))
     assert main(["conformance", "cpu", "-m", str(model_dir), "-o", "k=v"]) == 0
     (call,) = suite_calls
     assert call["model"] == str(model_dir)

@@ -72,6 +72,9 @@ def test_format_table_counts_outcomes() -> None:
 
 
 BROKEN_PLUGIN = '''
+import sys
+import time
+
 import numpy as np
 from genai.providers.hookspecs import hookimpl
 from genai.providers import Capabilities, ExecutionProvider, GraphCapture, Placement
@@ -141,9 +144,53 @@ class SessionProbe(CPUBased):
 
 
 class CaptureHostKV(CPUBased):
-    """Declares graph capture but keeps its KV cache in host memory."""
+    """Declares graph capture (and passes its option on) but keeps its KV cache in host
+    memory."""
     name = "fake-capture-host-kv"
     graph_capture = GraphCapture(option="capture")
+
+    def session_spec(self, options, config=None):
+        spec = super().session_spec(options, config)
+        spec.config_entries["fake.capture"] = options.get("capture", "0")
+        return spec
+
+
+class CaptureIgnored(CPUBased):
+    """Declares graph capture (on the host KV cache) but its session never sees the option."""
+    name = "fake-capture-ignored"
+    graph_capture = GraphCapture(option="fake_graph", requires_shared_buffer=False)
+    known_options = frozenset({"fake_graph"})
+
+
+class WrongTypeProbe(CPUBased):
+    """The probe returns 0 (neither None nor a reason)."""
+    name = "fake-wrong-type-probe"
+
+    def unavailable_reason(self):
+        return 0
+
+
+class SlowProbe(CPUBased):
+    """A probe slower than the bound its test class sets (probe_seconds)."""
+    name = "fake-slow-probe"
+
+    def unavailable_reason(self):
+        time.sleep(0.2)
+        return None
+
+
+#: The calls of CountingProbe's probe that the conformance suite made itself.
+SUITE_PROBE_CALLS = []
+
+
+class CountingProbe(CPUBased):
+    """Counts the suite's calls of its probe (the engine's, at each model load, aside)."""
+    name = "fake-counting-probe"
+
+    def unavailable_reason(self):
+        if sys._getframe(1).f_globals.get("__name__") == "genai.testing.conformance.suite":
+            SUITE_PROBE_CALLS.append(1)
+        return None
 
 
 class LaxOptions(CPUBased):
@@ -183,7 +230,8 @@ def register_providers(register):
     for cls in (
         SharedKVBuffer, LyingPlacement, NoSession, Unavailable, RaisingProbe, SessionProbe,
         LaxOptions,
-        CaptureHostKV, StaticBatch, StaticBatchUndeclared, NoSpeechVision,
+        CaptureHostKV, StaticBatch, StaticBatchUndeclared, NoSpeechVision, CaptureIgnored,
+        WrongTypeProbe, SlowProbe, CountingProbe,
     ):
         register(cls)
 '''
@@ -224,6 +272,16 @@ class TestLaxOptions(ProviderConformanceTests):
 
 class TestCaptureHostKV(GraphCaptureTests):
     provider_name = "fake-capture-host-kv"
+
+class TestCaptureIgnored(GraphCaptureTests):
+    provider_name = "fake-capture-ignored"
+
+class TestWrongTypeProbe(SessionCreationTests):
+    provider_name = "fake-wrong-type-probe"
+
+class TestSlowProbe(SessionCreationTests):
+    provider_name = "fake-slow-probe"
+    probe_seconds = 0.05
 
 class TestStaticBatch(SpeechTests, BatchTests):
     provider_name = "fake-static-batch"
@@ -282,6 +340,19 @@ def test_suite_catches_broken_providers(pytester: pytest.Pytester, monkeypatch) 
     # Graph capture declared, KV on the host: a captured graph would not read it: skipped.
     status, reason = outcomes[("TestCaptureHostKV", "test_graph_capture_on_equals_off")]
     assert status == "skip" and "host memory" in reason
+    # Graph capture declared, its option never reaching the session: a failure naming both.
+    status, reason = outcomes[("TestCaptureIgnored", "test_graph_capture_on_equals_off")]
+    assert status == "fail" and "fake-capture-ignored: session_spec() is the same" in reason
+    assert "fake_graph=1" in reason
+    # A probe answering 0: the message names the provider, what it got and what it expects.
+    status, reason = outcomes[("TestWrongTypeProbe", "test_probe_is_cheap_and_does_not_raise")]
+    assert status == "fail"
+    assert "fake-wrong-type-probe: unavailable_reason() returned 0 (int)" in reason
+    assert "expected None (available) or a non-empty str" in reason
+    # A probe over the bound (the class sets 0.05 s; it sleeps 0.2 s): flagged, named.
+    status, reason = outcomes[("TestSlowProbe", "test_probe_is_cheap_and_does_not_raise")]
+    assert status == "fail" and "fake-slow-probe: the availability probe took" in reason
+    assert outcome("TestSlowProbe", "test_provider_is_available") == "pass"
     # Aliased KV buffers break the vision model with the shared layout (phi3v), not the
     # growing ones (Qwen2.5-VL, Whisper).
     assert outcome("TestSharedKV", "test_vision_greedy_parity_with_cpu[phi3v]") == "fail"
@@ -307,6 +378,70 @@ def test_suite_catches_broken_providers(pytester: pytest.Pytester, monkeypatch) 
         ["SpeechTests::test_whisper_greedy_parity_with_cpu*skip*declares speech unsupported"]
     )
     assert result.ret == 1
+    # Several providers: a table for each, the report's top-level provider is none of them.
+    document = json.loads(report.read_text())
+    assert document["provider"] is None and document["provider_options"] is None
+    names = [p["provider"]["name"] for p in document["providers"]]
+    assert names[:2] == ["fake-shared-kv", "fake-placement"] and "fake-slow-probe" in names
+    result.stdout.fnmatch_lines(
+        ["*genai conformance: fake-shared-kv*", "*genai conformance: fake-placement*"]
+    )
+    assert {r["provider"] for r in document["results"]} == set(names)
+    assert "genai conformance: cpu" not in result.stdout.str()
+
+
+ONE_PROVIDER_TESTS = """
+import sys
+
+import broken_providers
+from _pytest.assertion.rewrite import AssertionRewritingHook
+from genai.testing.conformance import BufferPlacementTests, SessionCreationTests
+
+
+class TestCounting(SessionCreationTests, BufferPlacementTests):
+    provider_name = "fake-counting-probe"
+    provider_options = {"level": "2"}
+
+
+def test_the_suite_probed_once_and_a_second_time_to_compare():
+    assert len(broken_providers.SUITE_PROBE_CALLS) == 2
+
+
+def test_the_suite_asserts_are_rewritten():
+    loader = sys.modules["genai.testing.conformance.suite"].__loader__
+    assert isinstance(loader, AssertionRewritingHook)
+"""
+
+
+def test_one_provider_is_labelled_with_its_name_and_options(
+    pytester: pytest.Pytester, monkeypatch
+) -> None:
+    """The provider and options a class names (no --genai-provider) head the table and the
+    report; the suite probes once per session (and once more to compare); its asserts are
+    rewritten, without an assertion-rewrite warning."""
+    pytester.makepyfile(broken_providers=BROKEN_PLUGIN, test_one=ONE_PROVIDER_TESTS)
+    pytester.makeconftest(BROKEN_CONFTEST)
+    pythonpath = [str(pytester.path), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in pythonpath if p))
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv(plugins.ENV_DISABLE_AUTOLOAD, "1")
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(
+        "-p", "genai.testing.conformance.plugin", "--genai-report", str(report), "-q"
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, output
+    assert "PytestAssertRewriteWarning" not in output
+    result.stdout.fnmatch_lines(["*genai conformance: fake-counting-probe (level=2)*"])
+    assert "genai conformance: cpu" not in output
+    document = json.loads(report.read_text())
+    assert document["provider"]["name"] == "fake-counting-probe"
+    assert document["provider"]["unavailable_reason"] is None
+    assert document["provider_options"] == {"level": "2"}
+    assert [p["provider_options"] for p in document["providers"]] == [{"level": "2"}]
+    assert {(r["provider"], str(r["provider_options"])) for r in document["results"]} == {
+        ("fake-counting-probe", "{'level': '2'}")
+    }
 
 
 def test_cli_conformance_writes_a_report(tmp_path: Path) -> None:
@@ -325,6 +460,8 @@ def test_cli_conformance_writes_a_report(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "genai conformance: cpu" in proc.stdout
+    # the CLI imports the plugin (to read --xfails) before pytest runs: no rewrite warning
+    assert "PytestAssertRewriteWarning" not in proc.stdout + proc.stderr
     assert "SessionCreationTests::test_session_creation" in proc.stdout
     document = json.loads(report.read_text())
     assert document["provider"]["name"] == "cpu"
@@ -335,6 +472,71 @@ def test_cli_conformance_writes_a_report(tmp_path: Path) -> None:
     assert by_test["test_graph_capture_on_equals_off"]["outcome"] == "skip"
     areas = {r["area"] for r in document["results"] if r["outcome"] == "pass"}
     assert {"SpeechTests", "VisionTests"} <= areas
+
+
+HANGING_PROBE = """
+import time
+
+from genai.providers import ExecutionProvider
+from genai.providers.hookspecs import hookimpl
+
+
+class HangingProbe(ExecutionProvider):
+    name = "fake-hanging-probe"
+    ort_name = "CPUExecutionProvider"
+
+    def unavailable_reason(self):
+        time.sleep(3600)  # hangs
+
+
+@hookimpl
+def register_providers(register):
+    register(HangingProbe)
+"""
+
+RUN_HANGING = """
+import json
+
+import hanging
+from genai.providers import plugins
+from genai.testing.conformance import run_conformance
+
+plugins.register_plugin(hanging, "hanging")
+tests = ["test_probe_is_cheap", "test_provider_is_available", "test_session_creation"]
+code, results = run_conformance(
+    "fake-hanging-probe", timeout=2, extra_args=["-k", " or ".join(tests)]
+)
+print("RESULT", json.dumps([code, {r["test"]: [r["outcome"], r["reason"]] for r in results}]))
+"""
+
+
+def test_run_conformance_fails_a_hanging_probe_once(tmp_path: Path) -> None:
+    """run_conformance loads pytest-timeout (plugin autoloading is off there): a probe that
+    never returns fails the test that first calls it, and the others say so at once."""
+    pytest.importorskip("pytest_timeout")
+    (tmp_path / "hanging.py").write_text(HANGING_PROBE)
+    (tmp_path / "run_hanging.py").write_text(RUN_HANGING)
+    pythonpath = [str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in pythonpath if p))
+    env[plugins.ENV_DISABLE_AUTOLOAD] = "1"
+    proc = subprocess.run(
+        [sys.executable, "run_hanging.py"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=240,  # under the session's test timeout: the child is killed, not left behind
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    code, results = json.loads(line.removeprefix("RESULT "))
+    assert code == 1
+    outcome, reason = results["test_probe_is_cheap_and_does_not_raise"]
+    assert outcome in ("fail", "error") and "Timeout" in reason
+    for test in ("test_provider_is_available", "test_session_creation"):
+        outcome, reason = results[test]
+        assert outcome in ("fail", "error")
+        assert "fake-hanging-probe" in reason and "probe did not return" in reason
 
 
 def test_cli_conformance_fails_for_an_unknown_provider(tmp_path: Path) -> None:

@@ -8,8 +8,13 @@ import sys
 
 import genai
 from genai.cli.registry import command
-from genai.errors import InvalidArgumentError, MissingDependencyError, check_writable_file
-from genai.providers import get_provider_class
+from genai.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    MissingDependencyError,
+    check_writable_file,
+)
+from genai.providers import ExecutionProvider, get_provider_class
 from genai.runtime.config import normalize_provider_name
 
 __all__: list[str] = []
@@ -66,7 +71,10 @@ def _conformance(args: argparse.Namespace) -> int:
     # What the arguments name is checked here, before the suite runs: a wrong one would
     # otherwise be a setup error in every test (or a pytest INTERNALERROR), or, for --report,
     # found only once the whole suite has run.
-    get_provider_class(normalize_provider_name(args.provider))  # the registry names the known
+    # the registry names the known
+    provider = get_provider_class(normalize_provider_name(args.provider))
+    if options:
+        _check_options(provider, options)
     if args.model is not None:
         genai.Config(args.model)  # raises, naming the folder, when it is not a model folder
     if args.xfails is not None:
@@ -92,3 +100,15 @@ def _conformance(args: argparse.Namespace) -> int:
         print(f"genai conformance {args.provider}: no conformance test ran (pytest exit {code})")
     failed = any(r["outcome"] in ("fail", "error") for r in results)
     return 1 if failed or code not in (0, 5) or not results else 0
+
+
+def _check_options(provider: type[ExecutionProvider], options: dict[str, str]) -> None:
+    """Raise `InvalidArgumentError` when the provider's own `validate_options` (as a model load
+    calls it) refuses ``options`` with a `ConfigError`. Anything else it raises is left to
+    the suite, which reports it as the provider's failure."""
+    try:
+        provider().validate_options(options)
+    except ConfigError as exc:
+        raise InvalidArgumentError(f"--option: {exc}") from None
+    except Exception:
+        pass

@@ -15,25 +15,35 @@ The areas are importable one by one (`SessionCreationTests`, `GreedyParityTests`
 (`genai.testing.conformance.plugin`, loaded through the ``pytest11`` entry point) adds
 ``--genai-provider``, ``--genai-provider-option``, ``--genai-model``, ``--genai-xfails`` and
 ``--genai-report``.
+
+The suite's names are imported on first use (`genai.testing.conformance.suite`, which needs
+pytest): under pytest, after the plugin has marked the suite for assertion rewriting.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from genai.testing.conformance.runner import run_conformance
-from genai.testing.conformance.suite import (
-    BatchTests,
-    BufferPlacementTests,
-    ConformanceFixtures,
-    ErrorTests,
-    GraphCaptureTests,
-    GreedyParityTests,
-    KVLayoutTests,
-    ProviderConformanceTests,
-    RewindContinuousTests,
-    SeededSamplingTests,
-    SessionCreationTests,
-    SpeechTests,
-    VisionTests,
-    requires,
-)
+
+if TYPE_CHECKING:
+    from genai.testing.conformance.suite import (
+        BatchTests,
+        BufferPlacementTests,
+        ConformanceFixtures,
+        ErrorTests,
+        GraphCaptureTests,
+        GreedyParityTests,
+        KVLayoutTests,
+        ProviderConformanceTests,
+        RewindContinuousTests,
+        SeededSamplingTests,
+        SessionCreationTests,
+        SpeechTests,
+        VisionTests,
+        requires,
+    )
 
 __all__ = [
     "BatchTests",
@@ -52,3 +62,9 @@ __all__ = [
     "requires",
     "run_conformance",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("genai.testing.conformance.suite"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,18 @@ Options:
 ``--genai-report FILE.json``
     Write every conformance result (and the provider's description) as JSON.
 
-When conformance tests ran, the terminal summary ends with a pass/fail/skip table.
+When conformance tests ran, the terminal summary ends with a pass/fail/skip table for each
+provider tested (a section headed ``genai conformance: NAME``, with its options when it has any).
+A result belongs to the provider and options its test's fixtures resolved
+(``genai_provider_name`` and ``genai_provider_options``: the class's ``provider_name`` and
+``provider_options``, then ``--genai-provider`` / ``--genai-provider-option``, then cpu). The
+report has ``provider`` (the provider's description) and ``provider_options`` when one provider
+was tested, both null when several were (one session may collect classes for several: the
+results are never labelled with one of them); ``providers`` lists each, with its options and
+summary, and each result names its ``provider`` and ``provider_options``.
+
+The suite module (`genai.testing.conformance.suite`) is not imported here: it is marked for
+assertion rewriting at ``pytest_configure`` and imported by the test modules that use it.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,17 +45,31 @@ import genai
 from genai._core import ort_api
 from genai.errors import GenaiError, InvalidArgumentError
 from genai.providers import get_provider_class
-from genai.runtime.config import normalize_provider_name
-from genai.testing.conformance.suite import ConformanceFixtures, ProviderConformanceTests
 
-#: The names of the suite's tests (every area's), which xfails lists must name.
-SUITE_TESTS = frozenset(n for n in dir(ProviderConformanceTests) if n.startswith("test_"))
+#: The suite's module: imported lazily, so that pytest can rewrite its asserts.
+SUITE = "genai.testing.conformance.suite"
+
+
+def suite_test_names() -> frozenset[str]:
+    """The names of the suite's tests (every area's), which xfails lists must name."""
+    from genai.testing.conformance.suite import (  # lazy: after assertion rewriting is on
+        ProviderConformanceTests,
+    )
+
+    return frozenset(n for n in dir(ProviderConformanceTests) if n.startswith("test_"))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SUITE_TESTS":  # the former constant
+        return suite_test_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def unknown_test_names(names: Iterable[str]) -> list[str]:
     """The names (function names or node-id suffixes, as in an xfails file or a provider's
     ``known_failures``) that name none of the suite's tests: typos, or tests since renamed."""
-    return [n for n in names if n.split("::")[-1].split("[")[0] not in SUITE_TESTS]
+    known = suite_test_names()
+    return [n for n in names if n.split("::")[-1].split("[")[0] not in known]
 
 
 def _warn_unknown(names: Iterable[str], where: str) -> None:
@@ -94,8 +120,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _is_conformance(item: pytest.Item) -> bool:
+    suite = sys.modules.get(SUITE)  # not imported: no conformance test was collected
     cls = getattr(item, "cls", None)
-    return cls is not None and issubclass(cls, ConformanceFixtures)
+    return suite is not None and cls is not None and issubclass(cls, suite.ConformanceFixtures)
+
+
+_PROVIDER = pytest.StashKey[tuple[str, dict[str, str]]]()
+
+
+def _provider_under_test(item: pytest.Item) -> tuple[str, dict[str, str]]:
+    """(provider name, options) a conformance item tests: what its fixtures resolved (a vendor
+    may override them), else what its class says."""
+    found = item.stash.get(_PROVIDER, None)
+    if found is not None:
+        return found
+    funcargs = getattr(item, "funcargs", {})
+    name, options = funcargs.get("genai_provider_name"), funcargs.get("genai_provider_options")
+    if name is not None and options is not None:
+        item.stash[_PROVIDER] = (str(name), {str(k): str(v) for k, v in options.items()})
+        return item.stash[_PROVIDER]
+    return item.cls.provider_under_test(item.config)  # type: ignore[attr-defined]
 
 
 def read_xfails(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -165,11 +209,10 @@ def _check_known_failures(config: pytest.Config, items: list[pytest.Item]) -> No
     providers = set()
     for item in items:
         if _is_conformance(item):
-            cls = item.cls  # type: ignore[attr-defined]
-            providers.add(cls.provider_name or config.getoption("genai_provider", None) or "cpu")
+            providers.add(_provider_under_test(item)[0])
     for name in sorted(providers):
         try:
-            provider = get_provider_class(normalize_provider_name(str(name)))
+            provider = get_provider_class(name)
         except GenaiError:
             continue  # the tests themselves report an unknown provider
         _warn_unknown(provider.known_failures or {}, f"provider {name!r}: known_failures")
@@ -199,6 +242,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     if _is_conformance(item):
         report.genai_area = _area(item)  # type: ignore[attr-defined]
         report.genai_name = item.name  # type: ignore[attr-defined]
+        report.genai_provider = _provider_under_test(item)  # type: ignore[attr-defined]
     return report
 
 
@@ -225,6 +269,7 @@ class _Collector:
         elif report.when == "teardown" and report.failed:
             outcome = "error"
         if outcome is not None:
+            name, options = report.genai_provider  # type: ignore[attr-defined]
             self.results.append(
                 {
                     "test": report.genai_name,  # type: ignore[attr-defined]
@@ -232,6 +277,8 @@ class _Collector:
                     "outcome": outcome,
                     "reason": _reason(report),
                     "nodeid": report.nodeid,
+                    "provider": name,
+                    "provider_options": dict(options),
                 }
             )
 
@@ -240,6 +287,8 @@ _COLLECTOR = pytest.StashKey[_Collector]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if SUITE not in sys.modules:  # imported later, by a test module: with assertion rewriting
+        pytest.register_assert_rewrite(SUITE)
     path = config.getoption("genai_xfails", None)
     if path:  # read now: a missing or malformed file is a usage error, before anything runs
         try:
@@ -267,18 +316,43 @@ def collected_results(config: pytest.Config) -> list[dict[str, Any]]:
     return list(collector.results) if collector is not None else []
 
 
-def _provider_description(config: pytest.Config) -> dict[str, Any]:
-    name = normalize_provider_name(config.getoption("genai_provider", None) or "cpu")
+def _provider_description(config: pytest.Config, name: str) -> dict[str, Any]:
+    """Provider ``name``'s description, with its probe's answer (the one the tests had, when
+    they probed it: a probe is not called again after the run)."""
     try:
         cls = get_provider_class(name)
     except Exception as exc:
         return {"name": name, "error": str(exc)}
     description = cls().describe()
+    suite = sys.modules.get(SUITE)
+    probed = suite.probed(config, cls) if suite is not None else None
+    if probed is not None:
+        failure = probed.failure()
+        description["unavailable_reason"] = probed.reason if failure is None else failure
+        return description
     try:
         description["unavailable_reason"] = cls().unavailable_reason()
     except Exception as exc:  # pragma: no cover - reported, not raised
         description["unavailable_reason"] = f"probe raised {exc!r}"
     return description
+
+
+def by_provider(
+    results: list[dict[str, Any]],
+) -> list[tuple[str, dict[str, str], list[dict[str, Any]]]]:
+    """``results`` grouped by the provider and options tested, in run order:
+    [(name, options, results)]."""
+    groups: dict[tuple[str, str], tuple[str, dict[str, str], list[dict[str, Any]]]] = {}
+    for r in results:
+        name, options = r.get("provider", ""), r.get("provider_options") or {}
+        key = (name, json.dumps(options, sort_keys=True))
+        groups.setdefault(key, (name, dict(options), []))[2].append(r)
+    return list(groups.values())
+
+
+def _title(name: str, options: dict[str, str]) -> str:
+    shown = ", ".join(f"{k}={v}" for k, v in options.items())
+    return f"{name} ({shown})" if shown else name
 
 
 def environment() -> dict[str, str]:
@@ -315,33 +389,44 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     results = collected_results(config)
     if not results:
         return
-    name = config.getoption("genai_provider", None) or "cpu"
     env = environment()
-    terminalreporter.section(f"genai conformance: {name}")
-    terminalreporter.write_line(
-        f"genai {env['genai']}, onnxruntime {env['onnxruntime']}, python {env['python']}"
-    )
-    terminalreporter.write_line(format_table(results))
+    for name, options, group in by_provider(results):
+        terminalreporter.section(f"genai conformance: {_title(name, options)}")
+        terminalreporter.write_line(
+            f"genai {env['genai']}, onnxruntime {env['onnxruntime']}, python {env['python']}"
+        )
+        terminalreporter.write_line(format_table(group))
     path = config.getoption("genai_report", None)
     if path:
         write_report(path, config, results)
         terminalreporter.write_line(f"report written to {path}")
 
 
-def write_report(path: str, config: pytest.Config, results: list[dict[str, Any]]) -> None:
+def _counts(results: list[dict[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in results:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-    options = {}
-    for item in config.getoption("genai_provider_option", None) or ():
-        key, _, value = str(item).partition("=")
-        options[key] = value
+    return counts
+
+
+def write_report(path: str, config: pytest.Config, results: list[dict[str, Any]]) -> None:
+    """Write the JSON report of ``results`` (see the module's docstring)."""
+    providers = [
+        {
+            "provider": _provider_description(config, name),
+            "provider_options": options,
+            "summary": _counts(group),
+        }
+        for name, options, group in by_provider(results)
+    ]
+    one = providers[0] if len(providers) == 1 else None
     document = {
-        "provider": _provider_description(config),
-        "provider_options": options,
+        "provider": one["provider"] if one else None,
+        "provider_options": one["provider_options"] if one else None,
+        "providers": providers,
         "model": config.getoption("genai_model", None),
         "environment": environment(),
-        "summary": counts,
+        "summary": _counts(results),
         "results": results,
     }
     Path(path).write_text(json.dumps(document, indent=2) + "\n")

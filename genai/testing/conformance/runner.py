@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +16,8 @@ from typing import Any
 __all__ = ["run_conformance"]
 
 PLUGIN = "genai.testing.conformance.plugin"
+#: Seconds one test may take by default (pytest-timeout): a hang becomes a failure.
+TIMEOUT = 600.0
 
 
 def run_conformance(
@@ -23,11 +29,16 @@ def run_conformance(
     xfails: str | os.PathLike[str] | None = None,
     extra_args: Sequence[str] = (),
     quiet: bool = True,
+    timeout: float | None = TIMEOUT,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Run the whole suite for ``provider``; returns (pytest exit code, results).
 
-    Runs in this process with pytest's plugin autoloading off (only the conformance plugin and
-    pytest's own), in a scratch root directory so that no project configuration applies.
+    Runs in this process with pytest's plugin autoloading off (only the conformance plugin,
+    pytest-timeout and pytest's own), in a scratch root directory so that no project
+    configuration applies. With pytest-timeout installed, a test running over ``timeout``
+    seconds (None: no limit) fails (a hung probe or session), in the main thread by a signal;
+    elsewhere pytest-timeout's thread method ends the process, stacks dumped. Without it there
+    is no limit.
     """
     try:
         import pytest  # lazy: pytest is the optional 'conformance' extra
@@ -38,11 +49,19 @@ def run_conformance(
         ini = Path(scratch) / "pytest.ini"
         ini.write_text("[pytest]\naddopts =\npython_files = *.py\n")
         args = [
-            "-c", str(ini), "--rootdir", scratch, "-p", PLUGIN, "-p", "no:cacheprovider",
+            "-c", str(ini), "--rootdir", scratch, "-p", "no:cacheprovider",
             "-p", "no:randomly", "--basetemp", str(Path(scratch) / "tmp"),
             "--genai-provider", provider,
         ]  # fmt: skip
         args += ["-q"] if quiet else ["-v"]
+        # Registered as objects, not by -p NAME: -p marks a module for assertion rewriting and
+        # warns when it was imported already (the CLI imports the plugin to read --xfails).
+        plugins: list[Any] = [importlib.import_module(PLUGIN)]
+        if timeout and importlib.util.find_spec("pytest_timeout") is not None:
+            plugins.append(importlib.import_module("pytest_timeout"))
+            in_main = threading.current_thread() is threading.main_thread()
+            method = "signal" if in_main and hasattr(signal, "SIGALRM") else "thread"
+            args += ["--timeout", f"{timeout:g}", "--timeout-method", method]
         for key, value in (options or {}).items():
             args += ["--genai-provider-option", f"{key}={value}"]
         if model is not None:
@@ -55,7 +74,7 @@ def run_conformance(
         saved = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         try:
-            code = int(pytest.main(args))
+            code = int(pytest.main(args, plugins=plugins))
         finally:
             if saved is None:
                 os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)

@@ -17,7 +17,9 @@ Tests that need a capability the provider declares unsupported are skipped (`req
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,7 +35,7 @@ from genai.errors import (
     SearchOptionError,
 )
 from genai.multimodal.images import pillow_image
-from genai.providers import REQUIREMENTS, ExecutionProvider, get_provider_class
+from genai.providers import REQUIREMENTS, ExecutionProvider, SessionSpec, get_provider_class
 from genai.runtime.config import normalize_provider_name
 from genai.testing.models import write_gqa_decoder
 from genai.testing.vision import write_phi3v, write_qwen2_5_vl
@@ -47,12 +49,14 @@ __all__ = [
     "GraphCaptureTests",
     "GreedyParityTests",
     "KVLayoutTests",
+    "ProbeResult",
     "ProviderConformanceTests",
     "RewindContinuousTests",
     "SeededSamplingTests",
     "SessionCreationTests",
     "SpeechTests",
     "VisionTests",
+    "probe",
     "requires",
 ]
 
@@ -71,6 +75,92 @@ VISION_PROMPTS = {
 }
 
 _MODELS: dict[tuple[str, str], Path] = {}
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One call of a provider's availability probe (`ExecutionProvider.unavailable_reason`)."""
+
+    #: What it returned (None: available; a str: why not).
+    reason: Any = None
+    #: What it raised instead (an interrupted call, e.g. by a test timeout, keeps its exception).
+    error: BaseException | None = None
+    #: How long the call took.
+    seconds: float = 0.0
+    #: ORT sessions (``onnxruntime.InferenceSession``) it created.
+    sessions: int = 0
+    #: The call did not return (a test timeout or Ctrl-C stopped it).
+    interrupted: bool = False
+
+    def failure(self) -> str | None:
+        """Why the probe gave no answer (None when it returned)."""
+        if self.interrupted:
+            return (
+                f"the availability probe did not return (stopped after {self.seconds:.1f} s: "
+                f"{self.error})"
+            )
+        if self.error is not None:
+            return (
+                f"the availability probe raised {type(self.error).__name__}: {self.error} "
+                "(it must return a reason instead)"
+            )
+        return None
+
+
+def call_probe(cls: type[ExecutionProvider]) -> ProbeResult:
+    """Call ``cls().unavailable_reason()`` once, timed, counting the ORT sessions it creates.
+
+    An exception is kept in the result; an interruption (`BaseException`: a test timeout,
+    Ctrl-C) propagates, its `ProbeResult` attached as ``exc.genai_probe``."""
+    try:
+        import onnxruntime as ort
+    except ImportError:  # no ORT Python package: no InferenceSession to count
+        ort = None
+    sessions: list[tuple[Any, ...]] = []
+    real = getattr(ort, "InferenceSession", None)
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        sessions.append(args)
+        return real(*args, **kwargs)
+
+    if real is not None:
+        ort.InferenceSession = counting
+    start = time.perf_counter()
+    try:
+        reason = cls().unavailable_reason()
+    except Exception as exc:
+        return ProbeResult(None, exc, time.perf_counter() - start, len(sessions))
+    except BaseException as exc:
+        exc.genai_probe = ProbeResult(  # type: ignore[attr-defined]
+            None, exc, time.perf_counter() - start, len(sessions), interrupted=True
+        )
+        raise
+    finally:
+        if real is not None:
+            ort.InferenceSession = real
+    return ProbeResult(reason, None, time.perf_counter() - start, len(sessions))
+
+
+_PROBES = pytest.StashKey[dict[type, ProbeResult]]()
+
+
+def probe(config: pytest.Config, cls: type[ExecutionProvider]) -> ProbeResult:
+    """``cls``'s probe result in ``config``'s pytest session: the probe is called once per
+    session (`call_probe`), then remembered, an interrupted call too (a hung probe stops one
+    test, not every test)."""
+    cache = config.stash.setdefault(_PROBES, {})
+    if cls not in cache:
+        try:
+            cache[cls] = call_probe(cls)
+        except BaseException as exc:
+            cache[cls] = exc.genai_probe  # type: ignore[attr-defined]
+            raise
+    return cache[cls]
+
+
+def probed(config: pytest.Config, cls: type[ExecutionProvider]) -> ProbeResult | None:
+    """``cls``'s remembered probe result in ``config``'s session (None: not probed yet)."""
+    return config.stash.get(_PROBES, {}).get(cls)
 
 
 def _cached_model(
@@ -150,20 +240,29 @@ class ConformanceFixtures:
     provider_options: ClassVar[Mapping[str, str]] = {}
     #: A model folder of the vendor's (None: the suite writes tiny models).
     model_dir: ClassVar[str | None] = None
+    #: The most seconds the availability probe may take (the faster of two calls, so that a
+    #: first import of a large EP library does not count): it runs at every model load.
+    probe_seconds: ClassVar[float] = 2.0
+
+    @classmethod
+    def provider_under_test(cls, config: pytest.Config) -> tuple[str, dict[str, str]]:
+        """(normalised provider name, options) the class tests by its attributes and the pytest
+        options: what the fixtures give unless a subclass overrides them."""
+        name = cls.provider_name or config.getoption("genai_provider", None) or "cpu"
+        options: dict[str, str] = {}
+        for item in config.getoption("genai_provider_option", None) or ():
+            key, _, value = str(item).partition("=")
+            options[key] = value
+        options.update(cls.provider_options)
+        return normalize_provider_name(str(name)), options
 
     @pytest.fixture
     def genai_provider_name(self, request: pytest.FixtureRequest) -> str:
-        name = self.provider_name or request.config.getoption("genai_provider", None) or "cpu"
-        return normalize_provider_name(str(name))
+        return self.provider_under_test(request.config)[0]
 
     @pytest.fixture
     def genai_provider_options(self, request: pytest.FixtureRequest) -> dict[str, str]:
-        options: dict[str, str] = {}
-        for item in request.config.getoption("genai_provider_option", None) or ():
-            key, _, value = str(item).partition("=")
-            options[key] = value
-        options.update(self.provider_options)
-        return options
+        return self.provider_under_test(request.config)[1]
 
     @pytest.fixture
     def genai_model_dir(
@@ -214,18 +313,34 @@ class ConformanceFixtures:
         return get_provider_class(genai_provider_name)
 
     @pytest.fixture
+    def genai_provider_probe(
+        self, request: pytest.FixtureRequest, genai_provider_class: type[ExecutionProvider]
+    ) -> ProbeResult:
+        """The provider's availability probe, called once per pytest session (`probe`)."""
+        return probe(request.config, genai_provider_class)
+
+    @pytest.fixture
     def genai_provider(
-        self, genai_provider_class: type[ExecutionProvider]
+        self, genai_provider_class: type[ExecutionProvider], genai_provider_probe: ProbeResult
     ) -> Iterator[ExecutionProvider]:
         provider = genai_provider_class()
-        reason = provider.unavailable_reason()
+        failure = genai_provider_probe.failure()
+        if failure is not None:
+            pytest.fail(f"provider {provider.name!r}: {failure}", pytrace=False)
+        reason = genai_provider_probe.reason
         if reason is not None:
             pytest.skip(f"provider {provider.name!r} is unavailable: {reason}")
         yield provider
 
     @pytest.fixture(autouse=True)
-    def _genai_requirements(self, request: pytest.FixtureRequest, genai_provider_name: str) -> None:
-        """Skip what the provider declares unsupported; xfail its declared known failures."""
+    def _genai_requirements(
+        self,
+        request: pytest.FixtureRequest,
+        genai_provider_name: str,
+        genai_provider_options: dict[str, str],
+    ) -> None:
+        """Skip what the provider declares unsupported; xfail its declared known failures.
+        (Requests the provider's name and options for every test: the report names them.)"""
         cls = get_provider_class(genai_provider_name)
         for requirement in getattr(request.function, "genai_requires", ()):
             reason = unsupported(cls, requirement)
@@ -352,6 +467,7 @@ class ConformanceFixtures:
         twice that tolerance (a near tie)."""
         caps = provider.capabilities
         atol = caps.logits_atol
+        what = f"{provider.name}: {what}"
         for step in range(steps):
             if gen_c.is_done() or gen_p.is_done():
                 assert gen_c.is_done() == gen_p.is_done(), f"{what}: done differs at step {step}"
@@ -403,43 +519,70 @@ class SessionCreationTests(ConformanceFixtures):
 
     def test_provider_is_registered(self, genai_provider_name: str) -> None:
         cls = get_provider_class(genai_provider_name)
-        assert issubclass(cls, ExecutionProvider)
-        assert cls.name and cls.ort_name, "a provider needs a name and an ort_name"
+        assert isinstance(cls, type) and issubclass(cls, ExecutionProvider), (
+            f"{genai_provider_name!r} is registered as {cls!r}: expected an ExecutionProvider "
+            "subclass"
+        )
+        assert cls.name and cls.ort_name, (
+            f"{cls.__name__}: a provider needs a name and an ort_name (got name={cls.name!r}, "
+            f"ort_name={cls.ort_name!r})"
+        )
         described = cls().describe()
-        assert described["name"] == cls.name
+        assert described["name"] == cls.name, (
+            f"{cls.name}: describe() names {described['name']!r}, expected {cls.name!r}"
+        )
         for role in ("kv_cache", "inputs", "logits", "sampling"):
             where = getattr(cls.placement, role)
             assert where in ("cpu", cls.device), (
-                f"placement.{role} is {where!r}: must be 'cpu' or the provider's device "
-                f"{cls.device!r}"
+                f"{cls.name}: placement.{role} is {where!r}: must be 'cpu' or the provider's "
+                f"device {cls.device!r}"
             )
 
     def test_probe_is_cheap_and_does_not_raise(
-        self, genai_provider_class: type[ExecutionProvider], monkeypatch: pytest.MonkeyPatch
+        self, genai_provider_class: type[ExecutionProvider], genai_provider_probe: ProbeResult
     ) -> None:
-        """The probe loads no model: it creates no ORT session, and says the same twice.
+        """The probe loads no model (creates no ORT session), is quick, returns None or a
+        reason, and says the same twice.
 
-        "Cheap" is checked by what the probe does, not by a clock, which a loaded machine
-        (or a first import of a large EP library) would fail.
+        Quick: the faster of two calls (the session's first, `probe`, and one more) within
+        `probe_seconds`, a generous bound, as a first import of a large EP library may be
+        slow; the probe runs at every model load.
         """
-        import onnxruntime as ort
+        name = genai_provider_class.name
+        first = genai_provider_probe
+        failure = first.failure()
+        if failure is not None:
+            pytest.fail(f"{name}: {failure}", pytrace=False)
+        second = call_probe(genai_provider_class)
+        assert not (first.sessions or second.sessions), (
+            f"{name}: the availability probe created an ORT session (a probe loads no model)"
+        )
+        failure = second.failure()
+        assert failure is None, f"{name}: called a second time, {failure}"
+        reason = first.reason
+        assert reason is None or (isinstance(reason, str) and reason.strip()), (
+            f"{name}: unavailable_reason() returned {reason!r} ({type(reason).__name__}): "
+            "expected None (available) or a non-empty str (why not)"
+        )
+        assert reason == second.reason, (
+            f"{name}: the availability probe answered {reason!r}, then {second.reason!r}"
+        )
+        quickest = min(first.seconds, second.seconds)
+        assert quickest <= self.probe_seconds, (
+            f"{name}: the availability probe took {quickest:.1f} s (the faster of two calls), "
+            f"over {self.probe_seconds:g} s: it runs at every model load, so it must be cheap "
+            "(probe files and module specs, import lazily)"
+        )
 
-        sessions: list[tuple[Any, ...]] = []
-
-        def no_session(*args: Any, **kwargs: Any) -> Any:
-            sessions.append(args)
-            raise AssertionError("the availability probe created an ORT session")
-
-        monkeypatch.setattr(ort, "InferenceSession", no_session)
-        first = genai_provider_class().unavailable_reason()
-        second = genai_provider_class().unavailable_reason()
-        assert not sessions, "the availability probe created an ORT session"
-        assert first is None or (isinstance(first, str) and first.strip())
-        assert first == second, "the availability probe answered differently twice"
-
-    def test_provider_is_available(self, genai_provider_class: type[ExecutionProvider]) -> None:
-        reason = genai_provider_class().unavailable_reason()
-        assert reason is None, f"{genai_provider_class.name} is unavailable here: {reason}"
+    def test_provider_is_available(
+        self, genai_provider_class: type[ExecutionProvider], genai_provider_probe: ProbeResult
+    ) -> None:
+        name = genai_provider_class.name
+        failure = genai_provider_probe.failure()
+        if failure is not None:
+            pytest.fail(f"{name}: {failure}", pytrace=False)
+        reason = genai_provider_probe.reason
+        assert reason is None, f"{name} is unavailable here: {reason}"
 
     def test_session_creation(
         self,
@@ -447,12 +590,18 @@ class SessionCreationTests(ConformanceFixtures):
         genai_provider_options: dict[str, str],
         genai_model_dir: Path,
     ) -> None:
-        model = self.model(genai_model_dir, genai_provider.name, genai_provider_options)
-        assert model.provider.name == genai_provider.name
-        assert model.device_type == genai_provider.reference_device_type(model.provider_options)
+        name = genai_provider.name
+        model = self.model(genai_model_dir, name, genai_provider_options)
+        assert model.provider.name == name, f"a model made for {name} runs on {model.provider.name}"
+        expected = genai_provider.reference_device_type(model.provider_options)
+        assert model.device_type == expected, (
+            f"{name}: Model.device_type is {model.device_type!r}, expected {expected!r} "
+            "(reference_device_type)"
+        )
         gen = self.generator(model, self.prompts(model, 1))
         gen.generate_next_token()
-        assert gen.get_next_tokens().shape == (1,)
+        shape = gen.get_next_tokens().shape
+        assert shape == (1,), f"{name}: one generated token has shape {shape}, expected (1,)"
 
 
 class GreedyParityTests(ConformanceFixtures):
@@ -515,7 +664,7 @@ class BatchTests(ConformanceFixtures):
             genai_model_dir, genai_provider, genai_provider_options, share
         )
         rows = self.prompts(model_c, 2)
-        assert len(rows[0]) != len(rows[1]), "the batch must need padding"
+        assert len(rows[0]) != len(rows[1]), "the suite's batch must need padding"
         self.assert_parity(
             genai_provider,
             self.generator(model_p, rows),
@@ -525,7 +674,11 @@ class BatchTests(ConformanceFixtures):
         if genai_provider.capabilities.exact:
             batched = self.greedy(model_p, rows)
             for i, row in enumerate(rows):
-                assert batched[i] == self.greedy(model_p, [row])[0], f"row {i} differs alone"
+                alone = self.greedy(model_p, [row])[0]
+                assert batched[i] == alone, (
+                    f"{genai_provider.name}: row {i} of a padded batch gave {batched[i]}, "
+                    f"alone {alone}"
+                )
 
 
 class RewindContinuousTests(ConformanceFixtures):
@@ -573,10 +726,18 @@ class RewindContinuousTests(ConformanceFixtures):
         full = gen.get_sequence(0).tolist()
         keep = len(prompt) + 3
         gen.rewind_to(keep)
-        assert gen.token_count() == keep
+        count = gen.token_count()
+        assert count == keep, (
+            f"{genai_provider.name}: after rewind_to({keep}) token_count() is {count}, "
+            f"expected {keep}"
+        )
         history = full[: keep + 2]
         gen.append_tokens(np.asarray(history[keep:], dtype=np.int64))
-        assert gen.get_sequence(0).tolist() == history
+        sequence = gen.get_sequence(0).tolist()
+        assert sequence == history, (
+            f"{genai_provider.name}: after rewind_to({keep}) and appending "
+            f"{history[keep:]}, the sequence is {sequence}, expected {history}"
+        )
         # The tokens generated after the rewind against the cpu provider fed the same
         # history at once: exact providers choose its tokens, the others stay within their
         # declared logits tolerance (as in continuous decoding).
@@ -589,7 +750,10 @@ class RewindContinuousTests(ConformanceFixtures):
             what="decoding after rewind_to + append",
         )
         if genai_provider.capabilities.exact:
-            assert gen.get_sequence(0).tolist() == full, "tokens after rewind differ"
+            again = gen.get_sequence(0).tolist()
+            assert again == full, (
+                f"{genai_provider.name}: tokens after rewind {again}, first run {full}"
+            )
 
 
 class GraphCaptureTests(ConformanceFixtures):
@@ -602,16 +766,19 @@ class GraphCaptureTests(ConformanceFixtures):
         genai_provider_options: dict[str, str],
         genai_capture_model_dir: Path,
     ) -> None:
+        name = genai_provider.name
         capture = genai_provider.graph_capture
-        assert capture is not None
+        assert capture is not None, f"{name} declares graph capture, has graph_capture None"
         share = capture.requires_shared_buffer or self.default_layout(genai_provider)
+        self.assert_capture_reaches_session(
+            genai_provider, genai_provider_options, genai_capture_model_dir, share
+        )
         blocker = genai_provider.graph_capture_blocker(rows=1, shared_kv=share)
         if blocker is not None:
-            pytest.skip(f"{genai_provider.name} cannot capture a batch-1 generator: {blocker}")
+            pytest.skip(f"{name} cannot capture a batch-1 generator: {blocker}")
         results = []
         for enabled in (False, True):
             options = {**genai_provider_options, **genai_provider.graph_capture_options(enabled)}
-            assert genai_provider.graph_capture_enabled(options) is enabled
             model = self.model(
                 genai_capture_model_dir,
                 genai_provider.name,
@@ -626,7 +793,7 @@ class GraphCaptureTests(ConformanceFixtures):
                 gen = self.generator(model, prompt, kv_initial_capacity=8)
                 captured = bool(getattr(gen._loop, "capture", False))
                 assert captured is enabled, (
-                    f"graph capture {'on' if enabled else 'off'}: the engine "
+                    f"{name}: graph capture {'on' if enabled else 'off'}: the engine "
                     f"{'did not capture' if enabled else 'captured'} the decode steps"
                 )
                 tokens = []
@@ -634,9 +801,80 @@ class GraphCaptureTests(ConformanceFixtures):
                     gen.generate_next_token()
                     tokens.append(int(gen.get_next_tokens()[0]))
                 runs.append(tokens)
-            assert runs[0] == runs[1], "two generators on one session gave different tokens"
+            assert runs[0] == runs[1], (
+                f"{name}: graph capture {'on' if enabled else 'off'}: two generators on one "
+                f"session gave different tokens: {runs[0]}, {runs[1]}"
+            )
             results.append(runs[0])
-        assert results[0] == results[1], "graph capture changed the tokens"
+        assert results[0] == results[1], (
+            f"{name}: graph capture changed the tokens: off {results[0]}, on {results[1]}"
+        )
+
+    def assert_capture_reaches_session(
+        self,
+        provider: ExecutionProvider,
+        options: Mapping[str, str],
+        model_dir: Path,
+        share: bool,
+    ) -> None:
+        """The session spec with graph capture on differs from the one with it off as the
+        provider's `GraphCapture` says: its ``option`` reaches the session (an EP option, or a
+        session config entry named by it) as ``on`` when on, and not as ``on`` when off."""
+        capture = provider.graph_capture
+        assert capture is not None
+        name, option = provider.name, capture.option
+        specs = {}
+        for enabled in (False, True):
+            validated = provider.validate_options(
+                {**options, **provider.graph_capture_options(enabled)}
+            )
+            assert provider.graph_capture_enabled(validated) is enabled, (
+                f"{name}: graph_capture_enabled() is {not enabled} for options {validated} "
+                f"({option}={capture.on if enabled else capture.off})"
+            )
+            config = self.config(model_dir, name, validated, past_present_share_buffer=share)
+            specs[enabled] = provider.session_spec(validated, config)
+        assert _spec_settings(specs[True]) != _spec_settings(specs[False]), (
+            f"{name}: session_spec() is the same with graph capture on ({option}={capture.on}) "
+            f"and off ({option}={capture.off}): the option its graph_capture declares never "
+            "reaches the session (pass it as an EP option, or turn it into a session config "
+            "entry)"
+        )
+        for enabled in (False, True):
+            given = _capture_values(specs[enabled], option)
+            if enabled and given and capture.on not in given:
+                pytest.fail(
+                    f"{name}: with graph capture on, session_spec() passes {option}="
+                    f"{'/'.join(given)} to the session, expected {option}={capture.on}",
+                    pytrace=False,
+                )
+            if not enabled and capture.on in given:
+                pytest.fail(
+                    f"{name}: with graph capture off ({option}={capture.off}), session_spec() "
+                    f"still passes {option}={capture.on} to the session",
+                    pytrace=False,
+                )
+
+
+def _spec_settings(spec: SessionSpec) -> tuple[Any, ...]:
+    """A session spec's settings (EP options, config entries, fixed dimensions), comparable."""
+    return (
+        [dict(options) for _, options in spec.providers],
+        dict(spec.config_entries),
+        dict(spec.free_dimension_overrides),
+    )
+
+
+def _capture_values(spec: SessionSpec, option: str) -> list[str]:
+    """The values ``spec`` gives ``option``: as an EP option, or as a session config entry
+    named ``option`` or ending in ``.option`` (DirectML's ``ep.dml.enable_graph_capture``)."""
+    values = [str(options[option]) for _, options in spec.providers if option in options]
+    values += [
+        str(value)
+        for key, value in spec.config_entries.items()
+        if key == option or key.endswith(f".{option}")
+    ]
+    return values
 
 
 class SeededSamplingTests(ConformanceFixtures):
@@ -667,9 +905,13 @@ class SeededSamplingTests(ConformanceFixtures):
                 tokens.append(int(gen.get_next_tokens()[0]))
             return tokens
 
+        name = genai_provider.name
         first = sample(1234)
-        assert sample(1234) == first, "the same seed gave different tokens"
-        assert any(sample(seed) != first for seed in (1, 2, 3)), "every seed gave the same tokens"
+        again = sample(1234)
+        assert again == first, f"{name}: seed 1234 gave {first}, then {again}"
+        assert any(sample(seed) != first for seed in (1, 2, 3)), (
+            f"{name}: seeds 1234, 1, 2 and 3 all gave the same tokens {first}"
+        )
         if genai_provider.capabilities.exact and genai_provider.name != "cpu":
             cpu = self.model(
                 genai_model_dir,
@@ -683,7 +925,9 @@ class SeededSamplingTests(ConformanceFixtures):
             while not gen.is_done() and len(expected) < NEW_TOKENS:
                 gen.generate_next_token()
                 expected.append(int(gen.get_next_tokens()[0]))
-            assert first == expected, "an exact provider sampled other tokens than cpu"
+            assert first == expected, (
+                f"{name} (declares exact) sampled {first} with seed 1234; cpu sampled {expected}"
+            )
 
 
 class SpeechTests(ConformanceFixtures):
@@ -709,7 +953,10 @@ class SpeechTests(ConformanceFixtures):
         processor = model_c.create_multimodal_processor()
         named = processor([SPEECH_PROMPT] * len(clips), audios=genai.Audios.from_arrays(*clips))
         features = np.asarray(named["audio_features"])
-        assert features.shape[0] == len(clips) and np.isfinite(features).all()
+        assert features.shape[0] == len(clips) and np.isfinite(features).all(), (
+            f"the processor's audio_features (shape {features.shape}) are not {len(clips)} "
+            "finite rows"
+        )
         gen_c = self.input_generator(model_c, named, len(clips))
         first = gen_c.get_logits()[:, 0, :]
         # the check can only see the encoder if the clips change the decoder's logits
@@ -757,7 +1004,9 @@ class VisionTests(ConformanceFixtures):
         )
         processor = model_c.create_multimodal_processor()
         named = processor(VISION_PROMPTS[kind], images=genai.Images.open_bytes(png))
-        assert int(np.asarray(named["num_image_tokens"]).sum()) > 0
+        assert int(np.asarray(named["num_image_tokens"]).sum()) > 0, (
+            f"the {kind} processor gave no image tokens"
+        )
         self.assert_parity(
             genai_provider,
             self.input_generator(model_p, named),
@@ -770,16 +1019,18 @@ class BufferPlacementTests(ConformanceFixtures):
     """Buffers live on the device the provider claims, and the session agrees."""
 
     def test_allocated_buffers_live_where_claimed(self, genai_provider: ExecutionProvider) -> None:
+        name = genai_provider.name
         for role in ("kv_cache", "inputs", "logits"):
             buffer = genai_provider.allocate((1, 2, 3, 4), np.dtype(np.float32), role=role)
             claimed = getattr(genai_provider.placement, role)
             where = genai_provider.buffer_device(buffer)
             assert where == claimed, (
-                f"allocate(role={role!r}) gave a {where} buffer; claims {claimed}"
+                f"{name}: allocate(role={role!r}) gave a {where} buffer "
+                f"({type(buffer).__name__}); placement.{role} claims {claimed}"
             )
         zeros = genai_provider.allocate((2, 3), np.dtype(np.float32))
         if isinstance(zeros, np.ndarray):
-            assert not zeros.any(), "allocate(zero=True) must zero the buffer"
+            assert not zeros.any(), f"{name}: allocate(zero=True) gave a buffer not zeroed"
 
     def test_session_io_where_claimed(
         self,
@@ -811,8 +1062,9 @@ class BufferPlacementTests(ConformanceFixtures):
                     f"{name}: the session keeps it in {info['name']} memory, the provider "
                     f"places {role} on {getattr(genai_provider.placement, role)}"
                 )
-        assert not problems, "buffers are not where the session runs them (a copy every step): " + (
-            "; ".join(problems)
+        assert not problems, (
+            f"{genai_provider.name}: buffers are not where the session runs them (a copy every "
+            "step): " + "; ".join(problems)
         )
         if genai_provider.placement.kv_cache != "cpu":
             # The engine keeps what the provider claims: after a step the pasts bound to the
@@ -829,8 +1081,9 @@ class BufferPlacementTests(ConformanceFixtures):
                 gen = self.generator(model, [list(range(3, 9))])
                 gen.generate_next_token()
                 assert gen._session.bound_input_in_device_memory(io.past_keys[0]), (
-                    f"the provider places kv_cache on its device but the engine keeps it on "
-                    f"the host (past_present_share_buffer={share})"
+                    f"{genai_provider.name} places kv_cache on its device "
+                    f"({genai_provider.placement.kv_cache}) but the engine keeps it on the host "
+                    f"(past_present_share_buffer={share})"
                 )
 
 
@@ -860,8 +1113,11 @@ class ErrorTests(ConformanceFixtures):
         )
         with pytest.raises(ProviderUnavailableError) as info:
             self.model(genai_model_dir, genai_provider_class.name)
-        assert genai_provider_class.name in str(info.value)
-        assert "simulated: no such device" in str(info.value)
+        name = genai_provider_class.name
+        assert name in str(info.value) and "simulated: no such device" in str(info.value), (
+            f"{name}: the error for an unavailable provider names neither it nor the probe's "
+            f"reason ('simulated: no such device'): {info.value}"
+        )
 
     def test_unknown_provider_name_is_an_error(self, genai_model_dir: Path) -> None:
         with pytest.raises(ProviderUnavailableError, match="no installed plugin provides it"):
