@@ -294,8 +294,12 @@ class TestNoSpeechVision(VisionTests, SpeechTests):
 """
 
 
-def test_suite_catches_broken_providers(pytester: pytest.Pytester, monkeypatch) -> None:
-    pytester.makepyfile(broken_providers=BROKEN_PLUGIN, test_broken=BROKEN_TESTS)
+def _run_broken_suite(
+    pytester: pytest.Pytester, monkeypatch, tests: str, *args: str
+) -> tuple[pytest.RunResult, Path]:
+    """Run the conformance plugin over the test module ``tests`` beside the fake providers
+    (`BROKEN_PLUGIN`), in a subprocess; returns the result and the JSON report's path."""
+    pytester.makepyfile(broken_providers=BROKEN_PLUGIN, test_suite_module=tests)
     pytester.makeconftest(BROKEN_CONFTEST)
     pythonpath = [str(pytester.path), str(ROOT), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in pythonpath if p))
@@ -303,8 +307,13 @@ def test_suite_catches_broken_providers(pytester: pytest.Pytester, monkeypatch) 
     monkeypatch.setenv(plugins.ENV_DISABLE_AUTOLOAD, "1")
     report = pytester.path / "report.json"
     result = pytester.runpytest_subprocess(
-        "-p", "genai.testing.conformance.plugin", "--genai-report", str(report), "-q"
+        "-p", "genai.testing.conformance.plugin", "--genai-report", str(report), *args, "-q"
     )
+    return result, report
+
+
+def test_suite_catches_broken_providers(pytester: pytest.Pytester, monkeypatch) -> None:
+    result, report = _run_broken_suite(pytester, monkeypatch, BROKEN_TESTS)
     outcomes = {}
     for r in json.loads(report.read_text())["results"]:
         cls = r["nodeid"].split("::")[1]
@@ -419,16 +428,7 @@ def test_one_provider_is_labelled_with_its_name_and_options(
     """The provider and options a class names (no --genai-provider) head the table and the
     report; the suite probes once per session (and once more to compare); its asserts are
     rewritten, without an assertion-rewrite warning."""
-    pytester.makepyfile(broken_providers=BROKEN_PLUGIN, test_one=ONE_PROVIDER_TESTS)
-    pytester.makeconftest(BROKEN_CONFTEST)
-    pythonpath = [str(pytester.path), str(ROOT), os.environ.get("PYTHONPATH", "")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in pythonpath if p))
-    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv(plugins.ENV_DISABLE_AUTOLOAD, "1")
-    report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess(
-        "-p", "genai.testing.conformance.plugin", "--genai-report", str(report), "-q"
-    )
+    result, report = _run_broken_suite(pytester, monkeypatch, ONE_PROVIDER_TESTS)
     output = result.stdout.str() + result.stderr.str()
     assert result.ret == 0, output
     assert "PytestAssertRewriteWarning" not in output
@@ -561,29 +561,19 @@ def test_cli_conformance_fails_for_an_unknown_provider(tmp_path: Path) -> None:
 def test_xfails_file_marks_listed_tests_with_the_line_reason(
     pytester: pytest.Pytester, monkeypatch
 ) -> None:
-    pytester.makepyfile(
-        broken_providers=BROKEN_PLUGIN,
-        test_listed="""
-from genai.testing.conformance import SessionCreationTests
-
-class TestNoSession(SessionCreationTests):
-    provider_name = "fake-no-session"
-""",
-    )
-    pytester.makeconftest(BROKEN_CONFTEST)
     xfails = pytester.path / "known.xfails"
     xfails.write_text(
         "# known failures\ntest_session_creation  # no such EP here\ntest_sesion_creation\n"
     )
-    pythonpath = [str(pytester.path), str(ROOT), os.environ.get("PYTHONPATH", "")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in pythonpath if p))
-    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv(plugins.ENV_DISABLE_AUTOLOAD, "1")
-    report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess(
-        "-p", "genai.testing.conformance.plugin", "--genai-report", str(report),
-        "--genai-xfails", str(xfails), "-q",
-    )  # fmt: skip
+    listed_tests = """
+from genai.testing.conformance import SessionCreationTests
+
+class TestNoSession(SessionCreationTests):
+    provider_name = "fake-no-session"
+"""
+    result, report = _run_broken_suite(
+        pytester, monkeypatch, listed_tests, "--genai-xfails", str(xfails)
+    )
     by_test = {r["test"]: r for r in json.loads(report.read_text())["results"]}
     listed = by_test["test_session_creation"]
     assert listed["outcome"] == "xfail"
