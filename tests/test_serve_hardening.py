@@ -678,6 +678,9 @@ def test_ctrl_c_cuts_open_streams_after_the_shutdown_timeout(smollm2_path):
         assert "data: [DONE]" not in lines
         assert len(lines) < 3000
         assert process.wait(120) == 130  # as the other commands after Ctrl-C
+        log = process.stderr.read()
+        assert "timeout graceful shutdown exceeded" in log  # uvicorn's line says it was cut
+        assert "Exception in ASGI application" not in log  # without a traceback for it
 
 
 def test_sigterm_stops_genai_serve_with_status_0(fixture_folders):

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import logging
 import os
 import signal
 import socket
@@ -59,6 +61,9 @@ def run_server(
     ``NO_COLOR``. Returns the number of the signal that stopped the server, if one did."""
     import uvicorn
 
+    cut = _CutAtShutdown()
+    logging.getLogger("uvicorn.error").addFilter(cut)
+
     class Server(uvicorn.Server):
         stopped_by: int | None = None
 
@@ -91,8 +96,25 @@ def run_server(
             use_colors=False if _no_color() else None,
         )
     )
-    server.run(sockets=[sock] if sock is not None else None)
+    try:
+        server.run(sockets=[sock] if sock is not None else None)
+    finally:
+        logging.getLogger("uvicorn.error").removeFilter(cut)
     return server.stopped_by
+
+
+class _CutAtShutdown(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" traceback for a request it cancelled
+    because the shutdown timeout passed: that cut is documented (``--shutdown-timeout``) and
+    uvicorn's own line ("Cancel N running task(s), timeout graceful shutdown exceeded")
+    already says it happened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (
+            isinstance(error, asyncio.CancelledError)
+            and "timeout graceful shutdown exceeded" in str(error)
+        )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
