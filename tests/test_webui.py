@@ -56,6 +56,14 @@ def browser():
     driver.quit()
 
 
+@pytest.fixture(scope="module")
+def text_server(default_model_path):
+    """`genai serve` on the default model with no options, shared by the tests that need
+    nothing else: its URL."""
+    with serve_command(default_model_path) as (url, _):
+        yield url
+
+
 def wait_for(condition, timeout=90.0, what="the page"):
     deadline = time.monotonic() + timeout
     while True:
@@ -108,6 +116,56 @@ def greedy_settings(browser, max_tokens=NEW_TOKENS):
     set_field(browser, "max_tokens", max_tokens)
 
 
+def focused(browser):
+    """The id of the element with keyboard focus (BODY's tag when focus is lost)."""
+    return js(browser, "const e = document.activeElement; return e ? e.id || e.tagName : null;")
+
+
+def count_chat_posts(browser) -> None:
+    """Count the page's requests to /v1/chat/completions from now on (``window.chatPosts``)
+    and keep their bodies (``window.chatBodies``)."""
+    js(
+        browser,
+        """window.chatPosts = 0;
+        window.chatBodies = [];
+        const original = window.fetch;
+        window.fetch = (resource, ...rest) => {
+            if (String(resource).includes('chat/completions')) {
+                window.chatPosts += 1;
+                window.chatBodies.push(JSON.parse(rest[0].body));
+            }
+            return original(resource, ...rest);
+        };""",
+    )
+
+
+def start_a_long_reply(browser, keyboard=False):
+    """Ask for a reply too long to end by itself in the test (with Enter on the Send button:
+    ``keyboard``); wait until it streams."""
+    greedy_settings(browser, max_tokens=4000)
+    set_field(browser, "repetition_penalty", 1.3)  # a long reply that does not loop back
+    story = "Write a very long story about a dragon who learns to bake bread."
+    if keyboard:
+        from selenium.webdriver.common.keys import Keys  # lazy: the browser fixture checked it
+
+        set_field(browser, "prompt", story)
+        browser.find_element("id", "send").send_keys(Keys.ENTER)
+    else:
+        ask(browser, story)
+    wait_for(lambda: len((last_reply(browser) or {}).get("text", "")) > 40, what="text")
+
+
+def reply_busy(browser):
+    """The last reply's aria-busy and the aria-live of the region holding it."""
+    return js(
+        browser,
+        """const boxes = document.querySelectorAll('.message.assistant');
+        const box = boxes[boxes.length - 1];
+        return [box.getAttribute('aria-busy'),
+                box.closest('[aria-live]').getAttribute('aria-live')];""",
+    )
+
+
 def test_a_question_gets_a_streamed_answer(browser, default_model_path):
     expected = chat_reply(og, default_model_path, QUESTION, NEW_TOKENS)
     with serve_command(default_model_path) as (url, _):
@@ -138,10 +196,7 @@ def test_stop_ends_the_reply_and_frees_the_server(browser, default_model_path):
     with serve_command(default_model_path) as (url, _):
         open_page(browser, url)
         wait_for(lambda: browser.find_element("id", "model").text, what="the model's id")
-        greedy_settings(browser, max_tokens=4000)
-        set_field(browser, "repetition_penalty", 1.3)  # a long reply that does not loop back
-        ask(browser, "Write a very long story about a dragon who learns to bake bread.")
-        wait_for(lambda: len((last_reply(browser) or {}).get("text", "")) > 40, what="text")
+        start_a_long_reply(browser)
         assert browser.find_element("id", "stop").is_displayed()
         browser.find_element("id", "stop").click()
         reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="stop")
@@ -156,13 +211,137 @@ def test_stop_ends_the_reply_and_frees_the_server(browser, default_model_path):
         assert last_reply(browser)["text"] == stopped_text  # nothing arrives after the stop
 
 
+def test_new_chat_during_a_reply_starts_an_empty_conversation(browser, text_server):
+    """New chat while a reply streams stops it, and nothing of it reaches the new conversation
+    (the stopped reply ends after the reset)."""
+    open_page(browser, text_server)
+    wait_for(lambda: browser.find_element("id", "model").text, what="the model's id")
+    count_chat_posts(browser)
+    start_a_long_reply(browser)
+    assert browser.find_element("id", "stop").is_displayed()
+    browser.find_element("id", "new-chat").click()
+    assert not browser.find_elements("css selector", ".message")
+    wait_for(lambda: browser.find_element("id", "send").is_displayed(), what="Send")
+    greedy_settings(browser)
+    set_field(browser, "repetition_penalty", 1)
+    ask(browser, QUESTION)
+    reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="a reply")
+    bodies = js(browser, "return window.chatBodies")
+    assert len(bodies) == 2
+    assert bodies[1]["messages"] == [{"role": "user", "content": QUESTION}]
+    assert reply["outcome"] == "done" and "Paris" in reply["text"]
+    assert len(browser.find_elements("css selector", ".message")) == 2
+
+
+def test_keyboard_focus_and_the_live_region_follow_a_reply(browser, text_server):
+    """Enter on Send moves the focus to Stop (Send is hidden), Enter on Stop back to the message
+    box; the reply streams under aria-busy in the polite live region, announced when it ends."""
+    from selenium.webdriver.common.keys import Keys  # lazy: the browser fixture checked it
+
+    open_page(browser, text_server)
+    wait_for(lambda: browser.find_element("id", "model").text, what="the model's id")
+    start_a_long_reply(browser, keyboard=True)
+    assert focused(browser) == "stop"
+    assert reply_busy(browser) == ["true", "polite"]
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+    reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="stop")
+    assert reply["outcome"] == "stopped"
+    assert focused(browser) == "prompt"
+    assert reply_busy(browser) == ["false", "polite"]
+    # typed in the message box: the focus stays there, to write the next one while it streams
+    greedy_settings(browser)
+    set_field(browser, "repetition_penalty", 1)
+    prompt = browser.find_element("id", "prompt")
+    prompt.send_keys(QUESTION, Keys.ENTER)
+    wait_for(lambda: len(browser.find_elements("css selector", ".message.assistant")) == 2)
+    assert focused(browser) == "prompt"
+    reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="a reply")
+    assert reply["outcome"] == "done" and "Paris" in reply["text"]
+    assert focused(browser) == "prompt"
+    assert reply_busy(browser) == ["false", "polite"]
+
+
+def test_the_settings_panel_fits_a_narrow_window(browser, text_server):
+    """On a phone-sized window (the header wraps) the settings panel lies between the header
+    and the message box, and its last button scrolls into reach."""
+    metrics = {"width": 360, "height": 640, "deviceScaleFactor": 1, "mobile": True}
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    try:
+        open_page(browser, text_server)
+        wait_for(lambda: browser.find_element("id", "model").text, what="the model's id")
+        browser.find_element("id", "toggle-settings").click()
+        layout = js(
+            browser,
+            """const box = (q) => document.querySelector(q).getBoundingClientRect();
+            return {header: box('header').bottom, top: box('#settings').top,
+                    bottom: box('#settings').bottom, composer: box('#composer').top,
+                    height: window.innerHeight};""",
+        )
+        assert layout["header"] <= layout["top"], layout
+        assert layout["bottom"] <= layout["composer"] <= layout["height"], layout
+        for name in ("reset-settings", "prompt"):  # reached, and not covered
+            hit = js(
+                browser,
+                """const element = document.getElementById(arguments[0]);
+                element.scrollIntoView({block: 'nearest'});
+                const r = element.getBoundingClientRect();
+                const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+                return hit && hit.id;""",
+                name,
+            )
+            assert hit == name
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_a_message_too_large_for_the_server_is_kept(browser, text_server):
+    """A text-only request over --max-body-bytes is refused on the page, in words for what it
+    holds (no images here)."""
+    open_page(browser, text_server)
+    wait_for(lambda: browser.find_element("id", "model").text, what="the model's id")
+    greedy_settings(browser)
+    count_chat_posts(browser)
+    error = browser.find_element("id", "image-error")
+    big = "document.getElementById('prompt').value = 'x'.repeat(5 << 20);"
+    js(browser, big + "document.getElementById('composer').requestSubmit();")
+    wait_for(lambda: error.is_displayed() and error.text, what="the refusal")
+    assert error.text.startswith("This message makes a 5.0 MiB request"), error.text
+    assert "4.0 MiB (genai serve --max-body-bytes). Shorten the message." in error.text
+    assert "image" not in error.text
+    assert js(browser, "return document.getElementById('prompt').value.length") == 5 << 20
+    assert js(browser, "return window.chatPosts") == 0
+    ask(browser, QUESTION)
+    reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="a reply")
+    assert reply["outcome"] == "done" and not error.is_displayed()
+    js(browser, big + "document.getElementById('composer').requestSubmit();")
+    wait_for(lambda: error.is_displayed() and error.text, what="the refusal")
+    assert error.text.startswith("This message and the conversation make a 5.0 MiB"), error.text
+    assert "Shorten the message or start a new chat." in error.text
+    assert "image" not in error.text
+    assert js(browser, "return window.chatPosts") == 1
+
+
 def test_api_key_is_asked_for_and_required(browser, default_model_path):
+    from selenium.webdriver.common.keys import Keys  # lazy: the browser fixture checked it
+
     with serve_command(default_model_path, "--api-key", "sesame") as (url, _):
         assert httpx.get(url + "/v1/models").status_code == 401
         open_page(browser, url)
         dialog = browser.find_element("id", "key-dialog")
         wait_for(lambda: dialog.get_attribute("open") is not None, what="the key dialog")
         assert browser.find_element("id", "model").text == ""
+        # Escape before any user activation (Chromium closes the dialog then, whatever the
+        # cancel event's handler says): the page opens it again, the key still awaited
+        js(
+            browser,
+            """window.keyDialogCloses = 0;  // after the page's own close handler
+            document.getElementById('key-dialog').addEventListener(
+                'close', () => { window.keyDialogCloses += 1; });""",
+        )
+        browser.switch_to.active_element.send_keys(Keys.ESCAPE)
+        wait_for(lambda: js(browser, "return window.keyDialogCloses"), what="the close")
+        assert dialog.get_attribute("open") is not None
+        assert focused(browser) == "key-input"
         set_field(browser, "key-input", "wrong")
         browser.find_element("id", "key-save").click()
         error = browser.find_element("id", "key-error")
@@ -173,6 +352,7 @@ def test_api_key_is_asked_for_and_required(browser, default_model_path):
         browser.find_element("id", "key-save").click()
         wait_for(lambda: browser.find_element("id", "model").text, what="the model's id")
         assert dialog.get_attribute("open") is None
+        assert focused(browser) == "prompt"  # the keyboard goes on in the message box
         greedy_settings(browser)
         ask(browser, QUESTION)
         reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="reply")
@@ -203,7 +383,16 @@ MARKDOWN_CASES = [
      "<table><thead><tr><th>a</th><th>b</th></tr></thead>"
      "<tbody><tr><td>1</td><td>2</td></tr></tbody></table>"),
     ("> quoted", "<blockquote><p>quoted</p></blockquote>"),
+    ("[a](http://x.com/?q=1&x=<img>)",
+     '<p><a href="http://x.com/?q=1&amp;x=&lt;img&gt;" target="_blank" '
+     'rel="noopener noreferrer">a</a></p>'),
+    ("""[q](https://x.org/"a'b)""",
+     '<p><a href="https://x.org/&quot;a&#39;b" target="_blank" '
+     'rel="noopener noreferrer">q</a></p>'),
+    ("[x](&#106;avascript:alert(1))", "<p>[x](&amp;#106;avascript:alert(1))</p>"),
 ]  # fmt: skip
+#: link URLs as written: the browser reads each back from the rendered href (escaped once)
+LINK_URLS = ["http://x.com/?q=1&x=<img>", """https://x.org/"a'b""", "https://x.org/?a&amp;b=1"]
 
 
 def test_markdown_renderer_in_the_browser(browser, tmp_path):
@@ -212,6 +401,15 @@ def test_markdown_renderer_in_the_browser(browser, tmp_path):
     browser.get(page.as_uri())
     for source, html in MARKDOWN_CASES:
         assert js(browser, "return window.GenaiMarkdown.render(arguments[0]);", source) == html
+    for url in LINK_URLS:
+        href = js(
+            browser,
+            """const holder = document.createElement('div');
+            holder.innerHTML = window.GenaiMarkdown.render('[link](' + arguments[0] + ')');
+            return holder.querySelector('a').getAttribute('href');""",
+            url,
+        )
+        assert href == url
 
 
 def test_the_page_files_are_package_data():
@@ -357,17 +555,21 @@ def test_a_pasted_image_gets_the_reference_reply(browser, vision_server):
     assert user_images(browser) == [[150, 90, "data:image/png;base64,"]]
 
 
-def count_chat_posts(browser) -> None:
-    """Count the page's requests to /v1/chat/completions from now on (``window.chatPosts``)."""
-    js(
-        browser,
-        """window.chatPosts = 0;
-        const original = window.fetch;
-        window.fetch = (resource, ...rest) => {
-            if (String(resource).includes('chat/completions')) window.chatPosts += 1;
-            return original(resource, ...rest);
-        };""",
-    )
+def test_new_chat_drops_the_images_not_sent(browser, vision_server):
+    url, _ = vision_server
+    open_vision_page(browser, url)
+    count_chat_posts(browser)
+    paste(browser, gradient(90, 150, 1), "pasted.png")
+    assert wait_for(lambda: attachments(browser), what="the thumbnail") == [150]
+    browser.find_element("id", "new-chat").click()
+    assert attachments(browser) == []
+    assert not browser.find_element("id", "attachments").is_displayed()
+    ask(browser, IMAGE_QUESTION)
+    reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="a reply")
+    assert reply["outcome"] == "done", reply["stats"]
+    assert js(browser, "return window.chatBodies")[0]["messages"] == [
+        {"role": "user", "content": IMAGE_QUESTION}
+    ]
 
 
 def test_images_the_server_would_refuse_are_refused_on_the_page(browser, vision_server):

@@ -149,11 +149,16 @@
     stats.textContent = text;
   }
 
+  // Send and Stop trade places: keyboard focus on the one hidden (or lost) moves to Stop while
+  // a reply streams, and back to the message box after; focus elsewhere stays where it is.
   function setBusy(busy) {
+    const active = document.activeElement;
+    const lost = !active || active === document.body || active === $(busy ? "send" : "stop");
     $("send").hidden = busy;
     $("stop").hidden = !busy;
     $("prompt").disabled = false;
     document.body.dataset.busy = busy ? "1" : "";
+    if (lost) $(busy ? "stop" : "prompt").focus();
   }
 
   function userContent(text, images) {
@@ -187,10 +192,19 @@
     const message = { role: "user", content: userContent(text, state.images) };
     const size = new Blob([JSON.stringify(requestBody([...state.history, message]))]).size;
     if (size > state.config.max_body_bytes) {
+      // said for what the request holds: images, earlier turns, or this message alone
+      let what = "This message makes";
+      let fix = "Shorten the message.";
+      if (imagesInConversation() + state.images.length > 0) {
+        what = "This message and the conversation's images make";
+        fix = "Remove an image or start a new chat.";
+      } else if (state.history.length > 0) {
+        what = "This message and the conversation make";
+        fix = "Shorten the message or start a new chat.";
+      }
       showImageError(
-        `This message and the conversation's images make a ${formatBytes(size)} request; the ` +
-          `server takes at most ${formatBytes(state.config.max_body_bytes)} ` +
-          "(genai serve --max-body-bytes). Remove an image or start a new chat."
+        `${what} a ${formatBytes(size)} request; the server takes at most ` +
+          `${formatBytes(state.config.max_body_bytes)} (genai serve --max-body-bytes). ${fix}`
       );
       return false;
     }
@@ -205,10 +219,16 @@
   }
 
   async function reply(userBox) {
+    // The conversation this reply belongs to: New chat starts another one while it may still
+    // stream, and what it ends with (its text, a refused message) stays in its own.
+    const history = state.history;
     const box = addMessage("assistant", "");
     const content = box.querySelector(".content");
     content.classList.add("cursor");
-    const body = requestBody(state.history);
+    // #chat is a polite live region: a streaming reply is announced once, when it ends, not
+    // again at each token (each re-renders the whole reply).
+    box.setAttribute("aria-busy", "true");
+    const body = requestBody(history);
     const controller = new AbortController();
     state.controller = controller;
     setBusy(true);
@@ -278,8 +298,8 @@
         if (refused && userBox && userBox.message) {
           // A refused message (a bad image, too long a prompt) leaves the conversation, so
           // that the next one, sent with the history, is not refused for it again.
-          const at = state.history.indexOf(userBox.message);
-          if (at >= 0) state.history.splice(at, 1);
+          const at = history.indexOf(userBox.message);
+          if (at >= 0) history.splice(at, 1);
           userBox.classList.add("refused");
           userBox.title = "not sent: the server refused it";
           note = " (this message is left out of the conversation)";
@@ -288,11 +308,14 @@
       }
     } finally {
       content.classList.remove("cursor");
-      state.controller = null;
-      setBusy(false);
+      box.setAttribute("aria-busy", "false");
+      if (state.controller === controller) {
+        state.controller = null;
+        setBusy(false);
+      }
     }
     if (outcome === "auth") return;
-    if (text) state.history.push({ role: "assistant", content: text });
+    if (text) history.push({ role: "assistant", content: text });
     box.dataset.outcome = outcome;
     if (outcome === "error") return;
     const end = performance.now();
@@ -457,8 +480,15 @@
     if (state.controller) state.controller.abort();
   });
   $("new-chat").addEventListener("click", () => {
-    if (state.controller) state.controller.abort();
+    if (state.controller) {
+      // the reply ends in the old conversation (its own history array) and leaves the page be
+      state.controller.abort();
+      state.controller = null;
+      setBusy(false);
+    }
     state.history = [];
+    state.images = [];
+    renderAttachments();
     showImageError("");
     $("messages").replaceChildren();
     $("empty").hidden = false;
@@ -485,12 +515,20 @@
     if (!key) return;
     state.key = key;
     sessionStorage.setItem(KEY_STORE, key);
-    $("key-dialog").close();
     const retry = state.onKey;
     state.onKey = null;
+    $("key-dialog").close();
+    $("prompt").focus();
     if (retry) retry();
   });
+  // Escape cannot dismiss the dialog while a key is awaited: Chromium ignores preventDefault on
+  // the cancel event before any user activation, so a close then opens it again.
   $("key-dialog").addEventListener("cancel", (event) => event.preventDefault());
+  $("key-dialog").addEventListener("close", () => {
+    if (!state.onKey) return;
+    $("key-dialog").showModal();
+    $("key-input").focus();
+  });
   $("image-input").addEventListener("change", async (event) => {
     const files = Array.from(event.target.files);
     event.target.value = "";

@@ -7,9 +7,15 @@
 
 (function () {
   const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  const UNESCAPES = Object.fromEntries(Object.entries(ESCAPES).map(([c, e]) => [e, c]));
 
   function escapeHtml(text) {
     return text.replace(/[&<>"']/g, (c) => ESCAPES[c]);
+  }
+
+  // The inverse of escapeHtml (and only of it: other entities stay as written).
+  function unescapeHtml(html) {
+    return html.replace(/&(amp|lt|gt|quot|#39);/g, (e) => UNESCAPES[e]);
   }
 
   function safeUrl(url) {
@@ -38,7 +44,7 @@
     // Links become placeholders while emphasis is marked, so that no URL is reformatted.
     const links = [];
     let html = escapeHtml(raw.replace(/\u0000/g, "")).replace(/\[([^\]]+)\]\(([^)\s]+)\)/g, (all, label, url) => {
-      const href = safeUrl(url.replace(/&amp;/g, "&"));
+      const href = safeUrl(unescapeHtml(url)); // the URL as written, escaped once below
       if (!href) return all;
       links.push(
         `<a href="${escapeHtml(href)}" target="_blank" rel="noopener noreferrer">${emphasis(label)}</a>`
