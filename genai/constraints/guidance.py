@@ -20,6 +20,7 @@ run instead of adding to it (llguidance releases the GIL while it computes).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Sequence
@@ -285,7 +286,10 @@ class TokenConstraint:
     def _start_mask(self) -> None:
         self._stale = not self._matcher.is_stopped()
         if self._stale and self.overlap:
-            self._pending = _executor().submit(self._compute)
+            # RuntimeError: the interpreter is shutting down (a thread outlives main) and makes
+            # no new threads; `_ensure_mask` then computes the mask on this one
+            with contextlib.suppress(RuntimeError):
+                self._pending = _executor().submit(self._compute)
 
     def _wait(self) -> None:
         """Wait for a mask computation in flight (before the matcher is touched)."""

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import math
 import queue
+import signal
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -328,6 +330,21 @@ class RequestOptions:
         self._max_session_tokens = _count(max_session_tokens, "max_session_tokens")
 
 
+_T = TypeVar("_T")
+
+
+def _owner_only(method: Callable[..., _T]) -> Callable[..., _T]:
+    """A `TurnOptions` method only the request's Engine owner thread may call (as the
+    reference, which raises its owner-thread error for each)."""
+
+    @functools.wraps(method)
+    def checked(self: TurnOptions, *args: Any, **kwargs: Any) -> _T:
+        self._request._engine._owner.check()
+        return method(self, *args, **kwargs)
+
+    return checked
+
+
 class TurnOptions:
     """Options of one turn of ``request`` (passed to `Request.begin_turn`); unset options
     take the model's ``search`` defaults."""
@@ -339,10 +356,14 @@ class TurnOptions:
             if request._closed:
                 raise GenerationError("Cannot use a closed request.")
         self._request = request
-        self.reset()
+        self._reset()
 
+    @_owner_only
     def reset(self) -> None:
         """Restore every option to its unset state."""
+        self._reset()
+
+    def _reset(self) -> None:
         self._options: dict[str, Any] = {}
         self._stop: tuple[str, ...] = ()
         self._guidance: tuple[str, str] | None = None
@@ -350,51 +371,62 @@ class TurnOptions:
         self._max_generated = 0
         self._min_generated = 0
 
+    @_owner_only
     def set_max_generated_tokens(self, max_generated_tokens: int) -> None:
         """Cap the tokens this turn generates (zero: no cap but the session's)."""
         self._max_generated = _count(max_generated_tokens, "max_generated_tokens")
 
+    @_owner_only
     def set_min_generated_tokens(self, min_generated_tokens: int) -> None:
         """Mask the end-of-sequence token until this turn generated this many (zero: none)."""
         self._min_generated = _count(min_generated_tokens, "min_generated_tokens")
 
+    @_owner_only
     def set_do_sample(self, do_sample: bool) -> None:
         """Random sampling (True) or the top logit (False) for this turn."""
         if not isinstance(do_sample, bool | np.bool_):
             raise ArgumentTypeError(f"do_sample must be a bool, got {type(do_sample).__name__}")
         self._options["do_sample"] = bool(do_sample)
 
+    @_owner_only
     def set_temperature(self, temperature: float) -> None:
         """Sampling temperature (zero: the top logit)."""
         self._options["temperature"] = _number(temperature, "temperature")
 
+    @_owner_only
     def set_top_p(self, top_p: float) -> None:
         """Nucleus bound, between 0.0 and 1.0."""
         self._options["top_p"] = _number(top_p, "top_p")
 
+    @_owner_only
     def set_top_k(self, top_k: int) -> None:
         """Top-k bound (one: the top logit; zero: no top-k)."""
         self._options["top_k"] = _count(top_k, "top_k", INT32_MAX)
 
+    @_owner_only
     def set_repetition_penalty(self, repetition_penalty: float) -> None:
         """Repetition penalty; finite and greater than zero."""
         self._options["repetition_penalty"] = _number(repetition_penalty, "repetition_penalty")
 
+    @_owner_only
     def set_no_repeat_ngram_size(self, no_repeat_ngram_size: int) -> None:
         """Forbid repeating any n-gram of this size (zero: off)."""
         self._options["no_repeat_ngram_size"] = _count(
             no_repeat_ngram_size, "no_repeat_ngram_size", INT32_MAX
         )
 
+    @_owner_only
     def set_seed(self, seed: int) -> None:
         """Reseed the request's random streams at the start of this turn (zero is a seed; at
         most 2**64 - 1, the reference's uint64)."""
         self._seed = _count(seed, "seed")
 
+    @_owner_only
     def clear_seed(self) -> None:
         """Remove a pending reseed."""
         self._seed = None
 
+    @_owner_only
     def set_stop_strings(self, stop_strings: Sequence[str]) -> None:
         """Decoded-text stop strings of the turn (an empty list clears them); at most 16,
         none empty, 16 KiB in all."""
@@ -426,6 +458,7 @@ class TurnOptions:
             )
         self._stop = tuple(stops)
 
+    @_owner_only
     def set_guidance(self, type: str, data: str) -> None:
         """Constrain this turn's output to a grammar: ``json_schema``, ``regex`` or
         ``lark_grammar`` (this turn only)."""
@@ -438,6 +471,7 @@ class TurnOptions:
             raise ArgumentTypeError(f"guidance data must be a str, got {type(data).__name__}")
         self._guidance = (type, data)
 
+    @_owner_only
     def clear_guidance(self) -> None:
         """Remove the grammar: the turn is unguided."""
         self._guidance = None
@@ -445,21 +479,49 @@ class TurnOptions:
 
 class _OwnerThread:
     """``with engine._owner:`` guards an operation: only the thread that made the engine may
-    run it (the reference's rule; it keeps the scheduler single-threaded)."""
+    run it (the reference's rule; it keeps the scheduler single-threaded).
 
-    __slots__ = ("ident",)
+    On the main thread (where Python delivers Ctrl-C) with Python's own SIGINT handler, a
+    Ctrl-C during an operation is held and raised as KeyboardInterrupt when the operation
+    ends: a scheduler step or a lane's result cut half way would leave requests that never
+    finish. Loops that run many steps stop early once one is held (`held`)."""
+
+    __slots__ = ("_depth", "_previous", "held", "ident")
 
     def __init__(self) -> None:
         self.ident = threading.get_ident()
+        self._depth = 0
+        self._previous: Any = None
+        self.held = False
 
     def check(self) -> None:
         if threading.get_ident() != self.ident:
             raise GenerationError("Engine operations must be called from the Engine owner thread.")
 
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.held = True
+
     def __enter__(self) -> None:
         self.check()
+        if (
+            self._depth == 0
+            and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self.held = False
+            self._previous = signal.signal(signal.SIGINT, self._hold)
+        self._depth += 1
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *rest: object) -> None:
+        self._depth -= 1
+        if self._depth or self._previous is None:
+            return None
+        signal.signal(signal.SIGINT, self._previous)
+        self._previous = None
+        if self.held:
+            self.held = False
+            if kind is None:
+                raise KeyboardInterrupt
         return None
 
 
@@ -652,7 +714,7 @@ class Request:
 
 
 _DEFAULT_TURN: TurnOptions = TurnOptions.__new__(TurnOptions)
-TurnOptions.reset(_DEFAULT_TURN)
+TurnOptions._reset(_DEFAULT_TURN)
 
 
 class Engine:
@@ -753,19 +815,24 @@ class Engine:
             raise ArgumentTypeError(f"run needs an EngineEventBuffer, got {type(buffer).__name__}")
         if buffer._engine is not self:
             raise GenerationError("buffer must be used with the Engine that created it.")
-        with self._owner:
+        try:
+            with self._owner:
+                buffer._events = []
+                if buffer.capacity == 0:
+                    return buffer
+                if len(self._schedulers) == 1:
+                    scheduler = self._schedulers[0]
+                    while not self._events and scheduler.has_work() and not self._owner.held:
+                        self._translate(scheduler.step())
+                else:
+                    self._advance()
+                take = min(buffer.capacity, len(self._events))
+                buffer._events = [self._events.popleft() for _ in range(take)]
+            return buffer
+        except KeyboardInterrupt:  # the caller never sees them: they wait for the next call
+            self._events.extendleft(reversed(buffer._events))
             buffer._events = []
-            if buffer.capacity == 0:
-                return buffer
-            if len(self._schedulers) == 1:
-                scheduler = self._schedulers[0]
-                while not self._events and scheduler.has_work():
-                    self._translate(scheduler.step())
-            else:
-                self._advance()
-            take = min(buffer.capacity, len(self._events))
-            buffer._events = [self._events.popleft() for _ in range(take)]
-        return buffer
+            raise
 
     def has_pending_requests(self) -> bool:
         """True while a turn is generating or events wait for `run`."""
@@ -806,7 +873,7 @@ class Engine:
         to them applies from its next step (its tokens are those of lanes stepped together;
         only how far the lanes are from each other may differ)."""
         inflight = self._inflight
-        while not self._events:
+        while not self._events and not self._owner.held:
             for lane, scheduler in enumerate(self._schedulers):
                 if lane not in inflight and scheduler.has_work():
                     self._launch(lane)
@@ -821,7 +888,10 @@ class Engine:
                 len(self._schedulers), thread_name_prefix="genai-engine-lane"
             )
         self._inflight.add(lane)
-        self._pool.submit(self._lane_step, lane)
+        try:
+            self._pool.submit(self._lane_step, lane)
+        except RuntimeError:  # the interpreter is shutting down (a thread outlives main)
+            self._lane_step(lane)  # the step on this thread: its result is queued all the same
 
     def _lane_step(self, lane: int) -> None:
         """Lane thread: one iteration; its events (or what it raised) go to `_collect`."""

@@ -652,10 +652,15 @@ class Scheduler:
         logits = None
         started = time.perf_counter()
         decode_cpu = 0.0
+        future = None
         if plan and inputs is not None and self._pool is not None:
             self.runner.frozen = True
             try:
                 future = self._pool.submit(self._run_prefill, plan)
+            except RuntimeError:  # the interpreter is shutting down (a caller outlives main):
+                self.runner.frozen = False  # no new threads: prefill and decode in turn
+        if future is not None:
+            try:
                 try:
                     decode_cpu = time.thread_time()
                     logits = self.runner.decode(*inputs, filler_at=needed - 1)
