@@ -24,6 +24,9 @@ import os, random, signal, sys, threading, time
 import numpy as np
 import genai
 
+# Python's own Ctrl-C handler, whatever was inherited (a background job starts with SIGINT
+# ignored, and Python then installs none)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 config = genai.Config(sys.argv[1])
 config.overlay({"model": {"decoder": {"session_options": {"intra_op_num_threads": 1}}}})
 model = genai.Model(config)
