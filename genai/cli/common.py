@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import genai
 from genai import hub
 from genai.boolean_words import parse_bool_word
-from genai.errors import InvalidArgumentError, SearchOptionError
+from genai.errors import GenaiError, InvalidArgumentError, SearchOptionError
 from genai.generation.search import SearchOptions
 
 __all__ = [
@@ -27,9 +28,11 @@ __all__ = [
     "check_lengths",
     "check_threads",
     "default_model",
+    "key_values",
     "load_model",
     "prefill",
     "provider_choice",
+    "resolve_model_arg",
     "search_options",
 ]
 
@@ -76,15 +79,24 @@ def add_model_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def key_values(
+    items: Sequence[str], flag: str, error: type[GenaiError] = UsageError
+) -> dict[str, str]:
+    """The ``KEY=VALUE`` arguments of ``flag`` as a dict; ``error`` for one that has no "="
+    or no key."""
+    options: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise error(f"{flag} expects KEY=VALUE, got {item!r}")
+        options[key] = value
+    return options
+
+
 def provider_choice(args: argparse.Namespace) -> tuple[str, dict[str, str]] | None:
     """``--provider`` and its ``--provider-option`` values, or None when no provider was
     chosen (`UsageError` for an option without a provider or not ``KEY=VALUE``)."""
-    options: dict[str, str] = {}
-    for item in getattr(args, "provider_option", None) or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--provider-option expects KEY=VALUE, got {item!r}")
-        options[key] = value
+    options = key_values(getattr(args, "provider_option", None) or (), "--provider-option")
     provider = getattr(args, "provider", None)
     if provider is None:
         if options:
@@ -224,17 +236,23 @@ def default_model() -> Path:
     return ensure_default_model(progress=True)
 
 
+def resolve_model_arg(args: argparse.Namespace) -> str | None:
+    """Replace ``args.model`` (``-m``; the default model when absent) by its folder; returns
+    the name ``-m`` gave when it named a cached model (what `genai serve` answers to), else
+    None."""
+    if args.model is None:
+        args.model = str(default_model())
+    given = args.model
+    args.model = hub.resolve_model(args.model)  # REPO_ID[:SUBFOLDER]: from the hub cache
+    return given if args.model != given else None
+
+
 def load_model(args: argparse.Namespace, speech: bool = False):
     """Config, model and tokenizer for ``-m`` (or the default model) and ``--threads``; a
     Whisper model is refused, pointing at ``genai transcribe``, unless ``speech``."""
     check_threads(args)
     choice = provider_choice(args)
-    if args.model is None:
-        args.model = str(default_model())
-    given = args.model
-    args.model = hub.resolve_model(args.model)  # REPO_ID[:SUBFOLDER]: from the hub cache
-    #: the name -m gave when it named a cached model (what `genai serve` answers to)
-    args.model_label = given if args.model != given else None
+    args.model_label = resolve_model_arg(args)
     path = Path(args.model)
     if path.is_file() and path.suffix.lower() == ".gguf":
         raise InvalidArgumentError(

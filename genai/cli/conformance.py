@@ -7,6 +7,7 @@ import importlib.util
 import sys
 
 import genai
+from genai.cli.common import key_values
 from genai.cli.registry import command
 from genai.errors import (
     ConfigError,
@@ -62,12 +63,7 @@ def _conformance(args: argparse.Namespace) -> int:
         unknown_test_names,
     )
 
-    options = {}
-    for item in args.option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidArgumentError(f"--option expects KEY=VALUE, got {item!r}")
-        options[key] = value
+    options = key_values(args.option, "--option", InvalidArgumentError)
     # What the arguments name is checked here, before the suite runs: a wrong one would
     # otherwise be a setup error in every test (or a pytest INTERNALERROR), or, for --report,
     # found only once the whole suite has run.

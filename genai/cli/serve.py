@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from genai import hub
 from genai.cli.common import (
     UsageError,
     add_model_option,
-    default_model,
     load_model,
     provider_choice,
+    resolve_model_arg,
 )
 from genai.cli.registry import command
 from genai.errors import MissingDependencyError
@@ -232,10 +231,7 @@ def _serve_ray(args: argparse.Namespace) -> int:
             f"genai serve --ray needs the 'ray' extra (pip install 'genai-runtime[ray]'): {exc}"
         ) from exc
     choice = provider_choice(args)
-    if args.model is None:
-        args.model = str(default_model())
-    given = args.model
-    args.model = hub.resolve_model(args.model)  # REPO_ID[:SUBFOLDER]: from the hub cache
+    label = resolve_model_arg(args)
     options: dict[str, object] = {
         "model": str(Path(args.model).resolve()),
         "max_slots": args.max_slots,
@@ -261,8 +257,8 @@ def _serve_ray(args: argparse.Namespace) -> int:
         options["webui"] = False
     if args.allow_remote_images:
         options["allow_remote_images"] = True
-    if args.served_model_name or args.model != given:  # a cached model: the name -m gave
-        options["model_name"] = args.served_model_name or given
+    if args.served_model_name or label:  # a cached model: the name -m gave
+        options["model_name"] = args.served_model_name or label
     if choice is not None:
         options["provider"], options["provider_options"] = choice
     if args.threads is not None:
