@@ -383,9 +383,12 @@ def _incomplete(folder: Path, snapshot: Path) -> str:
 def _partial_blobs(repo: Path) -> list[Path]:
     """``blobs/<etag>[.<id>].incomplete`` files of downloads that did not finish (those whose
     blob is there are left over from an interrupted download finished since)."""
-    blobs = repo / "blobs"
-    partial = sorted(blobs.glob("*.incomplete"))
-    return [p for p in partial if not (blobs / p.name.split(".")[0]).is_file()]
+    return [p for p in sorted((repo / "blobs").glob("*.incomplete")) if not _finished(p)]
+
+
+def _finished(partial: Path) -> bool:
+    """Whether the blob a ``blobs/*.incomplete`` file was downloading is there now."""
+    return (partial.parent / partial.name.split(".")[0]).is_file()
 
 
 def _files_in(folder: Path) -> list[Path]:
@@ -659,10 +662,7 @@ def _mark_pulling(repo: Path, commit: str, files: Sequence[str]) -> None:
     except (OSError, ValueError):
         before = []
     listed = sorted({*(f for f in before if isinstance(f, str)), *files})
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    temporary = marker.with_name(f"{commit}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(listed, indent=0) + "\n")
-    os.replace(temporary, marker)
+    _write_atomically(marker, json.dumps(listed, indent=0) + "\n")
 
 
 def _unmark_pulling(repo: Path, snapshot: Path) -> None:
@@ -676,21 +676,25 @@ def _unmark_pulling(repo: Path, snapshot: Path) -> None:
         marker.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             marker.parent.rmdir()
-    blobs = repo / "blobs"
-    for stale in blobs.glob("*.incomplete"):  # left by an interrupted pull of a blob now there
-        if (blobs / stale.name.split(".")[0]).is_file():
+    for stale in (repo / "blobs").glob("*.incomplete"):  # left by an interrupted pull
+        if _finished(stale):
             stale.unlink(missing_ok=True)
 
 
 def _write_ref(repo: Path, revision: str, commit: str) -> None:
     """``refs/<revision>`` = ``commit``, as the hub library writes it (atomically)."""
     ref = repo / "refs" / revision
-    if _read_ref(ref) == commit:
-        return
-    ref.parent.mkdir(parents=True, exist_ok=True)
-    temporary = ref.with_name(f"{ref.name}.{os.getpid()}.tmp")
-    temporary.write_text(commit)
-    os.replace(temporary, ref)
+    if _read_ref(ref) != commit:
+        _write_atomically(ref, commit)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (its folders made) through a temporary file, so a reader
+    never sees it half written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def _built_from(folder: Path) -> tuple[str, str] | None:

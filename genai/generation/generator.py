@@ -468,7 +468,7 @@ class Generator:
         try:
             message = step_log.step_message(self.search, self._loop.length)
             running = self._done == 0
-            self._next_token()
+            self._next_token(logged=True)
         finally:
             self._ahead = ahead
         step_log.log_step(
@@ -488,7 +488,9 @@ class Generator:
         if step_logging():
             step_log.log_values("model_logits", self._logits_rows)
 
-    def _next_token(self) -> None:
+    def _next_token(self, logged: bool = False) -> None:
+        """`generate_next_token`'s step; ``logged``: the model runs' logits are written (no
+        decoding ahead then)."""
         self._check_terminated()
         if self._replay_boundary() and self.is_done():
             return  # the replayed token finished every row
@@ -530,7 +532,7 @@ class Generator:
                 if ahead.running and take_step(ahead):
                     return
             ran = not loop.logits_ready
-            if ran and ahead is None and step_logging():
+            if ran and logged:
                 self._run_model()  # the run's logits are written before the choice
             self._driver.step()
             if ahead is not None:
