@@ -235,6 +235,38 @@ def test_api_key_compares_bytes_and_closes_the_docs(gqa_model):
         assert httpx.get(srv.url + "/openapi.json").status_code == 200
 
 
+def test_refusals_are_counted_in_metrics_by_route_and_status(gqa_model):
+    """genai_http_responses_total counts what never reaches an endpoint's outcome: a wrong
+    key (401), an unknown path (404, route "other"), a body over the limit (413), a body that
+    fails validation (400); and the answers that do (200)."""
+    engine = ServeEngine(gqa_model, genai.Tokenizer(gqa_model), max_slots=2)
+    key = {"Authorization": "Bearer s3cret"}
+    with (
+        BackgroundServer(engine, api_key="s3cret", max_body_bytes=2000) as srv,
+        httpx.Client(base_url=srv.url) as http,
+    ):
+        assert http.get("/v1/models").status_code == 401
+        assert http.get("/v1/models", headers=key).status_code == 200
+        assert http.get("/no/such/path").status_code == 404
+        big = {"model": "m", "prompt": "x" * 5000}
+        assert http.post("/v1/completions", json=big, headers=key).status_code == 413
+        bad = {"model": "m", "prompt": "x", "max_tokens": -3}
+        assert http.post("/v1/completions", json=bad, headers=key).status_code == 400
+        text = http.get("/metrics").text
+    counted = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("genai_http_responses_total{")
+    }
+    assert counted == {
+        'genai_http_responses_total{route="/v1/models",status="401"}': 1.0,
+        'genai_http_responses_total{route="/v1/models",status="200"}': 1.0,
+        'genai_http_responses_total{route="other",status="404"}': 1.0,
+        'genai_http_responses_total{route="/v1/completions",status="413"}': 1.0,
+        'genai_http_responses_total{route="/v1/completions",status="400"}': 1.0,
+    }, text
+
+
 # --- 3. every bad request is a 4xx with OpenAI's body, on a connection that stays ---------------
 USER = [{"role": "user", "content": "hi"}]
 CHAT_CASES = [

@@ -429,6 +429,38 @@ class _ErrorGuard:
             await JSONResponse(body, status_code=500)(scope, receive, send)
 
 
+class _CountResponses:
+    """ASGI middleware (the outermost): counts every HTTP response by route and status in
+    ``genai_http_responses_total``, the refusals made before a request reaches its endpoint
+    (401, 404, 413, 400 validation errors) included."""
+
+    def __init__(self, app: Any, metrics: ServerMetrics, routes: Sequence[Any]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.routes = routes  # the app's routes (filled in once they are all added)
+
+    def _route(self, scope: dict) -> str:
+        """The path template of the route serving ``scope``: the one the router chose, or
+        (a refusal made before routing, e.g. 413) the first whose path matches; "other"."""
+        route = scope.get("route")  # the router sets it on a match
+        if route is None:
+            path = scope["path"]
+            route = next((r for r in self.routes if r.path_regex.match(path)), None)
+        return getattr(route, "path", None) or "other"
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counted(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.response(self._route(scope), int(message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, counted)
+
+
 def create_app(
     engine: ServeEngine,
     *,
@@ -472,7 +504,8 @@ def create_app(
         docs = {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="genai serve", version="1", lifespan=lifespan, **docs)
     app.state.engine = engine
-    # the last added is the outermost: CORS, then the error guard, then the body limit
+    # the last added is the outermost: the response counter, CORS, the error guard, the
+    # body limit
     app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(_ErrorGuard)
     if allowed_origins:
@@ -482,6 +515,8 @@ def create_app(
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["*"],
         )
+    routes: list[Any] = []  # filled in below, once every route is added
+    app.add_middleware(_CountResponses, metrics=engine.metrics, routes=routes)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -566,6 +601,7 @@ def create_app(
     app.include_router(v1)
     if webui:
         mount_webui(app, engine, api_key_required=key is not None, max_body_bytes=max_body_bytes)
+    routes.extend(r for r in (*v1.routes, *app.router.routes) if hasattr(r, "path_regex"))
     return app
 
 

@@ -62,6 +62,12 @@ class ServerMetrics:
             "Prompt tokens whose KV came from the cache",
             registry=r,
         )
+        self.responses = Counter(
+            "genai_http_responses",
+            "HTTP responses by route and status code (refusals such as 400, 401, 404, 413 too)",
+            ["route", "status"],
+            registry=r,
+        )
         #: Requests whose generation failed (500s), those since the last success, and the
         #: last failure's message: `/health` reports them.
         self.failed_requests = 0
@@ -90,6 +96,11 @@ class ServerMetrics:
                 self.last_error = error
             elif label == "ok":
                 self.consecutive_failures = 0
+
+    def response(self, route: str, status: int) -> None:
+        """An HTTP response with ``status`` started for ``route`` (a route's path template, or
+        "other" for a path no route serves: the label's values stay few)."""
+        self.responses.labels(route, str(status)).inc()
 
     def health(self) -> dict[str, Any]:
         """``status`` "ok", or "failing" while the last finished generation failed (none has
