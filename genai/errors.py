@@ -20,6 +20,7 @@ __all__ = [
     "MissingDependencyError",
     "ModelError",
     "ModelFileNotFoundError",
+    "NonFiniteLogitsError",
     "ProviderUnavailableError",
     "SearchOptionError",
     "TensorNotFoundError",
@@ -68,6 +69,11 @@ class DownloadError(GenaiError, RuntimeError):
 
 class GenerationError(GenaiError, RuntimeError):
     """The generator was used out of order (e.g. generating before any tokens were appended)."""
+
+
+class NonFiniteLogitsError(GenaiError, ValueError):
+    """The logits a token is to be chosen from hold NaN (a model, an adapter or `set_logits`
+    produced them): no token can be chosen."""
 
 
 class ProviderUnavailableError(GenaiError, RuntimeError):

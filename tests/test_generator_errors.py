@@ -132,6 +132,7 @@ def test_every_genai_error_class_shares_one_base():
         errors.MissingDependencyError: RuntimeError,
         errors.DownloadError: RuntimeError,
         errors.TensorNotFoundError: KeyError,
+        errors.NonFiniteLogitsError: ValueError,
         genai.runtime.adapters.AdapterError: ValueError,
         genai.runtime.adapters.AdapterInUseError: RuntimeError,
         genai.text.chat_template.ChatTemplateError: ValueError,

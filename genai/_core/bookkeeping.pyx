@@ -24,6 +24,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 import numpy as np
 from libc.string cimport memcpy, memmove
 
+from genai.errors import NonFiniteLogitsError
+
 
 cdef void prefill_rows(
     const int32_t* tokens, Py_ssize_t token_stride, Py_ssize_t batch, Py_ssize_t count,
@@ -175,7 +177,7 @@ def argmax_rows(const float[:, ::1] logits, int32_t[::1] out):
     else:
         bad = _argmax_rows(logits, out)
     if bad >= 0:
-        raise ValueError(f"logits of row {bad} contain NaN")
+        raise NonFiniteLogitsError(f"logits of row {bad} contain NaN")
 
 
 cdef bint commit_row_tokens(

@@ -33,7 +33,7 @@ from genai._core.sampling cimport Sampler
 
 import numpy as np
 
-from genai.errors import GenerationError
+from genai.errors import GenerationError, NonFiniteLogitsError
 from genai.runtime.buffers import aligned_zeros
 
 cnp.import_array()
@@ -648,7 +648,7 @@ cdef class DecoderLoop:
         message = (self.error_message.decode() if self.error_message != NULL else "")
         self.error_message = NULL
         if rc == LOOP_ERR_NAN:
-            raise ValueError(f"cannot choose a token: {message}")
+            raise NonFiniteLogitsError(f"cannot choose a token: {message}")
         if rc in (LOOP_ERR_FULL, LOOP_ERR_NOTHING):
             raise GenerationError(message)
         if rc == LOOP_ERR_LOGITS:

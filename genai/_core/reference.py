@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from genai.errors import NonFiniteLogitsError
+
 
 def _real_length(row, pad_id):
     """The length of ``row`` without its trailing ``pad_id`` tokens."""
@@ -54,7 +56,7 @@ def argmax_rows(logits, out):
     """See `genai._core.bookkeeping.argmax_rows`."""
     bad = np.isnan(logits).any(axis=1)
     if bad.any():
-        raise ValueError(f"logits of row {int(np.argmax(bad))} contain NaN")
+        raise NonFiniteLogitsError(f"logits of row {int(np.argmax(bad))} contain NaN")
     out[: logits.shape[0]] = np.argmax(logits, axis=1)
 
 

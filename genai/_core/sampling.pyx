@@ -31,6 +31,8 @@ import os
 
 import numpy as np
 
+from genai.errors import NonFiniteLogitsError
+
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.float cimport FLT_MAX
@@ -1223,7 +1225,7 @@ cdef class Sampler:
                 eos_ptr, eos.shape[0], done_ptr, &out[0], lp_ptr, ti_ptr, tl_ptr, n_top,
             )
         if bad >= 0:
-            raise ValueError(f"logits of row {bad} contain NaN")
+            raise NonFiniteLogitsError(f"logits of row {bad} contain NaN")
         return out
 
     cdef Py_ssize_t sample_rows_nogil(
@@ -1428,7 +1430,7 @@ def sample(const float[:, ::1] logits, const double[::1] uniforms, int32_t[::1] 
     finally:
         scratch_free(&scratch)
     if bad >= 0:
-        raise ValueError(f"logits of row {bad} contain NaN")
+        raise NonFiniteLogitsError(f"logits of row {bad} contain NaN")
     return out
 
 

@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from genai._core.sampling import check_logits, check_options  # validation shared with the kernel
+from genai.errors import NonFiniteLogitsError
 
 __all__ = [
     "LOWEST",
@@ -308,7 +309,7 @@ def sample(
         row = logits[r]
         token, degenerate = _choose(row, uniforms[r], greedy, temperature, top_k, top_p, min_p)
         if token < 0:
-            raise ValueError(f"logits of row {r} contain NaN")
+            raise NonFiniteLogitsError(f"logits of row {r} contain NaN")
         out[r] = token
         _fill_logprobs(row, token, degenerate, r, logprobs, top_ids, top_logprobs)
     return out
@@ -437,7 +438,7 @@ class Sampler:
                 logits[r], u, greedy, p["temperature"], p["top_k"], p["top_p"], p["min_p"]
             )
             if token < 0:
-                raise ValueError(f"logits of row {r} contain NaN")
+                raise NonFiniteLogitsError(f"logits of row {r} contain NaN")
             out[r] = token
             _fill_logprobs(logits[r], token, degenerate, r, logprobs, top_ids, top_logprobs)
         return out

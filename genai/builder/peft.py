@@ -67,6 +67,7 @@ def convert_peft_adapter(
     adapter this cannot convert (not LoRA, DoRA, embedding LoRA, LoRA biases, unknown keys).
     """
     peft_dir = Path(peft_dir)
+    _refuse_input_as_output(peft_dir, Path(out_path))
     if dtype not in _DTYPES:
         raise BuildError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
     config = _read_config(peft_dir)
@@ -92,9 +93,12 @@ def convert_peft_adapter(
                 f"{peft_dir}: tensor {key!r} has shape {list(array.shape)}; LoRA weights of "
                 "linear layers are 2-D (convolution LoRA is not supported)"
             )
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise BuildError(f"{peft_dir}: tensor {key!r} holds NaN or infinite values")
         pairs.setdefault(match["module"], {})[match["kind"]] = array
 
     params: dict[str, np.ndarray] = {}
+    sources: dict[str, str] = {}  # written module name -> the PEFT module it came from
     for module, pair in sorted(pairs.items()):
         if set(pair) != {"A", "B"}:
             missing = "lora_B" if "A" in pair else "lora_A"
@@ -109,16 +113,37 @@ def convert_peft_adapter(
         scale = _scale(config, module, rank, peft_dir)
         # A component mapped to "" is dropped.
         name = ".".join(p for p in (mapping.get(q, q) for q in module.split(".")) if p)
+        if name in sources:
+            raise BuildError(
+                f"{peft_dir}: modules {sources[name]!r} and {module!r} both map to {name!r} "
+                "(check --module-map)"
+            )
+        sources[name] = module
         params[f"{name}.lora_A.weight"] = np.ascontiguousarray(a.T, dtype=_DTYPES[dtype])
-        params[f"{name}.lora_B.weight"] = np.ascontiguousarray(
-            (b * np.float32(scale)).T, dtype=_DTYPES[dtype]
-        )
+        scaled = np.ascontiguousarray((b * np.float32(scale)).T, dtype=_DTYPES[dtype])
+        if not np.isfinite(scaled).all():
+            raise BuildError(
+                f"{peft_dir}: module {module!r}: lora_B scaled by {scale:g} overflows {dtype}"
+            )
+        params[f"{name}.lora_B.weight"] = scaled
     if not params:
         raise BuildError(f"{peft_dir}: the adapter has no LoRA weights")
     if model_dir is not None:
         _check_against_model(params, Path(model_dir), peft_dir)
     write_adapter_file(out_path, params)
     return params
+
+
+def _refuse_input_as_output(peft_dir: Path, out_path: Path) -> None:
+    """BuildError when ``out_path`` is one of the adapter's own files (it would be lost)."""
+    target = out_path.resolve()
+    for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"):
+        source = (peft_dir / name).resolve()
+        if target == source:
+            raise BuildError(
+                f"OUT {out_path} is the adapter's own {name}: writing it would destroy the "
+                "input; name another file"
+            )
 
 
 def _read_config(peft_dir: Path) -> dict:
@@ -129,15 +154,39 @@ def _read_config(peft_dir: Path) -> dict:
         config = json.loads(path.read_text())
     except ValueError as exc:
         raise BuildError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise BuildError(f"{path}: expected a JSON object, got {type(config).__name__}")
     peft_type = str(config.get("peft_type", "LORA")).upper()
     if peft_type != "LORA":
         raise BuildError(f"{path}: peft_type {peft_type!r} is not supported (only LORA)")
     if config.get("use_dora"):
         raise BuildError(f"{path}: DoRA adapters (use_dora) are not supported")
-    for key in ("r", "lora_alpha"):
-        if not isinstance(config.get(key), int | float) or config[key] <= 0:
-            raise BuildError(f"{path}: {key!r} must be a positive number, got {config.get(key)!r}")
+    _check_rank(path, "r", config.get("r"))
+    _check_alpha(path, "lora_alpha", config.get("lora_alpha"))
+    for key, check in (("rank_pattern", _check_rank), ("alpha_pattern", _check_alpha)):
+        patterns = config.get(key)
+        if patterns is None:
+            continue
+        if not isinstance(patterns, dict):
+            raise BuildError(f"{path}: {key!r} must be an object, got {patterns!r}")
+        for module, value in patterns.items():
+            check(path, f"{key}[{module!r}]", value)
     return config
+
+
+def _check_rank(path: Path, key: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise BuildError(f"{path}: {key} must be a positive integer, got {value!r}")
+
+
+def _check_alpha(path: Path, key: str, value: object) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise BuildError(f"{path}: {key} must be a finite positive number, got {value!r}")
 
 
 def _read_weights(peft_dir: Path) -> dict[str, np.ndarray]:
@@ -165,7 +214,7 @@ def _scale(config: dict, module: str, rank: int, peft_dir: Path) -> float:
 
     r = pattern_value(config.get("rank_pattern"), config["r"])
     alpha = pattern_value(config.get("alpha_pattern"), config["lora_alpha"])
-    if int(r) != rank:
+    if r != rank:
         raise BuildError(
             f"{peft_dir}: module {module!r} has rank {rank} in the weights but {r} in "
             "adapter_config.json"
@@ -185,6 +234,7 @@ def _check_against_model(params: Mapping[str, np.ndarray], model_dir: Path, peft
         ]
         for v in graph.input
     }
+    types = {v.name: v.type.tensor_type.elem_type for v in graph.input}
     lora = [n for n in shapes if re.search(r"lora_[AB]", n)]
     if not lora:
         raise BuildError(f"{model_dir}: the model has no LoRA inputs (...lora_A... / ...lora_B...)")
@@ -193,6 +243,13 @@ def _check_against_model(params: Mapping[str, np.ndarray], model_dir: Path, peft
             raise BuildError(
                 f"{peft_dir}: converted parameter {name!r} is not an input of {model_dir} "
                 f"(its LoRA inputs look like {lora[0]!r}; adjust module_map / --module-map)"
+            )
+        wanted = types[name]
+        if wanted and onnx.helper.tensor_dtype_to_np_dtype(wanted) != array.dtype:
+            expected_type = onnx.helper.tensor_dtype_to_np_dtype(wanted).name
+            raise BuildError(
+                f"{model_dir}: its LoRA input {name!r} is {expected_type}, the adapter would be "
+                f"{array.dtype.name} (use --dtype {expected_type})"
             )
         rank_axis = 1 if ".lora_A." in name else 0
         expected = shapes[name]

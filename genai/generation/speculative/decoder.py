@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from genai.compat.engine_enums import FinishReason
-from genai.errors import GenerationError
+from genai.errors import GenerationError, NonFiniteLogitsError
 from genai.generation.speculative.options import SpeculativeOptions
 from genai.generation.speculative.policy import AdaptiveK, Backoff, Cooldown
 from genai.generation.speculative.sampling import (
@@ -438,7 +438,7 @@ class SpeculativeDecoder:
         if self._argmax:
             token = int(np.argmax(row))
             if np.isnan(row[token]):
-                raise ValueError("cannot choose a token: logits contain NaN")
+                raise NonFiniteLogitsError("cannot choose a token: logits contain NaN")
             return token
         g, chain = self.g, self._chain
         logits = row[None, :].copy()
