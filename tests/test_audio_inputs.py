@@ -190,3 +190,33 @@ def test_the_transcription_route_reports_language_and_clean_decode_errors(
             assert "0x" not in message and "BytesIO" not in message
     finally:
         service.shutdown()
+
+
+@pytest.mark.parametrize("rate", [16000, 44100])
+def test_a_clip_shorter_than_a_hop_names_the_clip_and_the_minimum(folder: Path, rate) -> None:
+    """Was "the audio is too short for log-mel features", naming neither."""
+    from genai.multimodal.transcribe import transcribe
+
+    model = genai.Model(folder)
+    processor = model.create_multimodal_processor()
+    clip = genai.Audios.from_arrays(np.zeros(5, np.float32), sample_rate=rate)
+    with pytest.raises(InvalidArgumentError, match=r"<array #0> is too short .*5 samples at") as a:
+        transcribe(model, clip)
+    assert f"at {rate} Hz, at least 10 ms needed" in str(a.value)
+    with pytest.raises(InvalidArgumentError, match="<array #0> is too short"):
+        processor("<|startoftranscript|>", audios=clip)
+    long_enough = genai.Audios.from_arrays(np.zeros(rate // 100, np.float32), sample_rate=rate)
+    transcribe(model, long_enough)  # 10 ms: two feature frames, as the reference takes
+
+
+def test_genai_transcribe_names_stdin(folder: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "genai", "transcribe", "-", "-m", str(folder)]
+    empty = subprocess.run(command, input=b"", capture_output=True, timeout=120)
+    assert empty.returncode == 1
+    assert empty.stderr.decode().strip() == "genai: error: no audio came on stdin (FILE '-')"
+    junk = subprocess.run(command, input=b"not audio", capture_output=True, timeout=120)
+    assert junk.returncode == 1 and "stdin" in junk.stderr.decode()
+    assert "<bytes" not in junk.stderr.decode() and "Traceback" not in junk.stderr.decode()

@@ -517,6 +517,24 @@ def test_audio_for_a_text_model_is_refused(
         transcribe(model, genai.Audios.open(audio["wav2"]))
 
 
+@pytest.mark.parametrize("damage", ["missing", "not JSON"])
+def test_a_whisper_folder_with_a_broken_processor_config_says_so(
+    folder: Path, audio: dict[str, Path], tmp_path: Path, damage: str
+) -> None:
+    """Was "transcribe needs a Whisper model, not 'whisper'": the real cause was hidden."""
+    import shutil
+
+    copy = Path(shutil.copytree(folder, tmp_path / "whisper"))
+    config = copy / "audio_processor_config.json"
+    if damage == "missing":
+        config.unlink()
+    else:
+        config.write_text("{bad")
+    with pytest.raises(genai.GenaiError, match="audio_processor_config.json") as info:
+        transcribe(genai.Model(copy), genai.Audios.open(audio["wav2"]))
+    assert "needs a Whisper model" not in str(info.value)
+
+
 # --- the command line -----------------------------------------------------------------------
 
 

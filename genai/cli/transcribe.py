@@ -12,6 +12,7 @@ from genai import hub
 from genai.cli.common import UsageError, check_threads
 from genai.cli.registry import command
 from genai.errors import InvalidArgumentError
+from genai.multimodal.audios import decode_audio
 from genai.multimodal.transcribe import format_timestamp, to_srt, to_vtt, transcribe
 
 __all__: list[str] = []
@@ -64,7 +65,10 @@ def _transcribe(args: argparse.Namespace) -> int:
         raise UsageError(f"--temperature must be in [0, 2], got {args.temperature}")
     check_threads(args)
     if args.file == "-":
-        audios = genai.Audios.open_bytes(sys.stdin.buffer.read())
+        data = sys.stdin.buffer.read()
+        if not data:
+            raise InvalidArgumentError("no audio came on stdin (FILE '-')")
+        audios = genai.Audios([decode_audio(data, source="stdin")])  # named in messages
     else:
         if not Path(args.file).is_file():
             raise InvalidArgumentError(f"no such audio file: {args.file}")

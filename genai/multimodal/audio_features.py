@@ -601,12 +601,24 @@ class AudioPipeline:
         (`downsample`); a lower one, which the reference refuses, is upsampled (`resample`)."""
         rate, target = clip.sample_rate, self.sample_rate
         if rate > target:
-            return downsample(clip.samples, rate, target, count)
+            return self._long_enough(clip, downsample(clip.samples, rate, target, count))
         samples = clip.samples
         if rate < target and count is not None:
             samples = samples[: math.ceil(count * rate / target) + 64]
         out = resample(samples, rate, target)
-        return out if count is None else out[:count]
+        return self._long_enough(clip, out if count is None else out[:count])
+
+    def _long_enough(self, clip: AudioClip, pcm: np.ndarray) -> np.ndarray:
+        """``pcm``, when it holds the two feature frames the features need (one hop of
+        samples); else an error naming the clip."""
+        if 0 < pcm.shape[0] < self.hop_length:
+            name = clip.source or "the audio"
+            raise InvalidArgumentError(
+                f"audio {name} is too short for log-mel features: {clip.samples.shape[0]} "
+                f"samples at {clip.sample_rate} Hz, at least "
+                f"{1000 * self.hop_length / self.sample_rate:g} ms needed"
+            )
+        return pcm
 
     def features_of_pcm(self, samples: np.ndarray) -> np.ndarray:
         """STFTNorm + LogMelSpectrum of samples at `sample_rate`: ``[n_mel, frames]``."""

@@ -414,7 +414,9 @@ def transcribe(
         try:
             processor = model.create_multimodal_processor()
         except GenaiError:  # a text model has no processor: say what transcribe needs
-            raise wrong from None
+            if model.type != "whisper":
+                raise wrong from None
+            raise  # a Whisper folder whose processor config is missing or broken: say that
     kind = processor.kind
     if not isinstance(kind, WhisperProcessor):
         raise wrong
