@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import pytest
 
@@ -115,3 +116,33 @@ def test_window_cache_on_a_model_without_a_window_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--window-cache: this llama model has no sliding-window layers" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_an_output_folder_that_cannot_be_made_is_named_as_given(tmp_path, capsys):
+    """Was the OSError of the hidden staging folder (``/proc/.x.building-1a2b3c4d``), and the
+    parent folders made for -o stayed behind."""
+    pytest.importorskip("safetensors")
+    from genai.builder.testing import write_hf_checkpoint
+    from genai.cli import main
+
+    cfg = ARCH_CONFIGS["llama"]
+    src = write_hf_checkpoint(tmp_path / "hf", cfg, random_weights(cfg))
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    out = blocker / "sub" / "model"  # a parent is a file: no folder can be made there
+    assert main(["build", str(src), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"genai: error: cannot create the output folder {out}: "), err
+    assert ".building-" not in err and err.count("\n") == 1
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            return  # root ignores the mode: the case above covers the message
+        assert main(["build", str(src), "-o", str(locked / "a" / "b")]) == 1
+        err = capsys.readouterr().err
+        assert f"cannot create the output folder {locked / 'a' / 'b'}" in err
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o700)

@@ -535,6 +535,10 @@ def test_unsupported_precision_and_options(tmp_path: Path) -> None:
         build(hf, tmp_path / "a", precision="fp16")
     with pytest.raises(BuildError, match="window-cache"):
         build(hf, tmp_path / "b", precision="fp32", window_cache=True)
+    for precision in ("int4", "fp32"):  # was ignored, and the CLI said it was applied
+        with pytest.raises(BuildError, match="--prefill-int8 applies to int4 decoders, not Wh"):
+            build(hf, tmp_path / "c", precision=precision, prefill_int8=True)
+    assert not (tmp_path / "c").exists()
     decoder = tmp_path / "llama"
     cfg = ARCH_CONFIGS["llama"]
     write_hf_checkpoint(decoder, cfg, random_weights(cfg))

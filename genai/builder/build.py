@@ -168,6 +168,8 @@ def build(
     if is_whisper_input(input_path):
         if window_cache:
             raise BuildError("--window-cache applies to sliding-window decoders, not Whisper")
+        if prefill_int8:
+            raise BuildError("--prefill-int8 applies to int4 decoders, not Whisper")
         # Whisper's decoder always gives logits for every position (all_logits is moot).
         with staged_folder(target) as work:
             build_whisper(input_path, work, precision=precision, stage=stage)

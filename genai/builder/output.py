@@ -134,16 +134,27 @@ def staged_folder(target: Path) -> Iterator[Path]:
     while not parent.exists():
         made.append(parent)
         parent = parent.parent
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = _sibling(target, "building")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = _sibling(target, "building")
+    except OSError as exc:  # named by the folder asked for, not the hidden one
+        _remove_empty(made)
+        raise BuildError(
+            f"cannot create the output folder {target}: {exc.strerror or exc}"
+        ) from None
     try:
         yield work
         _install(work, target)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
-        for folder in made:  # deepest first; stop at one that is not empty any more
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        _remove_empty(made)
         raise
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the folders made for the output (deepest first), up to one that is not empty."""
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
