@@ -228,3 +228,49 @@ def test_sigterm_during_the_command_removes_the_half_built_folder(tmp_path, monk
     assert exc.value.code == 143
     assert _snapshot(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "out"]
+
+
+_KILLED_BUILD = """
+import os, signal, sys
+from genai.builder import build
+
+def stage(name, total):
+    def update(done, total_now=total):
+        if name == "weights" and done >= 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return update
+
+build(sys.argv[1], sys.argv[2], precision="fp32", stage=stage)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="staging folders are locked with flock (POSIX)")
+def test_the_next_build_removes_what_a_killed_build_left(tmp_path, built):
+    """A build killed with SIGKILL cannot clean up: its hidden staging folder stayed forever
+    (a model's size each time). The next build into the same output removes it, and leaves a
+    staging folder that a running build holds alone."""
+    import fcntl
+    import subprocess
+    import sys
+
+    source, out, before = built
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_BUILD, str(source), str(out)], capture_output=True
+    )
+    assert killed.returncode == -signal.SIGKILL
+    debris = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.building-"))
+    assert len(debris) == 2 and debris[1] == debris[0] + ".lock"  # the folder and its lock
+    assert _snapshot(out) == before
+    busy = tmp_path / ".out.building-0000beef"  # a build in progress elsewhere
+    busy.mkdir()
+    (busy / "model.onnx").write_bytes(b"half")
+    with open(tmp_path / ".out.building-0000beef.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        build(source, out, precision="int4")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            ".out.building-0000beef",
+            ".out.building-0000beef.lock",
+            "hf",
+            "out",
+        ]
+    assert _snapshot(out) == before  # the same int4 build again

@@ -7,12 +7,15 @@ itself, a folder that holds the input, and a non-empty folder that is not a mode
 parent, so the renames stay on one filesystem); when the block ends without an exception it
 takes the output's place (an existing folder is renamed aside, the new one renamed in, the old
 one removed), otherwise (an error, Ctrl-C, ``SystemExit``) it is removed with any parent
-folders it created, and a previous folder at the output is left as it was.
+folders it created, and a previous folder at the output is left as it was. A staging folder
+that a killed build (SIGKILL, a crash) left is removed by the next build into the same output:
+each build holds a lock on ``.NAME.building-X.lock`` while its folder exists (POSIX).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shutil
@@ -22,6 +25,8 @@ from pathlib import Path
 from genai.builder.errors import BuildError
 
 __all__ = ["BUILT_FILES", "check_output", "replaceable", "staged_folder"]
+
+log = logging.getLogger(__name__)
 
 #: The names a build writes (decoders, Whisper, and what `genai pull` / the hub cache add):
 #: a folder holding only these, even without its genai_config.json (what an interrupted build
@@ -92,15 +97,78 @@ def check_output(input_path: str | os.PathLike[str], out: str | os.PathLike[str]
     return target
 
 
-def _sibling(target: Path, tag: str) -> Path:
-    """A new, empty hidden folder beside ``target`` (created with the default mode)."""
-    while True:
-        path = target.with_name(f".{target.name}.{tag}-{secrets.token_hex(4)}")
-        try:
-            path.mkdir()
-        except FileExistsError:
+def _lock_path(work: Path) -> Path:
+    return work.with_name(work.name + ".lock")
+
+
+def _hold(lock: Path) -> int | None:
+    """An open descriptor holding an exclusive lock on the file ``lock`` (made if missing),
+    or None when another process holds it (or locks are not available here)."""
+    try:
+        import fcntl  # POSIX only: elsewhere nothing is locked and nothing is cleaned
+    except ImportError:
+        return None
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _remove_stale(target: Path) -> None:
+    """Remove the staging folders beside ``target`` that no running build holds: what a build
+    killed with SIGKILL (or a crash) left. A build locks ``.NAME.building-X.lock`` before it
+    makes ``.NAME.building-X`` and keeps it locked until the folder is renamed into place."""
+    prefix = f".{target.name}.building-"
+    for work in target.parent.iterdir():
+        if not work.name.startswith(prefix) or work.name.endswith(".lock") or not work.is_dir():
             continue
-        return path
+        lock = _lock_path(work)
+        if not lock.exists():
+            continue  # a build of an older genai, or one that could not lock: left alone
+        fd = _hold(lock)
+        if fd is None:
+            continue  # a build in progress
+        try:
+            log.info("removing %s, left by a build that did not finish", work)
+            shutil.rmtree(work, ignore_errors=True)
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+
+def _locked_sibling(target: Path) -> tuple[Path, int | None]:
+    """`_sibling` for a build: the staging folder, made only once its lock file is held (the
+    descriptor to close when done; None where files cannot be locked)."""
+    with contextlib.suppress(OSError):
+        _remove_stale(target)
+    while True:
+        name = f".{target.name}.building-{secrets.token_hex(4)}"
+        work = target.with_name(name)
+        lock = _lock_path(work)
+        if lock.exists() or work.exists():
+            continue
+        fd = _hold(lock)
+        try:
+            work.mkdir()
+        except FileExistsError:
+            if fd is not None:
+                os.close(fd)
+            continue
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+                lock.unlink(missing_ok=True)
+            raise
+        return work, fd
+
+
+def _release(work: Path, fd: int | None) -> None:
+    if fd is not None:
+        _lock_path(work).unlink(missing_ok=True)
+        os.close(fd)
 
 
 def _install(work: Path, target: Path) -> None:
@@ -136,7 +204,7 @@ def staged_folder(target: Path) -> Iterator[Path]:
         parent = parent.parent
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        work = _sibling(target, "building")
+        work, fd = _locked_sibling(target)
     except OSError as exc:  # named by the folder asked for, not the hidden one
         _remove_empty(made)
         raise BuildError(
@@ -147,8 +215,10 @@ def staged_folder(target: Path) -> Iterator[Path]:
         _install(work, target)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
+        _release(work, fd)
         _remove_empty(made)
         raise
+    _release(work, fd)
 
 
 def _remove_empty(made: list[Path]) -> None:
