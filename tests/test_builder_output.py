@@ -274,3 +274,33 @@ def test_the_next_build_removes_what_a_killed_build_left(tmp_path, built):
             "out",
         ]
     assert _snapshot(out) == before  # the same int4 build again
+
+
+@pytest.mark.skipif(os.name != "posix", reason="work folders are locked with flock (POSIX)")
+def test_work_folders_of_killed_pulls_are_removed_by_the_next(tmp_path):
+    """`genai pull` downloads and builds in ``.pull-XXXX`` (the default model's wheel alone is
+    ~100 MB): one a killed pull left is removed by the next pull; one in use, or one without
+    a lock file (an older genai's), is left."""
+    import fcntl
+
+    from genai.builder.output import work_folder
+
+    killed = tmp_path / ".pull-dead0001"
+    killed.mkdir()
+    (killed / "wheel.zip").write_bytes(b"x" * 100)
+    (tmp_path / ".pull-dead0001.lock").write_text("")
+    old = tmp_path / ".pull-0ld00001"
+    old.mkdir()
+    busy = tmp_path / ".pull-b05y0001"
+    busy.mkdir()
+    with open(tmp_path / ".pull-b05y0001.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(KeyboardInterrupt), work_folder(tmp_path, ".pull-") as work:
+            assert work.is_dir() and work.name.startswith(".pull-")
+            assert (tmp_path / (work.name + ".lock")).is_file()
+            raise KeyboardInterrupt  # the folder goes anyway
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".pull-0ld00001",
+        ".pull-b05y0001",
+        ".pull-b05y0001.lock",
+    ]

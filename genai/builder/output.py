@@ -24,7 +24,14 @@ from pathlib import Path
 
 from genai.builder.errors import BuildError
 
-__all__ = ["BUILT_FILES", "check_output", "replaceable", "staged_folder"]
+__all__ = [
+    "BUILT_FILES",
+    "check_output",
+    "replace_folder",
+    "replaceable",
+    "staged_folder",
+    "work_folder",
+]
 
 log = logging.getLogger(__name__)
 
@@ -117,36 +124,37 @@ def _hold(lock: Path) -> int | None:
     return fd
 
 
-def _remove_stale(target: Path) -> None:
-    """Remove the staging folders beside ``target`` that no running build holds: what a build
-    killed with SIGKILL (or a crash) left. A build locks ``.NAME.building-X.lock`` before it
-    makes ``.NAME.building-X`` and keeps it locked until the folder is renamed into place."""
-    prefix = f".{target.name}.building-"
-    for work in target.parent.iterdir():
+def _remove_stale(parent: Path, prefix: str) -> None:
+    """Remove the folders ``parent/PREFIX*`` that no running process holds: what a process
+    killed with SIGKILL (or a crash) left. `work_folder` locks ``PREFIXxxxx.lock`` before it
+    makes ``PREFIXxxxx`` and keeps it locked until the folder is gone."""
+    for work in parent.iterdir():
         if not work.name.startswith(prefix) or work.name.endswith(".lock") or not work.is_dir():
             continue
         lock = _lock_path(work)
         if not lock.exists():
-            continue  # a build of an older genai, or one that could not lock: left alone
+            continue  # made by an older genai, or where files cannot be locked: left alone
         fd = _hold(lock)
         if fd is None:
-            continue  # a build in progress
+            continue  # in use
         try:
-            log.info("removing %s, left by a build that did not finish", work)
+            log.info("removing %s, left by a build or pull that did not finish", work)
             shutil.rmtree(work, ignore_errors=True)
             lock.unlink(missing_ok=True)
         finally:
             os.close(fd)
 
 
-def _locked_sibling(target: Path) -> tuple[Path, int | None]:
-    """`_sibling` for a build: the staging folder, made only once its lock file is held (the
-    descriptor to close when done; None where files cannot be locked)."""
+@contextlib.contextmanager
+def work_folder(parent: Path, prefix: str) -> Iterator[Path]:
+    """A new empty folder ``parent/PREFIX<random>`` for the block, removed after it (also on
+    an error or Ctrl-C; a block may move it away). While it exists its lock file
+    ``PREFIX<random>.lock`` is held (POSIX), so the folders of that prefix that nobody holds,
+    left by a killed process, are removed first."""
     with contextlib.suppress(OSError):
-        _remove_stale(target)
+        _remove_stale(parent, prefix)
     while True:
-        name = f".{target.name}.building-{secrets.token_hex(4)}"
-        work = target.with_name(name)
+        work = parent / f"{prefix}{secrets.token_hex(4)}"
         lock = _lock_path(work)
         if lock.exists() or work.exists():
             continue
@@ -162,16 +170,17 @@ def _locked_sibling(target: Path) -> tuple[Path, int | None]:
                 os.close(fd)
                 lock.unlink(missing_ok=True)
             raise
-        return work, fd
+        break
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if fd is not None:
+            lock.unlink(missing_ok=True)
+            os.close(fd)
 
 
-def _release(work: Path, fd: int | None) -> None:
-    if fd is not None:
-        _lock_path(work).unlink(missing_ok=True)
-        os.close(fd)
-
-
-def _install(work: Path, target: Path) -> None:
+def replace_folder(work: Path, target: Path) -> None:
     """Rename the complete folder ``work`` to ``target``, replacing a folder there."""
     if not target.exists():
         os.replace(work, target)
@@ -202,23 +211,22 @@ def staged_folder(target: Path) -> Iterator[Path]:
     while not parent.exists():
         made.append(parent)
         parent = parent.parent
+    stack = contextlib.ExitStack()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        work, fd = _locked_sibling(target)
+        work = stack.enter_context(work_folder(target.parent, f".{target.name}.building-"))
     except OSError as exc:  # named by the folder asked for, not the hidden one
         _remove_empty(made)
         raise BuildError(
             f"cannot create the output folder {target}: {exc.strerror or exc}"
         ) from None
     try:
-        yield work
-        _install(work, target)
+        with stack:  # removes the folder unless it was renamed into place
+            yield work
+            replace_folder(work, target)
     except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        _release(work, fd)
         _remove_empty(made)
         raise
-    _release(work, fd)
 
 
 def _remove_empty(made: list[Path]) -> None:

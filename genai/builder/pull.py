@@ -13,16 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import urllib.request
 import zipfile
 from pathlib import Path
 
 from genai.builder.build import build
 from genai.builder.errors import BuildError
+from genai.builder.output import replace_folder, work_folder
 from genai.builder.progress import StderrProgress
 from genai.errors import DownloadError, GenaiError
 
@@ -159,11 +158,8 @@ def _fetch_source(progress: bool) -> Path:
     if source.is_file():
         return source
     source.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".source-", dir=source.parent))
-    try:
+    with work_folder(source.parent, ".source-") as work:  # (a killed pull's: removed by the next)
         os.replace(fetch_default_gguf(work, progress), source)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return source
 
 
@@ -182,8 +178,7 @@ def ensure_default_model(
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     reporter = StderrProgress() if progress else None
-    work = Path(tempfile.mkdtemp(prefix=".pull-", dir=target.parent))
-    try:
+    with work_folder(target.parent, ".pull-") as work:  # (a killed pull's: removed by the next)
         kept = default_source_path()
         if stale and not force and reporter:
             reporter.message(f"genai: rebuilding {target} (made by an older genai)")
@@ -203,15 +198,7 @@ def ensure_default_model(
         (built / BUILD_STAMP).write_text(json.dumps({"revision": DEFAULT_MODEL_REVISION}) + "\n")
         if keep_source and gguf != kept:
             os.replace(gguf, kept)
-        if (force or stale) and target.exists():
-            shutil.rmtree(target)
-        try:
-            os.replace(built, target)
-        except OSError:
-            if not (target / "genai_config.json").is_file():  # someone else won the race
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        replace_folder(built, target)  # the old folder stays until the new one is there
     return target
 
 

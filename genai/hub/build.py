@@ -4,9 +4,6 @@ record of the repo and commit it came from."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
@@ -31,6 +28,7 @@ def build_snapshot(
     """Build the GGUF file or safetensors checkpoint among ``files`` (relative to
     ``snapshot``) into :func:`built_dir`, recording where it came from."""
     from genai.builder.build import build  # lazy: the builder imports onnx
+    from genai.builder.output import replace_folder, work_folder
     from genai.builder.progress import StderrProgress  # lazy: the builder imports onnx
 
     kind = source_kind(files)
@@ -51,8 +49,7 @@ def build_snapshot(
     reporter = StderrProgress() if progress else None
     if reporter:
         reporter.message(f"genai: building {ref} ({kind}, {precision}) into {target}")
-    work = Path(tempfile.mkdtemp(prefix=".pull-", dir=target.parent))
-    try:
+    with work_folder(target.parent, ".pull-") as work:  # (a killed pull's: removed by the next)
         built = build(source, work / "model", precision=precision,
                       stage=reporter.stage if reporter else None)  # fmt: skip
         record = {
@@ -64,9 +61,5 @@ def build_snapshot(
             "precision": precision,
         }
         (built / SOURCE_FILENAME).write_text(json.dumps(record, indent=1) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(built, target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        replace_folder(built, target)
     return target
