@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _bench_args import header, positive_int
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -66,11 +68,18 @@ def load_baseline(path: Path) -> type:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=positive_int, default=15)
     parser.add_argument("--baseline", type=Path, default=None)
     args = parser.parse_args()
+    if args.baseline is not None and not args.baseline.is_file():
+        parser.error(f"argument --baseline: {args.baseline} is not a file")
+    header()
+    with tempfile.TemporaryDirectory(prefix="audio-features-bench-") as work:
+        measure(args, Path(work))
 
-    work = Path(tempfile.mkdtemp(prefix="audio-features-bench-"))
+
+def measure(args: argparse.Namespace, work: Path) -> None:
+    """Write the fixture and the files into ``work`` (removed by the caller), time, print."""
     folder = write_whisper_fixture(work)
     config = folder / "audio_processor_config.json"
     ref_processor = og.Model(str(folder)).create_multimodal_processor()

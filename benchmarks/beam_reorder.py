@@ -17,6 +17,7 @@ import tempfile
 import time
 
 import numpy as np
+from _bench_args import header, positive_int
 
 import genai
 from genai._core.bookkeeping import move_rows
@@ -77,11 +78,16 @@ def bench(orders: list[np.ndarray], buffers: list[np.ndarray], filled: int, repe
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--beams", type=int, default=4)
-    parser.add_argument("--capacity", type=int, default=8192)
-    parser.add_argument("--filled", type=int, default=512)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--beams", type=positive_int, default=4, help="2 to 4")
+    parser.add_argument("--capacity", type=positive_int, default=8192)
+    parser.add_argument("--filled", type=positive_int, default=512, help="at most --capacity")
+    parser.add_argument("--repeat", type=positive_int, default=3)
     args = parser.parse_args()
+    if not 2 <= args.beams <= 4:
+        parser.error("argument --beams: 2 to 4 (the fixed patterns are of 4 beams)")
+    if args.filled > args.capacity:
+        parser.error(f"argument --filled: at most --capacity ({args.filled} > {args.capacity})")
+    header()
     buffers = [
         np.random.default_rng(i).standard_normal(
             (args.beams, KV_HEADS, args.capacity, HEAD), dtype=np.float32

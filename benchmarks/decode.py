@@ -8,7 +8,12 @@ Both engines run in this process with the same intra-op thread count, in interle
 ``--spinner`` also runs each engine beside a pure-Python thread spinning a counter and reports
 how much of its own speed each side keeps.
 EOS is overridden to an id the model never produces so every run makes exactly
-``--new-tokens`` tokens.
+``--new-tokens`` tokens. ``-m`` takes a folder or a cached model's name (as ``genai -m``);
+without it, the reference-built SmolLM2 in ../shared when present, else genai's default model.
+``--lockstep`` times single ``generate_next_token`` calls, so it creates genai's generators
+with decode ahead off (``GENAI_DECODE_AHEAD=0``): with it on, a call mostly takes a token the
+native worker already made while the reference's step ran. The whole-generation timings of the
+table keep genai's default (decode ahead on).
 """
 
 from __future__ import annotations
@@ -23,13 +28,20 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench_args import (
+    DECODE_AHEAD_NOTE,
+    add_model_argument,
+    decode_ahead_off,
+    header,
+    model_folder,
+    positive_int,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import genai  # noqa: E402
 
-DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
 TEXT = (
     "The history of the city begins with a small settlement on the river, where traders from "
     "the north and the south met to exchange grain, salt, wool and stories about distant lands. "
@@ -90,14 +102,18 @@ def one_run(
 
 def lockstep_step_ms(engines, models, ids: np.ndarray, new_tokens: int, rounds: int) -> dict:
     """Median ms of one ``generate_next_token`` per engine, the engines' steps interleaved
-    (which goes first alternates every step) over ``rounds`` generations each."""
+    (which goes first alternates every step) over ``rounds`` generations each. genai's
+    generators are created with decode ahead off: each call is then one model step in the
+    caller's thread, as the reference's (with it on, a call mostly takes a token the worker
+    made during the reference's step, and that worker slows the reference's steps)."""
     times: dict[str, list[float]] = {name: [] for name in models}
     for _ in range(rounds):
         generators = {}
         for name, model in models.items():
             params = engines[name].GeneratorParams(model)
             params.set_search_options(max_length=len(ids) + new_tokens)
-            generators[name] = engines[name].Generator(model, params)
+            with decode_ahead_off():
+                generators[name] = engines[name].Generator(model, params)
             generators[name].append_tokens(ids)
             generators[name].generate_next_token()
         names = list(models)
@@ -157,28 +173,35 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime_genai as og
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL)
+    add_model_argument(parser)
     parser.add_argument("--fixture", action="store_true", help="use a tiny fixture model")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--prompt-tokens", type=int, default=128)
-    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=positive_int, default=5)
+    parser.add_argument("--prompt-tokens", type=positive_int, default=128)
+    parser.add_argument("--new-tokens", type=positive_int, default=128, help="at least 2")
     parser.add_argument("--spinner", action="store_true", help="also measure beside a busy thread")
     parser.add_argument(
         "--lockstep",
         action="store_true",
         help="also time single decode steps of the two engines in turn (order rotated each "
-        "step): load changes hit both alike; medians of per-step times",
+        "step): load changes hit both alike; medians of per-step times; " + DECODE_AHEAD_NOTE,
     )
     args = parser.parse_args(argv)
+    if args.new_tokens < 2:
+        parser.error("argument --new-tokens: at least 2 (the first token comes from the prefill)")
+    header(args.threads)
+    if not args.fixture:
+        return run(og, args, model_folder(args.model))
+    from genai.testing.models import write_gqa_decoder
 
-    folder = args.model
-    if args.fixture:
-        from genai.testing.models import write_gqa_decoder
-
+    with tempfile.TemporaryDirectory(prefix="genai-bench-decode-") as tmp:
         folder = write_gqa_decoder(
-            tempfile.mkdtemp(), vocab_size=512, hidden_size=64, context_length=512, name="tiny"
+            tmp, vocab_size=512, hidden_size=64, context_length=512, name="tiny"
         )
+        return run(og, args, Path(folder))
+
+
+def run(og, args: argparse.Namespace, folder: Path) -> int:
     ids = prompt_ids(folder, args.prompt_tokens)
     print(f"model {folder}  prompt {len(ids)} tokens  new {args.new_tokens}  rounds {args.rounds}")
     print(f"genai {genai.__version__}  onnxruntime-genai {og.__version__}")
@@ -213,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.lockstep:
             steps = lockstep_step_ms(engines, models, ids, args.new_tokens, args.rounds)
             print(
-                f"lockstep ({args.rounds} generations each, steps interleaved): median step "
+                f"lockstep ({args.rounds} generations each, steps interleaved, genai's decode "
+                "ahead off): median step "
                 f"genai {steps['genai']:.3f} ms, reference {steps['reference']:.3f} ms, "
                 f"per-token time ratio {steps['genai'] / steps['reference']:.3f}x"
             )

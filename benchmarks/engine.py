@@ -25,6 +25,9 @@ stepped together (its Engine before they stepped at their own pace) to every rou
 
     python benchmarks/engine.py [--model DIR] [--requests 8] [--new-tokens 64] [--rounds 3]
                                 [--lockstep] [--count-reference-runs]
+
+``--model`` takes a folder or a cached model's name; without it, the reference-built SmolLM2 in
+../shared when present, else genai's default model.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _bench_args import add_model_argument, header, model_folder, positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
 QUESTIONS = [
     "What is the capital of France?",
     "Write a haiku about the sea.",
@@ -199,10 +202,10 @@ def count_reference_runs(ref: Any, args: argparse.Namespace, tokenizer: Any) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--requests", type=int, default=8)
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_model_argument(parser)
+    parser.add_argument("--requests", type=positive_int, default=8)
+    parser.add_argument("--new-tokens", type=positive_int, default=64)
+    parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument(
         "--lockstep",
         action="store_true",
@@ -216,6 +219,8 @@ def main() -> None:
         "model runs per token and their batch shapes",
     )
     args = parser.parse_args()
+    header()
+    args.model = str(model_folder(args.model))
 
     import onnxruntime_genai as ref
 
@@ -234,7 +239,13 @@ def main() -> None:
     # warm-up: each engine once (sessions, allocator, caches), not measured
     small = argparse.Namespace(**{**vars(args), "new_tokens": 4})
     for name, (og, model) in engines.items():
-        run_engine(og, model, tokenizer, small, f"warm-{name}", name == "genai-lockstep")
+        warm = run_engine(og, model, tokenizer, small, f"warm-{name}", name == "genai-lockstep")
+        if not warm["tokens"]:
+            raise SystemExit(
+                f"engine.py: {name} made no tokens on {args.model}; the reference's Engine needs "
+                "logits for every position (../shared's reference-built SmolLM2, or "
+                "`genai build GGUF -o DIR --all-logits`)"
+            )
     results: dict[str, list[float]] = {name: [] for name in engines}
     per_cpu: dict[str, list[float]] = {name: [] for name in engines}
     for round_ in range(args.rounds):

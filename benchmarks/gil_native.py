@@ -29,8 +29,10 @@ its generator (what the steps run ahead cost it).
 
 Usage: PYTHONPATH=. python benchmarks/gil_native.py [--model PATH] [--steps 200] [--rounds 3]
        [--loops gen-plain,gen-ahead]
+``--model``: a model.onnx, or a model folder or cached model's name (its model.onnx); default:
+the reference-built SmolLM2 in ../shared when present, else genai's default model.
 Needs genai._core.native_session built, Cython and a C compiler (the per-step helper that
-cimports NativeSession is compiled at start into a temporary folder).
+cimports NativeSession is compiled at start into a temporary folder, removed at the end).
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench_args import header, model_folder, non_negative_int, positive_float, positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4" / "model.onnx"
 
 HELPER_PYX = """
 # cython: language_level=3, boundscheck=False, wraparound=False
@@ -95,8 +97,8 @@ def native_steps(NativeSession s, Py_ssize_t mask_index, int64_t[:, ::1] mask,
 """
 
 
-def build_helper() -> object:
-    work = Path(tempfile.mkdtemp(prefix="gil_native_"))
+def build_helper(work: Path) -> object:
+    """The compiled helper module, built in ``work`` (the caller removes it)."""
     (work / "gil_native_helper.pyx").write_text(textwrap.dedent(HELPER_PYX))
     (work / "setup_helper.py").write_text(
         textwrap.dedent(
@@ -361,37 +363,54 @@ def print_stats(stats: dict[tuple[str, str], list[dict]]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=str(DEFAULT_MODEL))
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="intra_op_num_threads")
-    ap.add_argument("--layers", type=int, default=30)
-    ap.add_argument("--kv-heads", type=int, default=3)
-    ap.add_argument("--head-size", type=int, default=64)
-    ap.add_argument("--vocab", type=int, default=49152)
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="a model.onnx, or a model folder / cached model name (default: ../shared's "
+        "SmolLM2 when present, else genai's default model)",
+    )
+    ap.add_argument("--steps", type=positive_int, default=200)
+    ap.add_argument("--rounds", type=positive_int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=1, help="intra_op_num_threads")
+    ap.add_argument("--layers", type=positive_int, default=30)
+    ap.add_argument("--kv-heads", type=positive_int, default=3)
+    ap.add_argument("--head-size", type=positive_int, default=64)
+    ap.add_argument("--vocab", type=positive_int, default=49152)
     ap.add_argument(
         "--loops",
         default="ort-py,native-py,native,native-all,gen-plain,gen-ahead,gen-all",
         help="comma-separated loops to run (see the module docstring)",
     )
     ap.add_argument(
-        "--switch-interval", type=float, default=None, help="sys.setswitchinterval (seconds)"
+        "--switch-interval",
+        type=positive_float,
+        default=None,
+        help="sys.setswitchinterval (seconds)",
     )
     ap.add_argument(
         "--stats", action="store_true", help="print the gen-ahead worker's counters (medians)"
     )
     ap.add_argument(
         "--early-stop",
-        type=int,
+        type=non_negative_int,
         default=0,
         metavar="K",
         help="also time gen-ahead stopping K tokens before max_length (gen-early)",
     )
     args = ap.parse_args()
+    header(args.threads)
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
+    if args.model is None or not Path(args.model).is_file():
+        args.model = str(model_folder(args.model) / "model.onnx")
     if not Path(args.model).is_file():
         sys.exit(f"model not found: {args.model}")
+    with tempfile.TemporaryDirectory(prefix="gil_native_") as work:
+        run_loops(args, Path(work))
+
+
+def run_loops(args: argparse.Namespace, work: Path) -> None:
+    """Build the loops (the helper in ``work``), run the rounds, print the tables."""
 
     from genai._core import ort_api
 
@@ -422,7 +441,10 @@ def main() -> None:
     for name in wanted:
         if name.startswith("gen-ahead@"):
             ring, _, gather = name.partition("@")[2].partition("/")
-            variant = (int(ring), int(gather))
+            try:
+                variant = (int(ring), int(gather))
+            except ValueError:
+                sys.exit(f"loop {name}: gen-ahead@RING/GATHER takes two integers")
             makers[name] = lambda v=variant: make_generator_loop(
                 folder, args.threads, True, ring_gather=v
             )
@@ -430,7 +452,7 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown loops {unknown}; choose from {sorted(makers)}")
     folder = str(Path(args.model).parent)
-    helper = build_helper() if {"native", "native-all"} & set(wanted) else None
+    helper = build_helper(work) if {"native", "native-all"} & set(wanted) else None
     loops = {name: makers[name]() for name in wanted}
     for run in loops.values():  # warm up
         run(8)

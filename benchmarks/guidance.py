@@ -13,6 +13,11 @@ comparable on a busy machine. The mask cost per token is what guidance adds to a
 guided minus unguided step time (both the median and the 10 %-trimmed mean of the per-step times),
 covering the mask computation not hidden behind the model run, applying the mask and the
 Python-level work. Only decoding steps are timed (prefill and generator creation excluded).
+genai's generators are created with decode ahead off (``GENAI_DECODE_AHEAD=0``; it is off for
+guided generators anyway): with it on, the unguided generator's ``generate_next_token`` mostly
+takes a token its native worker already made, and "guided minus unguided" becomes a whole model
+step. ``-m`` takes a folder or a cached model's name; without it, the reference-built SmolLM2 in
+../shared when present, else genai's default model.
 """
 
 from __future__ import annotations
@@ -25,13 +30,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench_args import (
+    DECODE_AHEAD_NOTE,
+    add_model_argument,
+    decode_ahead_off,
+    header,
+    model_folder,
+    positive_int,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import genai  # noqa: E402
-
-DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
 
 SCHEMA = {
     "type": "object",
@@ -60,7 +71,8 @@ def generator(engine, model, ids: np.ndarray, max_length: int, schema: str | Non
     params.set_search_options(max_length=max_length, min_length=min_length)
     if schema is not None:
         params.set_guidance("json_schema", schema)
-    gen = engine.Generator(model, params)
+    with decode_ahead_off():  # per-step timings: every step in the caller's thread
+        gen = engine.Generator(model, params)
     gen.append_tokens(ids)
     return gen
 
@@ -142,11 +154,15 @@ def mask_only(folder: Path, prompts: list[np.ndarray], model, schema: str) -> fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], epilog=DECODE_AHEAD_NOTE + "."
+    )
+    add_model_argument(parser)
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--threads", type=positive_int, default=1)
     args = parser.parse_args()
+    header(args.threads)
+    args.model = model_folder(args.model)
     import onnxruntime_genai as og
 
     vocab = json.loads((args.model / "genai_config.json").read_text())["model"]["vocab_size"]
@@ -179,6 +195,7 @@ def main() -> None:
     print(f"\nvocab {vocab}, {len(prompts)} prompts x {args.rounds} rounds = {steps} guided steps")
     print(
         f"per engine, {args.threads} intra-op thread; per-step times in us (median / trimmed mean)"
+        "; genai's decode ahead off"
     )
     print("| engine | unguided step | guided step | mask cost per token |")
     print("|---|---|---|---|")

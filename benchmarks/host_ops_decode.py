@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from _bench_args import default_model, header, model_folder, positive_int
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import genai
@@ -39,12 +41,17 @@ def load(folder: str, ops: bool, threads: int) -> genai.Model:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-m", "--model", default=None, help="model folder (default: genai pull's)")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument(
+        "-m", "--model", default=None, help="model folder or cached model name (default: genai's)"
+    )
+    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--rounds", type=positive_int, default=21)
+    ap.add_argument("--steps", type=positive_int, default=64, help="at least 2")
     args = ap.parse_args()
-    folder = args.model or genai.default_model()
+    if args.steps < 2:
+        ap.error("argument --steps: at least 2 (the first token comes from the prompt)")
+    header(args.threads)
+    folder = str(model_folder(args.model, default=default_model))
     models = {
         "with ops": load(folder, True, args.threads),
         "without": load(folder, False, args.threads),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime_genai as og
+from _bench_args import header, positive_int
 from PIL import Image
 
 import genai
@@ -59,10 +60,16 @@ def timed(call) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", nargs="+", default=list(WRITERS), choices=list(WRITERS))
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=positive_int, default=7)
     parser.add_argument("--format", choices=("png", "jpg"), default="png")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="genai-bench-images-"))
+    header()
+    with tempfile.TemporaryDirectory(prefix="genai-bench-images-") as root:
+        measure(args, Path(root))
+
+
+def measure(args: argparse.Namespace, root: Path) -> None:
+    """Write the pictures and folders into ``root`` (removed by the caller), time, print."""
     files = {side: picture(root / f"picture{side}.{args.format}", side) for side in (336, 1344)}
     print(f"{'kind':<11} {'image':>9} {'reference ms':>13} {'genai ms':>9} {'ratio':>6}")
     for kind in args.kinds:

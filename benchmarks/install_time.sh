@@ -7,7 +7,19 @@
 #   bash benchmarks/install_time.sh [REPO [COMMIT]]    # default: this checkout's HEAD
 #
 # Before/after: run it on the two commits. Results: docs/benchmarks.md, "Install time".
+# -h, --help prints this text. Needs git, /usr/bin/time, bc and network access for pip.
 set -euo pipefail
+
+case "${1:-}" in
+-h | --help)
+    sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+    exit 0
+    ;;
+-*)
+    echo "install_time.sh: unknown option $1 (-h for help)" >&2
+    exit 2
+    ;;
+esac
 
 REPO=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 COMMIT=$(git -C "$REPO" rev-parse "${2:-HEAD}")

@@ -18,11 +18,13 @@ import tempfile
 import time
 
 import numpy as np
+from _bench_args import header, positive_int
 
 import genai
 from genai.testing.models import write_gqa_decoder
 
 LAYERS, LOCAL, WINDOW = 6, (0, 1, 2, 3, 4), 512
+PROMPT = 64  # tokens
 
 
 def run(folder, max_length: int, new_tokens: int, initial: int) -> tuple[int, float]:
@@ -30,7 +32,7 @@ def run(folder, max_length: int, new_tokens: int, initial: int) -> tuple[int, fl
     params = genai.GeneratorParams(model)
     params.set_search_options(max_length=max_length, kv_initial_capacity=initial)
     generator = genai.Generator(model, params)
-    generator.append_tokens(np.arange(3, 67, dtype=np.int32))
+    generator.append_tokens(np.arange(3, 3 + PROMPT, dtype=np.int32))
     generator.generate_next_token()
     start = time.perf_counter()
     made = generator.generate_until_done(new_tokens - 1)
@@ -40,9 +42,15 @@ def run(folder, max_length: int, new_tokens: int, initial: int) -> tuple[int, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-length", type=int, default=8192)
-    parser.add_argument("--new-tokens", type=int, default=1024)
+    parser.add_argument("--max-length", type=positive_int, default=8192)
+    parser.add_argument("--new-tokens", type=positive_int, default=1024)
     args = parser.parse_args()
+    if args.max_length < PROMPT + args.new_tokens:
+        parser.error(
+            f"argument --max-length: at least the {PROMPT}-token prompt + --new-tokens "
+            f"({PROMPT + args.new_tokens})"
+        )
+    header()
     shape = {
         "vocab_size": 256,
         "hidden_size": 256,

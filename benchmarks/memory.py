@@ -8,6 +8,8 @@ left at the context length, the setting that makes the reference allocate and ze
 whole [batch, kv_heads, 8192, head] cache per layer up front. Runs: the reference; genai with
 its growing shared buffer (the default); genai with the full-size buffer (kv_initial_capacity=0)
 for the decode-speed comparison. Each in a fresh subprocess; peak RSS from getrusage.
+``-m`` takes a folder or a cached model's name; without it, the reference-built SmolLM2 in
+../shared when present, else genai's default model.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _bench_args import add_model_argument, header, model_folder, non_negative_int, positive_int
+
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
 
 CHILD = r"""
 import json, resource, sys, time
@@ -57,21 +60,29 @@ print(json.dumps({{"peak": peak, "rate": rate, "kv": kv, "used": used}}))
 
 def run(engine: str, folder: Path, prompt: int, new: int, initial: int | None) -> dict:
     code = CHILD.format(root=str(ROOT), args=(engine, str(folder), prompt, new, initial))
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if out.returncode != 0:
+        tail = out.stderr.strip().splitlines()[-1:] or [f"exit status {out.returncode}"]
+        sys.exit(f"memory.py: the {engine} run failed: {tail[0]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL)
-    parser.add_argument("--prompt-tokens", type=int, default=128)
-    parser.add_argument("--new-tokens", type=int, default=256)
+    add_model_argument(parser)
+    parser.add_argument("--prompt-tokens", type=positive_int, default=128)
+    parser.add_argument("--new-tokens", type=positive_int, default=256, help="at least 2")
     parser.add_argument(
-        "--speed-rounds", type=int, default=0, help="also compare decode speed in one process"
+        "--speed-rounds",
+        type=non_negative_int,
+        default=0,
+        help="also compare decode speed in one process",
     )
     args = parser.parse_args(argv)
+    if args.new_tokens < 2:
+        parser.error("argument --new-tokens: at least 2 (the first token comes from the prefill)")
+    header()
+    args.model = model_folder(args.model)
     runs = {
         "reference": run("reference", args.model, args.prompt_tokens, args.new_tokens, None),
         "genai (growing)": run("genai", args.model, args.prompt_tokens, args.new_tokens, None),

@@ -16,6 +16,7 @@ import tempfile
 import time
 
 import numpy as np
+from _bench_args import header, positive_int
 
 
 def per_token(engine, folder: str, prompt: np.ndarray, tokens: int) -> float:
@@ -35,11 +36,16 @@ def per_token(engine, folder: str, prompt: np.ndarray, tokens: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hidden", type=int, default=1024)
-    parser.add_argument("--vocab", type=int, default=32000)
-    parser.add_argument("--tokens", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hidden", type=positive_int, default=1024, help="a multiple of 128")
+    parser.add_argument("--vocab", type=positive_int, default=32000, help="at least 63")
+    parser.add_argument("--tokens", type=positive_int, default=300)
+    parser.add_argument("--rounds", type=positive_int, default=3)
     args = parser.parse_args()
+    if args.hidden % 128:
+        parser.error("argument --hidden: a multiple of 128 (heads of 64, a KV head per 2)")
+    if args.vocab < 63:
+        parser.error("argument --vocab: at least 63 (the prompt's ids go up to 62)")
+    header()
 
     import onnxruntime_genai as og
 

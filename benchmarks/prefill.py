@@ -26,8 +26,10 @@ reference does; `genai.runtime.trimmed_logits`), ``--unchunked`` every genai fol
 
 OpenVINO GenAI runs in its own virtual environment with the model converted by
 ``scripts/setup_openvino_bench.sh`` (its defaults are this script's defaults; ``--openvino ''``
-leaves it out). ``-m`` defaults to the default model (``genai pull``); ``--also`` adds more
-genai folders (e.g. a ``prefill_int8`` build); the reference runs on ``-m``'s folder.
+leaves it out; without ``--openvino``, a missing venv or IR folder leaves it out with a note).
+``-m`` (a folder or a cached model's name) defaults to the default model (``genai pull``);
+``--also`` adds more genai folders (e.g. a ``prefill_int8`` build); the reference runs on
+``-m``'s folder.
 """
 
 from __future__ import annotations
@@ -41,6 +43,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _bench_args import (
+    default_model,
+    header,
+    model_folder,
+    non_negative_int,
+    positive_int,
+    require_model,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "genai"
@@ -159,7 +170,11 @@ def profile(folder: Path, count: int, threads: int) -> None:
             feeds[inp.name] = np.zeros((1, inp.shape[1], 0, inp.shape[3]), np.float32)
     for _ in range(6):
         sess.run(["logits"], feeds)
-    events = json.loads(Path(sess.end_profiling()).read_text())
+    trace = Path(sess.end_profiling())
+    try:
+        events = json.loads(trace.read_text())
+    finally:
+        trace.unlink(missing_ok=True)
     _print_profile(events, f"one prefill of {count} tokens, {threads} thread(s), {folder}")
 
 
@@ -214,11 +229,42 @@ def _print_profile(events: list[dict], title: str) -> None:
 
 
 # -- the comparison ---------------------------------------------------------------------------
+def openvino_choice(args: argparse.Namespace) -> str:
+    """The OpenVINO IR folder to run, or '' to leave OpenVINO GenAI out: without ``--openvino``,
+    left out with a note when its venv or IR folder is missing; asked for, they must be there."""
+    given = args.openvino is not None
+    folder = args.openvino if given else str(OV_IR)
+    if given and not folder:
+        return ""
+    missing = [
+        f"{what} {path}"
+        for what, path in (("IR folder", folder), ("venv's python", args.openvino_python))
+        if not Path(path).exists()
+    ]
+    if not missing:
+        return folder
+    message = (
+        f"OpenVINO GenAI's {' and '.join(missing)} not found "
+        "(scripts/setup_openvino_bench.sh sets them up)"
+    )
+    if given:
+        sys.exit(f"prefill.py: {message}; --openvino '' leaves OpenVINO GenAI out")
+    print(f"note: {message}; leaving OpenVINO GenAI out", file=sys.stderr)
+    return ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("-m", "--model", type=Path, default=None)
+    ap.add_argument(
+        "-m", "--model", default=None, help="model folder or cached model name (default: genai's)"
+    )
     ap.add_argument("--also", action="append", default=[], metavar="LABEL=DIR")
-    ap.add_argument("--openvino", default=str(OV_IR), help="OpenVINO IR folder ('' = skip)")
+    ap.add_argument(
+        "--openvino",
+        default=None,
+        help=f"OpenVINO IR folder ('' = skip; default: {OV_IR}, left out with a note when it "
+        "or the venv is missing)",
+    )
     ap.add_argument("--openvino-python", default=str(OV_VENV / "bin" / "python"))
     ap.add_argument("--no-reference", action="store_true")
     ap.add_argument(
@@ -246,10 +292,16 @@ def main() -> None:
         default=None,
         help="the engine label the ratios divide by (default: openvino-genai, else reference)",
     )
-    ap.add_argument("--lengths", type=int, nargs="+", default=[32, 128, 512, 2048])
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--profile", type=int, default=0, metavar="TOKENS")
+    ap.add_argument("--lengths", type=positive_int, nargs="+", default=[32, 128, 512, 2048])
+    ap.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=positive_int, default=5)
+    ap.add_argument(
+        "--profile",
+        type=positive_int,
+        default=0,
+        metavar="TOKENS",
+        help="print onnxruntime's per-op profile of one prefill of TOKENS tokens instead",
+    )
     ap.add_argument(
         "--profile-genai",
         action="store_true",
@@ -257,7 +309,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--chunk-sizes",
-        type=int,
+        type=non_negative_int,
         nargs="+",
         default=[],
         metavar="N",
@@ -270,15 +322,18 @@ def main() -> None:
     if args.worker:
         _worker(args.worker, args.folder, args.threads[0], args.chunk)
         return
-    if args.model is None:
-        sys.path.insert(0, str(ROOT))
-        import genai  # lazy: see prompt_ids
-
-        args.model = Path(genai.default_model())
+    header(args.threads)
+    args.model = model_folder(args.model, default=default_model)
+    for item in args.also:
+        label, sep, folder = item.partition("=")
+        if not sep or not label:
+            ap.error(f"argument --also: LABEL=DIR expected, got {item!r}")
+        require_model(folder, f"--also {label}'s folder")
     if args.profile:
         for threads in args.threads:
             (profile_genai if args.profile_genai else profile)(args.model, args.profile, threads)
         return
+    args.openvino = openvino_choice(args)
 
     engines = [("genai", "genai", str(args.model), sys.executable, 0)]
     for item in args.also:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench_args import header, model_folder, positive_int
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -39,13 +40,19 @@ def load(folder: Path, split: bool, threads: int) -> genai.Model:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--int4", type=Path, required=True, help="the plain int4 build")
-    ap.add_argument("--prefill-int8", type=Path, required=True, help="the --prefill-int8 build")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=128)
+    ap.add_argument(
+        "--int4", required=True, help="the plain int4 build (a folder or cached model name)"
+    )
+    ap.add_argument(
+        "--prefill-int8", required=True, help="the --prefill-int8 build (a folder or name)"
+    )
+    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--rounds", type=positive_int, default=9)
+    ap.add_argument("--prompt", type=positive_int, default=128)
+    ap.add_argument("--steps", type=positive_int, default=128)
     args = ap.parse_args()
+    header(args.threads)
+    args.int4, args.prefill_int8 = model_folder(args.int4), model_folder(args.prefill_int8)
     models = {
         "plain int4": load(args.int4, True, args.threads),
         "prefill-int8, If graph": load(args.prefill_int8, False, args.threads),

@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 import onnxruntime as ort
+from _bench_args import header, positive_int
 from onnx import TensorProto, helper, numpy_helper
 
 LINEARS = [("qkv", 576, 960), ("o", 576, 576), ("gate", 576, 1536), ("up", 576, 1536)]
@@ -207,12 +208,13 @@ def layer_model(variant: str, tokens: int, pack_gate_up: bool, seed: int = 0) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--tokens", type=int, nargs="+", default=[1, 32, 128, 512])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--tokens", type=positive_int, nargs="+", default=[1, 32, 128, 512])
+    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--reps", type=positive_int, default=30)
     ap.add_argument("--variants", nargs="+", default=VARIANTS)
     ap.add_argument("--pack-gate-up", action="store_true", help="gate and up as one linear")
     args = ap.parse_args()
+    header(args.threads)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
     for tokens in args.tokens:
         sessions = {}

@@ -14,6 +14,7 @@ import statistics
 import time
 
 import numpy as np
+from _bench_args import header, positive_int
 
 from genai._core import sampling as kernel
 from genai._core import sampling_reference as twin
@@ -59,11 +60,14 @@ def time_steps(impl, vocab: int, options: dict, steps: int, with_logprobs: bool 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", type=int, nargs="*", default=list(VOCABS))
-    parser.add_argument("--steps", type=int, default=300, help="kernel steps per point")
-    parser.add_argument("--twin-steps", type=int, default=10, help="NumPy twin steps per point")
+    parser.add_argument("--vocab", type=positive_int, nargs="*", default=list(VOCABS))
+    parser.add_argument("--steps", type=positive_int, default=300, help="kernel steps per point")
+    parser.add_argument(
+        "--twin-steps", type=positive_int, default=10, help="NumPy twin steps per point"
+    )
     parser.add_argument("--no-twin", action="store_true", help="skip the (slow) NumPy twin")
     args = parser.parse_args()
+    header(1)
 
     print(f"headline: {HEADLINE}, history {HISTORY} tokens, one row, one core")
     print(f"{'vocab':>8} {'kernel ms':>10} {'numpy ms':>10} {'ratio':>8}")

@@ -12,7 +12,11 @@ tokens/s, the speed-up over plain serving, acceptance (accepted / proposed), tok
 run, and whether each request's tokens equal plain serving's ("same"). ``--streams N`` submits
 every task N times (N sequences per task at once). Default folder: the reference-built SmolLM2
 in ../shared (logits per position), else genai's default model (it needs ``new_token_logits``:
-a folder built before 2026-12-01 serves plainly, as the server's log says).
+a folder built before 2026-12-01 serves plainly, as the server's log says); ``-m`` also takes a
+cached model's name. Before the rounds, each configuration serves one untimed round (the first
+speculative run of a model sets up what its verify runs need). Backing off is opt-in
+(``SpeculativeServing.backoff``, ``genai serve --speculative-backoff``): ``--also-backoff`` adds
+each ``--spec`` with it.
 """
 
 from __future__ import annotations
@@ -27,15 +31,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench_args import add_model_argument, header, model_folder, positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from speculative import SHARED, TASKS  # noqa: E402
+from speculative import TASKS  # noqa: E402
 
 import genai  # noqa: E402
-from genai.builder import pull  # noqa: E402
 from genai.generation.search import SearchOptions  # noqa: E402
 from genai.serve.batch_runner import make_batch_runner  # noqa: E402
 from genai.serve.scheduler import GenerationRequest, Scheduler  # noqa: E402
@@ -75,13 +79,13 @@ def one_round(model, tokenizer, prompts, new_tokens, spec, slots):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-m", "--model", type=Path)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--new-tokens", type=int, default=120)
-    parser.add_argument("--streams", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=1)
+    add_model_argument(parser)
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--new-tokens", type=positive_int, default=120)
+    parser.add_argument("--streams", type=positive_int, default=1)
+    parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--spec", action="append", default=[])
-    parser.add_argument("--max-streams", type=int, default=1, help="SpeculativeServing's")
+    parser.add_argument("--max-streams", type=positive_int, default=1, help="SpeculativeServing's")
     parser.add_argument(
         "--also-backoff",
         action="store_true",
@@ -89,9 +93,17 @@ def main() -> int:
     )
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     args = parser.parse_args()
-    folder = args.model
-    if folder is None:
-        folder = SHARED if (SHARED / "genai_config.json").is_file() else pull.default_model_dir()
+    configs = [("plain", None)]
+    for text in args.spec or ["ngram"]:
+        try:
+            spec = SpeculativeServing.parse(text, args.max_streams)
+        except genai.errors.InvalidArgumentError as exc:
+            parser.error(f"argument --spec: {exc}")
+        configs.append((text, spec))
+        if args.also_backoff:
+            configs.append((f"{text} backoff", dataclasses.replace(spec, backoff=True)))
+    header(args.threads)
+    folder = model_folder(args.model)
     model = load(folder, args.threads)
     tokenizer = genai.Tokenizer(model)
     prompts = []
@@ -101,15 +113,11 @@ def main() -> int:
         )
         prompts += [np.asarray(tokenizer.encode(text), np.int32)] * args.streams
     slots = max(2, len(prompts))
-    configs = [("plain", None)]
-    for text in args.spec or ["ngram"]:
-        spec = SpeculativeServing.parse(text, args.max_streams)
-        configs.append((text, spec))
-        if args.also_backoff:
-            configs.append((f"{text} backoff", dataclasses.replace(spec, backoff=True)))
     times: dict[str, list[float]] = {label: [] for label, _ in configs}
     outputs: dict[str, list[list[int]]] = {}
     stats: dict[str, dict[str, float]] = {}
+    for _label, spec in configs:  # untimed: the first speculative run sets up verify runs
+        one_round(model, tokenizer, prompts, args.new_tokens, spec, slots)
     for _ in range(args.rounds):
         for label, spec in configs:
             got, elapsed, stat = one_round(model, tokenizer, prompts, args.new_tokens, spec, slots)

@@ -17,7 +17,9 @@ stream sends ``--requests`` requests one after another.
     python benchmarks/serving.py [--model DIR] [--streams 1 4 8 16] [--threads N] [--rounds R]
 
 ``--threads`` sets the intra-op threads of every engine (default: each engine's default:
-the reference's is half the hardware threads; genai's the same).
+the reference's is half the hardware threads; genai's the same). ``--model`` takes a folder or
+a cached model's name; without it, the reference-built SmolLM2 in ../shared when present, else
+genai's default model. When ``genai serve`` does not start, the end of its stderr is printed.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
+from _bench_args import add_model_argument, header, model_folder, positive_int
+
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct-int4"
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -112,8 +116,10 @@ def worker_genai(args: argparse.Namespace) -> dict[str, float]:
     command += args.server_args.split()
     root = args.baseline if args.worker == "genai-baseline" else ROOT
     env = dict(os.environ, PYTHONPATH=str(root))
-    # in the checkout's folder: `python -m genai` imports from the working directory first
-    server = subprocess.Popen(command, env=env, cwd=root, stderr=subprocess.DEVNULL)
+    # in the checkout's folder: `python -m genai` imports from the working directory first;
+    # its stderr goes to a temporary file, printed when the server does not start
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed in the finally below)
+    server = subprocess.Popen(command, env=env, cwd=root, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -124,7 +130,14 @@ def worker_genai(args: argparse.Namespace) -> dict[str, float]:
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("genai serve did not start")
+                code = server.poll()
+                why = "timed out after 120 s" if code is None else f"exited with status {code}"
+                log.seek(0)
+                tail = "\n".join(log.read().strip().splitlines()[-20:]) or "(nothing)"
+                raise SystemExit(
+                    f"genai serve did not start ({why}): {' '.join(command)}\n"
+                    f"its stderr ends with:\n{tail}"
+                )
             time.sleep(0.2)
         client = httpx.Client(timeout=300)
 
@@ -179,6 +192,7 @@ def worker_genai(args: argparse.Namespace) -> dict[str, float]:
     finally:
         server.terminate()
         server.wait(30)
+        log.close()
 
 
 def _ref_model(args: argparse.Namespace, engine: bool):
@@ -299,6 +313,12 @@ def worker_ref_engine(args: argparse.Namespace) -> dict[str, float]:
                     live.pop(key)
                     keep.pop(key).close()
                     submit(stream_start[0])
+        if not tokens:
+            raise SystemExit(
+                f"the reference's Engine made no tokens on {args.model}: it needs logits for "
+                "every position (../shared's reference-built SmolLM2, or `genai build GGUF -o DIR "
+                "--all-logits`); --engines genai ref-threads leaves it out"
+            )
         return _summary(ttfts, tokens, time.perf_counter() - start)
 
     saved, args.requests = args.requests, 1
@@ -319,12 +339,12 @@ WORKERS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 8, 16])
-    parser.add_argument("--requests", type=int, default=2, help="requests per stream")
-    parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--threads", type=int, help="intra-op threads of every engine")
-    parser.add_argument("--rounds", type=int, default=1)
+    add_model_argument(parser)
+    parser.add_argument("--streams", type=positive_int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--requests", type=positive_int, default=2, help="requests per stream")
+    parser.add_argument("--new-tokens", type=positive_int, default=48)
+    parser.add_argument("--threads", type=positive_int, help="intra-op threads of every engine")
+    parser.add_argument("--rounds", type=positive_int, default=1)
     parser.add_argument("--engines", nargs="+", choices=list(WORKERS))
     parser.add_argument(
         "--baseline",
@@ -337,14 +357,18 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write all results here")
     parser.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.model = args.model.resolve()
     if args.engines is None:
         args.engines = [n for n in WORKERS if n != "genai-baseline" or args.baseline]
     if "genai-baseline" in args.engines and not args.baseline:
         parser.error("engine genai-baseline needs --baseline DIR")
+    if args.baseline and not (args.baseline / "genai" / "__init__.py").is_file():
+        parser.error(f"argument --baseline: {args.baseline} is not a checkout of this repository")
     if args.worker:
+        args.model = Path(args.model)
         print(json.dumps(WORKERS[args.worker](args)))
         return
+    header(args.threads)
+    args.model = model_folder(args.model).resolve()
     results: dict[str, list[dict]] = {name: [] for name in args.engines}
     for round_ in range(args.rounds):
         order = args.engines if round_ % 2 == 0 else list(reversed(args.engines))

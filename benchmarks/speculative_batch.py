@@ -19,6 +19,10 @@ Each row runs its own rounds (one verify run per row: GroupQueryAttention takes 
 tokens on top of a past only at batch 1). ``lockstep keeps`` estimates what the alternative
 would have cost: if every round committed the fewest tokens any row accepted (pairing the rows'
 rounds in order), the share of the emitted tokens per round it would have kept.
+
+Before the rounds, each configuration runs once untimed on the first case's batch (a model's
+first speculative generation sets up what its verify runs need). ``-m`` takes a folder or a
+cached model's name; without it, genai's default model.
 """
 
 from __future__ import annotations
@@ -31,13 +35,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench_args import default_model, header, model_folder, positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from speculative import TASKS, load  # noqa: E402
 
 import genai  # noqa: E402
-from benchmarks.speculative import TASKS, load  # noqa: E402
-from genai.builder import pull  # noqa: E402
 from genai.generation.speculative import rows as rows_module  # noqa: E402
 
 CASES = {
@@ -112,20 +118,31 @@ def run(engine, model, ids: np.ndarray, new_tokens: int, spec) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-m", "--model", type=Path, default=None)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--new-tokens", type=int, default=120)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "-m",
+        "--model",
+        default=None,
+        help="model folder or cached model name (default: genai's default model)",
+    )
+    parser.add_argument(
+        "--batch", type=positive_int, default=2, help=f"at most {min(map(len, CASES.values()))}"
+    )
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--new-tokens", type=positive_int, default=120)
+    parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument(
         "--keep-rows", action="store_true", help="never go back to batched steps (measure rows)"
     )
     args = parser.parse_args()
+    most = min(len(tasks) for tasks in CASES.values())
+    if args.batch > most:
+        parser.error(f"argument --batch: at most {most} (the prompts of a case)")
+    header(args.threads)
     if args.keep_rows:
         rows_module.CHECK_EVERY = 1 << 30
-    folder = args.model or pull.default_model_dir()
+    folder = model_folder(args.model, default=default_model)
     engines = [("genai", genai)]
     if not args.no_reference:
         import onnxruntime_genai as og  # lazy: the reference is a test dependency
@@ -136,9 +153,12 @@ def main() -> None:
     configs = [("genai", "plain", None), ("genai", "ngram 3/4", SPEC)]
     if not args.no_reference:
         configs.append(("onnxruntime-genai", "plain", None))
-    header = ["case", "engine", "config", "tok/s", "speed-up", "tok/cpu-s", "cpu speed-up"]
-    header += ["acceptance", "lockstep keeps", "left", "same"]
-    print(" | ".join(header))
+    columns = ["case", "engine", "config", "tok/s", "speed-up", "tok/cpu-s", "cpu speed-up"]
+    columns += ["acceptance", "lockstep keeps", "left", "same"]
+    warm = batch_ids(folder, CASES[args.cases[0]][: args.batch], pad)
+    for name, _label, spec in configs:  # untimed: the first speculative run sets up verify runs
+        run(dict(engines)[name], models[name], warm, args.new_tokens, spec)
+    print(" | ".join(columns))
     for case in args.cases:
         ids = batch_ids(folder, CASES[case][: args.batch], pad)
         found: dict[tuple[str, str], list[dict]] = {}

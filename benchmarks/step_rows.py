@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench_args import header, positive_int
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -76,10 +77,11 @@ def timed(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--rows", type=positive_int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--repeats", type=positive_int, default=200)
     args = parser.parse_args()
+    header(args.threads)
     print("linear | K | N | rows | genai op us | ort several-row us | ort one-row runs us | "
           "op / several-row | op / one-row runs | same")  # fmt: skip
     for name, k, n in SHAPES:

@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _bench_args import default_model, header, model_folder, positive_int  # noqa: E402
 from speculative import TASKS, prompt_ids  # noqa: E402
 
 import genai  # noqa: E402
-from genai.builder import pull  # noqa: E402
 
 
 def load(folder: Path, threads: int, profile_prefix: str | None = None) -> genai.Model:
@@ -123,15 +123,18 @@ def _has_step_rows(events: list[dict]) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-m", "--model", type=Path, default=None)
+    parser.add_argument(
+        "-m", "--model", default=None, help="model folder or cached model name (default: genai's)"
+    )
     parser.add_argument("--task", default="repeat", choices=list(TASKS))
-    parser.add_argument("--k", type=int, nargs="+", default=[3, 4])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--new-tokens", type=int, default=120)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--k", type=positive_int, nargs="+", default=[3, 4])
+    parser.add_argument("--rounds", type=positive_int, default=5)
+    parser.add_argument("--new-tokens", type=positive_int, default=120)
+    parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    folder = args.model or pull.default_model_dir()
+    header(args.threads)
+    folder = model_folder(args.model, default=default_model)
     (profile if args.profile else timings)(folder, args)
 
 

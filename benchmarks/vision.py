@@ -19,7 +19,8 @@ shared machine measures best).
 Then decode again in lockstep (``step``): both engines' generators advance token by token,
 their steps alternating, each step timed (wall and the calling thread's CPU time); medians
 per run, medians over ``--repeat`` runs; ratio genai / reference (lower is better; ``CPU
-ratio``: the median of each run's own ratio).
+ratio``: the median of each run's own ratio). The lockstep generators are created with decode
+ahead off (``GENAI_DECODE_AHEAD=0``): each call is one model step in the caller's thread.
 ``--ttft-rounds N`` then times TTFT alone in N interleaved rounds (fresh generators, the
 calling thread's CPU time; ``ratio``: the median of each round's own genai / reference ratio).
 """
@@ -34,6 +35,14 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime_genai as og
+from _bench_args import (
+    DECODE_AHEAD_NOTE,
+    decode_ahead_off,
+    header,
+    non_negative_int,
+    positive_int,
+    require_model,
+)
 from PIL import Image
 
 import genai
@@ -92,7 +101,8 @@ def lockstep(engines: dict, prompt: int, new_tokens: int) -> dict[str, tuple[flo
     for name, (module, model, inputs) in engines.items():
         params = module.GeneratorParams(model)
         params.set_search_options(max_length=prompt + new_tokens + 1)
-        generators[name] = module.Generator(model, params)
+        with decode_ahead_off():  # per-step times: every step in the caller's thread
+            generators[name] = module.Generator(model, params)
         generators[name].set_inputs(inputs)
         generators[name].generate_next_token()
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
@@ -198,28 +208,34 @@ def bench(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="The lockstep ('step') columns: " + DECODE_AHEAD_NOTE + ".",
+    )
     parser.add_argument("--kinds", nargs="+", default=["phi3v", "qwen2_5_vl"], choices=WRITERS)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--repeat", type=positive_int, default=5)
+    parser.add_argument("--hidden", type=positive_int, default=256)
+    parser.add_argument("--layers", type=positive_int, default=4)
     parser.add_argument(
         "--vocab",
-        type=int,
+        type=positive_int,
         default=64,
         help="the fixtures' base vocabulary (their markers come on top; e.g. 32000 as Phi-3's)",
     )
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--sides", type=int, nargs="+", default=[336, 1344])
+    parser.add_argument("--new-tokens", type=positive_int, default=64)
+    parser.add_argument("--sides", type=positive_int, nargs="+", default=[336, 1344])
     parser.add_argument("--folder", type=Path, help="a real model folder (its prompt: --kinds)")
     parser.add_argument("--no-processor", action="store_true", help="skip timing the processors")
     parser.add_argument(
         "--ttft-rounds",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="then time TTFT alone in this many interleaved rounds (thread CPU time)",
     )
     args = parser.parse_args()
+    if args.folder is not None:
+        require_model(args.folder, "--folder")
+    header(None if args.folder else 1)  # the fixtures: 1 intra-op thread
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         images = {side: picture(root / f"picture{side}.png", side) for side in args.sides}
@@ -255,12 +271,17 @@ def main() -> None:
                 (our_ttft, our_rate, _, _, our_proc) = row["genai"]
                 ref_step = row["reference step"][0]
                 our_step = row["genai step"][0]
+                procs = (
+                    f"{1000 * ref_proc:>7.1f}ms {1000 * our_proc:>8.1f}ms"
+                    if not args.no_processor
+                    else f"{'-':>9} {'-':>10}"
+                )
                 print(
                     f"{kind:<11} {side:>4}x{side:<4} {row['tokens']:>6}  "
                     f"{1000 * ref_ttft:>7.1f}ms {1000 * our_ttft:>8.1f}ms "
                     f"{our_ttft / ref_ttft:>6.2f}  {ref_rate:>9.0f} {our_rate:>11.0f} "
                     f"{our_rate / ref_rate:>6.2f}  {row['same_tokens']!s:<5} "
-                    f"{1000 * ref_proc:>7.1f}ms {1000 * our_proc:>8.1f}ms  "
+                    f"{procs}  "
                     f"{row['cpu ttft ratio']:>14.2f} {row['cpu rate ratio']:>15.2f}  "
                     f"{1e6 * ref_step:>7.0f}us {1e6 * our_step:>8.0f}us "
                     f"{our_step / ref_step:>6.2f} {row['cpu step ratio']:>9.2f}",

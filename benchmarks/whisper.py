@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bench_args import header, positive_int
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -89,14 +91,22 @@ def transcribe_windows(engine, model, windows: list[Path]) -> tuple[float, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=TINY_EN)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument("--faster-whisper-python", type=Path, default=None)
     args = parser.parse_args()
     if not (args.model / "model.bin").is_file():
         sys.exit(f"no CTranslate2 tiny.en at {args.model}: run scripts/fetch_whisper_tiny_en.sh")
+    fw_python = args.faster_whisper_python
+    if fw_python is not None and not fw_python.is_file():
+        parser.error(f"argument --faster-whisper-python: {fw_python} is not a file")
+    header(args.threads)
+    with tempfile.TemporaryDirectory(prefix="whisper-bench-") as work:
+        measure(args, Path(work))
 
-    work = Path(tempfile.mkdtemp(prefix="whisper-bench-"))
+
+def measure(args: argparse.Namespace, work: Path) -> None:
+    """Build the folders in ``work`` (removed by the caller), run the rounds, print the table."""
     clip, _ = speech_clip()
     seconds = len(clip) / SPEECH_RATE
     window = 30 * SPEECH_RATE

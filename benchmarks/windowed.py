@@ -15,6 +15,7 @@ import tempfile
 import time
 
 import numpy as np
+from _bench_args import header, positive_int
 
 import genai
 from genai.testing.windowed import write_windowed_decoder
@@ -37,10 +38,15 @@ def rate(engine, folder: str, prompt: np.ndarray, new_tokens: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--context", type=int, default=128)
-    parser.add_argument("--window", type=int, default=8)
-    parser.add_argument("--new-tokens", type=int, default=100)
+    parser.add_argument("--context", type=positive_int, default=128)
+    parser.add_argument("--window", type=positive_int, default=8, help="at least 4")
+    parser.add_argument("--new-tokens", type=positive_int, default=100)
     args = parser.parse_args()
+    if args.window < 4:
+        parser.error("argument --window: at least 4 (the prompt is one window minus 3 tokens)")
+    if args.context <= args.window:
+        parser.error("argument --context: must exceed --window")
+    header()
     prompt = (np.arange(args.window - 3) * 7 % 50 + 4).astype(np.int32)
     with tempfile.TemporaryDirectory() as tmp:
         folder = str(
