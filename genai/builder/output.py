@@ -128,8 +128,16 @@ def _remove_stale(parent: Path, prefix: str) -> None:
     """Remove the folders ``parent/PREFIX*`` that no running process holds: what a process
     killed with SIGKILL (or a crash) left. `work_folder` locks ``PREFIXxxxx.lock`` before it
     makes ``PREFIXxxxx`` and keeps it locked until the folder is gone."""
-    for work in parent.iterdir():
-        if not work.name.startswith(prefix) or work.name.endswith(".lock") or not work.is_dir():
+    for entry in parent.iterdir():
+        if not entry.name.startswith(prefix):
+            continue
+        if entry.name.endswith(".lock"):  # a lock whose folder is gone: killed after the rename
+            work = entry.with_name(entry.name[: -len(".lock")])
+            if work.exists():
+                continue
+        elif entry.is_dir():
+            work = entry
+        else:
             continue
         lock = _lock_path(work)
         if not lock.exists():
