@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 
@@ -178,3 +179,68 @@ def test_a_bug_is_not_turned_into_a_one_line_error(fixture_folders, monkeypatch)
     monkeypatch.setattr(parser, "parse_args", lambda argv: args)
     with pytest.raises(ValueError, match="not a user error"):
         main(["generate", "-m", str(fixture_folders["gqa"]), "hi"])
+
+
+# --- at the length limit (a QA sweep: replies were cut without a word) ------------------------
+def _chat_run(folder, lines: list[str], *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "genai", "chat", "-m", str(folder), *options],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_chat_says_when_a_reply_is_cut_by_the_length_limit(fixture_folders):
+    run = _chat_run(
+        fixture_folders["gqa"], ["abc de"], "--max-length", "40", "--search", "min_length=40",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "the reply was cut: the conversation filled --max-length (40 tokens)" in run.stderr
+    quiet = _chat_run(fixture_folders["gqa"], ["abc de"], "--max-new-tokens", "3")
+    assert "cut" not in quiet.stderr  # ended by --max-new-tokens: nothing to say
+
+
+def test_chat_names_what_does_not_fit(fixture_folders):
+    """A message too long for even a new conversation was told "/reset starts again"."""
+    long = "abc de " * 40
+    run = _chat_run(fixture_folders["gqa"], [long, "ab"], "--max-length", "48")
+    assert run.returncode == 0
+    refusal = next(line for line in run.stderr.splitlines() if "does not fit" in line)
+    assert refusal.endswith(
+        "does not fit --max-length (48 tokens) even in a new conversation; shorten it"
+    )
+    assert len(run.stdout.splitlines()) == 1  # the short message still got its reply
+    system = _chat_run(fixture_folders["gqa"], ["ab"], "--max-length", "48", "--system", long)
+    assert system.returncode == 1
+    assert "--system: the system message (" in system.stderr
+    assert "does not fit --max-length (48 tokens) with room for a reply" in system.stderr
+
+
+def test_generate_and_chat_stop_at_the_configs_search_max_length(fixture_folders, tmp_path):
+    """search.max_length below the context: the Python API and the Engine stop there, the
+    CLI used the context length."""
+    folder = tmp_path / "model"
+    shutil.copytree(fixture_folders["gqa"], folder)
+    config = json.loads((folder / "genai_config.json").read_text())
+    config.setdefault("search", {})["max_length"] = 24
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    run = subprocess.run(
+        [sys.executable, "-m", "genai", "generate", "-m", str(folder), "abc de",
+         "--max-new-tokens", "100", "--search", "min_length=24"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "the output stopped at the model's search.max_length (24 tokens)" in run.stderr
+    too_long = subprocess.run(
+        [sys.executable, "-m", "genai", "generate", "-m", str(folder), "abc de " * 10],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert too_long.returncode == 1
+    assert "does not fit the model's search.max_length (24 tokens)" in too_long.stderr
+    over = subprocess.run(
+        [sys.executable, "-m", "genai", "generate", "-m", str(folder), "x", "--max-length", "30"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "--max-length 30 exceeds the model's search.max_length (24)" in over.stderr

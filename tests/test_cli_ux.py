@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -182,7 +184,48 @@ def test_chat_ctrl_d_leaves_with_a_newline(fixture_folders):
             seen += chunk
     os.close(main_fd)
     assert closed, "the chat's terminal stayed open after it exited"
-    assert seen.endswith(b"> \r\n") or seen.endswith(b"> \n")
+    # what the terminal shows: readline's bracketed-paste switches and carriage returns aside,
+    # the prompt's line ends once (readline ends it itself when bracketed paste is on)
+    shown = re.sub(rb"\x1b\[\?2004[hl]", b"", seen).replace(b"\r", b"")
+    assert shown.endswith(b"> \n") and not shown.endswith(b"\n\n"), seen
+
+
+def _pty_chat(folder, *writes: bytes) -> bytes:
+    """Run `genai chat` on a terminal, send ``writes`` (each once the prompt is back), then
+    Ctrl-D; what the terminal showed."""
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "genai", "chat", "-m", str(folder), "--max-new-tokens", "4"],
+        stdin=child_fd,
+        stdout=child_fd,
+        stderr=child_fd,
+    )
+    os.close(child_fd)
+    seen = b""
+    for data in (*writes, b"\x04"):
+        prompts = seen.count(b"> ")
+        deadline = time.monotonic() + 60
+        while seen.count(b"> ") == prompts and time.monotonic() < deadline:
+            if select.select([main_fd], [], [], 1)[0]:
+                seen += os.read(main_fd, 4096)
+        os.write(main_fd, data)
+    assert proc.wait(timeout=60) == 0
+    with contextlib.suppress(OSError):
+        while select.select([main_fd], [], [], 1)[0]:
+            chunk = os.read(main_fd, 4096)
+            if not chunk:
+                break
+            seen += chunk
+    os.close(main_fd)
+    return seen
+
+
+def test_a_pasted_block_is_one_message(fixture_folders):
+    """A terminal sends a paste between ESC[200~ and ESC[201~ when the program asks for it;
+    CPython's readline does not, so each pasted line was a message with a reply of its own."""
+    seen = _pty_chat(fixture_folders["gqa"], b"\x1b[200~first line\nsecond line\x1b[201~\r")
+    assert b"\x1b[?2004h" in seen  # bracketed paste asked for
+    assert seen.count(b"> ") == 2, seen  # the first prompt, one reply, the prompt again
 
 
 def test_a_gguf_file_as_model_says_build_it_first(tmp_path, capsys):

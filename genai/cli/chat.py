@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 
@@ -19,6 +18,7 @@ from genai.cli.common import (
     load_model,
     prefill,
     search_options,
+    sequence_limit,
 )
 from genai.cli.images import add_image_option, image_processor, load_images, with_image_tags
 from genai.cli.registry import command
@@ -61,24 +61,69 @@ def _chat_help() -> str:
     return "\n".join(lines)
 
 
-def _read_line(interactive: bool) -> str | None:
+def _read_line(interactive: bool, readline_ends_lines: bool = False) -> str | None:
     """The next line the user typed (without its newline), or None at the end of input.
-    On a terminal, ``input`` edits the line with readline (arrows, history)."""
+    On a terminal, ``input`` edits the line with readline (arrows, history); at Ctrl-D the
+    shell's prompt gets a line of its own (readline with bracketed paste ends it itself)."""
     if interactive:
         try:
             return input("> ")
         except EOFError:
-            sys.stdout.write("\n")  # Ctrl-D: leave the shell's prompt on a line of its own
-            sys.stdout.flush()
+            if not readline_ends_lines:
+                sys.stdout.write("\n")
+                sys.stdout.flush()
             return None
     line = sys.stdin.readline()
     return line.rstrip("\n") if line else None
 
 
-def _enable_line_editing() -> None:
-    """Line editing and history for ``input`` where the standard library has readline."""
-    with contextlib.suppress(ImportError):  # e.g. Windows without pyreadline
-        import readline  # noqa: F401  (importing it is what turns editing on)
+def _enable_line_editing() -> bool:
+    """Line editing and history for ``input`` where the standard library has readline, with
+    bracketed paste: a pasted block of several lines is one message (CPython turns it off,
+    and each pasted line was then sent as a message of its own). True when it is on."""
+    try:
+        import readline  # importing it is what turns editing on
+    except ImportError:  # e.g. Windows without pyreadline
+        return False
+    readline.parse_and_bind("set enable-bracketed-paste on")
+    return True
+
+
+def _templated_length(tokenizer: genai.Tokenizer, messages: list[dict[str, str]]) -> int:
+    """Tokens of ``messages`` through the chat template, with the generation prompt."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    return len(tokenizer.encode(text))
+
+
+def _system_length(tokenizer: genai.Tokenizer, system: str) -> int:
+    """Tokens of the templated conversation holding the system message alone."""
+    return _templated_length(tokenizer, [{"role": "system", "content": system}])
+
+
+def _too_long(
+    tokenizer: genai.Tokenizer, system: str | None, content: str, length: int, limit: int,
+    what: str,
+) -> str:  # fmt: skip
+    """Why a conversation of ``length`` tokens cannot take the message ``content``: the
+    history (/reset helps), the message itself, or the system message (/system helps)."""
+    fresh = [{"role": "user", "content": content}]
+    if system:
+        fresh.insert(0, {"role": "system", "content": system})
+    alone = _templated_length(tokenizer, fresh)
+    if alone + 1 <= limit:
+        return (
+            f"genai: the conversation ({length} tokens) no longer fits {what} ({limit} tokens); "
+            "/reset starts again"
+        )
+    if system and _system_length(tokenizer, system) + 1 > limit:
+        return (
+            f"genai: the system message fills {what} ({limit} tokens) alone; /system TEXT sets "
+            "a shorter one (/system alone: none)"
+        )
+    return (
+        f"genai: your message ({alone} tokens with the chat template) does not fit {what} "
+        f"({limit} tokens) even in a new conversation; shorten it"
+    )
 
 
 def _chat(args: argparse.Namespace) -> int:
@@ -86,12 +131,7 @@ def _chat(args: argparse.Namespace) -> int:
     sampling = search_options(args)
     max_new = args.max_new_tokens or DEFAULT_NEW_TOKENS
     config, model, tokenizer = load_model(args)
-    context = config.context_length
-    if args.max_length is not None and args.max_length > context:
-        raise InvalidArgumentError(
-            f"--max-length {args.max_length} exceeds the model's context length ({context})"
-        )
-    limit = args.max_length or context
+    limit, what = sequence_limit(config, args.max_length)
     params = genai.GeneratorParams(model)
     params.set_search_options(**sampling, max_length=limit)
     generator = genai.Generator(model, params)
@@ -105,16 +145,22 @@ def _chat(args: argparse.Namespace) -> int:
     processor = image_processor(model) if images is not None else None
     image_prompt_length = 0  # the prompt set_inputs took (its images included)
     system = args.system
+    if system and processor is None:
+        length = _system_length(tokenizer, system)
+        if length + 1 > limit:
+            raise InvalidArgumentError(
+                f"--system: the system message ({length} tokens) does not fit {what} "
+                f"({limit} tokens) with room for a reply"
+            )
     messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     interactive = sys.stdin.isatty()
-    if interactive:
-        _enable_line_editing()
+    bracketed_paste = interactive and _enable_line_editing()
     out = sys.stdout
     print("genai chat: /help lists commands; Ctrl-C stops a reply; /exit or Ctrl-D leaves.",
           file=sys.stderr)  # fmt: skip
     while True:
         try:
-            line = _read_line(interactive)
+            line = _read_line(interactive, bracketed_paste)
         except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh prompt, as a shell does
             out.write("\n")
             continue
@@ -153,9 +199,8 @@ def _chat(args: argparse.Namespace) -> int:
             )
         if len(prompt) + 1 > limit:
             messages.pop()
-            what = "--max-length" if args.max_length else "the model's context length"
-            print(f"genai: the conversation ({len(prompt)} tokens) no longer fits {what} "
-                  f"({limit} tokens); /reset starts again", file=sys.stderr)  # fmt: skip
+            print(_too_long(tokenizer, system, content, len(prompt), limit, what),
+                  file=sys.stderr)  # fmt: skip
             continue
         # Reuse the KV cache: keep the common prefix with what the model has seen, feed the rest.
         seen = generator.get_sequence(0) if generator.token_count() else prompt[:0]
@@ -173,6 +218,7 @@ def _chat(args: argparse.Namespace) -> int:
             generator.rewind_to(common)
         reply: list[int] = []
         started = time.perf_counter()
+        ended = False  # by an EOS token or a Ctrl-C, not by a length
         try:
             if restart:
                 generator.set_inputs(inputs)  # the vision graph runs with the prompt
@@ -184,14 +230,19 @@ def _chat(args: argparse.Namespace) -> int:
                 generator.generate_next_token()
                 token = int(generator.get_next_tokens()[0])
                 if token in tokenizer.eos_token_ids:
+                    ended = True
                     break
                 reply.append(token)
                 out.write(stream.decode(token))
                 out.flush()
         except KeyboardInterrupt:  # Ctrl-C during a reply stops the reply, not the chat
             out.write(" [stopped]")
+            ended = True
         out.write("\n")
         out.flush()
+        if not ended and len(reply) < max_new:  # the conversation reached the limit
+            print(f"genai: the reply was cut: the conversation filled {what} ({limit} "
+                  "tokens); /reset starts again", file=sys.stderr)  # fmt: skip
         if args.verbose and reply:
             rate = len(reply) / (time.perf_counter() - started)
             print(f"[{len(reply)} tokens, {rate:.1f} tok/s]", file=sys.stderr)

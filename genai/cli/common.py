@@ -132,6 +132,24 @@ def check_lengths(args: argparse.Namespace) -> None:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
 
 
+def sequence_limit(config: genai.Config, max_length: int | None) -> tuple[int, str]:
+    """The longest sequence a command may make and how messages name it: ``--max-length``
+    when given (InvalidArgumentError above the model's limit), else the model's limit: its
+    ``search.max_length`` when set below the context length (what a generator makes by
+    default, as the Python API and the Engine stop there), else ``model.context_length``."""
+    context = config.context_length
+    search = int(config.get("search.max_length", 0) or 0)
+    if 0 < search < context:
+        limit, what = search, "the model's search.max_length"
+    else:
+        limit, what = context, "the model's context length"
+    if max_length is None:
+        return limit, what
+    if max_length > limit:
+        raise InvalidArgumentError(f"--max-length {max_length} exceeds {what} ({limit})")
+    return max_length, "--max-length"
+
+
 def check_threads(args: argparse.Namespace) -> None:
     """``--threads``, when given, is at least 1 (`UsageError`)."""
     if args.threads is not None and args.threads < 1:

@@ -21,6 +21,7 @@ from genai.cli.common import (
     load_model,
     prefill,
     search_options,
+    sequence_limit,
 )
 from genai.cli.images import add_image_option, image_processor, load_images, with_image_tags
 from genai.cli.registry import command
@@ -71,24 +72,14 @@ def _generate(args: argparse.Namespace) -> int:
     ids = inputs["input_ids"].as_numpy()[0] if inputs is not None else tokenizer.encode(prompt)
     if len(ids) == 0:
         raise InvalidArgumentError("the prompt encodes to no tokens")
-    context = config.context_length
-    if args.max_length is not None and args.max_length > context:
+    limit, what = sequence_limit(config, args.max_length)
+    if len(ids) >= limit:
         raise InvalidArgumentError(
-            f"--max-length {args.max_length} exceeds the model's context length ({context})"
+            f"the prompt ({len(ids)} tokens) does not fit {what} ({limit} tokens) with room "
+            "for a new token"
         )
-    if len(ids) >= context:
-        raise InvalidArgumentError(
-            f"the prompt ({len(ids)} tokens) does not fit the model's context length "
-            f"({context} tokens) with room for a new token"
-        )
-    if args.max_length is not None:
-        max_length = args.max_length
-        if len(ids) >= max_length:
-            raise InvalidArgumentError(
-                f"the prompt ({len(ids)} tokens) is not shorter than --max-length {max_length}"
-            )
-    else:
-        max_length = min(context, len(ids) + (args.max_new_tokens or DEFAULT_NEW_TOKENS))
+    asked = args.max_new_tokens or DEFAULT_NEW_TOKENS
+    max_length = limit if args.max_length is not None else min(limit, len(ids) + asked)
     params = genai.GeneratorParams(model)
     params.set_search_options(**sampling, max_length=max_length)
     generator = genai.Generator(model, params)
@@ -105,12 +96,18 @@ def _generate(args: argparse.Namespace) -> int:
     if generator.num_beams > 1:  # the best hypotheses are known only at the end
         new_tokens = _print_beams(generator, tokenizer, len(ids), out)
     else:
+        token = -1
         while not generator.is_done():
             generator.generate_next_token()
             new_tokens += 1
-            out.write(stream.decode(int(generator.get_next_tokens()[0])))
+            token = int(generator.get_next_tokens()[0])
+            out.write(stream.decode(token))
             out.flush()
         out.write("\n")
+        cut = args.max_length is None and new_tokens < asked and len(ids) + new_tokens >= limit
+        if cut and token not in tokenizer.eos_token_ids:
+            print(f"genai: the output stopped at {what} ({limit} tokens): {new_tokens} new "
+                  f"tokens of the {asked} asked", file=sys.stderr)  # fmt: skip
     finished = time.perf_counter()
     if args.verbose:
         decode_s = finished - prefilled
