@@ -321,6 +321,44 @@ def test_a_message_too_large_for_the_server_is_kept(browser, text_server):
     assert js(browser, "return window.chatPosts") == 1
 
 
+def _small_context_copy(folder, to, context: int):
+    """The model folder ``folder`` with ``context`` as its context length and max_length (its
+    big files hard-linked where the filesystem allows, copied otherwise)."""
+    to.mkdir()
+    for file in folder.iterdir():
+        try:
+            (to / file.name).hardlink_to(file)
+        except OSError:
+            shutil.copy2(file, to / file.name)
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["model"]["context_length"] = context
+    config.setdefault("search", {})["max_length"] = context
+    (to / "genai_config.json").unlink()
+    (to / "genai_config.json").write_text(json.dumps(config))
+    return to
+
+
+def test_a_full_context_is_said_on_the_page(browser, default_model_path, tmp_path):
+    """A reply cut because the conversation filled the context looked finished (the page never
+    read finish_reason); the next message's 400 did not say what to do."""
+    folder = _small_context_copy(default_model_path, tmp_path / "small", 120)
+    with serve_command(folder) as (url, _):
+        open_page(browser, url)
+        wait_for(lambda: browser.find_element("id", "model").text, what="the model's id")
+        set_field(browser, "temperature", 0)
+        set_field(browser, "max_tokens", "")  # no max_tokens: the reply runs to the context
+        set_field(browser, "repetition_penalty", 1.3)
+        ask(browser, "Write a very long story about a dragon who learns to bake bread.")
+        reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="reply")
+        assert reply["outcome"] == "done", reply["stats"]
+        assert "cut: the conversation filled the model's context" in reply["stats"]
+        ask(browser, "Go on.")
+        wait_for(lambda: len(browser.find_elements("css selector", ".message.assistant")) == 2)
+        reply = wait_for(lambda: (r := last_reply(browser)) and r["outcome"] and r, what="400")
+        assert reply["outcome"] == "error"
+        assert reply["stats"].endswith("New chat starts a fresh conversation."), reply["stats"]
+
+
 def test_api_key_is_asked_for_and_required(browser, default_model_path):
     from selenium.webdriver.common.keys import Keys  # lazy: the browser fixture checked it
 

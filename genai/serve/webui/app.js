@@ -69,13 +69,20 @@
   }
 
   async function errorMessage(response) {
+    return (await errorDetails(response)).message;
+  }
+
+  // The message and code of an API error (OpenAI's body), or the HTTP status.
+  async function errorDetails(response) {
     try {
       const body = await response.json();
-      if (body && body.error && body.error.message) return body.error.message;
+      if (body && body.error && body.error.message) {
+        return { message: body.error.message, code: body.error.code || null };
+      }
     } catch (e) {
       /* not JSON */
     }
-    return `HTTP ${response.status}`;
+    return { message: `HTTP ${response.status}`, code: null };
   }
 
   function askForKey(message, retry) {
@@ -238,6 +245,7 @@
     let first = null;
     const started = performance.now();
     let outcome = "done";
+    let finish = null; // the server's finish_reason: "length" when a limit cut the reply
     let refused = false; // the server refused the request (4xx): nothing was generated
     try {
       const response = await fetch("v1/chat/completions", {
@@ -256,7 +264,12 @@
       }
       if (!response.ok) {
         refused = response.status >= 400 && response.status < 500;
-        throw new Error(await errorMessage(response));
+        const details = await errorDetails(response);
+        const failure = new Error(details.message);
+        if (details.code === "context_length_exceeded") {
+          failure.hint = " New chat starts a fresh conversation.";
+        }
+        throw failure;
       }
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
@@ -277,6 +290,7 @@
             if (parsed.error) throw new Error(parsed.error.message || "generation failed");
             if (parsed.usage) usage = parsed.usage;
             const choice = parsed.choices && parsed.choices[0];
+            if (choice && choice.finish_reason) finish = choice.finish_reason;
             const delta = choice && choice.delta && choice.delta.content;
             if (delta) {
               if (first === null) first = performance.now();
@@ -304,7 +318,7 @@
           userBox.title = "not sent: the server refused it";
           note = " (this message is left out of the conversation)";
         }
-        setStats(box, "error: " + error.message + note);
+        setStats(box, "error: " + error.message + note + (error.hint || ""));
       }
     } finally {
       content.classList.remove("cursor");
@@ -325,6 +339,12 @@
     if (decode !== null) parts.push(`${decode.toFixed(1)} tok/s`);
     if (first !== null) parts.push(`first token ${((first - started) / 1000).toFixed(2)} s`);
     if (outcome === "stopped") parts.push("stopped");
+    if (outcome === "done" && finish === "length") {
+      // cut by the max tokens setting, or by the model's context (the conversation is full)
+      parts.push(body.max_tokens ? "cut at max tokens" : "cut: the conversation filled the " +
+        "model's context; New chat starts a fresh one");
+      box.dataset.finish = "length";
+    }
     box.dataset.tokens = String(tokens);
     setStats(box, parts.join(" · "));
   }
