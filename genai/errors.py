@@ -41,8 +41,9 @@ class ConfigError(GenaiError, ValueError):
     """A ``genai_config.json`` (or an overlay) is malformed or names something invalid."""
 
 
-class SearchOptionError(GenaiError, ValueError):
-    """A search option has an unknown name, a wrong type, or a value out of range."""
+class SearchOptionError(GenaiError, ValueError, RuntimeError):
+    """A search option has an unknown name, a wrong type, or a value out of range (also a
+    RuntimeError, what the reference raises there: e.g. max_length above the context)."""
 
 
 class InvalidArgumentError(GenaiError, ValueError):

@@ -143,6 +143,8 @@ def test_every_genai_error_class_shares_one_base():
     }
     for cls, builtin in expected.items():
         assert issubclass(cls, errors.GenaiError) and issubclass(cls, builtin), cls
+    # where the reference raises RuntimeError for the same input, so is ours
+    assert issubclass(errors.SearchOptionError, RuntimeError)
     error = not_implemented("StreamingProcessor.process", "speech")
     assert isinstance(error, errors.UnsupportedFeatureError) and isinstance(
         error, NotImplementedError

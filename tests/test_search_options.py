@@ -120,3 +120,13 @@ def test_ranges_checked_when_generator_is_created(models, options, message):
     params.set_search_options(**options)
     with pytest.raises(genai.SearchOptionError, match=message):
         genai.Generator(models[0], params)
+
+
+def test_max_length_above_the_context_is_caught_as_the_references_runtime_error(models):
+    """A chat app written for the reference catches RuntimeError when its conversation outgrew
+    the model (genai's SearchOptionError was a ValueError only)."""
+    for engine, model in zip((genai, og), models, strict=True):
+        params = engine.GeneratorParams(model)
+        params.set_search_options(max_length=9000)
+        with pytest.raises(RuntimeError, match="context_length"):
+            engine.Generator(model, params)
