@@ -1,5 +1,7 @@
 """genai: run generative ONNX models with onnxruntime-genai's API (``import genai as og``)."""
 
+from typing import TYPE_CHECKING
+
 from genai._version import __version__
 from genai.compat.engine_enums import EngineErrorCode, EngineEventFlags, FinishReason
 from genai.compat.logging_options import set_log_callback, set_log_options
@@ -55,6 +57,9 @@ from genai.runtime.adapters import Adapters
 from genai.runtime.config import Config
 from genai.runtime.model import Model
 from genai.text.tokenizer import Tokenizer, TokenizerStream
+
+if TYPE_CHECKING:  # served lazily by __getattr__ below; checkers see its real signature
+    from genai.builder.pull import default_model as default_model
 
 __all__ = [
     "Adapters",

@@ -22,7 +22,8 @@ import pytest
 import tomllib
 
 CORE = Path(__file__).resolve().parent.parent / "genai" / "_core"
-MODULES = ["bookkeeping", "decoder_loop", "native_session", "ort_api", "sampling"]
+#: Every compiled module (tests/test_typing.py runs mypy's stubtest over them too).
+MODULES = sorted(path.stem for path in CORE.glob("*.pyx"))
 
 #: Stub attributes that only instances have (set in ``__init__``), checked on an instance.
 INSTANCE_ATTRIBUTES = {("ort_api", "OrtError", "code"): lambda mod: mod.OrtError("message")}

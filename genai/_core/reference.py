@@ -5,12 +5,21 @@ Tests run one body over both; the kernels must agree with these exactly.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from genai.errors import NonFiniteLogitsError
 
+if TYPE_CHECKING:  # the annotations of the kernels' stubs (bookkeeping.pyi, custom_ops.pyi)
+    from typing import TypeAlias
 
-def _real_length(row, pad_id):
+    import numpy.typing as npt
+
+    _IndexArray: TypeAlias = npt.NDArray[np.int32] | npt.NDArray[np.int64]
+
+
+def _real_length(row: npt.NDArray[np.int32], pad_id: int) -> int:
     """The length of ``row`` without its trailing ``pad_id`` tokens."""
     real = len(row)
     while real > 0 and row[real - 1] == pad_id:
@@ -18,7 +27,14 @@ def _real_length(row, pad_id):
     return real
 
 
-def prefill_inputs(tokens, pad_id, mask, positions, last_index, last_pad=None):
+def prefill_inputs(
+    tokens: npt.NDArray[np.int32],
+    pad_id: int,
+    mask: _IndexArray,
+    positions: _IndexArray,
+    last_index: npt.NDArray[np.int32],
+    last_pad: int | None = None,
+) -> None:
     """See `genai._core.bookkeeping.prefill_inputs`."""
     batch, length = tokens.shape
     last_pad = pad_id if last_pad is None else last_pad
@@ -30,7 +46,7 @@ def prefill_inputs(tokens, pad_id, mask, positions, last_index, last_pad=None):
         last_index[b] = max(_real_length(tokens[b], last_pad) - 1, 0)
 
 
-def append_mask_column(mask, batch, old_length):
+def append_mask_column(mask: _IndexArray, batch: int, old_length: int) -> None:
     """See `genai._core.bookkeeping.append_mask_column`."""
     if mask.shape[0] < batch * (old_length + 1):
         raise ValueError("mask buffer too small")
@@ -41,18 +57,18 @@ def append_mask_column(mask, batch, old_length):
     mask[: batch * (old_length + 1)] = grown.ravel()
 
 
-def fill_mask_ones(mask, start, stop):
+def fill_mask_ones(mask: _IndexArray, start: int, stop: int) -> None:
     """See `genai._core.bookkeeping.fill_mask_ones`."""
     mask[start:stop] = 1
 
 
-def advance_positions(positions, next_position, count):
+def advance_positions(positions: _IndexArray, next_position: _IndexArray, count: int) -> None:
     """See `genai._core.bookkeeping.advance_positions`."""
     positions[:, :count] = next_position[:, None] + np.arange(count)
     next_position += count
 
 
-def argmax_rows(logits, out):
+def argmax_rows(logits: npt.NDArray[np.float32], out: npt.NDArray[np.int32]) -> None:
     """See `genai._core.bookkeeping.argmax_rows`."""
     bad = np.isnan(logits).any(axis=1)
     if bad.any():
@@ -60,7 +76,14 @@ def argmax_rows(logits, out):
     out[: logits.shape[0]] = np.argmax(logits, axis=1)
 
 
-def commit_tokens(sequences, length, tokens, eos_ids, done, pad_id):
+def commit_tokens(
+    sequences: npt.NDArray[np.int32],
+    length: int,
+    tokens: npt.NDArray[np.int32],
+    eos_ids: npt.NDArray[np.int32],
+    done: npt.NDArray[np.uint8],
+    pad_id: int,
+) -> bool:
     """See `genai._core.bookkeeping.commit_tokens`."""
     if length >= sequences.shape[1]:
         raise ValueError("sequence buffer is full")
@@ -70,21 +93,31 @@ def commit_tokens(sequences, length, tokens, eos_ids, done, pad_id):
     return bool(done.all())
 
 
-def gather_rows(logits, index, out):
+def gather_rows(
+    logits: npt.NDArray[np.float32], index: npt.NDArray[np.int32], out: npt.NDArray[np.float32]
+) -> None:
     """See `genai._core.bookkeeping.gather_rows`."""
     if ((index < 0) | (index >= logits.shape[1])).any():
         raise IndexError("position outside the logits")
     out[: logits.shape[0]] = logits[np.arange(logits.shape[0]), index]
 
 
-def reorder_rows(rows, order, scratch):
+def reorder_rows(
+    rows: npt.NDArray[np.uint8], order: npt.NDArray[np.int32], scratch: npt.NDArray[np.uint8]
+) -> None:
     """See `genai._core.bookkeeping.reorder_rows`."""
     if ((order < 0) | (order >= rows.shape[0])).any():
         raise IndexError("row outside the buffer")
     rows[:] = rows[order]
 
 
-def move_rows(rows, order, scratch, chunks=1, chunk_bytes=-1):
+def move_rows(
+    rows: npt.NDArray[np.uint8],
+    order: npt.NDArray[np.int32],
+    scratch: npt.NDArray[np.uint8],
+    chunks: int = 1,
+    chunk_bytes: int = -1,
+) -> int:
     """See `genai._core.bookkeeping.move_rows` (same result; the copy count is the minimum the
     kernel reaches: one per moved row plus one per cycle, which goes through scratch)."""
     n, width = rows.shape
@@ -111,7 +144,9 @@ def move_rows(rows, order, scratch, chunks=1, chunk_bytes=-1):
     return int(moved.sum()) + cycles
 
 
-def quantize_rows(x, floor_value):
+def quantize_rows(
+    x: npt.ArrayLike, floor_value: float
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.float32]]:
     """See `genai._core.custom_ops.quantize_rows`: float32 steps, each rounded on its own."""
     x = np.asarray(x, np.float32)
     top = np.maximum(np.abs(x).max(axis=-1, keepdims=True), np.float32(floor_value))
@@ -120,7 +155,7 @@ def quantize_rows(x, floor_value):
     return shifted.astype(np.uint8), (top / np.float32(127)).astype(np.float32)
 
 
-def _fma32(a, b, c):
+def _fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """Correctly rounded float32 ``a * b + c``: the float64 product is exact, the float64 sum
     is made round-to-odd (its lost part known from TwoSum) before the one rounding to float32."""
     a, b, c = (np.asarray(v, np.float32).astype(np.float64) for v in (a, b, c))
@@ -133,11 +168,16 @@ def _fma32(a, b, c):
     return total.astype(np.float32)
 
 
-def _add32(a, b):
+def _add32(a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.float32]:
     return (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float32)
 
 
-def step_rows_matmul(a, b, scales, zero_points=None):
+def step_rows_matmul(
+    a: npt.ArrayLike,
+    b: npt.NDArray[np.uint8],
+    scales: npt.ArrayLike,
+    zero_points: npt.NDArray[np.uint8] | None = None,
+) -> npt.NDArray[np.float32]:
     """See `genai._core.custom_ops.step_rows_matmul` and ``step_rows_kernels.h``: ``a``
     float32 [rows, K], ``b`` uint8 [N, K / 32, 16], ``scales`` float32 [N, K / 32],
     ``zero_points`` None or uint8 [N, (K / 32 + 1) / 2] -> float32 [rows, N]."""

@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import operator
 import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from genai._core.sampling import check_logits, check_options  # validation shared with the kernel
 from genai.errors import NonFiniteLogitsError
+
+if TYPE_CHECKING:  # the annotations of `genai._core.sampling`'s stub (sampling.pyi)
+    from typing import TypeAlias
+
+    import numpy.typing as npt
+
+    _PerRow: TypeAlias = int | Sequence[int] | npt.NDArray[np.integer[Any]]
+    _Ids: TypeAlias = Sequence[int] | npt.NDArray[np.integer[Any]]
+    _Floats: TypeAlias = Sequence[float] | npt.NDArray[np.floating[Any]]
 
 __all__ = [
     "LOWEST",
@@ -49,7 +60,7 @@ def _rotl(x: int, k: int) -> int:
     return ((x << k) | (x >> (64 - k))) & _MASK
 
 
-def _seed_value(seed) -> int:
+def _seed_value(seed: int) -> int:
     value = operator.index(seed)
     if value == -1:
         return int.from_bytes(os.urandom(8), "little")
@@ -73,14 +84,14 @@ def stream_state(seed: int, stream: int) -> list[int]:
 class RowRng:
     """See `genai._core.sampling.RowRng`."""
 
-    def __init__(self, rows: int, seed: int = -1):
+    def __init__(self, rows: int, seed: int = -1) -> None:
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
-        self.rows = rows
+        self.rows: int = rows
         self._states = [[0, 0, 0, 0] for _ in range(rows)]
         self.seed(seed)
 
-    def seed(self, seed=-1, rows=None):
+    def seed(self, seed: int = -1, rows: int | None = None) -> None:
         value = _seed_value(seed)
         n = self.rows if rows is None else rows
         if not 0 <= n <= self.rows:
@@ -88,11 +99,11 @@ class RowRng:
         for r in range(n):
             self._states[r] = stream_state(value, r)
 
-    def seed_row(self, row, seed=-1, stream=None):
+    def seed_row(self, row: int, seed: int = -1, stream: int | None = None) -> None:
         self._check(row)
         self._states[row] = stream_state(_seed_value(seed), row if stream is None else stream)
 
-    def next_u64(self, row):
+    def next_u64(self, row: int) -> int:
         self._check(row)
         s = self._states[row]
         result = (_rotl((s[1] * 5) & _MASK, 7) * 9) & _MASK
@@ -105,25 +116,25 @@ class RowRng:
         s[3] = _rotl(s[3], 45)
         return result
 
-    def uniform(self, row):
+    def uniform(self, row: int) -> float:
         return (self.next_u64(row) >> 11) * 2.0**-53
 
-    def draw(self, rows=None):
+    def draw(self, rows: int | None = None) -> npt.NDArray[np.float64]:
         n = self.rows if rows is None else rows
         if not 0 <= n <= self.rows:
             raise ValueError(f"rows ({n}) must be in [0, {self.rows}]")
         return np.array([self.uniform(r) for r in range(n)], np.float64)
 
-    def get_state(self):
+    def get_state(self) -> npt.NDArray[np.uint64]:
         return np.array(self._states, np.uint64).reshape(self.rows, 4)
 
-    def set_state(self, state):
+    def set_state(self, state: npt.ArrayLike) -> None:
         state = np.asarray(state, np.uint64)
         if state.shape != (self.rows, 4):
             raise ValueError(f"state must have shape ({self.rows}, 4)")
         self._states = [[int(v) for v in row] for row in state]
 
-    def _check(self, row):
+    def _check(self, row: int) -> None:
         if not 0 <= row < self.rows:
             raise IndexError(f"row {row} outside [0, {self.rows})")
 
@@ -133,7 +144,8 @@ class RowRng:
 # ---------------------------------------------------------------------------------------------
 
 
-def _per_row(values, rows, name):
+def _per_row(values: Any, rows: int, name: str) -> npt.NDArray[np.int32]:
+    """``values`` (an int, or one entry per row: `_PerRow`) as int32 [rows or more]."""
     if np.ndim(values) == 0:
         return np.full(rows, int(values), np.int32)
     out = np.asarray(values, np.int32)
@@ -142,7 +154,9 @@ def _per_row(values, rows, name):
     return out
 
 
-def _history(logits, sequences, lengths):
+def _history(
+    logits: npt.NDArray[np.float32], sequences: npt.NDArray[np.int32], lengths: _PerRow
+) -> Iterator[tuple[int, npt.NDArray[np.int32], npt.NDArray[np.int32]]]:
     rows, vocab = logits.shape
     lengths = _per_row(lengths, rows, "lengths")
     if sequences.shape[0] < rows:
@@ -154,7 +168,12 @@ def _history(logits, sequences, lengths):
         yield r, seq[(seq >= 0) & (seq < vocab)], seq
 
 
-def apply_min_length(logits, lengths, min_length, eos_ids):
+def apply_min_length(
+    logits: npt.NDArray[np.float32],
+    lengths: _PerRow,
+    min_length: int,
+    eos_ids: npt.NDArray[np.int32],
+) -> None:
     """See `genai._core.sampling.apply_min_length`."""
     rows, vocab = logits.shape
     eos_ids = np.asarray(eos_ids, np.int32)
@@ -166,7 +185,12 @@ def apply_min_length(logits, lengths, min_length, eos_ids):
             logits[r, eos_ids] = LOWEST
 
 
-def apply_repetition_penalty(logits, sequences, lengths, penalty):
+def apply_repetition_penalty(
+    logits: npt.NDArray[np.float32],
+    sequences: npt.NDArray[np.int32],
+    lengths: _PerRow,
+    penalty: float,
+) -> None:
     """See `genai._core.sampling.apply_repetition_penalty`."""
     if penalty <= 0:
         raise ValueError(f"repetition penalty must be > 0, got {penalty}")
@@ -180,7 +204,9 @@ def apply_repetition_penalty(logits, sequences, lengths, penalty):
             logits[r, ids] = np.where(v < 0, v * p, v / p)
 
 
-def apply_no_repeat_ngram(logits, sequences, lengths, n):
+def apply_no_repeat_ngram(
+    logits: npt.NDArray[np.float32], sequences: npt.NDArray[np.int32], lengths: _PerRow, n: int
+) -> None:
     """See `genai._core.sampling.apply_no_repeat_ngram`."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
@@ -195,11 +221,18 @@ def apply_no_repeat_ngram(logits, sequences, lengths, n):
                 logits[r, seq[i + n - 1]] = LOWEST
 
 
-def apply_presence_frequency(logits, sequences, lengths, start, presence, frequency):
+def apply_presence_frequency(
+    logits: npt.NDArray[np.float32],
+    sequences: npt.NDArray[np.int32],
+    lengths: _PerRow,
+    start: _PerRow,
+    presence: float,
+    frequency: float,
+) -> None:
     """See `genai._core.sampling.apply_presence_frequency`."""
     rows, vocab = logits.shape
     starts = _per_row(start, rows, "start")
-    presence, frequency = np.float32(presence), np.float32(frequency)
+    presence, frequency = np.float32(presence), np.float32(frequency)  # type: ignore[assignment]
     for r, _, seq in _history(logits, sequences, lengths):
         if presence == 0 and frequency == 0:
             continue
@@ -209,7 +242,9 @@ def apply_presence_frequency(logits, sequences, lengths, start, presence, freque
         logits[r, ids] -= presence + frequency * counts.astype(np.float32)
 
 
-def apply_logit_bias(logits, ids, biases):
+def apply_logit_bias(
+    logits: npt.NDArray[np.float32], ids: npt.ArrayLike, biases: npt.ArrayLike
+) -> None:
     """See `genai._core.sampling.apply_logit_bias`."""
     rows, vocab = logits.shape
     ids = np.asarray(ids, np.int32)
@@ -233,12 +268,20 @@ def apply_logit_bias(logits, ids, biases):
 # ---------------------------------------------------------------------------------------------
 
 
-def _rank_order(row):
+def _rank_order(row: npt.NDArray[np.float32]) -> npt.NDArray[np.intp]:
     """Token ids by logit descending, ties by lower id."""
     return np.argsort(-row, kind="stable")
 
 
-def _choose(row, u, greedy, temperature, top_k, top_p, min_p):
+def _choose(
+    row: npt.NDArray[np.float32],
+    u: float,
+    greedy: bool,
+    temperature: float | np.floating[Any],
+    top_k: int,
+    top_p: float | np.floating[Any],
+    min_p: float | np.floating[Any],
+) -> tuple[int, bool]:
     """Token and whether the row was degenerate (max not finite)."""
     if np.isnan(row).any():
         return -1, False
@@ -264,7 +307,15 @@ def _choose(row, u, greedy, temperature, top_k, top_p, min_p):
     return int(order[j]), False
 
 
-def _fill_logprobs(row, token, degenerate, r, logprobs, top_ids, top_logprobs):
+def _fill_logprobs(
+    row: npt.NDArray[np.float32],
+    token: int,
+    degenerate: bool,
+    r: int,
+    logprobs: npt.NDArray[np.float32] | None,
+    top_ids: npt.NDArray[np.int32] | None,
+    top_logprobs: Any,  # given with top_ids
+) -> None:
     m = np.float64(row.max())
     if logprobs is not None:
         if degenerate:
@@ -287,19 +338,19 @@ def _fill_logprobs(row, token, degenerate, r, logprobs, top_ids, top_logprobs):
 
 
 def sample(
-    logits,
-    uniforms,
-    out,
+    logits: npt.NDArray[np.float32],
+    uniforms: npt.NDArray[np.float64],
+    out: npt.NDArray[np.int32],
     *,
-    do_sample=True,
-    temperature=1.0,
-    top_k=0,
-    top_p=0.0,
-    min_p=0.0,
-    logprobs=None,
-    top_ids=None,
-    top_logprobs=None,
-):
+    do_sample: bool = True,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 0.0,
+    min_p: float = 0.0,
+    logprobs: npt.NDArray[np.float32] | None = None,
+    top_ids: npt.NDArray[np.int32] | None = None,
+    top_logprobs: npt.NDArray[np.float32] | None = None,
+) -> npt.NDArray[np.int32]:
     """See `genai._core.sampling.sample`."""
     check_options(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p))
     greedy = not do_sample or np.float32(temperature) == 0 or top_k == 1
@@ -319,7 +370,7 @@ def sample(
 # The whole chain
 # ---------------------------------------------------------------------------------------------
 
-_DEFAULTS = {
+_DEFAULTS: dict[str, Any] = {
     "do_sample": False,
     "temperature": 1.0,
     "top_k": 50,
@@ -336,20 +387,21 @@ _DEFAULTS = {
 class Sampler:
     """See `genai._core.sampling.Sampler`."""
 
-    def __init__(self, rows, vocab, seed=-1):
+    def __init__(self, rows: int, vocab: int, seed: int = -1) -> None:
         if rows < 1 or vocab < 1 or vocab > 2**31 - 1:
             raise ValueError(f"need rows >= 1 and 1 <= vocab < 2**31, got {rows}, {vocab}")
-        self.rows, self.vocab = rows, vocab
+        self.rows: int = rows
+        self.vocab: int = vocab
         self.rng = RowRng(rows, seed)
         self._params = [dict(_DEFAULTS) for _ in range(rows)]
         self._bias = [(np.zeros(0, np.int32), np.zeros(0, np.float32)) for _ in range(rows)]
 
-    def configure(self, row=None, **options):
+    def configure(self, row: int | None = None, **options: Any) -> None:
         options = check_options(options)
         for r in self._rows_of(row):
             self._params[r].update(options)
 
-    def options(self, row):
+    def options(self, row: int) -> dict[str, Any]:
         self._rows_of(row)
         out = dict(self._params[row])
         for name, value in out.items():  # stored as float32 in the kernel
@@ -357,7 +409,7 @@ class Sampler:
                 out[name] = float(np.float32(value))
         return out
 
-    def set_logit_bias(self, row, ids, biases):
+    def set_logit_bias(self, row: int | None, ids: _Ids, biases: _Floats) -> None:
         ids = np.asarray(ids, np.int64).reshape(-1)
         biases = np.asarray(biases, np.float32).reshape(-1)
         if ids.shape != biases.shape:
@@ -369,20 +421,20 @@ class Sampler:
         for r in self._rows_of(row):
             self._bias[r] = (ids.astype(np.int32), biases.copy())
 
-    def load_logits(self, logits, rows_out):
+    def load_logits(self, logits: npt.ArrayLike, rows_out: npt.NDArray[np.float32]) -> None:
         """Copy ``logits`` into ``rows_out`` (the kernel also records block maxima)."""
         rows_out.reshape(self.rows, self.vocab)[:] = check_logits(logits, self.rows, self.vocab)
 
-    def forget_logits(self):
+    def forget_logits(self) -> None:
         """Nothing to forget: the twin keeps no maxima."""
 
-    def seed(self, seed=-1, row=None, stream=None):
+    def seed(self, seed: int = -1, row: int | None = None, stream: int | None = None) -> None:
         if row is None:
             self.rng.seed(seed)
         else:
             self.rng.seed_row(row, seed, stream)
 
-    def _rows_of(self, row):
+    def _rows_of(self, row: int | None) -> Sequence[int]:
         if row is None:
             return range(self.rows)
         if not 0 <= row < self.rows:
@@ -391,18 +443,18 @@ class Sampler:
 
     def sample_batch(
         self,
-        logits,
-        sequences,
-        lengths,
-        eos_ids,
-        out,
+        logits: npt.NDArray[np.float32],
+        sequences: npt.NDArray[np.int32],
+        lengths: _PerRow,
+        eos_ids: _Ids,
+        out: npt.NDArray[np.int32],
         *,
-        done=None,
-        prompt_lengths=0,
-        logprobs=None,
-        top_ids=None,
-        top_logprobs=None,
-    ):
+        done: npt.NDArray[np.uint8] | npt.NDArray[np.bool_] | None = None,
+        prompt_lengths: _PerRow = 0,
+        logprobs: npt.NDArray[np.float32] | None = None,
+        top_ids: npt.NDArray[np.int32] | None = None,
+        top_logprobs: npt.NDArray[np.float32] | None = None,
+    ) -> npt.NDArray[np.int32]:
         """See `genai._core.sampling.Sampler.sample_batch`."""
         batch, vocab = logits.shape
         if vocab != self.vocab:
@@ -425,7 +477,7 @@ class Sampler:
             u = self.rng.uniform(r)
             one = logits[r : r + 1]  # a view: the stages write through
             seq = sequences[r : r + 1]
-            apply_min_length(one, lengths[r], p["min_length"], eos_ids)
+            apply_min_length(one, lengths[r], p["min_length"], eos_ids)  # type: ignore[arg-type]
             apply_repetition_penalty(one, seq, lengths[r], p["repetition_penalty"])
             apply_no_repeat_ngram(one, seq, lengths[r], p["no_repeat_ngram_size"])
             apply_presence_frequency(

@@ -219,9 +219,10 @@ cdef class EmbedDecoderLoop(DecoderLoop):
         self.ones_filled = 0
 
     # ------------------------------------------------------------------ runs and steps
-    def run(self, bint prompt):
+    def run(self, bint prompt, Py_ssize_t chunk=0):
         """Run the pending tokens: natively for a one-token decode step when `step_ready`,
-        else through ``fallback(prompt)``."""
+        else through ``fallback(prompt)``. ``chunk``: `DecoderLoop.run`'s, ignored (a
+        vision-language prompt runs whole; the multimodal driver passes none)."""
         cdef int rc
         while True:
             with nogil:

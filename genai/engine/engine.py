@@ -35,8 +35,8 @@ import math
 import queue
 import signal
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, SupportsIndex, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -56,6 +56,12 @@ from genai.serve.batch_runner import make_batch_runner
 from genai.serve.scheduler import Event, GenerationRequest, PrefixCache, Scheduler
 from genai.serve.scheduler_group import default_lanes
 from genai.text.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    #: What the number setters take (`_number`): Python and NumPy numbers.
+    _Number: TypeAlias = float | np.integer[Any] | np.floating[Any]
 
 __all__ = [
     "Engine",
@@ -276,6 +282,10 @@ class EngineEventBuffer:
             raise ArgumentTypeError(f"event index must be an int, got {type(index).__name__}")
         return self._events[index]
 
+    def __iter__(self) -> Iterator[EngineEvent]:
+        """``for event in buffer``: the events in order (as iterating by index does)."""
+        return iter(self._events)
+
     def __repr__(self) -> str:
         return f"EngineEventBuffer({len(self._events)} of {self.capacity} events)"
 
@@ -324,21 +334,24 @@ class RequestOptions:
     def __init__(self) -> None:
         self._max_session_tokens = 0
 
-    def set_max_session_tokens(self, max_session_tokens: int) -> None:
+    def set_max_session_tokens(self, max_session_tokens: SupportsIndex) -> None:
         """Total tokens (prompt plus generated, across every turn) the request may reach.
         Zero uses the configured default (``search.max_length``, else the context length)."""
         self._max_session_tokens = _count(max_session_tokens, "max_session_tokens")
 
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
-def _owner_only(method: Callable[..., _T]) -> Callable[..., _T]:
+def _owner_only(
+    method: Callable[Concatenate[TurnOptions, _P], _T],
+) -> Callable[Concatenate[TurnOptions, _P], _T]:
     """A `TurnOptions` method only the request's Engine owner thread may call (as the
     reference, which raises its owner-thread error for each)."""
 
     @functools.wraps(method)
-    def checked(self: TurnOptions, *args: Any, **kwargs: Any) -> _T:
+    def checked(self: TurnOptions, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         self._request._engine._owner.check()
         return method(self, *args, **kwargs)
 
@@ -372,51 +385,51 @@ class TurnOptions:
         self._min_generated = 0
 
     @_owner_only
-    def set_max_generated_tokens(self, max_generated_tokens: int) -> None:
+    def set_max_generated_tokens(self, max_generated_tokens: SupportsIndex) -> None:
         """Cap the tokens this turn generates (zero: no cap but the session's)."""
         self._max_generated = _count(max_generated_tokens, "max_generated_tokens")
 
     @_owner_only
-    def set_min_generated_tokens(self, min_generated_tokens: int) -> None:
+    def set_min_generated_tokens(self, min_generated_tokens: SupportsIndex) -> None:
         """Mask the end-of-sequence token until this turn generated this many (zero: none)."""
         self._min_generated = _count(min_generated_tokens, "min_generated_tokens")
 
     @_owner_only
-    def set_do_sample(self, do_sample: bool) -> None:
+    def set_do_sample(self, do_sample: bool | np.bool_) -> None:
         """Random sampling (True) or the top logit (False) for this turn."""
         if not isinstance(do_sample, bool | np.bool_):
             raise ArgumentTypeError(f"do_sample must be a bool, got {type(do_sample).__name__}")
         self._options["do_sample"] = bool(do_sample)
 
     @_owner_only
-    def set_temperature(self, temperature: float) -> None:
+    def set_temperature(self, temperature: _Number) -> None:
         """Sampling temperature (zero: the top logit)."""
         self._options["temperature"] = _number(temperature, "temperature")
 
     @_owner_only
-    def set_top_p(self, top_p: float) -> None:
+    def set_top_p(self, top_p: _Number) -> None:
         """Nucleus bound, between 0.0 and 1.0."""
         self._options["top_p"] = _number(top_p, "top_p")
 
     @_owner_only
-    def set_top_k(self, top_k: int) -> None:
+    def set_top_k(self, top_k: SupportsIndex) -> None:
         """Top-k bound (one: the top logit; zero: no top-k)."""
         self._options["top_k"] = _count(top_k, "top_k", INT32_MAX)
 
     @_owner_only
-    def set_repetition_penalty(self, repetition_penalty: float) -> None:
+    def set_repetition_penalty(self, repetition_penalty: _Number) -> None:
         """Repetition penalty; finite and greater than zero."""
         self._options["repetition_penalty"] = _number(repetition_penalty, "repetition_penalty")
 
     @_owner_only
-    def set_no_repeat_ngram_size(self, no_repeat_ngram_size: int) -> None:
+    def set_no_repeat_ngram_size(self, no_repeat_ngram_size: SupportsIndex) -> None:
         """Forbid repeating any n-gram of this size (zero: off)."""
         self._options["no_repeat_ngram_size"] = _count(
             no_repeat_ngram_size, "no_repeat_ngram_size", INT32_MAX
         )
 
     @_owner_only
-    def set_seed(self, seed: int) -> None:
+    def set_seed(self, seed: SupportsIndex) -> None:
         """Reseed the request's random streams at the start of this turn (zero is a seed; at
         most 2**64 - 1, the reference's uint64)."""
         self._seed = _count(seed, "seed")
@@ -585,7 +598,7 @@ class Request:
         return len(self._tokens)
 
     # --- the reference's methods --------------------------------------------------------------
-    def begin_turn(self, tokens: Any, turn_options: TurnOptions | None = None) -> int:
+    def begin_turn(self, tokens: npt.ArrayLike, turn_options: TurnOptions | None = None) -> int:
         """Append ``tokens`` (int32 [n]) to the conversation and start generating; returns
         the turn's id (1, 2, ...). Only for a new request or once the last turn finished
         and its events were read (`Engine.run`)."""

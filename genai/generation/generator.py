@@ -32,7 +32,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, SupportsIndex, TypeVar
 
 import numpy as np
 
@@ -66,6 +66,9 @@ from genai.runtime.adapters import Adapters
 from genai.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from genai.compat.tensors import NamedTensors
     from genai.generation.generator_params import GeneratorParams
     from genai.runtime.model import DecoderIO, Model
 
@@ -349,7 +352,7 @@ class Generator:
 
     # --- feeding tokens -------------------------------------------------------------------------
     @_one_thread_at_a_time
-    def append_tokens(self, tokens: np.ndarray | list[int] | list[list[int]]) -> None:
+    def append_tokens(self, tokens: npt.ArrayLike) -> None:
         """Append prompt tokens (1-D for batch 1, or [batch, length]) and run the model on them
         now. Later calls continue the sequence (batch 1)."""
         self._check_terminated()
@@ -687,7 +690,9 @@ class Generator:
             made += 1
         return made
 
-    def get_next_logprobs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def get_next_logprobs(
+        self,
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int32], npt.NDArray[np.float32]]:
         """Log-probabilities of the last step (search options ``logprobs`` / ``top_logprobs``;
         beyond the reference): the chosen tokens' [batch], and the ``top_logprobs`` most likely
         ids [batch, n] with theirs. Log-softmax of the processed logits at temperature 1."""
@@ -779,7 +784,7 @@ class Generator:
 
     # --- reading state --------------------------------------------------------------------------
     @_one_thread_at_a_time
-    def get_next_tokens(self) -> np.ndarray:
+    def get_next_tokens(self) -> npt.NDArray[np.int32]:
         """The tokens chosen by the last step, int32 [batch]; right after `append_tokens`,
         as the reference, each row's last appended token."""
         ahead = self._ahead
@@ -794,7 +799,7 @@ class Generator:
             return self._sequences[:, loop.length - 1].copy()
         return loop.array("next_tokens").copy()
 
-    def get_sequence(self, index: int) -> np.ndarray:
+    def get_sequence(self, index: SupportsIndex) -> npt.NDArray[np.int32]:
         """Row ``index``: prompt (padding included) + generated tokens, int32. With beam
         search, index ``b * num_return_sequences + r`` is batch entry b's r-th best
         hypothesis (this finalizes the search, as the reference)."""
@@ -821,7 +826,7 @@ class Generator:
         return int(self._loop.length) - (self._boundary is not None)
 
     @_one_thread_at_a_time
-    def get_logits(self) -> np.ndarray:
+    def get_logits(self) -> npt.NDArray[np.float32]:
         """A copy of the logits the next token is chosen from, float32 [batch, 1, vocab]
         (runs the model on a pending token first, as the reference)."""
         self._settle(runs=True)
@@ -877,14 +882,14 @@ class Generator:
         if self._spec is not None:
             self._spec.forward("set_logits", logits)
 
-    def get_output(self, name: str) -> np.ndarray:
+    def get_output(self, name: str) -> npt.NDArray[Any]:
         """A host copy of the last run's output ``name``: ``"logits"``, ``"present.0.key"``,
         or any other output the graph declares (e.g. ``"hidden_states"``)."""
         self._check_terminated()
         self._settle(replay=True)
         return self._driver.read_output(name)
 
-    def get_input(self, name: str) -> np.ndarray:
+    def get_input(self, name: str) -> npt.NDArray[Any]:
         """A host copy of the last run's input ``name`` (also the inputs bound with
         `set_model_input` and preset inputs such as ``num_logits_to_keep``)."""
         self._check_terminated()
@@ -927,7 +932,7 @@ class Generator:
             self._missing_inputs.add(name)
 
     @_one_thread_at_a_time
-    def set_inputs(self, named_tensors: Any) -> None:
+    def set_inputs(self, named_tensors: NamedTensors) -> None:
         """The reference's input path for multimodal models: a processor's output
         (``input_ids`` with the image placeholders, pixel values, ...) is appended and run
         now, as `append_tokens`. A decoder-only model takes its tokens through
@@ -1000,7 +1005,7 @@ class Generator:
         return plain_stats() if self._spec is None else self._spec.stats()
 
     @_one_thread_at_a_time
-    def rewind_to(self, length: int) -> None:
+    def rewind_to(self, length: SupportsIndex) -> None:
         """Drop the tokens after the first ``length``, as the reference does. The token that
         sat at index ``length`` is replayed: the next `generate_next_token`,
         `generate_until_done` or `get_logits` first runs it, on the KV cache kept, and it joins
@@ -1021,14 +1026,14 @@ class Generator:
         self._boundary = boundary
 
     @_one_thread_at_a_time
-    def truncate(self, length: int) -> None:
+    def truncate(self, length: SupportsIndex) -> None:
         """Keep the first ``length`` tokens and continue from there (beyond the reference):
         the next step recomputes token ``length - 1`` and chooses the token at index
         ``length``, as if generation had stopped at ``length`` tokens."""
         length = self._check_rewind(length)
         self._cut(length)
 
-    def _check_rewind(self, length: int) -> int:
+    def _check_rewind(self, length: SupportsIndex) -> int:
         """``length`` as an int, checked as a length to rewind or truncate to."""
         length = _as_index(length, "length")
         current = self.token_count()

@@ -67,7 +67,7 @@ class GeneratorParams:
         """
         self.search.update(**options)
 
-    def get_search_options(self) -> dict[str, float | bool]:
+    def get_search_options(self) -> dict[str, float | bool | list[str]]:
         """All options; numbers as floats, as the reference returns them."""
         return self.search.as_reference_dict()
 

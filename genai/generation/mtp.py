@@ -40,6 +40,8 @@ from genai.generation.speculative.sampling import (
 )
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
+
     from genai.generation.generator_params import GeneratorParams
     from genai.runtime.model import Model
 
@@ -114,7 +116,7 @@ class MtpGenerator:
         self._rounds = MtpRounds(gen, proposer, self._drafts, counters)
         self._primed = False
 
-    def append_tokens(self, tokens: np.ndarray | list[int]) -> None:
+    def append_tokens(self, tokens: npt.ArrayLike) -> None:
         """The prompt (1-D int32), once; the main model runs it now."""
         if self._primed:
             raise GenerationError("MtpGenerator: AppendTokens can only be called once")
@@ -137,7 +139,7 @@ class MtpGenerator:
         """True once EOS was emitted or the sequence reached max_length."""
         return self._primed and self._rounds.is_done()
 
-    def get_sequence(self) -> np.ndarray:
+    def get_sequence(self) -> npt.NDArray[np.int32]:
         """The prompt and the tokens emitted so far (an emitted EOS included, as the
         reference), int32."""
         return np.array(self._rounds.emitted, np.int32)

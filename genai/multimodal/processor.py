@@ -14,7 +14,10 @@ from genai.multimodal.kinds import PROCESSORS
 from genai.text.tokenizer import Tokenizer, TokenizerStream
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from genai.compat.tensors import NamedTensors
+    from genai.multimodal.images import Images
     from genai.runtime.model import Model
 
 __all__ = ["KindProcessor", "MultiModalProcessor", "check_prompts"]
@@ -73,7 +76,11 @@ class MultiModalProcessor:
         self.kind: KindProcessor = factory(model)
 
     def __call__(
-        self, prompt: str | list[str] | None = None, *, images: Any = None, audios: Any = None
+        self,
+        prompt: str | list[str] | None = None,
+        *,
+        images: Images | None = None,
+        audios: Audios | None = None,
     ) -> NamedTensors:
         """The model inputs of ``prompt`` (a str, or a list of str: one per batch row) with
         ``images`` (`genai.Images`) and / or ``audios`` (`genai.Audios`), as `NamedTensors`
@@ -86,7 +93,7 @@ class MultiModalProcessor:
         check_prompts(prompt)
         return self.kind(self.tokenizer, prompt, images=images, audios=audios)
 
-    def decode(self, tokens: np.ndarray | list[int]) -> str:
+    def decode(self, tokens: Sequence[int] | np.ndarray) -> str:
         """The text of ``tokens`` (special tokens skipped), as `genai.Tokenizer.decode`."""
         return self.tokenizer.decode(tokens)
 

@@ -961,7 +961,9 @@ def get_ep_devices() -> list[Any]:
     return list(ort_api.get_ep_devices())
 
 
-def register_execution_provider_library(registration_name: str, path: str | os.PathLike) -> None:
+def register_execution_provider_library(
+    registration_name: str, path: str | os.PathLike[str]
+) -> None:
     """Register a plugin EP library with the engine's ORT environment (the reference's
     ``og.register_execution_provider_library``); repeated calls with the same arguments are
     no-ops."""

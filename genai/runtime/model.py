@@ -12,7 +12,7 @@ import time
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,6 +54,9 @@ from genai.runtime.vision import (
     load_vision_graphs,
     refuse_unsupported_vision,
 )
+
+if TYPE_CHECKING:
+    from genai.compat.streaming import StreamingProcessor
 
 __all__ = ["AdapterInput", "DecoderIO", "LoraInput", "Model", "default_intra_op_threads"]
 
@@ -511,7 +514,7 @@ class Model:
         (`genai.multimodal.kinds.PROCESSORS`); ModelError for the others, as the reference."""
         return MultiModalProcessor(self)
 
-    def create_streaming_processor(self) -> Any:
+    def create_streaming_processor(self) -> StreamingProcessor:
         """The reference's streaming audio processor (Moonshine / Nemotron speech models);
         the model types genai runs have none (the reference raises the same for them)."""
         raise ModelError(

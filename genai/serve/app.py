@@ -149,8 +149,8 @@ class ServeEngine:
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: Model,
+        tokenizer: Tokenizer,
         *,
         model_name: str | None = None,
         max_slots: int = 16,

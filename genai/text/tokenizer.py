@@ -17,7 +17,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 from tokenizers import Regex as _HFRegex
@@ -38,6 +38,12 @@ from genai.text.chat_template import (
     special_token_strings,
 )
 from genai.text.token_bytes import TokenBytes
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from genai.runtime.config import Config
+    from genai.runtime.model import Model
 
 __all__ = ["ChatTemplateError", "Tokenizer", "TokenizerStream"]
 
@@ -324,7 +330,7 @@ class Tokenizer:
     optional.
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Model | Config | str | os.PathLike[str]) -> None:
         folder, config, has_model_config = _resolve_config(model)
         self._path = folder
         file = folder / TOKENIZER_FILE
@@ -436,7 +442,7 @@ class Tokenizer:
         return self._bos_token_id
 
     @property
-    def eos_token_ids(self) -> np.ndarray:
+    def eos_token_ids(self) -> npt.NDArray[np.int32]:
         """End-of-sequence token ids as an int32 array (``model.eos_token_id``)."""
         return self._eos_token_ids.copy()
 
@@ -502,7 +508,7 @@ class Tokenizer:
 
     # -- encoding ---------------------------------------------------------------------------
 
-    def encode(self, text: str) -> np.ndarray:
+    def encode(self, text: str) -> npt.NDArray[np.int32]:
         """Token ids of ``text`` as a 1-D int32 array (no BOS/EOS unless enabled by option)."""
         if not isinstance(text, str):
             raise ArgumentTypeError(f"encode expects a str, not {type(text).__name__}")
@@ -765,7 +771,7 @@ class TokenizerStream:
         self._since_clean = 0  # ids appended since the last clean boundary
         self._since_output = 0  # ids appended since the last non-empty chunk
 
-    def decode(self, token: int) -> str:
+    def decode(self, token: SupportsIndex) -> str:
         """Add one generated token id; return the new text it completes (possibly ``""``)."""
         token = _one_token_id(token, "TokenizerStream.decode")
         tok = self._tokenizer
