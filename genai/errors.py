@@ -17,6 +17,7 @@ __all__ = [
     "GenaiError",
     "GenerationError",
     "InvalidArgumentError",
+    "LengthLimitError",
     "MissingDependencyError",
     "ModelError",
     "ModelFileNotFoundError",
@@ -48,6 +49,11 @@ class SearchOptionError(GenaiError, ValueError, RuntimeError):
 
 class InvalidArgumentError(GenaiError, ValueError):
     """An argument of a public call has a wrong value, shape or dtype."""
+
+
+class LengthLimitError(InvalidArgumentError, RuntimeError):
+    """Tokens that would not fit the sequence's ``max_length`` (also a RuntimeError, what the
+    reference raises there)."""
 
 
 class ArgumentTypeError(GenaiError, TypeError):

@@ -55,6 +55,10 @@ def test_append_beyond_max_length(model):
     generator.append_tokens(np.arange(3, 13, dtype=np.int32))
     with pytest.raises(ValueError, match="exceeds max_length 16"):
         generator.append_tokens(np.arange(3, 10, dtype=np.int32))
+    # a chat app written for the reference catches its RuntimeError when the conversation
+    # outgrows max_length
+    with pytest.raises(RuntimeError, match="exceeds max_length 16"):
+        generator.append_tokens(np.arange(3, 10, dtype=np.int32))
 
 
 def test_generate_past_max_length_stops(model):
@@ -145,6 +149,7 @@ def test_every_genai_error_class_shares_one_base():
         assert issubclass(cls, errors.GenaiError) and issubclass(cls, builtin), cls
     # where the reference raises RuntimeError for the same input, so is ours
     assert issubclass(errors.SearchOptionError, RuntimeError)
+    assert issubclass(errors.LengthLimitError, RuntimeError)
     error = not_implemented("StreamingProcessor.process", "speech")
     assert isinstance(error, errors.UnsupportedFeatureError) and isinstance(
         error, NotImplementedError

@@ -45,6 +45,7 @@ from genai.errors import (
     ArgumentTypeError,
     GenerationError,
     InvalidArgumentError,
+    LengthLimitError,
     SearchOptionError,
     TensorNotFoundError,
     UnsupportedFeatureError,
@@ -413,7 +414,7 @@ class Generator:
         array = self._driver.prepare_prompt(array, length)  # e.g. padded to whole windows
         count = array.shape[1]
         if length + count > self.max_length:
-            raise InvalidArgumentError(
+            raise LengthLimitError(
                 f"appending {count} tokens to {length} exceeds max_length {self.max_length}"
             )
         if length and self.num_beams > 1:
@@ -951,7 +952,7 @@ class Generator:
             return
         length = self._loop.length
         if length + array.shape[1] > self.max_length:
-            raise InvalidArgumentError(
+            raise LengthLimitError(
                 f"input_ids size ({array.shape[1]}) + current sequence length ({length}) "
                 f"exceeds max length ({self.max_length})"
             )
@@ -1128,7 +1129,7 @@ class Generator:
             raise InvalidArgumentError("the snapshot comes from another model or KV layout")
         length = snapshot.tokens.shape[1]
         if length > self.max_length:
-            raise InvalidArgumentError(
+            raise LengthLimitError(
                 f"the snapshot's {length} tokens exceed max_length {self.max_length}"
             )
         driver.restore(snapshot.tokens, snapshot.kv)
