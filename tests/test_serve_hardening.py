@@ -844,3 +844,43 @@ def test_a_large_body_is_validated_off_the_event_loop(server, monkeypatch):
     assert _error(reply, 400)["code"] == "context_length_exceeded"
     assert not threads[0].startswith("genai-edge")
     assert threads[1].startswith("genai-edge")
+
+
+def test_a_folders_search_max_length_is_the_servers_limit(fixture_folders, tmp_path):
+    """search.max_length below the context: the Python API and the Engine stop there; the
+    server took the context length (longer requests, /v1/models said the context)."""
+    import json
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(fixture_folders["gqa"], folder)
+    config = json.loads((folder / "genai_config.json").read_text())
+    assert config["model"]["context_length"] > 40
+    config.setdefault("search", {})["max_length"] = 40
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    model = genai.Model(str(folder))
+    assert genai.Engine(model).get_capabilities().max_request_length == 40
+    engine = ServeEngine(model, genai.Tokenizer(model), max_slots=2)
+    with BackgroundServer(engine) as srv, httpx.Client(base_url=srv.url, timeout=60) as http:
+        assert http.get("/v1/models").json()["data"][0]["max_model_len"] == 40
+        chat = [{"role": "user", "content": "abc de"}]  # no max_tokens: up to the limit
+        body = {"messages": chat, "ignore_eos": True, "temperature": 0}
+        done = http.post("/v1/chat/completions", json=body).json()
+        assert done["usage"]["total_tokens"] == 40, done
+        assert done["choices"][0]["finish_reason"] == "length"
+        over = http.post("/v1/completions", json={"prompt": "abc de " * 20, "max_tokens": 30})
+        assert over.status_code == 400 and "40" in over.json()["error"]["message"]
+        # the 400 names the field the client sent, or says the 16 was the default
+        chat = [{"role": "user", "content": "abc"}]
+        sent = http.post("/v1/chat/completions",
+                         json={"messages": chat, "max_completion_tokens": 39}).json()  # fmt: skip
+        assert sent["error"]["param"] == "max_completion_tokens", sent
+        assert sent["error"]["message"].startswith("max_completion_tokens 39 + prompt ")
+        tokenizer = genai.Tokenizer(model)
+        prompt = next(  # fits the context, not with the default 16 new tokens
+            p for n in range(1, 40) if 24 < len(tokenizer.encode(p := "abc de " * n)) < 40
+        )
+        default = http.post("/v1/completions", json={"prompt": prompt}).json()
+        assert default["error"]["param"] == "max_tokens"
+        assert default["error"]["message"].startswith("max_tokens (default 16) + prompt ")
+        assert "pass a max_tokens of at most" in default["error"]["message"]

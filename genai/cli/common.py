@@ -137,12 +137,11 @@ def sequence_limit(config: genai.Config, max_length: int | None) -> tuple[int, s
     when given (InvalidArgumentError above the model's limit), else the model's limit: its
     ``search.max_length`` when set below the context length (what a generator makes by
     default, as the Python API and the Engine stop there), else ``model.context_length``."""
-    context = config.context_length
-    search = int(config.get("search.max_length", 0) or 0)
-    if 0 < search < context:
-        limit, what = search, "the model's search.max_length"
+    limit = config.max_length
+    if limit < config.context_length:
+        what = "the model's search.max_length"
     else:
-        limit, what = context, "the model's context length"
+        what = "the model's context length"
     if max_length is None:
         return limit, what
     if max_length > limit:

@@ -313,7 +313,8 @@ class EngineCapabilities:
 
     @property
     def max_request_length(self) -> int:
-        """Tokens one request may hold across its turns (the model's context length)."""
+        """Tokens one request may hold across its turns (the folder's ``search.max_length``
+        when set, else the model's context length; `RequestOptions` may lower it)."""
         return self._length
 
     @property
@@ -861,7 +862,7 @@ class Engine:
         self._owner.check()
         slots = sum(int(runner.max_slots) for runner in self._runners)
         scheduled = slots + sum(s.prefill_budget for s in self._schedulers)
-        return EngineCapabilities._make(slots, self._context, scheduled)
+        return EngineCapabilities._make(slots, self._session_limit(0), scheduled)
 
     def max_draft_tokens_per_proposal(self) -> int:
         """Speculative draft tokens a request may attach to one proposal (0: unsupported)."""

@@ -1021,6 +1021,15 @@ class Config:
         return int(self._data["model"]["context_length"])
 
     @property
+    def max_length(self) -> int:
+        """The longest sequence a generator makes unless told otherwise: ``search.max_length``
+        when set below the context length, else ``model.context_length`` (what the Python
+        API, the Engine, the CLI and `genai serve` stop at)."""
+        context = self.context_length
+        search = int(self.get("search.max_length", 0) or 0)
+        return search if 0 < search < context else context
+
+    @property
     def eos_token_ids(self) -> list[int]:
         """``model.eos_token_id`` as a list; empty means ``[pad_token_id]``, as the reference."""
         eos = self.get("model.eos_token_id", [])

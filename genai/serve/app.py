@@ -177,7 +177,8 @@ class ServeEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name or Path(str(model.path)).name
-        self.context_length = int(model.config.context_length)
+        # the longest sequence: the folder's search.max_length when set, else its context
+        self.context_length = int(model.config.max_length)
         self.vocab_size = int(model.io.vocab_size)
         #: Threads that render chat templates, tokenize and compile grammars for the event
         #: loop (more requests wait for one).
@@ -574,9 +575,11 @@ def _limit(
     requested: int | None,
     param: str = "messages",
     default_cap: int | None = None,
+    limit_param: tuple[str, bool] = ("max_tokens", True),
 ) -> int:
     """New tokens allowed: ``requested``, or the rest of the context (at most ``default_cap``
-    when given); raises `APIError` when the prompt or the request do not fit."""
+    when given); raises `APIError` when the prompt or the request do not fit. ``limit_param``:
+    the field ``requested`` came from and whether the client gave it (else its default)."""
     if prompt_len == 0:
         raise APIError("the prompt is empty", param=param)
     room = engine.context_length - prompt_len
@@ -589,10 +592,13 @@ def _limit(
     if requested is None:
         return room if default_cap is None else min(room, default_cap)
     if requested > room:
+        field, given = limit_param
+        what = f"{field} {requested}" if given else f"{field} (default {requested})"
+        hint = "" if given else f"; pass a {field} of at most {room}"
         raise APIError(
-            f"max_tokens {requested} + prompt {prompt_len} tokens exceed the model's context "
-            f"of {engine.context_length} tokens",
-            param="max_tokens",
+            f"{what} + prompt {prompt_len} tokens exceed the model's context "
+            f"of {engine.context_length} tokens{hint}",
+            param=field,
             code="context_length_exceeded",
         )
     return requested
@@ -690,7 +696,9 @@ async def _prepare_chat(engine: ServeEngine, body: ChatCompletionRequest) -> _Pr
         param = "tools"
         guidance = tool_chat.guidance
         cap = JSON_MODE_MAX_TOKENS  # the calls are JSON too
-    max_new = _limit(engine, len(ids), body.new_tokens_limit, default_cap=cap)
+    max_new = _limit(
+        engine, len(ids), body.new_tokens_limit, default_cap=cap, limit_param=body.new_tokens_param
+    )
     constraints = (
         await _constraints(engine, guidance[0], guidance[1], body.n, param) if guidance else None
     )
@@ -742,7 +750,9 @@ async def _prepare_completion(engine: ServeEngine, body: CompletionRequest) -> _
                 raise APIError("prompt token ids are outside the vocabulary", param="prompt")
             ids = ids.astype(np.int32)
         prompt_tokens += len(ids)
-        max_new = _limit(engine, len(ids), body.new_tokens_limit, "prompt")
+        max_new = _limit(
+            engine, len(ids), body.new_tokens_limit, "prompt", limit_param=body.new_tokens_param
+        )
         for i in range(body.n):
             index = p * body.n + i
             sequences.append(

@@ -191,7 +191,7 @@ class SlotBatchRunner(BatchRunner):
         self.model = model
         self.max_slots = max_slots
         self.vocab_size = io.vocab_size
-        self.max_length = int(model.config.context_length)
+        self.max_length = int(model.config.max_length)
         self.block = block
         self.growth_factor = growth_factor
         self.max_chunk = max_chunk
@@ -446,7 +446,7 @@ class GeneratorBatchRunner(BatchRunner):
         self.max_slots = max_slots
         self.max_chunk = max_chunk
         self.vocab_size = model.io.vocab_size
-        self.max_length = int(model.config.context_length)
+        self.max_length = int(model.config.max_length)
         self.lengths = np.zeros(max_slots, np.int64)
         self._params = GeneratorParams(model)
         self._params.set_search_options(max_length=self.max_length)

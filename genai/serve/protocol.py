@@ -494,6 +494,13 @@ class ChatCompletionRequest(_Common):
         return self.max_completion_tokens or self.max_tokens
 
     @property
+    def new_tokens_param(self) -> tuple[str, bool]:
+        """The field `new_tokens_limit` comes from, and whether the client gave it."""
+        if self.max_completion_tokens:
+            return "max_completion_tokens", True
+        return "max_tokens", True
+
+    @property
     def n_logprobs(self) -> int | None:
         """None (off) or the number of alternatives."""
         if not self.logprobs:
@@ -545,6 +552,12 @@ class CompletionRequest(_Common):
     def new_tokens_limit(self) -> int | None:
         """``max_tokens``."""
         return self.max_tokens
+
+    @property
+    def new_tokens_param(self) -> tuple[str, bool]:
+        """The field `new_tokens_limit` comes from, and whether the client gave it (else the
+        default of 16, as OpenAI's)."""
+        return "max_tokens", "max_tokens" in self.model_fields_set
 
     @property
     def n_logprobs(self) -> int | None:
