@@ -215,7 +215,7 @@ def header(threads: object = None) -> str:
         threads = " ".join(map(str, threads))
     try:
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
+    except (OSError, AttributeError):  # (no load average on Windows)
         load = "unknown"
     line = (
         f"# {Path(sys.argv[0]).name}: commit {_git_commit()}, genai {_genai_version()}, "

@@ -118,7 +118,9 @@ def can_verify(engine, model) -> bool:
     params.set_speculative_options(ngram_size=3)
     try:
         engine.Generator(model, params)
-    except RuntimeError:
+    except RuntimeError as exc:  # the refusal of a graph with last-token logits only
+        if isinstance(exc, genai.SearchOptionError):
+            raise  # a bad folder, not a graph that cannot verify
         return False
     return True
 

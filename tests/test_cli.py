@@ -232,15 +232,27 @@ def test_generate_and_chat_stop_at_the_configs_search_max_length(fixture_folders
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert "the output stopped at the model's search.max_length (24 tokens)" in run.stderr
+    assert "the output stopped at the model's search.max_length (--max-length raises it) (24" in (
+        run.stderr
+    )
     too_long = subprocess.run(
         [sys.executable, "-m", "genai", "generate", "-m", str(folder), "abc de " * 10],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert too_long.returncode == 1
-    assert "does not fit the model's search.max_length (24 tokens)" in too_long.stderr
-    over = subprocess.run(
-        [sys.executable, "-m", "genai", "generate", "-m", str(folder), "x", "--max-length", "30"],
+    assert "does not fit the model's search.max_length (--max-length raises it) (24 tokens)" in (
+        too_long.stderr
+    )
+    more = subprocess.run(  # --max-length may go past search.max_length, as max_length may
+        [sys.executable, "-m", "genai", "generate", "-m", str(folder), "abc de",
+         "--max-length", "30", "--search", "min_length=30", "-v"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert "--max-length 30 exceeds the model's search.max_length (24)" in over.stderr
+    assert more.returncode == 0 and "stopped at" not in more.stderr, more.stderr
+    stopped = subprocess.run(  # a stop string ends a chat reply: no "cut" note
+        [sys.executable, "-m", "genai", "chat", "-m", str(fixture_folders["gqa"]),
+         "--search", "stop=q"],  # (its greedy reply: "rql sisl...")
+        input="abc de\n", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert stopped.returncode == 0 and stopped.stdout == "rq\n", stopped.stdout
+    assert "cut" not in stopped.stderr, stopped.stderr

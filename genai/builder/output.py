@@ -108,75 +108,130 @@ def _lock_path(work: Path) -> Path:
     return work.with_name(work.name + ".lock")
 
 
-def _hold(lock: Path) -> int | None:
-    """An open descriptor holding an exclusive lock on the file ``lock`` (made if missing),
-    or None when another process holds it (or locks are not available here)."""
+def _flock(fd: int) -> bool | None:
+    """Lock ``fd`` exclusively without waiting: True; False when another process holds it;
+    None when this system or filesystem has no such locks (then nothing is cleaned)."""
     try:
-        import fcntl  # POSIX only: elsewhere nothing is locked and nothing is cleaned
+        import fcntl  # POSIX only
     except ImportError:
         return None
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+    except BlockingIOError:
+        return False
+    except OSError:  # e.g. ENOLCK on a filesystem without locks
         return None
-    return fd
+    return True
+
+
+def _hold_existing(lock: Path) -> int | None:
+    """A descriptor holding the existing file ``lock``, or None when another process holds
+    it, it is gone (or was replaced meanwhile), or locks are not available."""
+    try:
+        fd = os.open(lock, os.O_RDWR)  # never made here: a lock file exists only locked
+    except OSError:
+        return None
+    try:
+        if _flock(fd) and os.fstat(fd).st_ino == os.stat(lock).st_ino:
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 def _remove_stale(parent: Path, prefix: str) -> None:
     """Remove the folders ``parent/PREFIX*`` that no running process holds: what a process
-    killed with SIGKILL (or a crash) left. `work_folder` locks ``PREFIXxxxx.lock`` before it
-    makes ``PREFIXxxxx`` and keeps it locked until the folder is gone."""
-    for entry in parent.iterdir():
-        if not entry.name.startswith(prefix):
+    killed with SIGKILL (or a crash) left. `work_folder` makes ``PREFIXxxxx.lock`` already
+    locked (a locked ``.lock.tmp`` linked to that name) before it makes ``PREFIXxxxx``, and
+    keeps it locked until the folder is gone."""
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(prefix):
             continue
-        if entry.name.endswith(".lock"):  # a lock whose folder is gone: killed after the rename
-            work = entry.with_name(entry.name[: -len(".lock")])
-            if work.exists():
-                continue
-        elif entry.is_dir():
-            work = entry
-        else:
-            continue
-        lock = _lock_path(work)
-        if not lock.exists():
-            continue  # made by an older genai, or where files cannot be locked: left alone
-        fd = _hold(lock)
-        if fd is None:
-            continue  # in use
         try:
-            log.info("removing %s, left by a build or pull that did not finish", work)
-            shutil.rmtree(work, ignore_errors=True)
-            lock.unlink(missing_ok=True)
-        finally:
+            if name.endswith(".lock.tmp"):  # killed while making its lock
+                lock = entry
+                work = None
+            elif name.endswith(".lock"):  # a lock whose folder is gone: killed after the rename
+                lock = entry
+                work = entry.with_name(name[: -len(".lock")])
+                if work.exists():
+                    continue  # seen as a folder
+            elif entry.is_dir():
+                work = entry
+                lock = _lock_path(work)
+                if not lock.exists():
+                    continue  # made by an older genai, or where files cannot be locked
+            else:
+                continue
+            fd = _hold_existing(lock)
+            if fd is None:
+                continue  # in use
+            try:
+                log.info("removing %s, left by a build or pull that did not finish", work or lock)
+                if work is not None:
+                    shutil.rmtree(work, ignore_errors=True)
+                lock.unlink(missing_ok=True)
+            finally:
+                os.close(fd)
+        except OSError:  # an entry this process may not touch: the next one
+            continue
+
+
+def _new_lock(lock: Path) -> tuple[int | None, bool]:
+    """Make the lock file ``lock`` already locked (a locked temporary file linked to its
+    name, so no other process ever sees it unlocked): (its descriptor, or None where files
+    cannot be locked; False when ``lock`` exists: pick another name)."""
+    temporary = lock.with_name(lock.name + ".tmp")
+    try:
+        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return None, False
+    try:
+        if not _flock(fd):
             os.close(fd)
+            return None, True  # no locks here: no lock file either
+        try:
+            os.link(temporary, lock)
+        except FileExistsError:
+            os.close(fd)
+            return None, False
+        except OSError:  # no hard links on this filesystem: no lock file
+            os.close(fd)
+            return None, True
+        return fd, True
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
 def work_folder(parent: Path, prefix: str) -> Iterator[Path]:
     """A new empty folder ``parent/PREFIX<random>`` for the block, removed after it (also on
     an error or Ctrl-C; a block may move it away). While it exists its lock file
-    ``PREFIX<random>.lock`` is held (POSIX), so the folders of that prefix that nobody holds,
-    left by a killed process, are removed first."""
-    with contextlib.suppress(OSError):
-        _remove_stale(parent, prefix)
+    ``PREFIX<random>.lock`` is held (POSIX, local filesystems), so the folders of that prefix
+    that nobody holds, left by a killed process, are removed first."""
+    _remove_stale(parent, prefix)
     while True:
         work = parent / f"{prefix}{secrets.token_hex(4)}"
         lock = _lock_path(work)
         if lock.exists() or work.exists():
             continue
-        fd = _hold(lock)
+        fd, made = _new_lock(lock)
+        if not made:
+            continue
         try:
             work.mkdir()
-        except FileExistsError:
+        except BaseException as exc:
             if fd is not None:
-                os.close(fd)
-            continue
-        except BaseException:
-            if fd is not None:
-                os.close(fd)
                 lock.unlink(missing_ok=True)
+                os.close(fd)
+            if isinstance(exc, FileExistsError):
+                continue
             raise
         break
     try:
@@ -195,7 +250,8 @@ def replace_folder(work: Path, target: Path) -> None:
         return
     if not target.is_dir() or not replaceable(target):  # appeared while building
         raise BuildError(
-            f"output {target} appeared during the build and is not a model folder: not replacing it"
+            f"output {target} is not a model folder (it holds subfolders or other files): not "
+            "replacing it"
         )
     with contextlib.suppress(OSError):
         shutil.copymode(target, work)

@@ -47,6 +47,8 @@ _KEY = re.compile(
     r"\.weight$"
 )
 _DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16)}
+#: ONNX element types by NumPy's names (the rest: ONNX's own names, lower case).
+_ONNX_TYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 
 
 def convert_peft_adapter(
@@ -119,7 +121,10 @@ def convert_peft_adapter(
                 "(check --module-map)"
             )
         sources[name] = module
-        params[f"{name}.lora_A.weight"] = np.ascontiguousarray(a.T, dtype=_DTYPES[dtype])
+        down = np.ascontiguousarray(a.T, dtype=_DTYPES[dtype])
+        if not np.isfinite(down).all():
+            raise BuildError(f"{peft_dir}: module {module!r}: lora_A overflows {dtype}")
+        params[f"{name}.lora_A.weight"] = down
         scaled = np.ascontiguousarray((b * np.float32(scale)).T, dtype=_DTYPES[dtype])
         if not np.isfinite(scaled).all():
             raise BuildError(
@@ -244,12 +249,16 @@ def _check_against_model(params: Mapping[str, np.ndarray], model_dir: Path, peft
                 f"{peft_dir}: converted parameter {name!r} is not an input of {model_dir} "
                 f"(its LoRA inputs look like {lora[0]!r}; adjust module_map / --module-map)"
             )
-        wanted = types[name]
-        if wanted and onnx.helper.tensor_dtype_to_np_dtype(wanted) != array.dtype:
-            expected_type = onnx.helper.tensor_dtype_to_np_dtype(wanted).name
+        wanted = (
+            _ONNX_TYPES.get(types[name])
+            or onnx.helper.tensor_dtype_to_string(types[name]).removeprefix("TensorProto.").lower()
+        )
+        if types[name] and wanted != array.dtype.name:
+            fix = f"use --dtype {wanted}" if wanted in _DTYPES else "adapter convert writes "
+            fix += "" if wanted in _DTYPES else " or ".join(_DTYPES)
             raise BuildError(
-                f"{model_dir}: its LoRA input {name!r} is {expected_type}, the adapter would be "
-                f"{array.dtype.name} (use --dtype {expected_type})"
+                f"{model_dir}: its LoRA input {name!r} is {wanted}, the adapter would be "
+                f"{array.dtype.name} ({fix})"
             )
         rank_axis = 1 if ".lora_A." in name else 0
         expected = shapes[name]

@@ -198,7 +198,12 @@ def ensure_default_model(
         (built / BUILD_STAMP).write_text(json.dumps({"revision": DEFAULT_MODEL_REVISION}) + "\n")
         if keep_source and gguf != kept:
             os.replace(gguf, kept)
-        replace_folder(built, target)  # the old folder stays until the new one is there
+        try:
+            replace_folder(built, target)  # the old folder stays until the new one is there
+        except OSError:  # another process installed the same build at the same moment
+            complete = (target / "genai_config.json").is_file()
+            if not complete or build_revision(target) != DEFAULT_MODEL_REVISION:
+                raise
     return target
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -85,6 +86,12 @@ def _enable_line_editing() -> bool:
         import readline  # importing it is what turns editing on
     except ImportError:  # e.g. Windows without pyreadline
         return False
+    version = getattr(readline, "_READLINE_LIBRARY_VERSION", "")
+    gnu = "libedit" not in (readline.__doc__ or "") and version[:1].isdigit()
+    if not gnu or tuple(int(p) for p in version.split(".")[:2]) < (8, 1):
+        return False  # libedit (macOS) or an older GNU readline: no bracketed paste
+    if os.environ.get("TERM", "") in ("", "dumb"):
+        return False  # readline turns it off there
     readline.parse_and_bind("set enable-bracketed-paste on")
     return True
 
@@ -240,7 +247,7 @@ def _chat(args: argparse.Namespace) -> int:
             ended = True
         out.write("\n")
         out.flush()
-        if not ended and len(reply) < max_new:  # the conversation reached the limit
+        if not ended and generator.finish_reason(0) == genai.FinishReason.MAX_SESSION_TOKENS:
             print(f"genai: the reply was cut: the conversation filled {what} ({limit} "
                   "tokens); /reset starts again", file=sys.stderr)  # fmt: skip
         if args.verbose and reply:

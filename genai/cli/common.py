@@ -134,19 +134,20 @@ def check_lengths(args: argparse.Namespace) -> None:
 
 def sequence_limit(config: genai.Config, max_length: int | None) -> tuple[int, str]:
     """The longest sequence a command may make and how messages name it: ``--max-length``
-    when given (InvalidArgumentError above the model's limit), else the model's limit: its
-    ``search.max_length`` when set below the context length (what a generator makes by
-    default, as the Python API and the Engine stop there), else ``model.context_length``."""
+    when given (InvalidArgumentError above the model's context length, as the Python API's
+    ``max_length``), else the model's default: its ``search.max_length`` when set below the
+    context length (where a generator stops by default), else ``model.context_length``."""
+    context = config.context_length
+    if max_length is not None:
+        if max_length > context:
+            raise InvalidArgumentError(
+                f"--max-length {max_length} exceeds the model's context length ({context})"
+            )
+        return max_length, "--max-length"
     limit = config.max_length
-    if limit < config.context_length:
-        what = "the model's search.max_length"
-    else:
-        what = "the model's context length"
-    if max_length is None:
-        return limit, what
-    if max_length > limit:
-        raise InvalidArgumentError(f"--max-length {max_length} exceeds {what} ({limit})")
-    return max_length, "--max-length"
+    if limit < context:
+        return limit, "the model's search.max_length (--max-length raises it)"
+    return limit, "the model's context length"
 
 
 def check_threads(args: argparse.Namespace) -> None:

@@ -96,16 +96,14 @@ def _generate(args: argparse.Namespace) -> int:
     if generator.num_beams > 1:  # the best hypotheses are known only at the end
         new_tokens = _print_beams(generator, tokenizer, len(ids), out)
     else:
-        token = -1
         while not generator.is_done():
             generator.generate_next_token()
             new_tokens += 1
-            token = int(generator.get_next_tokens()[0])
-            out.write(stream.decode(token))
+            out.write(stream.decode(int(generator.get_next_tokens()[0])))
             out.flush()
         out.write("\n")
-        cut = args.max_length is None and new_tokens < asked and len(ids) + new_tokens >= limit
-        if cut and token not in tokenizer.eos_token_ids:
+        cut = generator.finish_reason(0) == genai.FinishReason.MAX_SESSION_TOKENS
+        if cut and args.max_length is None and new_tokens < asked:
             print(f"genai: the output stopped at {what} ({limit} tokens): {new_tokens} new "
                   f"tokens of the {asked} asked", file=sys.stderr)  # fmt: skip
     finished = time.perf_counter()

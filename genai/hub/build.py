@@ -61,5 +61,9 @@ def build_snapshot(
             "precision": precision,
         }
         (built / SOURCE_FILENAME).write_text(json.dumps(record, indent=1) + "\n")
-        replace_folder(built, target)
+        try:
+            replace_folder(built, target)
+        except OSError:  # another pull installed the same build at the same moment
+            if built_from(target) != (snapshot.name, precision):
+                raise
     return target

@@ -111,7 +111,9 @@ class CountResponses:
         (a refusal made before routing, e.g. 413) the first whose path matches; "other"."""
         route = scope.get("route")  # the router sets it on a match
         if route is None:
-            path = scope["path"]
+            path, root = scope["path"], scope.get("root_path", "")
+            if root and path.startswith(root):  # routes match the path below the root path
+                path = path[len(root) :] or "/"
             route = next((r for r in self.routes if r.path_regex.match(path)), None)
         return getattr(route, "path", None) or "other"
 
