@@ -884,3 +884,5 @@ def test_a_folders_search_max_length_is_the_servers_limit(fixture_folders, tmp_p
         assert default["error"]["param"] == "max_tokens"
         assert default["error"]["message"].startswith("max_tokens (default 16) + prompt ")
         assert "pass a max_tokens of at most" in default["error"]["message"]
+        null = http.post("/v1/completions", json={"prompt": prompt, "max_tokens": None}).json()
+        assert null["error"]["message"] == default["error"]["message"]  # null is the default

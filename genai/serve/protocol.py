@@ -515,11 +515,14 @@ class CompletionRequest(_Common):
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=5)
 
-    @field_validator("max_tokens")
+    @model_validator(mode="before")
     @classmethod
-    def _null_is_the_default(cls, value: int | None) -> int:
-        """An explicit null is the default, 16, as OpenAI (was the rest of the context)."""
-        return 16 if value is None else value
+    def _null_is_the_default(cls, data: Any) -> Any:
+        """An explicit null ``max_tokens`` is the default, 16, as OpenAI (was the rest of the
+        context); it counts as not given (`new_tokens_param`)."""
+        if isinstance(data, dict) and "max_tokens" in data and data["max_tokens"] is None:
+            data = {key: value for key, value in data.items() if key != "max_tokens"}
+        return data
 
     echo: bool = False
     suffix: str | None = None
