@@ -177,8 +177,15 @@ class ServeEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name or Path(str(model.path)).name
-        # the longest sequence: the folder's search.max_length when set, else its context
-        self.context_length = int(model.config.max_length)
+        config = model.config
+        #: The longest sequence: the folder's search.max_length when set, else its context.
+        self.context_length = int(config.max_length)
+        #: How messages name that limit.
+        self.limit_name = (
+            "the model's search.max_length"
+            if config.max_length < config.context_length
+            else "the model's context"
+        )
         self.vocab_size = int(model.io.vocab_size)
         #: Threads that render chat templates, tokenize and compile grammars for the event
         #: loop (more requests wait for one).
@@ -303,7 +310,7 @@ class ServeEngine:
             if at_least >= self.context_length:
                 raise APIError(
                     f"the prompt has at least {at_least} tokens ({size} bytes, at most "
-                    f"{self.max_token_bytes} per token); the model's context is "
+                    f"{self.max_token_bytes} per token); {self.limit_name} is "
                     f"{self.context_length}",
                     param=param,
                     code="context_length_exceeded",
@@ -585,7 +592,7 @@ def _limit(
     room = engine.context_length - prompt_len
     if room < 1:
         raise APIError(
-            f"the prompt has {prompt_len} tokens; the model's context is {engine.context_length}",
+            f"the prompt has {prompt_len} tokens; {engine.limit_name} is {engine.context_length}",
             param=param,
             code="context_length_exceeded",
         )
@@ -596,7 +603,7 @@ def _limit(
         what = f"{field} {requested}" if given else f"{field} (default {requested})"
         hint = "" if given else f"; pass a {field} of at most {room}"
         raise APIError(
-            f"{what} + prompt {prompt_len} tokens exceed the model's context "
+            f"{what} + prompt {prompt_len} tokens exceed {engine.limit_name} "
             f"of {engine.context_length} tokens{hint}",
             param=field,
             code="context_length_exceeded",
