@@ -254,5 +254,11 @@ def test_generate_and_chat_stop_at_the_configs_search_max_length(fixture_folders
          "--search", "stop=q"],  # (its greedy reply: "rql sisl...")
         input="abc de\n", capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert stopped.returncode == 0 and stopped.stdout == "rq\n", stopped.stdout
+    assert stopped.returncode == 0 and stopped.stdout == "r\n", stopped.stdout  # not "q"
     assert "cut" not in stopped.stderr, stopped.stderr
+    generated = subprocess.run(  # generate writes no stop string either, as genai serve
+        [sys.executable, "-m", "genai", "generate", "-m", str(fixture_folders["gqa"]), "abc de",
+         "--chat", "--search", "stop=q"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert generated.returncode == 0 and generated.stdout == "r\n", generated.stdout

@@ -10,6 +10,7 @@ import time
 import genai
 from genai.cli.common import (
     DEFAULT_NEW_TOKENS,
+    TextOut,
     activate_adapters,
     add_adapter_option,
     add_length_options,
@@ -226,13 +227,13 @@ def _chat(args: argparse.Namespace) -> int:
         reply: list[int] = []
         started = time.perf_counter()
         ended = False  # by an EOS token or a Ctrl-C, not by a length
+        shown = TextOut(tokenizer, generator.search.stop, out)
         try:
             if restart:
                 generator.set_inputs(inputs)  # the vision graph runs with the prompt
                 image_prompt_length = len(prompt)
             else:
                 prefill(generator, prompt[common:])
-            stream = tokenizer.create_stream()
             while not generator.is_done() and len(reply) < max_new:
                 generator.generate_next_token()
                 token = int(generator.get_next_tokens()[0])
@@ -240,9 +241,10 @@ def _chat(args: argparse.Namespace) -> int:
                     ended = True
                     break
                 reply.append(token)
-                out.write(stream.decode(token))
-                out.flush()
+                shown.write(token)
+            shown.end()
         except KeyboardInterrupt:  # Ctrl-C during a reply stops the reply, not the chat
+            shown.end()
             out.write(" [stopped]")
             ended = True
         out.write("\n")

@@ -8,10 +8,12 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 import genai
 from genai import hub
 from genai.boolean_words import parse_bool_word
+from genai.constraints.stop import StopStringMatcher
 from genai.errors import GenaiError, InvalidArgumentError, SearchOptionError
 from genai.generation.search import SearchOptions
 
@@ -148,6 +150,31 @@ def sequence_limit(config: genai.Config, max_length: int | None) -> tuple[int, s
     if limit < context:
         return limit, "the model's search.max_length (--max-length raises it)"
     return limit, "the model's context length"
+
+
+class TextOut:
+    """A reply's tokens, decoded, to ``out`` as they come, without the stop strings of the
+    search option ``stop`` (text that may still begin one is held back; the one that ends the
+    reply is never written), as genai serve streams them."""
+
+    def __init__(self, tokenizer: genai.Tokenizer, stops: Sequence[str], out: TextIO) -> None:
+        self._stream = tokenizer.create_stream()
+        self._stops = StopStringMatcher(stops) if stops else None
+        self._out = out
+
+    def write(self, token: int) -> None:
+        """Decode ``token`` and write what is safe to show now."""
+        text = self._stream.decode(token)
+        if self._stops is not None:
+            text, _ = self._stops.push(text)
+        self._out.write(text)
+        self._out.flush()
+
+    def end(self) -> None:
+        """Write the text held back (at the end of the reply)."""
+        if self._stops is not None:
+            self._out.write(self._stops.flush())
+            self._out.flush()
 
 
 def check_threads(args: argparse.Namespace) -> None:

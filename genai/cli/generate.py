@@ -11,6 +11,7 @@ from typing import TextIO
 import genai
 from genai.cli.common import (
     DEFAULT_NEW_TOKENS,
+    TextOut,
     UsageError,
     activate_adapters,
     add_adapter_option,
@@ -84,7 +85,7 @@ def _generate(args: argparse.Namespace) -> int:
     params.set_search_options(**sampling, max_length=max_length)
     generator = genai.Generator(model, params)
     activate_adapters(model, generator, args.adapter)
-    stream = tokenizer.create_stream()
+    text = TextOut(tokenizer, generator.search.stop, sys.stdout)
     loaded = time.perf_counter()
     if inputs is not None:
         generator.set_inputs(inputs)  # the vision graph runs with the prompt
@@ -99,8 +100,8 @@ def _generate(args: argparse.Namespace) -> int:
         while not generator.is_done():
             generator.generate_next_token()
             new_tokens += 1
-            out.write(stream.decode(int(generator.get_next_tokens()[0])))
-            out.flush()
+            text.write(int(generator.get_next_tokens()[0]))
+        text.end()
         out.write("\n")
         cut = generator.finish_reason(0) == genai.FinishReason.MAX_SESSION_TOKENS
         if cut and args.max_length is None and new_tokens < asked:
