@@ -226,21 +226,25 @@ def work_folder(parent: Path, prefix: str) -> Iterator[Path]:
             continue
         try:
             work.mkdir()
-        except BaseException as exc:
-            if fd is not None:
-                lock.unlink(missing_ok=True)
-                os.close(fd)
-            if isinstance(exc, FileExistsError):
-                continue
+        except FileExistsError:
+            _release(lock, fd)
+            continue
+        except BaseException:
+            _release(lock, fd)
             raise
         break
     try:
         yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        if fd is not None:
-            lock.unlink(missing_ok=True)
-            os.close(fd)
+        _release(lock, fd)
+
+
+def _release(lock: Path, fd: int | None) -> None:
+    """Remove the lock file a `work_folder` holds (``fd``; None: there is none)."""
+    if fd is not None:
+        lock.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def replace_folder(work: Path, target: Path) -> None:

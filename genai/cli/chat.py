@@ -7,6 +7,8 @@ import os
 import sys
 import time
 
+import numpy as np
+
 import genai
 from genai.cli.common import (
     DEFAULT_NEW_TOKENS,
@@ -97,15 +99,14 @@ def _enable_line_editing() -> bool:
     return True
 
 
-def _templated_length(tokenizer: genai.Tokenizer, messages: list[dict[str, str]]) -> int:
-    """Tokens of ``messages`` through the chat template, with the generation prompt."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    return len(tokenizer.encode(text))
+def _templated(tokenizer: genai.Tokenizer, messages: list[dict[str, str]]) -> np.ndarray:
+    """The token ids of ``messages`` through the chat template, with the generation prompt."""
+    return tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
 
 def _system_length(tokenizer: genai.Tokenizer, system: str) -> int:
     """Tokens of the templated conversation holding the system message alone."""
-    return _templated_length(tokenizer, [{"role": "system", "content": system}])
+    return len(_templated(tokenizer, [{"role": "system", "content": system}]))
 
 
 def _too_long(
@@ -117,7 +118,7 @@ def _too_long(
     fresh = [{"role": "user", "content": content}]
     if system:
         fresh.insert(0, {"role": "system", "content": system})
-    alone = _templated_length(tokenizer, fresh)
+    alone = len(_templated(tokenizer, fresh))
     if alone + 1 <= limit:
         return (
             f"genai: the conversation ({length} tokens) no longer fits {what} ({limit} tokens); "
@@ -202,9 +203,7 @@ def _chat(args: argparse.Namespace) -> int:
             inputs = processor(text, images=images)
             prompt = inputs["input_ids"].as_numpy()[0]
         else:
-            prompt = tokenizer.encode(
-                tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-            )
+            prompt = _templated(tokenizer, messages)
         if len(prompt) + 1 > limit:
             messages.pop()
             print(_too_long(tokenizer, system, content, len(prompt), limit, what),
