@@ -322,18 +322,13 @@ def test_a_message_too_large_for_the_server_is_kept(browser, text_server):
 
 
 def _small_context_copy(folder, to, context: int):
-    """The model folder ``folder`` with ``context`` as its context length and max_length (its
-    big files hard-linked where the filesystem allows, copied otherwise)."""
-    to.mkdir()
-    for file in folder.iterdir():
-        try:
-            (to / file.name).hardlink_to(file)
-        except OSError:
-            shutil.copy2(file, to / file.name)
+    """A copy of the model folder ``folder`` with ``context`` as its context length and
+    max_length. Copied, not hard-linked: a second link to the user cache's model.onnx.data
+    makes onnx refuse to load it ("a potential hardlink attack") while the copy lives."""
+    shutil.copytree(folder, to)
     config = json.loads((folder / "genai_config.json").read_text())
     config["model"]["context_length"] = context
     config.setdefault("search", {})["max_length"] = context
-    (to / "genai_config.json").unlink()
     (to / "genai_config.json").write_text(json.dumps(config))
     return to
 
